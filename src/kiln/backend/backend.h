@@ -1,0 +1,56 @@
+// Backend: the narrow table every compute device implements (ggml's back-end idea): memory,
+// copies, and one method per op in ops.h. Layers, the optimizer and the trainer call only this.
+//
+// Contract for implementers: validate shapes and dtypes of the arguments and throw kiln::Error
+// on a mismatch; never allocate inside an op (scratch comes in the arguments); be deterministic
+// for a given thread count. The CPU back-end is the reference every other one is tested against.
+// A Backend is used from one host thread at a time.
+#pragma once
+
+#include <memory>
+#include <string_view>
+
+#include "kiln/backend/ops.h"
+
+namespace kiln {
+
+// Device memory owned by a back-end; freed when the buffer is destroyed.
+class DeviceBuffer {
+ public:
+  virtual ~DeviceBuffer() = default;
+  virtual void* data() const = 0;
+  virtual size_t bytes() const = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string_view name() const = 0;
+  virtual Device device() const = 0;
+
+  // Memory. allocate() fails with a kiln::Error that names the size and what is free.
+  virtual std::unique_ptr<DeviceBuffer> allocate(size_t bytes) = 0;
+  virtual void copy_to_device(void* device_dst, const void* host_src, size_t bytes) = 0;
+  virtual void copy_to_host(void* host_dst, const void* device_src, size_t bytes) = 0;
+  virtual void synchronize() = 0;
+
+  // Ops (ops.h).
+  virtual void embedding_forward(const EmbeddingForward& args) = 0;
+  virtual void embedding_backward(const EmbeddingBackward& args) = 0;
+  virtual void layernorm_forward(const LayerNormForward& args) = 0;
+  virtual void layernorm_backward(const LayerNormBackward& args) = 0;
+  virtual void matmul_forward(const MatmulForward& args) = 0;
+  virtual void matmul_backward(const MatmulBackward& args) = 0;
+  virtual void gelu_forward(const GeluForward& args) = 0;
+  virtual void gelu_backward(const GeluBackward& args) = 0;
+  virtual void attention_forward(const AttentionForward& args) = 0;
+  virtual void attention_backward(const AttentionBackward& args) = 0;
+  virtual void softmax_cross_entropy(const SoftmaxCrossEntropy& args) = 0;
+  virtual void residual_forward(const ResidualForward& args) = 0;
+  virtual void adamw_step(const AdamwStep& args) = 0;
+  virtual double sum_of_squares(const SumOfSquares& args) = 0;
+  virtual void fill(const Fill& args) = 0;
+};
+
+}  // namespace kiln

@@ -1,0 +1,43 @@
+// The CPU back-end: the reference implementation of every op, written for clarity first and
+// parallelised with OpenMP where it matters. Matrix products go through BLAS (OpenBLAS's sgemm):
+// a tuned GEMM is the one piece that clearly beats writing our own for CPU training speed.
+//
+// Determinism: every reduction has a fixed order that does not depend on the thread count
+// (column-parallel sums for parameter gradients, fixed-size chunks for norms), so two runs with
+// the same inputs give the same bits. Activations are fp32; AdamW can emit bf16/fp16 copies.
+// Op definitions live one family per file: embedding.cpp, layernorm.cpp, matmul.cpp, gelu.cpp,
+// attention.cpp, cross_entropy.cpp, elementwise.cpp, adamw.cpp.
+#pragma once
+
+#include "kiln/backend/backend.h"
+
+namespace kiln {
+
+class CpuBackend final : public Backend {
+ public:
+  std::string_view name() const override { return "cpu"; }
+  Device device() const override { return Device::CPU; }
+
+  std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override;
+  void copy_to_device(void* device_dst, const void* host_src, size_t bytes) override;
+  void copy_to_host(void* host_dst, const void* device_src, size_t bytes) override;
+  void synchronize() override {}
+
+  void embedding_forward(const EmbeddingForward& args) override;
+  void embedding_backward(const EmbeddingBackward& args) override;
+  void layernorm_forward(const LayerNormForward& args) override;
+  void layernorm_backward(const LayerNormBackward& args) override;
+  void matmul_forward(const MatmulForward& args) override;
+  void matmul_backward(const MatmulBackward& args) override;
+  void gelu_forward(const GeluForward& args) override;
+  void gelu_backward(const GeluBackward& args) override;
+  void attention_forward(const AttentionForward& args) override;
+  void attention_backward(const AttentionBackward& args) override;
+  void softmax_cross_entropy(const SoftmaxCrossEntropy& args) override;
+  void residual_forward(const ResidualForward& args) override;
+  void adamw_step(const AdamwStep& args) override;
+  double sum_of_squares(const SumOfSquares& args) override;
+  void fill(const Fill& args) override;
+};
+
+}  // namespace kiln

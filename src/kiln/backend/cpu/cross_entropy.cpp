@@ -1,0 +1,53 @@
+// Fused softmax + cross-entropy over the real vocabulary columns of padded logits. Doing both in
+// one pass per row means the probabilities are never stored: with write_grad the logits row is
+// overwritten by its own gradient (p - onehot) * loss_scale.
+#include <cmath>
+#include <limits>
+
+#include "kiln/backend/cpu/checks.h"
+#include "kiln/backend/cpu/cpu_backend.h"
+
+namespace kiln {
+
+void CpuBackend::softmax_cross_entropy(const SoftmaxCrossEntropy& args) {
+  constexpr const char* op = "softmax_cross_entropy";
+  cpu::require(args.logits, DType::F32, op, "logits");
+  cpu::require(args.losses, DType::F32, op, "losses");
+  cpu::require(args.targets, DType::I32, op, "targets");
+  KILN_CHECK(args.logits.shape.rank == 2, "{}: logits must be [M, Vp], got {}", op,
+             args.logits.shape.to_string());
+  const int64_t M = args.logits.shape[0], Vp = args.logits.shape[1], V = args.vocab_size;
+  KILN_CHECK(V > 0 && V <= Vp, "{}: vocab_size {} outside (0, {}]", op, V, Vp);
+  cpu::require_numel(args.losses, M, op, "losses");
+  cpu::require_numel(args.targets, M, op, "targets");
+  const int32_t* targets = args.targets.as<int32_t>();
+  for (int64_t m = 0; m < M; ++m)
+    KILN_CHECK(targets[m] == args.ignore_index || (targets[m] >= 0 && targets[m] < V),
+               "{}: target {} at row {} is outside the vocabulary [0, {})", op, targets[m], m, V);
+  float* logits = args.logits.as<float>();
+  float* losses = args.losses.as<float>();
+#pragma omp parallel for schedule(static)
+  for (int64_t m = 0; m < M; ++m) {
+    float* row = logits + m * Vp;
+    const int32_t target = targets[m];
+    const bool ignored = target == args.ignore_index;
+    float max_logit = -std::numeric_limits<float>::infinity();
+    for (int64_t v = 0; v < V; ++v) max_logit = std::max(max_logit, row[v]);
+    float sum = 0.0f;
+    for (int64_t v = 0; v < V; ++v) sum += std::exp(row[v] - max_logit);
+    const float log_sum = std::log(sum) + max_logit;
+    losses[m] = ignored ? 0.0f : log_sum - row[target];
+    if (!args.write_grad) continue;
+    if (ignored) {
+      for (int64_t v = 0; v < Vp; ++v) row[v] = 0.0f;
+      continue;
+    }
+    for (int64_t v = 0; v < V; ++v) {
+      const float p = std::exp(row[v] - log_sum);
+      row[v] = (p - (v == target ? 1.0f : 0.0f)) * args.loss_scale;
+    }
+    for (int64_t v = V; v < Vp; ++v) row[v] = 0.0f;
+  }
+}
+
+}  // namespace kiln

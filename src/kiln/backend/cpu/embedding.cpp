@@ -1,0 +1,62 @@
+// Token + learned position embedding. The backward scatters into dwte by token id; to stay
+// deterministic without atomics, threads own disjoint channel ranges and walk positions in order.
+#include "kiln/backend/cpu/checks.h"
+#include "kiln/backend/cpu/cpu_backend.h"
+
+namespace kiln {
+
+void CpuBackend::embedding_forward(const EmbeddingForward& args) {
+  constexpr const char* op = "embedding_forward";
+  cpu::require(args.out, DType::F32, op, "out");
+  cpu::require(args.tokens, DType::I32, op, "tokens");
+  cpu::require(args.wte, DType::F32, op, "wte");
+  cpu::require(args.wpe, DType::F32, op, "wpe");
+  const int64_t B = args.tokens.shape[0], T = args.tokens.shape[1], C = args.wte.shape[1];
+  const int64_t rows = args.wte.shape[0];
+  KILN_CHECK(T <= args.wpe.shape[0], "{}: sequence {} exceeds {} positions", op, T, args.wpe.shape[0]);
+  cpu::require_numel(args.out, B * T * C, op, "out");
+  const int32_t* tokens = args.tokens.as<int32_t>();
+  for (int64_t i = 0; i < B * T; ++i)
+    KILN_CHECK(tokens[i] >= 0 && tokens[i] < rows, "{}: token id {} at position {} is outside [0, {})",
+               op, tokens[i], i, rows);
+  const float* wte = args.wte.as<float>();
+  const float* wpe = args.wpe.as<float>();
+  float* out = args.out.as<float>();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < B * T; ++i) {
+    const float* token_row = wte + tokens[i] * C;
+    const float* position_row = wpe + (i % T) * C;
+    float* out_row = out + i * C;
+    for (int64_t c = 0; c < C; ++c) out_row[c] = token_row[c] + position_row[c];
+  }
+}
+
+void CpuBackend::embedding_backward(const EmbeddingBackward& args) {
+  constexpr const char* op = "embedding_backward";
+  cpu::require(args.dwte, DType::F32, op, "dwte");
+  cpu::require(args.dwpe, DType::F32, op, "dwpe");
+  cpu::require(args.dout, DType::F32, op, "dout");
+  cpu::require(args.tokens, DType::I32, op, "tokens");
+  const int64_t B = args.tokens.shape[0], T = args.tokens.shape[1], C = args.dwte.shape[1];
+  cpu::require_numel(args.dout, B * T * C, op, "dout");
+  const int32_t* tokens = args.tokens.as<int32_t>();
+  const float* dout = args.dout.as<float>();
+  float* dwte = args.dwte.as<float>();
+  float* dwpe = args.dwpe.as<float>();
+  constexpr int64_t kChannelBlock = 16;
+#pragma omp parallel for schedule(static)
+  for (int64_t c0 = 0; c0 < C; c0 += kChannelBlock) {
+    const int64_t c1 = std::min(C, c0 + kChannelBlock);
+    for (int64_t i = 0; i < B * T; ++i) {
+      const float* grad_row = dout + i * C;
+      float* token_row = dwte + tokens[i] * C;
+      float* position_row = dwpe + (i % T) * C;
+      for (int64_t c = c0; c < c1; ++c) {
+        token_row[c] += grad_row[c];
+        position_row[c] += grad_row[c];
+      }
+    }
+  }
+}
+
+}  // namespace kiln

@@ -1,0 +1,52 @@
+// GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (Hendrycks & Gimpel 2016).
+#include <cmath>
+#include <numbers>
+
+#include "kiln/backend/cpu/checks.h"
+#include "kiln/backend/cpu/cpu_backend.h"
+
+namespace kiln {
+namespace {
+constexpr float kSqrt2OverPi = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kCubic = 0.044715f;
+}  // namespace
+
+void CpuBackend::gelu_forward(const GeluForward& args) {
+  constexpr const char* op = "gelu_forward";
+  cpu::require(args.out, DType::F32, op, "out");
+  cpu::require(args.in, DType::F32, op, "in");
+  cpu::require_numel(args.out, args.in.numel(), op, "out");
+  const float* in = args.in.as<float>();
+  float* out = args.out.as<float>();
+  const int64_t count = args.in.numel();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < count; ++i) {
+    const float x = in[i];
+    out[i] = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + kCubic * x * x * x)));
+  }
+}
+
+void CpuBackend::gelu_backward(const GeluBackward& args) {
+  constexpr const char* op = "gelu_backward";
+  cpu::require(args.din, DType::F32, op, "din");
+  cpu::require(args.in, DType::F32, op, "in");
+  cpu::require(args.dout, DType::F32, op, "dout");
+  const int64_t count = args.in.numel();
+  cpu::require_numel(args.din, count, op, "din");
+  cpu::require_numel(args.dout, count, op, "dout");
+  const float* in = args.in.as<float>();
+  const float* dout = args.dout.as<float>();
+  float* din = args.din.as<float>();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < count; ++i) {
+    const float x = in[i];
+    const float inner = kSqrt2OverPi * (x + kCubic * x * x * x);
+    const float tanh_inner = std::tanh(inner);
+    const float sech_squared = 1.0f - tanh_inner * tanh_inner;
+    const float local = 0.5f * (1.0f + tanh_inner) +
+                        0.5f * x * sech_squared * kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
+    din[i] = local * dout[i];
+  }
+}
+
+}  // namespace kiln

@@ -1,0 +1,94 @@
+// LayerNorm (Ba et al. 2016) over the channel axis. Forward keeps mean and 1/std per row so the
+// backward needs no second pass over statistics. Parameter gradients are column-parallel sums in
+// row order, so they are identical for any thread count.
+#include <cmath>
+
+#include "kiln/backend/cpu/checks.h"
+#include "kiln/backend/cpu/cpu_backend.h"
+
+namespace kiln {
+
+void CpuBackend::layernorm_forward(const LayerNormForward& args) {
+  constexpr const char* op = "layernorm_forward";
+  for (auto [tensor, name] : {std::pair{&args.out, "out"}, {&args.mean, "mean"}, {&args.rstd, "rstd"},
+                              {&args.in, "in"}, {&args.weight, "weight"}, {&args.bias, "bias"}})
+    cpu::require(*tensor, DType::F32, op, name);
+  const int64_t C = args.weight.numel();
+  const int64_t M = args.in.numel() / C;
+  cpu::require_numel(args.in, M * C, op, "in");
+  cpu::require_numel(args.out, M * C, op, "out");
+  cpu::require_numel(args.mean, M, op, "mean");
+  cpu::require_numel(args.rstd, M, op, "rstd");
+  const float* in = args.in.as<float>();
+  const float* weight = args.weight.as<float>();
+  const float* bias = args.bias.as<float>();
+  float* out = args.out.as<float>();
+#pragma omp parallel for schedule(static)
+  for (int64_t m = 0; m < M; ++m) {
+    const float* row = in + m * C;
+    float sum = 0.0f;
+    for (int64_t c = 0; c < C; ++c) sum += row[c];
+    const float mean = sum / static_cast<float>(C);
+    float squares = 0.0f;
+    for (int64_t c = 0; c < C; ++c) squares += (row[c] - mean) * (row[c] - mean);
+    const float rstd = 1.0f / std::sqrt(squares / static_cast<float>(C) + args.eps);
+    float* out_row = out + m * C;
+    for (int64_t c = 0; c < C; ++c) out_row[c] = (row[c] - mean) * rstd * weight[c] + bias[c];
+    args.mean.as<float>()[m] = mean;
+    args.rstd.as<float>()[m] = rstd;
+  }
+}
+
+void CpuBackend::layernorm_backward(const LayerNormBackward& args) {
+  constexpr const char* op = "layernorm_backward";
+  for (auto [tensor, name] :
+       {std::pair{&args.din, "din"}, {&args.dweight, "dweight"}, {&args.dbias, "dbias"},
+        {&args.dout, "dout"}, {&args.in, "in"}, {&args.weight, "weight"}, {&args.mean, "mean"},
+        {&args.rstd, "rstd"}})
+    cpu::require(*tensor, DType::F32, op, name);
+  const int64_t C = args.weight.numel();
+  const int64_t M = args.in.numel() / C;
+  cpu::require_numel(args.din, M * C, op, "din");
+  cpu::require_numel(args.dout, M * C, op, "dout");
+  const float* in = args.in.as<float>();
+  const float* dout = args.dout.as<float>();
+  const float* weight = args.weight.as<float>();
+  const float* means = args.mean.as<float>();
+  const float* rstds = args.rstd.as<float>();
+  float* din = args.din.as<float>();
+#pragma omp parallel for schedule(static)
+  for (int64_t m = 0; m < M; ++m) {
+    const float* row = in + m * C;
+    const float* grad = dout + m * C;
+    const float mean = means[m], rstd = rstds[m];
+    // din = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dout * weight.
+    float grad_mean = 0.0f, grad_dot_xhat = 0.0f;
+    for (int64_t c = 0; c < C; ++c) {
+      const float g = grad[c] * weight[c];
+      grad_mean += g;
+      grad_dot_xhat += g * (row[c] - mean) * rstd;
+    }
+    grad_mean /= static_cast<float>(C);
+    grad_dot_xhat /= static_cast<float>(C);
+    float* din_row = din + m * C;
+    for (int64_t c = 0; c < C; ++c) {
+      const float xhat = (row[c] - mean) * rstd;
+      din_row[c] += rstd * (grad[c] * weight[c] - grad_mean - xhat * grad_dot_xhat);
+    }
+  }
+  float* dweight = args.dweight.as<float>();
+  float* dbias = args.dbias.as<float>();
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < C; ++c) {
+    float weight_sum = 0.0f, bias_sum = 0.0f;
+    for (int64_t m = 0; m < M; ++m) {
+      const float g = dout[m * C + c];
+      weight_sum += g * (in[m * C + c] - means[m]) * rstds[m];
+      bias_sum += g;
+    }
+    dweight[c] += weight_sum;
+    dbias[c] += bias_sum;
+  }
+}
+
+}  // namespace kiln

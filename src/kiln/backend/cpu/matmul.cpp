@@ -1,0 +1,94 @@
+// Matrix multiply with optional bias, through BLAS sgemm (row-major). Forward seeds the output
+// with the bias and lets sgemm accumulate onto it (beta = 1), saving a pass. Backward computes
+// din with beta = 0 (activation gradient, written) and dweight with beta = 1 (parameter
+// gradient, accumulated), matching the conventions in ops.h.
+#include <cblas.h>
+
+#include "kiln/backend/cpu/checks.h"
+#include "kiln/backend/cpu/cpu_backend.h"
+
+namespace kiln {
+namespace {
+
+struct MatmulDims {
+  int64_t M, K, N;
+};
+
+MatmulDims matmul_dims(const Tensor& in, const Tensor& weight, WeightLayout layout, const char* op) {
+  KILN_CHECK(weight.shape.rank == 2, "{}: weight must be 2-D, got {}", op, weight.shape.to_string());
+  const int64_t K = layout == WeightLayout::InOut ? weight.shape[0] : weight.shape[1];
+  const int64_t N = layout == WeightLayout::InOut ? weight.shape[1] : weight.shape[0];
+  KILN_CHECK(in.numel() % K == 0, "{}: input {} is not a multiple of K={}", op, in.shape.to_string(), K);
+  return {in.numel() / K, K, N};
+}
+
+}  // namespace
+
+void CpuBackend::matmul_forward(const MatmulForward& args) {
+  constexpr const char* op = "matmul_forward";
+  cpu::require(args.out, DType::F32, op, "out");
+  cpu::require(args.in, DType::F32, op, "in");
+  cpu::require(args.weight, DType::F32, op, "weight");
+  const auto [M, K, N] = matmul_dims(args.in, args.weight, args.layout, op);
+  cpu::require_numel(args.out, M * N, op, "out");
+  float* out = args.out.as<float>();
+  float beta = 0.0f;
+  if (!args.bias.empty()) {
+    cpu::require(args.bias, DType::F32, op, "bias");
+    cpu::require_numel(args.bias, N, op, "bias");
+    const float* bias = args.bias.as<float>();
+#pragma omp parallel for schedule(static)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) out[m * N + n] = bias[n];
+    beta = 1.0f;
+  }
+  const bool transposed = args.layout == WeightLayout::OutIn;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, transposed ? CblasTrans : CblasNoTrans, M, N, K, 1.0f,
+              args.in.as<float>(), K, args.weight.as<float>(), transposed ? K : N, beta, out, N);
+}
+
+void CpuBackend::matmul_backward(const MatmulBackward& args) {
+  constexpr const char* op = "matmul_backward";
+  cpu::require(args.dout, DType::F32, op, "dout");
+  cpu::require(args.in, DType::F32, op, "in");
+  cpu::require(args.weight, DType::F32, op, "weight");
+  cpu::require(args.dweight, DType::F32, op, "dweight");
+  const auto [M, K, N] = matmul_dims(args.in, args.weight, args.layout, op);
+  cpu::require_numel(args.dout, M * N, op, "dout");
+  KILN_CHECK(args.dweight.shape == args.weight.shape, "{}: dweight {} differs from weight {}", op,
+             args.dweight.shape.to_string(), args.weight.shape.to_string());
+  const float* dout = args.dout.as<float>();
+  const float* in = args.in.as<float>();
+  const float* weight = args.weight.as<float>();
+  const bool in_out = args.layout == WeightLayout::InOut;
+  if (!args.din.empty()) {
+    cpu::require(args.din, DType::F32, op, "din");
+    cpu::require_numel(args.din, M * K, op, "din");
+    // din[M,K] = dout[M,N] @ W^T where W is [K,N] (InOut), or dout @ W where W is [N,K] (OutIn).
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, in_out ? CblasTrans : CblasNoTrans, M, K, N, 1.0f, dout,
+                N, weight, in_out ? N : K, 0.0f, args.din.as<float>(), K);
+  }
+  if (in_out) {  // dW[K,N] += in^T @ dout
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, N, M, 1.0f, in, K, dout, N, 1.0f,
+                args.dweight.as<float>(), N);
+  } else {       // dW[N,K] += dout^T @ in
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, 1.0f, dout, N, in, K, 1.0f,
+                args.dweight.as<float>(), K);
+  }
+  if (!args.dbias.empty()) {
+    cpu::require(args.dbias, DType::F32, op, "dbias");
+    cpu::require_numel(args.dbias, N, op, "dbias");
+    float* dbias = args.dbias.as<float>();
+    constexpr int64_t kColumnBlock = 64;
+#pragma omp parallel for schedule(static)
+    for (int64_t n0 = 0; n0 < N; n0 += kColumnBlock) {
+      const int64_t n1 = std::min(N, n0 + kColumnBlock);
+      float sums[kColumnBlock] = {};
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = n0; n < n1; ++n) sums[n - n0] += dout[m * N + n];
+      for (int64_t n = n0; n < n1; ++n) dbias[n] += sums[n - n0];
+    }
+  }
+}
+
+}  // namespace kiln

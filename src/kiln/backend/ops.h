@@ -1,0 +1,164 @@
+// The op table: one typed argument struct per op. Every back-end implements every op in the
+// Backend interface (backend.h) from these structs; the CPU back-end is the reference.
+//
+// Shape names: B batch, T sequence, C channels, NH heads, HS = C / NH head size, V vocabulary,
+// Vp padded vocabulary (row stride of logits and of the token embedding), M rows = B * T.
+//
+// Gradient conventions (so gradient accumulation needs no extra pass):
+//   - parameter gradients (dweight, dbias, dwte, dwpe) are ADDED to (+=);
+//   - activation gradients are WRITTEN (=), except where an op says it adds: layernorm's input
+//     gradient is added because its input is always the residual stream, which has two readers.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "kiln/core/tensor.h"
+
+namespace kiln {
+
+// ---- embedding: out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:] ----------------------------------
+struct EmbeddingForward {
+  Tensor out;     // [B, T, C]
+  Tensor tokens;  // [B, T] int32, each in [0, rows of wte)
+  Tensor wte;     // [Vp, C]
+  Tensor wpe;     // [maxT, C], maxT >= T
+};
+struct EmbeddingBackward {
+  Tensor dwte;    // [Vp, C] +=
+  Tensor dwpe;    // [maxT, C] +=
+  Tensor dout;    // [B, T, C]
+  Tensor tokens;  // [B, T] int32
+};
+
+// ---- layernorm over the last axis: out = (in - mean) * rstd * weight + bias -------------------
+struct LayerNormForward {
+  Tensor out;     // [M, C]
+  Tensor mean;    // [M] saved for backward
+  Tensor rstd;    // [M] saved for backward: 1 / sqrt(var + eps)
+  Tensor in;      // [M, C]
+  Tensor weight;  // [C]
+  Tensor bias;    // [C]
+  float eps = 1e-5f;
+};
+struct LayerNormBackward {
+  Tensor din;      // [M, C] += (see header)
+  Tensor dweight;  // [C] +=
+  Tensor dbias;    // [C] +=
+  Tensor dout;     // [M, C]
+  Tensor in, weight, mean, rstd;
+};
+
+// ---- matmul with optional bias ---------------------------------------------------------------
+// InOut: weight is [K, N] (Hugging Face Conv1D layout), out = in @ weight + bias.
+// OutIn: weight is [N, K] (nn.Linear layout, and the tied classifier: rows of wte), out = in @ weight^T.
+enum class WeightLayout : uint8_t { InOut, OutIn };
+
+struct MatmulForward {
+  Tensor out;     // [M, N]
+  Tensor in;      // [M, K]
+  Tensor weight;  // [K, N] or [N, K]
+  Tensor bias;    // [N] or empty
+  WeightLayout layout = WeightLayout::InOut;
+};
+struct MatmulBackward {
+  Tensor din;      // [M, K] = ; may be empty (not needed)
+  Tensor dweight;  // same shape as weight, +=
+  Tensor dbias;    // [N] +=, or empty
+  Tensor dout;     // [M, N]
+  Tensor in;       // [M, K]
+  Tensor weight;
+  WeightLayout layout = WeightLayout::InOut;
+};
+
+// ---- GELU, tanh approximation (Hendrycks & Gimpel 2016, as in GPT-2) --------------------------
+struct GeluForward {
+  Tensor out;  // any shape
+  Tensor in;   // same shape
+};
+struct GeluBackward {
+  Tensor din;   // = ; may alias dout (elementwise, in place)
+  Tensor in;    // the forward input
+  Tensor dout;
+};
+
+// ---- multi-head self-attention core: out = softmax(q k^T / sqrt(HS) + mask) v per head --------
+// qkv packs [q | k | v] along the last axis, each C wide, heads contiguous inside each part
+// (the layout of GPT-2's c_attn output). probs keeps the softmax for backward.
+// Causal masks keys after the query. KeyPadding masks keys whose key_mask is 0; with causal too,
+// both apply. A query with no visible key gets a zero output and zero gradients.
+enum class AttentionMask : uint8_t { Causal, KeyPadding, CausalKeyPadding };
+
+struct AttentionForward {
+  Tensor out;       // [B, T, C]
+  Tensor probs;     // [B, NH, T, T]
+  Tensor qkv;       // [B, T, 3C]
+  Tensor key_mask;  // [B, T] int32 (1 keep, 0 pad); required for the padding variants
+  int num_heads = 1;
+  AttentionMask mask = AttentionMask::Causal;
+};
+struct AttentionBackward {
+  Tensor dqkv;     // [B, T, 3C] =
+  Tensor dprobs;   // [B, NH, T, T] scratch
+  Tensor dout;     // [B, T, C]
+  Tensor qkv;
+  Tensor probs;
+  int num_heads = 1;
+};
+
+// ---- fused softmax + cross-entropy over the vocabulary ----------------------------------------
+// Softmax runs over the first `vocab_size` columns only; columns [vocab_size, Vp) are padding,
+// never predicted, and get zero gradient. losses[m] = -log p[m, targets[m]], or 0 where
+// targets[m] == ignore_index. With write_grad, logits are overwritten in place by
+// d(loss_scale * sum_m losses[m])/d logits, i.e. (p - onehot) * loss_scale on counted rows and
+// zero on ignored rows and padding columns.
+struct SoftmaxCrossEntropy {
+  Tensor logits;   // [M, Vp] in; gradient out when write_grad
+  Tensor losses;   // [M] out
+  Tensor targets;  // [M] int32
+  int64_t vocab_size = 0;
+  int32_t ignore_index = -100;
+  float loss_scale = 1.0f;
+  bool write_grad = false;
+};
+
+// ---- residual: out = a + b (out may alias a) ---------------------------------------------------
+struct ResidualForward {
+  Tensor out, a, b;
+};
+
+// ---- AdamW with decoupled weight decay (Loshchilov & Hutter 2019) on flat fp32 buffers --------
+// For each element: g = grad * grad_scale (unscaling and clipping folded in);
+// m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; mhat = m / (1-b1^step); vhat = v / (1-b2^step);
+// master -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * master).
+// Segments give each flat range its own weight decay (0 for biases and LayerNorm).
+// param_out receives the updated master in the model's dtype; it may be the master itself.
+struct AdamwSegment {
+  int64_t offset = 0;
+  int64_t count = 0;
+  float weight_decay = 0.0f;
+};
+struct AdamwStep {
+  Tensor master;     // [P] fp32
+  Tensor param_out;  // [P] fp32, bf16 or fp16 (may alias master when fp32)
+  Tensor grad;       // [P] fp32
+  Tensor exp_avg;    // [P] fp32, first moment
+  Tensor exp_avg_sq; // [P] fp32, second moment
+  std::span<const AdamwSegment> segments;
+  float lr = 0.0f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+  float grad_scale = 1.0f;
+  int64_t step = 1;  // 1-based, for bias correction
+};
+
+// ---- reductions over a flat gradient buffer ----------------------------------------------------
+struct SumOfSquares {
+  Tensor in;  // [P] fp32; the result is NaN/inf when any element is
+};
+
+// ---- elementwise utilities ----------------------------------------------------------------------
+struct Fill {
+  Tensor out;
+  float value = 0.0f;
+};
+
+}  // namespace kiln

@@ -1,0 +1,14 @@
+// The `kiln` subcommands, one file each. Each add_*_command registers its subcommand, flags and
+// callback on the root app; callbacks throw kiln::Error on bad input, which main() prints as one
+// line and turns into exit status 1.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace kiln::cli {
+
+void add_train_command(CLI::App& root);
+void add_generate_command(CLI::App& root);
+void add_data_command(CLI::App& root);
+
+}  // namespace kiln::cli

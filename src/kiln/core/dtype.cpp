@@ -1,0 +1,88 @@
+#include "kiln/core/dtype.h"
+
+#include <bit>
+#include <cmath>
+
+#include "kiln/core/error.h"
+
+namespace kiln {
+
+size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return 4;
+    case DType::BF16: return 2;
+    case DType::F16: return 2;
+    case DType::I32: return 4;
+    case DType::U16: return 2;
+  }
+  fail("unknown dtype {}", static_cast<int>(dtype));
+}
+
+std::string_view dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return "fp32";
+    case DType::BF16: return "bf16";
+    case DType::F16: return "fp16";
+    case DType::I32: return "int32";
+    case DType::U16: return "uint16";
+  }
+  return "unknown";
+}
+
+uint16_t float_to_bf16(float value) {
+  uint32_t bits = std::bit_cast<uint32_t>(value);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) {
+    // NaN: keep sign and the top payload bits, force the quiet bit so truncation cannot make inf.
+    return static_cast<uint16_t>((bits >> 16) | 0x0040u);
+  }
+  // Round to nearest even: add 0x7fff plus the lowest kept bit, then truncate. Overflow carries
+  // into the exponent and produces inf, which is the correctly rounded result.
+  uint32_t lsb = (bits >> 16) & 1u;
+  bits += 0x7fffu + lsb;
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+float bf16_to_float(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
+
+uint16_t float_to_fp16(float value) {
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
+  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  const uint32_t abs_bits = bits & 0x7fffffffu;
+  if (abs_bits > 0x7f800000u) return sign | 0x7e00u;            // NaN -> quiet NaN
+  if (abs_bits >= 0x477ff000u) return sign | 0x7c00u;           // >= 65520 rounds to inf
+  if (abs_bits < 0x38800000u) {                                 // below fp16's smallest normal
+    // Subnormal (or zero) result: value = m * 2^-24 with m in [0, 1024]. Scale the fp32 value
+    // into that fixed point and round to nearest even on the integer.
+    if (abs_bits < 0x33000000u) return sign;                    // < 2^-25 rounds to zero
+    const uint32_t exponent = abs_bits >> 23;                    // biased, 102..112
+    const uint32_t mantissa = (abs_bits & 0x7fffffu) | 0x800000u;  // implicit one
+    const uint32_t shift = 126u - exponent;                      // 14..24: bits dropped
+    uint32_t result = mantissa >> shift;
+    const uint32_t remainder = mantissa & ((1u << shift) - 1u);
+    const uint32_t halfway = 1u << (shift - 1u);
+    if (remainder > halfway || (remainder == halfway && (result & 1u))) result += 1u;
+    return sign | static_cast<uint16_t>(result);
+  }
+  // Normal result: rebias the exponent (127 -> 15) and round the 23-bit mantissa to 10 bits.
+  uint32_t rebased = abs_bits - (112u << 23);
+  const uint32_t lsb = (rebased >> 13) & 1u;
+  rebased += 0xfffu + lsb;
+  return sign | static_cast<uint16_t>(rebased >> 13);
+}
+
+float fp16_to_float(uint16_t bits) {
+  const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
+  const uint32_t exponent = (bits >> 10) & 0x1fu;
+  const uint32_t mantissa = bits & 0x3ffu;
+  if (exponent == 0x1f) {
+    return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
+  }
+  if (exponent == 0) {
+    // Zero or subnormal: exactly mantissa * 2^-24.
+    const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
+    return sign ? -magnitude : magnitude;
+  }
+  return std::bit_cast<float>(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+}
+
+}  // namespace kiln

@@ -1,0 +1,24 @@
+// Element types and their conversions.
+//
+// fp32 <-> bf16 and fp32 <-> fp16 conversions round to nearest, ties to even (IEEE 754 default),
+// handle subnormals exactly, map overflow to +-inf, and keep NaN a NaN (quiet, sign preserved).
+// Storage types are plain 16-bit integers so host code never depends on compiler half support.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace kiln {
+
+enum class DType : uint8_t { F32, BF16, F16, I32, U16 };
+
+size_t dtype_size(DType dtype);
+std::string_view dtype_name(DType dtype);  // "fp32", "bf16", "fp16", "int32", "uint16"
+
+uint16_t float_to_bf16(float value);
+float bf16_to_float(uint16_t bits);
+uint16_t float_to_fp16(float value);
+float fp16_to_float(uint16_t bits);
+
+}  // namespace kiln

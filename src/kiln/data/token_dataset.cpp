@@ -1,0 +1,80 @@
+#include "kiln/data/token_dataset.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "kiln/core/error.h"
+#include "kiln/core/rng.h"
+
+namespace kiln {
+namespace fs = std::filesystem;
+
+TokenDataset::TokenDataset(const std::string& dir, const std::string& split, int64_t vocab_size,
+                           int64_t seq_length, uint64_t seed)
+    : seq_length_(seq_length), seed_(seed) {
+  KILN_CHECK(seq_length > 0, "seq_length must be positive, got {}", seq_length);
+  std::error_code error;
+  KILN_CHECK(fs::is_directory(dir, error), "data_path '{}' is not a folder", dir);
+  std::vector<std::string> paths;
+  const std::string prefix = split + "_";
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_regular_file() && name.starts_with(prefix) && name.ends_with(".bin"))
+      paths.push_back(entry.path().string());
+  }
+  std::sort(paths.begin(), paths.end());
+  KILN_CHECK(!paths.empty(), "data_path '{}' has no {} shards ({}*.bin)", dir, split, prefix);
+  window_offsets_.push_back(0);
+  for (const std::string& path : paths) {
+    shards_.emplace_back(path, vocab_size);
+    num_tokens_ += shards_.back().size();
+    const int64_t windows = std::max<int64_t>(0, shards_.back().size() - seq_length);
+    window_offsets_.push_back(window_offsets_.back() + windows);
+  }
+  window_offsets_.erase(window_offsets_.begin());
+  KILN_CHECK(num_windows() > 0,
+             "data_path '{}': no {} shard holds {} tokens (seq_length + 1); the split has {} tokens",
+             dir, split, seq_length + 1, num_tokens_);
+}
+
+void TokenDataset::sample(int64_t index, std::span<int32_t> tokens, std::span<int32_t> targets) const {
+  KILN_CHECK(tokens.size() == static_cast<size_t>(seq_length_) && targets.size() == tokens.size(),
+             "sample buffers hold {} and {} tokens, expected {}", tokens.size(), targets.size(),
+             seq_length_);
+  const uint64_t draw = mix64(mix64(seed_) ^ static_cast<uint64_t>(index));
+  const int64_t window = static_cast<int64_t>(draw % static_cast<uint64_t>(num_windows()));
+  const auto shard_it = std::upper_bound(window_offsets_.begin(), window_offsets_.end(), window);
+  const size_t shard_index = static_cast<size_t>(shard_it - window_offsets_.begin());
+  const int64_t start = window - (shard_index ? window_offsets_[shard_index - 1] : 0);
+  const uint16_t* source = shards_[shard_index].tokens() + start;
+  for (int64_t t = 0; t < seq_length_; ++t) {
+    tokens[static_cast<size_t>(t)] = source[t];
+    targets[static_cast<size_t>(t)] = source[t + 1];
+  }
+}
+
+void TokenDataset::batch(int64_t first, int64_t batch, std::vector<int32_t>& tokens,
+                         std::vector<int32_t>& targets) const {
+  const size_t seq = static_cast<size_t>(seq_length_);
+  tokens.resize(static_cast<size_t>(batch) * seq);
+  targets.resize(tokens.size());
+  for (int64_t row = 0; row < batch; ++row)
+    sample(first + row, std::span(tokens).subspan(static_cast<size_t>(row) * seq, seq),
+           std::span(targets).subspan(static_cast<size_t>(row) * seq, seq));
+}
+
+std::optional<int64_t> read_data_vocab_size(const std::string& dir) {
+  const std::string path = dir + "/meta.json";
+  std::ifstream stream(path);
+  if (!stream.good()) return std::nullopt;
+  try {
+    const nlohmann::json meta = nlohmann::json::parse(stream);
+    return meta.at("vocab_size").get<int64_t>();
+  } catch (const nlohmann::json::exception& error) {
+    fail("{}: cannot read vocab_size: {}", path, error.what());
+  }
+}
+
+}  // namespace kiln

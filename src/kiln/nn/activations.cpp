@@ -1,0 +1,73 @@
+#include "kiln/nn/activations.h"
+
+namespace kiln {
+namespace {
+
+class Layout {
+ public:
+  Layout(Arena& arena, Device device) : arena_(arena), device_(device) {}
+  Tensor take(Shape shape, DType dtype = DType::F32) {
+    Tensor tensor;
+    tensor.shape = shape;
+    tensor.dtype = dtype;
+    tensor.device = device_;
+    tensor.data = arena_.allocate(tensor.bytes());
+    return tensor;
+  }
+
+ private:
+  Arena& arena_;
+  Device device_;
+};
+
+}  // namespace
+
+GptActivations GptActivations::lay_out(Arena& arena, const GptConfig& config, int64_t batch,
+                                       int64_t seq, Device device) {
+  const int64_t B = batch, T = seq, C = config.hidden_size, NH = config.num_heads;
+  const int64_t Vp = config.padded_vocab_size();
+  Layout layout(arena, device);
+  GptActivations acts;
+  acts.batch = batch;
+  acts.seq = seq;
+  acts.tokens = layout.take({B, T}, DType::I32);
+  acts.targets = layout.take({B, T}, DType::I32);
+  acts.embedded = layout.take({B, T, C});
+  for (int64_t layer = 0; layer < config.num_layers; ++layer) {
+    BlockActivations block;
+    block.ln1 = layout.take({B, T, C});
+    block.ln1_mean = layout.take({B * T});
+    block.ln1_rstd = layout.take({B * T});
+    block.qkv = layout.take({B, T, 3 * C});
+    block.attn_out = layout.take({B, T, C});
+    block.probs = layout.take({B, NH, T, T});
+    block.residual_mid = layout.take({B, T, C});
+    block.ln2 = layout.take({B, T, C});
+    block.ln2_mean = layout.take({B * T});
+    block.ln2_rstd = layout.take({B * T});
+    block.fc_pre_gelu = layout.take({B, T, 4 * C});
+    block.fc_post_gelu = layout.take({B, T, 4 * C});
+    block.residual_out = layout.take({B, T, C});
+    acts.blocks.push_back(block);
+  }
+  acts.lnf = layout.take({B, T, C});
+  acts.lnf_mean = layout.take({B * T});
+  acts.lnf_rstd = layout.take({B * T});
+  acts.logits = layout.take({B * T, Vp});
+  acts.losses = layout.take({B * T});
+  acts.projection_scratch = layout.take({B, T, C});
+  acts.d_residual = layout.take({B, T, C});
+  acts.d_hidden = layout.take({B, T, C});
+  acts.d_qkv = layout.take({B, T, 3 * C});
+  acts.d_probs = layout.take({B, NH, T, T});
+  acts.d_fc = layout.take({B, T, 4 * C});
+  return acts;
+}
+
+size_t GptActivations::bytes_needed(const GptConfig& config, int64_t batch, int64_t seq) {
+  Arena measure = Arena::measuring();
+  lay_out(measure, config, batch, seq, Device::CPU);
+  return measure.used();
+}
+
+}  // namespace kiln

@@ -1,0 +1,58 @@
+// The activation plan (ARCHITECTURE.md decision 4): every tensor the forward keeps for backward,
+// and the scratch the backward needs, laid out in one Arena.
+//
+// lay_out() is the single description of that memory: run on a measuring Arena it returns the
+// bytes needed for (batch, seq); run on a real Arena it binds the views. A plan made for
+// (B, T) can be re-laid for any smaller (b, t) in the same arena (generation uses this).
+//
+// Kept per block (what backward reads): ln1 out + stats, qkv, attention output and probs,
+// the residual after attention, ln2 out + stats, the MLP pre- and post-GELU activations and the
+// block output. Projections' outputs are only added into the residual, so they share one
+// scratch. Activation recomputation (a later issue) will keep only some blocks' inputs and
+// re-run block_forward into a shared BlockActivations before that block's backward.
+#pragma once
+
+#include <vector>
+
+#include "kiln/core/arena.h"
+#include "kiln/core/tensor.h"
+#include "kiln/nn/gpt_config.h"
+
+namespace kiln {
+
+struct BlockActivations {
+  Tensor ln1, ln1_mean, ln1_rstd;  // [B,T,C], [B*T], [B*T]
+  Tensor qkv;                      // [B,T,3C]
+  Tensor attn_out;                 // [B,T,C] attention core output, input of c_proj
+  Tensor probs;                    // [B,NH,T,T]
+  Tensor residual_mid;             // [B,T,C] residual after attention
+  Tensor ln2, ln2_mean, ln2_rstd;
+  Tensor fc_pre_gelu;              // [B,T,4C]
+  Tensor fc_post_gelu;             // [B,T,4C]
+  Tensor residual_out;             // [B,T,C] block output
+};
+
+struct GptActivations {
+  int64_t batch = 0, seq = 0;
+  Tensor tokens, targets;          // [B,T] int32
+  Tensor embedded;                 // [B,T,C] input of block 0
+  std::vector<BlockActivations> blocks;
+  Tensor lnf, lnf_mean, lnf_rstd;
+  Tensor logits;                   // [B*T, Vp]; holds dlogits after a training forward
+  Tensor losses;                   // [B*T]
+  Tensor projection_scratch;       // [B,T,C] c_proj outputs before the residual add
+  // Backward scratch.
+  Tensor d_residual;               // [B,T,C]
+  Tensor d_hidden;                 // [B,T,C] gradients of ln outputs and of attn_out
+  Tensor d_qkv;                    // [B,T,3C]
+  Tensor d_probs;                  // [B,NH,T,T]
+  Tensor d_fc;                     // [B,T,4C] gradient of both MLP activations, in place
+
+  // Lays out every tensor for (batch, seq) in `arena` and returns the views (null data when the
+  // arena is measuring). `device` tags the views.
+  static GptActivations lay_out(Arena& arena, const GptConfig& config, int64_t batch, int64_t seq,
+                                Device device);
+  static size_t bytes_needed(const GptConfig& config, int64_t batch, int64_t seq);
+};
+
+}  // namespace kiln

@@ -1,0 +1,167 @@
+#include "kiln/nn/gpt.h"
+
+#include <cmath>
+#include <vector>
+
+#include "kiln/core/error.h"
+#include "kiln/core/rng.h"
+#include "kiln/nn/block.h"
+
+namespace kiln {
+namespace {
+
+Tensor flat_view(const DeviceBuffer& buffer, int64_t count, Device device) {
+  Tensor tensor;
+  tensor.data = buffer.data();
+  tensor.shape = Shape{count};
+  tensor.dtype = DType::F32;
+  tensor.device = device;
+  return tensor;
+}
+
+bool is_residual_projection(const std::string& name) {
+  return name.ends_with("attn.c_proj.weight") || name.ends_with("mlp.c_proj.weight");
+}
+
+}  // namespace
+
+Gpt::Gpt(const GptConfig& config, Backend& backend)
+    : config_(config), backend_(backend), layout_((config.validate(), config)) {
+  const size_t bytes = static_cast<size_t>(layout_.total()) * sizeof(float);
+  param_buffer_ = backend_.allocate(bytes);
+  grad_buffer_ = backend_.allocate(bytes);
+  params_ = flat_view(*param_buffer_, layout_.total(), backend_.device());
+  grads_ = flat_view(*grad_buffer_, layout_.total(), backend_.device());
+  weights_ = GptWeights::bind(layout_, config_, params_);
+  weight_grads_ = GptWeights::bind(layout_, config_, grads_);
+  zero_grads();
+}
+
+void Gpt::init_weights(uint64_t seed) {
+  std::vector<float> host(static_cast<size_t>(layout_.total()), 0.0f);
+  Rng rng(seed);
+  const float residual_std =
+      config_.init_method_std / std::sqrt(2.0f * static_cast<float>(config_.num_layers));
+  for (const ParameterInfo& entry : layout_.entries()) {
+    float* values = host.data() + entry.offset;
+    const int64_t count = entry.shape.numel();
+    if (entry.shape.rank == 1) {
+      const float value = entry.name.ends_with("ln_1.weight") || entry.name.ends_with("ln_2.weight") ||
+                                  entry.name == "ln_f.weight"
+                              ? 1.0f
+                              : 0.0f;
+      std::fill(values, values + count, value);
+      continue;
+    }
+    const float stddev = is_residual_projection(entry.name) ? residual_std : config_.init_method_std;
+    // wte's padding rows stay zero: they are never predicted and never looked up.
+    const int64_t initialised = entry.name == "wte.weight"
+                                    ? config_.vocab_size * config_.hidden_size
+                                    : count;
+    for (int64_t i = 0; i < initialised; ++i) values[i] = rng.normal(0.0f, stddev);
+  }
+  backend_.copy_to_device(params_.data, host.data(), host.size() * sizeof(float));
+}
+
+void Gpt::allocate_activations(int64_t max_batch, int64_t max_seq) {
+  KILN_CHECK(max_batch > 0 && max_seq > 0, "batch {} and sequence {} must be positive", max_batch,
+             max_seq);
+  KILN_CHECK(max_seq <= config_.max_position_embeddings,
+             "seq_length {} exceeds max_position_embeddings {}", max_seq,
+             config_.max_position_embeddings);
+  const size_t bytes = GptActivations::bytes_needed(config_, max_batch, max_seq);
+  arena_.reset();
+  activation_buffer_ = backend_.allocate(bytes);
+  arena_ = std::make_unique<Arena>(activation_buffer_->data(), bytes);
+  max_batch_ = max_batch;
+  max_seq_ = max_seq;
+  acts_ = GptActivations::lay_out(*arena_, config_, max_batch, max_seq, backend_.device());
+}
+
+void Gpt::zero_grads() { backend_.fill({grads_, 0.0f}); }
+
+double Gpt::forward(std::span<const int32_t> tokens, std::span<const int32_t> targets,
+                    int64_t batch, int64_t seq, bool prepare_backward, float loss_scale) {
+  KILN_CHECK(arena_ != nullptr, "Gpt::forward before allocate_activations");
+  KILN_CHECK(batch > 0 && seq > 0 && batch <= max_batch_ && seq <= max_seq_,
+             "batch {} x sequence {} exceeds the planned {} x {}", batch, seq, max_batch_, max_seq_);
+  const size_t positions = static_cast<size_t>(batch * seq);
+  KILN_CHECK(tokens.size() == positions, "{} tokens given for {} x {} positions", tokens.size(),
+             batch, seq);
+  KILN_CHECK(targets.empty() || targets.size() == positions, "{} targets given for {} positions",
+             targets.size(), positions);
+  KILN_CHECK(!prepare_backward || !targets.empty(), "a training forward needs targets");
+  if (batch != acts_.batch || seq != acts_.seq) {
+    arena_->reset();
+    acts_ = GptActivations::lay_out(*arena_, config_, batch, seq, backend_.device());
+  }
+  for (size_t i = 0; i < positions; ++i)
+    KILN_CHECK(tokens[i] >= 0 && tokens[i] < config_.vocab_size,
+               "token id {} at position {} is outside the vocabulary [0, {})", tokens[i], i,
+               config_.vocab_size);
+  backend_.copy_to_device(acts_.tokens.data, tokens.data(), positions * sizeof(int32_t));
+  backend_.embedding_forward({acts_.embedded, acts_.tokens, weights_.wte, weights_.wpe});
+  Tensor residual = acts_.embedded;
+  for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
+    const BlockActivations& block = acts_.blocks[static_cast<size_t>(layer)];
+    block_forward(backend_, config_, weights_.blocks[static_cast<size_t>(layer)], residual, block,
+                  acts_.projection_scratch);
+    residual = block.residual_out;
+  }
+  backend_.layernorm_forward({acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, residual,
+                              weights_.lnf_weight, weights_.lnf_bias, config_.layernorm_eps});
+  backend_.matmul_forward({acts_.logits, acts_.lnf, weights_.wte, Tensor{}, WeightLayout::OutIn});
+  backward_ready_ = false;
+  if (targets.empty()) return 0.0;
+
+  int64_t counted = 0;
+  for (int32_t target : targets) counted += target != ignore_index();
+  backend_.copy_to_device(acts_.targets.data, targets.data(), positions * sizeof(int32_t));
+  const float per_token_scale = counted ? loss_scale / static_cast<float>(counted) : 0.0f;
+  backend_.softmax_cross_entropy({acts_.logits, acts_.losses, acts_.targets.reshaped({batch * seq}),
+                                  config_.vocab_size, ignore_index(), per_token_scale,
+                                  prepare_backward});
+  std::vector<float> losses(positions);
+  backend_.copy_to_host(losses.data(), acts_.losses.data, positions * sizeof(float));
+  double sum = 0.0;
+  for (float loss : losses) sum += loss;
+  backward_ready_ = prepare_backward;
+  return counted ? sum / static_cast<double>(counted) : 0.0;
+}
+
+void Gpt::backward() {
+  KILN_CHECK(backward_ready_, "Gpt::backward without a preceding training forward");
+  backward_ready_ = false;
+  const int64_t layers = config_.num_layers;
+  const Tensor last_residual =
+      layers ? acts_.blocks[static_cast<size_t>(layers - 1)].residual_out : acts_.embedded;
+  // Classifier (tied to wte): logits now hold d loss / d logits.
+  backend_.matmul_backward({acts_.d_hidden, weight_grads_.wte, Tensor{}, acts_.logits, acts_.lnf,
+                            weights_.wte, WeightLayout::OutIn});
+  backend_.fill({acts_.d_residual, 0.0f});
+  backend_.layernorm_backward({acts_.d_residual, weight_grads_.lnf_weight, weight_grads_.lnf_bias,
+                               acts_.d_hidden, last_residual, weights_.lnf_weight, acts_.lnf_mean,
+                               acts_.lnf_rstd});
+  const BlockScratch scratch{acts_.d_hidden, acts_.d_qkv, acts_.d_probs, acts_.d_fc};
+  for (int64_t layer = layers - 1; layer >= 0; --layer) {
+    const size_t index = static_cast<size_t>(layer);
+    const Tensor input = layer ? acts_.blocks[index - 1].residual_out : acts_.embedded;
+    block_backward(backend_, config_, weights_.blocks[index], weight_grads_.blocks[index], input,
+                   acts_.blocks[index], scratch, acts_.d_residual);
+  }
+  backend_.embedding_backward({weight_grads_.wte, weight_grads_.wpe, acts_.d_residual, acts_.tokens});
+}
+
+std::vector<float> Gpt::logits_at(int64_t batch_index, int64_t position) const {
+  KILN_CHECK(batch_index >= 0 && batch_index < acts_.batch && position >= 0 && position < acts_.seq,
+             "logits_at({}, {}) outside the last forward's {} x {}", batch_index, position,
+             acts_.batch, acts_.seq);
+  std::vector<float> row(static_cast<size_t>(config_.vocab_size));
+  const int64_t row_index = batch_index * acts_.seq + position;
+  const char* base = static_cast<const char*>(acts_.logits.data) +
+                     row_index * config_.padded_vocab_size() * static_cast<int64_t>(sizeof(float));
+  backend_.copy_to_host(row.data(), base, row.size() * sizeof(float));
+  return row;
+}
+
+}  // namespace kiln

@@ -1,0 +1,69 @@
+// GPT: a GPT-2 causal language model (pre-LayerNorm blocks, learned positions, tied input and
+// output embeddings, biases, GELU) with explicit forward and backward on any Backend.
+//
+// Ownership: Gpt owns its flat parameter and gradient buffers and its activation arena, all in
+// the back-end's memory; the optimizer owns master weights and moments (optim/adamw.h). Views
+// returned by params()/grads() stay valid for the model's lifetime.
+// Memory: allocate_activations(B, T) sizes the arena once; forward() with any b <= B, t <= T
+// re-lays the views inside it, so steady-state training never allocates.
+// Not thread-safe.
+#pragma once
+
+#include <memory>
+#include <span>
+
+#include "kiln/backend/backend.h"
+#include "kiln/core/arena.h"
+#include "kiln/nn/activations.h"
+#include "kiln/nn/gpt_config.h"
+#include "kiln/nn/parameters.h"
+
+namespace kiln {
+
+class Gpt {
+ public:
+  Gpt(const GptConfig& config, Backend& backend);
+
+  const GptConfig& config() const { return config_; }
+  const ParameterLayout& layout() const { return layout_; }
+  Tensor params() const { return params_; }
+  Tensor grads() const { return grads_; }
+  int64_t num_parameters() const { return layout_.total(); }
+
+  // GPT-2 initialisation from `seed`: N(0, std) for matrices and embeddings, residual output
+  // projections (attn.c_proj, mlp.c_proj) scaled by 1/sqrt(2 * layers), zero biases, unit
+  // LayerNorm gains, zero padding rows in wte.
+  void init_weights(uint64_t seed);
+
+  void allocate_activations(int64_t max_batch, int64_t max_seq);
+  size_t activation_bytes() const { return arena_ ? arena_->capacity() : 0; }
+
+  // Runs the model on tokens [batch * seq] (host, row-major). With targets, returns the mean
+  // loss over counted positions (target != ignore_index) and, when `prepare_backward`, leaves
+  // d(loss_scale * sum of losses)/d logits in the logits buffer for backward(). Without targets
+  // returns 0 and only computes logits.
+  double forward(std::span<const int32_t> tokens, std::span<const int32_t> targets, int64_t batch,
+                 int64_t seq, bool prepare_backward = false, float loss_scale = 1.0f);
+  // Adds this micro-batch's parameter gradients to grads(); requires forward(prepare_backward).
+  void backward();
+  void zero_grads();
+
+  // Logits of one position of the last forward, first vocab_size columns, copied to the host.
+  std::vector<float> logits_at(int64_t batch_index, int64_t position) const;
+  int32_t ignore_index() const { return -100; }
+
+ private:
+  GptConfig config_;
+  Backend& backend_;
+  ParameterLayout layout_;
+  std::unique_ptr<DeviceBuffer> param_buffer_, grad_buffer_;
+  Tensor params_, grads_;
+  GptWeights weights_, weight_grads_;
+  std::unique_ptr<DeviceBuffer> activation_buffer_;
+  std::unique_ptr<Arena> arena_;  // borrows activation_buffer_
+  int64_t max_batch_ = 0, max_seq_ = 0;
+  GptActivations acts_;
+  bool backward_ready_ = false;
+};
+
+}  // namespace kiln

@@ -1,0 +1,62 @@
+// Where every GPT parameter lives in the flat buffers (ARCHITECTURE.md decision 3).
+//
+// ParameterLayout lists each tensor once, under its Hugging Face GPT-2 name (wte.weight,
+// h.0.attn.c_attn.weight, ...), with its shape, its element offset in the flat buffer and
+// whether weight decay applies (2-D matrices yes; biases and LayerNorm no). Linear weights use
+// HF's Conv1D layout [in, out]. wte is stored with padded_vocab_size rows.
+// The same layout indexes parameters, gradients, master weights and both Adam moments, so
+// GptWeights::bind() gives named views into any of those buffers.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/backend/ops.h"
+#include "kiln/core/tensor.h"
+#include "kiln/nn/gpt_config.h"
+
+namespace kiln {
+
+struct ParameterInfo {
+  std::string name;
+  Shape shape;
+  int64_t offset = 0;
+  bool weight_decay = false;
+};
+
+class ParameterLayout {
+ public:
+  explicit ParameterLayout(const GptConfig& config);
+
+  const std::vector<ParameterInfo>& entries() const { return entries_; }
+  int64_t total() const { return total_; }
+  const ParameterInfo& find(std::string_view name) const;  // throws naming the missing tensor
+  // Maximal runs of neighbouring tensors with the same decay flag, for one fused AdamW pass.
+  std::vector<AdamwSegment> adamw_segments(float weight_decay) const;
+
+ private:
+  void add(std::string name, Shape shape, bool weight_decay);
+  std::vector<ParameterInfo> entries_;
+  int64_t total_ = 0;
+};
+
+struct BlockWeights {
+  Tensor ln1_weight, ln1_bias;
+  Tensor qkv_weight, qkv_bias;              // attn.c_attn: [C, 3C], [3C]
+  Tensor attn_proj_weight, attn_proj_bias;  // attn.c_proj: [C, C], [C]
+  Tensor ln2_weight, ln2_bias;
+  Tensor fc_weight, fc_bias;                // mlp.c_fc: [C, 4C], [4C]
+  Tensor fc_proj_weight, fc_proj_bias;      // mlp.c_proj: [4C, C], [C]
+};
+
+struct GptWeights {
+  Tensor wte, wpe;
+  std::vector<BlockWeights> blocks;
+  Tensor lnf_weight, lnf_bias;
+
+  // Named views into a flat buffer laid out by `layout` (fp32 elements).
+  static GptWeights bind(const ParameterLayout& layout, const GptConfig& config, Tensor flat);
+};
+
+}  // namespace kiln

@@ -1,0 +1,43 @@
+// Observers watch the Trainer's step events (ARCHITECTURE.md decision 6); nothing inside layers
+// calls them. The Trainer calls them on its own thread, in registration order.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace kiln {
+
+struct IterationStats {
+  int64_t iteration = 0;
+  int64_t train_iters = 0;
+  int64_t consumed_samples = 0;
+  double elapsed_ms = 0;       // wall time of this iteration
+  double tflops_per_gpu = 0;   // model FLOPs (PERF.md formula) / time
+  double tokens_per_second = 0;
+  double learning_rate = 0;
+  int64_t global_batch_size = 0;
+  double lm_loss = 0;          // mean over the global batch
+  double loss_scale = 1;
+  double grad_norm = 0;        // before clipping, after unscaling
+  int64_t skipped_iterations = 0;
+  int64_t nan_iterations = 0;
+  bool skipped = false;
+};
+
+struct ValidationStats {
+  int64_t iteration = 0;
+  double lm_loss = 0;
+  double perplexity = 0;
+  bool at_end = false;
+};
+
+class TrainObserver {
+ public:
+  virtual ~TrainObserver() = default;
+  virtual void on_iteration(const IterationStats&) {}
+  virtual void on_validation(const ValidationStats&) {}
+  virtual void on_checkpoint(int64_t /*iteration*/, const std::string& /*dir*/) {}
+  virtual void on_message(const std::string& /*text*/) {}
+};
+
+}  // namespace kiln

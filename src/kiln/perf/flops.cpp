@@ -1,0 +1,19 @@
+#include "kiln/perf/flops.h"
+
+namespace kiln {
+
+double flops_per_iteration(const FlopsShape& shape, bool full_recompute) {
+  const double B = static_cast<double>(shape.global_batch), s = static_cast<double>(shape.seq);
+  const double l = static_cast<double>(shape.layers), h = static_cast<double>(shape.hidden);
+  const double V = static_cast<double>(shape.vocab);
+  const double leading = (full_recompute ? 96.0 : 72.0) * B * s * l * h * h;
+  const double vocab_term = V / ((full_recompute ? 16.0 : 12.0) * l * h);
+  return leading * (1.0 + s / (6.0 * h) + vocab_term);
+}
+
+double achieved_tflops(double flops, double seconds_per_iteration, int64_t gpus) {
+  if (seconds_per_iteration <= 0 || gpus <= 0) return 0.0;
+  return flops / (seconds_per_iteration * static_cast<double>(gpus) * 1e12);
+}
+
+}  // namespace kiln

@@ -1,0 +1,226 @@
+#include "kiln/train/checkpoint.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <vector>
+
+#include "kiln/core/atomic_file.h"
+#include "kiln/core/error.h"
+#include "kiln/train/safetensors.h"
+
+namespace kiln {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kTracker = "latest_checkpointed_iteration.txt";
+constexpr const char* kModelFile = "model.safetensors";
+constexpr const char* kOptimizerFile = "optimizer.safetensors";
+constexpr const char* kStateFile = "trainer_state.json";
+
+// The shape a parameter has on disk: wte without its padding rows.
+Shape stored_shape(const ParameterInfo& info, const GptConfig& config) {
+  if (info.name == "wte.weight") return Shape{config.vocab_size, config.hidden_size};
+  return info.shape;
+}
+
+std::vector<float> to_host(Backend& backend, const Tensor& tensor) {
+  std::vector<float> host(static_cast<size_t>(tensor.numel()));
+  backend.copy_to_host(host.data(), tensor.data, tensor.bytes());
+  return host;
+}
+
+void append_entries(std::vector<SafetensorsEntry>& entries, const std::string& prefix,
+                    const Gpt& model, const std::vector<float>& host) {
+  for (const ParameterInfo& info : model.layout().entries())
+    entries.push_back({prefix + info.name, DType::F32, stored_shape(info, model.config()),
+                       host.data() + info.offset});
+}
+
+// Reads the tensors named prefix + parameter name into a flat host buffer laid out like the
+// model, converting fp16/bf16 to fp32; padding rows of wte stay zero.
+std::vector<float> read_flat(const SafetensorsFile& file, const std::string& prefix, const Gpt& model) {
+  std::vector<float> host(static_cast<size_t>(model.num_parameters()), 0.0f);
+  for (const ParameterInfo& info : model.layout().entries()) {
+    const std::string name = prefix + info.name;
+    const SafetensorsEntry& entry = file.get(name);
+    const Shape expected = stored_shape(info, model.config());
+    KILN_CHECK(entry.shape == expected, "{}: tensor '{}' has shape {} but the model needs {}",
+               file.path(), name, entry.shape.to_string(), expected.to_string());
+    float* out = host.data() + info.offset;
+    const int64_t count = expected.numel();
+    switch (entry.dtype) {
+      case DType::F32: std::memcpy(out, entry.data, static_cast<size_t>(count) * sizeof(float)); break;
+      case DType::BF16:
+      case DType::F16: {
+        const auto* bits = static_cast<const uint16_t*>(entry.data);
+        for (int64_t i = 0; i < count; ++i)
+          out[i] = entry.dtype == DType::BF16 ? bf16_to_float(bits[i]) : fp16_to_float(bits[i]);
+        break;
+      }
+      default:
+        fail("{}: tensor '{}' has dtype {}, expected a floating type", file.path(), name,
+             dtype_name(entry.dtype));
+    }
+  }
+  return host;
+}
+
+// Tensors a Hugging Face GPT-2 file may carry that kiln does not need: the causal-mask buffers
+// and the tied classifier.
+bool is_ignorable(const std::string& name) {
+  return name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias") ||
+         name == "lm_head.weight";
+}
+
+void reject_unknown(const SafetensorsFile& file, const std::string& prefix, const Gpt& model) {
+  std::set<std::string> expected;
+  for (const ParameterInfo& info : model.layout().entries()) expected.insert(prefix + info.name);
+  for (const auto& [name, entry] : file.entries())
+    KILN_CHECK(is_ignorable(name) || expected.count(name),
+               "{}: tensor '{}' does not exist in this model ({} layers); wrong model shape?",
+               file.path(), name, model.config().num_layers);
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream stream(path);
+  KILN_CHECK(stream.good(), "cannot open '{}'", path);
+  std::stringstream contents;
+  contents << stream.rdbuf();
+  return contents.str();
+}
+
+nlohmann::json read_state_json(const std::string& checkpoint_dir) {
+  const std::string path = checkpoint_dir + "/" + kStateFile;
+  try {
+    return nlohmann::json::parse(read_text(path));
+  } catch (const nlohmann::json::exception& error) {
+    fail("{}: corrupt trainer state: {}", path, error.what());
+  }
+}
+
+}  // namespace
+
+std::string save_checkpoint(const std::string& save_dir, const Config& config, const Gpt& model,
+                            const AdamW& optimizer, const TrainerState& state, Backend& backend) {
+  fs::create_directories(save_dir);
+  const std::string name = fmt::format("iter_{:07d}", state.iteration);
+  const std::string final_dir = save_dir + "/" + name;
+  const std::string temp_dir = fmt::format("{}/{}.tmp-{}", save_dir, name, ::getpid());
+  fs::remove_all(temp_dir);
+  fs::create_directories(temp_dir);
+
+  const std::vector<float> params = to_host(backend, model.params());
+  std::vector<SafetensorsEntry> model_entries;
+  append_entries(model_entries, "", model, params);
+  write_safetensors(temp_dir + "/" + kModelFile, model_entries, {{"format", "pt"}});
+
+  const std::vector<float> exp_avg = to_host(backend, optimizer.exp_avg());
+  const std::vector<float> exp_avg_sq = to_host(backend, optimizer.exp_avg_sq());
+  std::vector<SafetensorsEntry> optimizer_entries;
+  append_entries(optimizer_entries, "exp_avg.", model, exp_avg);
+  append_entries(optimizer_entries, "exp_avg_sq.", model, exp_avg_sq);
+  write_safetensors(temp_dir + "/" + kOptimizerFile, optimizer_entries);
+
+  const nlohmann::json json = {
+      {"iteration", state.iteration},
+      {"consumed_samples", state.consumed_samples},
+      {"skipped_iterations", state.skipped_iterations},
+      {"nan_iterations", state.nan_iterations},
+      {"optimizer_steps", state.optimizer_steps},
+      {"loss_scaler", {{"scale", state.loss_scaler.scale},
+                       {"growth_tracker", state.loss_scaler.growth_tracker},
+                       {"hysteresis_tracker", state.loss_scaler.hysteresis_tracker}}},
+      {"data", {{"seed", config.seed}, {"next_sample_index", state.consumed_samples}}},
+      {"config_yaml", to_yaml(config)},
+  };
+  write_file_atomically(temp_dir + "/" + kStateFile, json.dump(2) + "\n");
+
+  // Swap the finished folder into place; an older folder of the same name is removed only after.
+  const std::string old_dir = final_dir + ".old-" + std::to_string(::getpid());
+  const bool replacing = fs::exists(final_dir);
+  if (replacing) fs::rename(final_dir, old_dir);
+  fs::rename(temp_dir, final_dir);
+  fsync_directory(save_dir);
+  write_file_atomically(save_dir + "/" + kTracker, std::to_string(state.iteration) + "\n");
+  if (replacing) fs::remove_all(old_dir);
+  return final_dir;
+}
+
+std::string resolve_checkpoint_dir(const std::string& load) {
+  std::error_code error;
+  KILN_CHECK(fs::is_directory(load, error), "checkpoint folder '{}' does not exist", load);
+  if (fs::exists(load + "/" + kModelFile)) return load;
+  const std::string tracker = load + "/" + kTracker;
+  KILN_CHECK(fs::exists(tracker), "'{}' holds no checkpoint (neither {} nor {})", load, kModelFile,
+             kTracker);
+  const std::string text = read_text(tracker);
+  int64_t iteration = -1;
+  try {
+    size_t used = 0;
+    iteration = std::stoll(text, &used);
+  } catch (const std::exception&) {
+  }
+  KILN_CHECK(iteration >= 0, "{}: expected an iteration number, got '{}'", tracker, text);
+  const std::string dir = fmt::format("{}/iter_{:07d}", load, iteration);
+  KILN_CHECK(fs::exists(dir + "/" + kModelFile), "{} names iteration {} but {} is missing", tracker,
+             iteration, dir + "/" + kModelFile);
+  return dir;
+}
+
+Config read_checkpoint_config(const std::string& checkpoint_dir) {
+  const nlohmann::json json = read_state_json(checkpoint_dir);
+  KILN_CHECK(json.contains("config_yaml") && json["config_yaml"].is_string(),
+             "{}/{}: no config_yaml entry", checkpoint_dir, kStateFile);
+  Config config;
+  apply_yaml(config, json["config_yaml"].get<std::string>(),
+             checkpoint_dir + "/" + kStateFile + " (config_yaml)");
+  return config;
+}
+
+TrainerState read_trainer_state(const std::string& checkpoint_dir) {
+  const nlohmann::json json = read_state_json(checkpoint_dir);
+  try {
+    TrainerState state;
+    state.iteration = json.at("iteration").get<int64_t>();
+    state.consumed_samples = json.at("consumed_samples").get<int64_t>();
+    state.skipped_iterations = json.at("skipped_iterations").get<int64_t>();
+    state.nan_iterations = json.at("nan_iterations").get<int64_t>();
+    state.optimizer_steps = json.at("optimizer_steps").get<int64_t>();
+    const auto& scaler = json.at("loss_scaler");
+    state.loss_scaler.scale = scaler.at("scale").get<float>();
+    state.loss_scaler.growth_tracker = scaler.at("growth_tracker").get<int64_t>();
+    state.loss_scaler.hysteresis_tracker = scaler.at("hysteresis_tracker").get<int64_t>();
+    KILN_CHECK(state.iteration >= 0 && state.consumed_samples >= 0 && state.optimizer_steps >= 0,
+               "negative counters");
+    return state;
+  } catch (const std::exception& error) {
+    fail("{}/{}: bad trainer state: {}", checkpoint_dir, kStateFile, error.what());
+  }
+}
+
+void load_model_weights(const std::string& checkpoint_dir, Gpt& model, Backend& backend) {
+  const SafetensorsFile file(checkpoint_dir + "/" + kModelFile);
+  // Hugging Face transformers' GPT2LMHeadModel files prefix the body with "transformer.".
+  const std::string prefix = file.contains("transformer.wte.weight") ? "transformer." : "";
+  reject_unknown(file, prefix, model);
+  const std::vector<float> host = read_flat(file, prefix, model);
+  backend.copy_to_device(model.params().data, host.data(), host.size() * sizeof(float));
+}
+
+void load_optimizer_state(const std::string& checkpoint_dir, const Gpt& model, AdamW& optimizer,
+                          Backend& backend) {
+  const SafetensorsFile file(checkpoint_dir + "/" + kOptimizerFile);
+  const std::vector<float> exp_avg = read_flat(file, "exp_avg.", model);
+  const std::vector<float> exp_avg_sq = read_flat(file, "exp_avg_sq.", model);
+  backend.copy_to_device(optimizer.exp_avg().data, exp_avg.data(), exp_avg.size() * sizeof(float));
+  backend.copy_to_device(optimizer.exp_avg_sq().data, exp_avg_sq.data(), exp_avg_sq.size() * sizeof(float));
+}
+
+}  // namespace kiln

@@ -1,0 +1,51 @@
+// Checkpoints: a folder per saved iteration, Megatron-style, readable by other tools.
+//
+//   SAVE/latest_checkpointed_iteration.txt   the newest complete iteration (Megatron's tracker)
+//   SAVE/iter_0000100/model.safetensors      weights under Hugging Face GPT-2 names, Conv1D
+//                                            [in, out] layout, wte trimmed to vocab_size rows
+//   SAVE/iter_0000100/optimizer.safetensors  Adam moments "exp_avg.<name>", "exp_avg_sq.<name>"
+//                                            (the fp32 master weights are the model weights)
+//   SAVE/iter_0000100/trainer_state.json     iteration, consumed samples, optimizer steps,
+//                                            counters, loss-scaler state, data order, config
+//
+// Saving is atomic: everything goes to a temporary folder that is renamed into place, and only
+// then is the tracker rewritten (atomically); a crash mid-save leaves the previous checkpoint
+// intact and pointed to. Loading validates every tensor's name, dtype and shape against the model
+// and names the file and tensor on a mismatch.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "kiln/backend/backend.h"
+#include "kiln/nn/gpt.h"
+#include "kiln/optim/adamw.h"
+#include "kiln/optim/loss_scaler.h"
+#include "kiln/train/config.h"
+
+namespace kiln {
+
+struct TrainerState {
+  int64_t iteration = 0;
+  int64_t consumed_samples = 0;  // also the data order position: sample indices used so far
+  int64_t skipped_iterations = 0;
+  int64_t nan_iterations = 0;
+  int64_t optimizer_steps = 0;
+  LossScalerState loss_scaler;
+};
+
+// Writes SAVE/iter_XXXXXXX and updates the tracker; returns the checkpoint folder.
+std::string save_checkpoint(const std::string& save_dir, const Config& config, const Gpt& model,
+                            const AdamW& optimizer, const TrainerState& state, Backend& backend);
+
+// The checkpoint folder `load` refers to: `load` itself when it holds model.safetensors, else the
+// iteration named by its tracker file.
+std::string resolve_checkpoint_dir(const std::string& load);
+
+Config read_checkpoint_config(const std::string& checkpoint_dir);
+TrainerState read_trainer_state(const std::string& checkpoint_dir);
+void load_model_weights(const std::string& checkpoint_dir, Gpt& model, Backend& backend);
+void load_optimizer_state(const std::string& checkpoint_dir, const Gpt& model, AdamW& optimizer,
+                          Backend& backend);
+
+}  // namespace kiln

@@ -1,0 +1,256 @@
+#include "kiln/train/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "kiln/core/error.h"
+
+namespace kiln {
+
+const std::vector<ConfigField>& config_fields() {
+  static const std::vector<ConfigField> fields = {
+      {"num_layers", &Config::num_layers, "transformer blocks"},
+      {"hidden_size", &Config::hidden_size, "model width C"},
+      {"num_attention_heads", &Config::num_attention_heads, "attention heads (must divide hidden_size)"},
+      {"seq_length", &Config::seq_length, "tokens per sample"},
+      {"max_position_embeddings", &Config::max_position_embeddings, "position table size (0: seq_length)"},
+      {"vocab_size", &Config::vocab_size, "vocabulary size (0: from the data's meta.json)"},
+      {"init_method_std", &Config::init_method_std, "std of the normal initialisation"},
+      {"micro_batch_size", &Config::micro_batch_size, "samples per forward/backward"},
+      {"global_batch_size", &Config::global_batch_size,
+       "samples per optimizer step (0: micro x data-parallel); the rest is gradient accumulation"},
+      {"data_parallel_size", &Config::data_parallel_size, "data-parallel replicas"},
+      {"train_iters", &Config::train_iters, "optimizer steps to train"},
+      {"lr", &Config::lr, "peak learning rate"},
+      {"min_lr", &Config::min_lr, "learning rate at the end of decay"},
+      {"lr_decay_style", &Config::lr_decay_style, "constant, linear or cosine"},
+      {"lr_decay_iters", &Config::lr_decay_iters, "iterations to decay over (0: train_iters)"},
+      {"lr_warmup_fraction", &Config::lr_warmup_fraction, "warm-up as a fraction of lr_decay_iters"},
+      {"lr_warmup_iters", &Config::lr_warmup_iters, "warm-up iterations"},
+      {"adam_beta1", &Config::adam_beta1, "Adam beta1"},
+      {"adam_beta2", &Config::adam_beta2, "Adam beta2"},
+      {"adam_eps", &Config::adam_eps, "Adam epsilon"},
+      {"weight_decay", &Config::weight_decay, "decoupled weight decay (not on biases, LayerNorm)"},
+      {"clip_grad", &Config::clip_grad, "clip the global gradient norm to this (0: off)"},
+      {"fp16", &Config::fp16, "fp16 mixed precision with loss scaling"},
+      {"bf16", &Config::bf16, "bf16 mixed precision"},
+      {"loss_scale", &Config::loss_scale, "static loss scale (0: dynamic under fp16)"},
+      {"initial_loss_scale", &Config::initial_loss_scale, "initial dynamic loss scale"},
+      {"min_loss_scale", &Config::min_loss_scale, "smallest dynamic loss scale"},
+      {"loss_scale_window", &Config::loss_scale_window, "clean iterations before the scale grows"},
+      {"hysteresis", &Config::hysteresis, "overflows tolerated before the scale shrinks"},
+      {"device", &Config::device, "cpu or cuda"},
+      {"seed", &Config::seed, "random seed (initialisation and data order)"},
+      {"log_interval", &Config::log_interval, "iterations between log lines"},
+      {"eval_interval", &Config::eval_interval, "iterations between validations (0: only at the end)"},
+      {"eval_iters", &Config::eval_iters, "batches per validation (0: no validation)"},
+      {"data_path", &Config::data_path, "folder of token shards (train_*.bin, val_*.bin)"},
+      {"save", &Config::save, "checkpoint folder"},
+      {"save_interval", &Config::save_interval, "iterations between checkpoints (0: only at the end)"},
+      {"load", &Config::load, "checkpoint folder to resume from"},
+  };
+  return fields;
+}
+
+std::string flag_name(const ConfigField& field) {
+  std::string flag = std::string("--") + field.key;
+  for (char& c : flag)
+    if (c == '_') c = '-';
+  return flag;
+}
+
+namespace {
+
+template <typename T>
+T parse_number(const std::string& text, const std::string& origin, const char* key) {
+  T value{};
+  const char* begin = text.data();
+  const char* end = begin + text.size();
+  auto [ptr, error] = std::from_chars(begin, end, value);
+  KILN_CHECK(error == std::errc() && ptr == end && !text.empty(),
+             "{}: '{}' expects {}, got '{}'", origin, key,
+             std::is_integral_v<T> ? "an integer" : "a number", text);
+  if constexpr (std::is_floating_point_v<T>)
+    KILN_CHECK(std::isfinite(value), "{}: '{}' must be finite, got '{}'", origin, key, text);
+  return value;
+}
+
+bool parse_bool(const std::string& text, const std::string& origin, const char* key) {
+  if (text == "true" || text == "True" || text == "1" || text == "yes") return true;
+  if (text == "false" || text == "False" || text == "0" || text == "no") return false;
+  fail("{}: '{}' expects true or false, got '{}'", origin, key, text);
+}
+
+}  // namespace
+
+void set_config_field(Config& config, const ConfigField& field, const std::string& text,
+                      const std::string& origin) {
+  std::visit(
+      [&](auto member) {
+        using Value = std::remove_reference_t<decltype(config.*member)>;
+        if constexpr (std::is_same_v<Value, int64_t>) {
+          config.*member = parse_number<int64_t>(text, origin, field.key);
+        } else if constexpr (std::is_same_v<Value, double>) {
+          config.*member = parse_number<double>(text, origin, field.key);
+        } else if constexpr (std::is_same_v<Value, bool>) {
+          config.*member = parse_bool(text, origin, field.key);
+        } else {
+          config.*member = text;
+        }
+      },
+      field.member);
+}
+
+void apply_yaml(Config& config, const std::string& yaml_text, const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::ParserException& error) {
+    fail("{}:{}:{}: malformed YAML: {}", source, error.mark.line + 1, error.mark.column + 1, error.msg);
+  }
+  if (root.IsNull()) return;  // an empty file changes nothing
+  KILN_CHECK(root.IsMap(), "{}: expected a mapping of config keys, got a {}", source,
+             root.IsSequence() ? "list" : "scalar");
+  for (const auto& item : root) {
+    const std::string key = item.first.as<std::string>();
+    const std::string origin = fmt::format("{}:{}", source, item.first.Mark().line + 1);
+    const ConfigField* field = nullptr;
+    for (const ConfigField& candidate : config_fields())
+      if (key == candidate.key) field = &candidate;
+    KILN_CHECK(field != nullptr, "{}: unknown config key '{}'", origin, key);
+    KILN_CHECK(item.second.IsScalar(), "{}: '{}' expects a single value, not a {}", origin, key,
+               item.second.IsMap() ? "mapping" : item.second.IsSequence() ? "list" : "null");
+    set_config_field(config, *field, item.second.Scalar(), origin);
+  }
+}
+
+void apply_yaml_file(Config& config, const std::string& path) {
+  std::ifstream stream(path);
+  KILN_CHECK(stream.good(), "cannot open config file '{}'", path);
+  std::stringstream contents;
+  contents << stream.rdbuf();
+  apply_yaml(config, contents.str(), path);
+}
+
+std::string to_yaml(const Config& config) {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  for (const ConfigField& field : config_fields()) {
+    out << YAML::Key << field.key << YAML::Value;
+    std::visit(
+        [&](auto member) {
+          using Value = std::remove_reference_t<decltype(config.*member)>;
+          if constexpr (std::is_same_v<Value, double>) {
+            out << fmt::format("{}", config.*member);  // shortest round-trip form
+          } else {
+            out << config.*member;
+          }
+        },
+        field.member);
+  }
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+void Config::resolve() {
+  if (max_position_embeddings == 0) max_position_embeddings = seq_length;
+  if (global_batch_size == 0) global_batch_size = micro_batch_size * data_parallel_size;
+  if (lr_decay_iters == 0) lr_decay_iters = train_iters;
+}
+
+void Config::validate() const {
+  for (auto [value, key] : {std::pair{num_layers, "num_layers"}, {hidden_size, "hidden_size"},
+                            {num_attention_heads, "num_attention_heads"}, {seq_length, "seq_length"},
+                            {max_position_embeddings, "max_position_embeddings"},
+                            {micro_batch_size, "micro_batch_size"}, {global_batch_size, "global_batch_size"},
+                            {data_parallel_size, "data_parallel_size"}, {train_iters, "train_iters"},
+                            {lr_decay_iters, "lr_decay_iters"}, {log_interval, "log_interval"}})
+    KILN_CHECK(value > 0, "config key '{}' must be positive, got {}", key, value);
+  KILN_CHECK(hidden_size % num_attention_heads == 0,
+             "config key 'num_attention_heads': {} heads do not divide hidden_size {}",
+             num_attention_heads, hidden_size);
+  KILN_CHECK(seq_length <= max_position_embeddings,
+             "config key 'seq_length': {} exceeds max_position_embeddings {}", seq_length,
+             max_position_embeddings);
+  KILN_CHECK(vocab_size >= 0, "config key 'vocab_size' must be >= 0, got {}", vocab_size);
+  KILN_CHECK(global_batch_size % (micro_batch_size * data_parallel_size) == 0,
+             "config key 'global_batch_size': {} is not a multiple of micro_batch_size {} x "
+             "data_parallel_size {}",
+             global_batch_size, micro_batch_size, data_parallel_size);
+  KILN_CHECK(lr > 0, "config key 'lr' must be positive, got {}", lr);
+  KILN_CHECK(min_lr >= 0 && min_lr <= lr, "config key 'min_lr' must be in [0, lr={}], got {}", lr, min_lr);
+  parse_lr_decay_style(lr_decay_style);
+  KILN_CHECK(lr_warmup_fraction >= 0 && lr_warmup_fraction <= 1,
+             "config key 'lr_warmup_fraction' must be in [0, 1], got {}", lr_warmup_fraction);
+  KILN_CHECK(lr_warmup_iters >= 0, "config key 'lr_warmup_iters' must be >= 0, got {}", lr_warmup_iters);
+  KILN_CHECK(lr_warmup_fraction == 0 || lr_warmup_iters == 0,
+             "config keys 'lr_warmup_fraction' and 'lr_warmup_iters' are both set; use one");
+  KILN_CHECK(lr_warmup_iters <= lr_decay_iters,
+             "config key 'lr_warmup_iters': {} exceeds lr_decay_iters {}", lr_warmup_iters, lr_decay_iters);
+  KILN_CHECK(clip_grad >= 0, "config key 'clip_grad' must be >= 0, got {}", clip_grad);
+  KILN_CHECK(!(fp16 && bf16), "config keys 'fp16' and 'bf16' are both set; choose one precision");
+  KILN_CHECK(loss_scale >= 0, "config key 'loss_scale' must be >= 0, got {}", loss_scale);
+  KILN_CHECK(device == "cpu" || device == "cuda", "config key 'device': '{}' is not cpu or cuda", device);
+  KILN_CHECK(eval_interval >= 0, "config key 'eval_interval' must be >= 0, got {}", eval_interval);
+  KILN_CHECK(eval_iters >= 0, "config key 'eval_iters' must be >= 0, got {}", eval_iters);
+  KILN_CHECK(save_interval >= 0, "config key 'save_interval' must be >= 0, got {}", save_interval);
+  KILN_CHECK(save_interval == 0 || !save.empty(),
+             "config key 'save_interval' is set but 'save' (the checkpoint folder) is not");
+  KILN_CHECK(seed >= 0, "config key 'seed' must be >= 0, got {}", seed);
+  KILN_CHECK(adam_beta1 >= 0 && adam_beta1 < 1, "config key 'adam_beta1' must be in [0, 1), got {}", adam_beta1);
+  KILN_CHECK(adam_beta2 >= 0 && adam_beta2 < 1, "config key 'adam_beta2' must be in [0, 1), got {}", adam_beta2);
+  KILN_CHECK(adam_eps > 0, "config key 'adam_eps' must be positive, got {}", adam_eps);
+  KILN_CHECK(weight_decay >= 0, "config key 'weight_decay' must be >= 0, got {}", weight_decay);
+  KILN_CHECK(initial_loss_scale > 0, "config key 'initial_loss_scale' must be positive, got {}",
+             initial_loss_scale);
+  KILN_CHECK(min_loss_scale > 0, "config key 'min_loss_scale' must be positive, got {}", min_loss_scale);
+  KILN_CHECK(loss_scale_window > 0, "config key 'loss_scale_window' must be positive, got {}",
+             loss_scale_window);
+  KILN_CHECK(hysteresis > 0, "config key 'hysteresis' must be positive, got {}", hysteresis);
+  KILN_CHECK(init_method_std > 0, "config key 'init_method_std' must be positive, got {}", init_method_std);
+}
+
+GptConfig Config::gpt() const {
+  GptConfig gpt;
+  gpt.num_layers = num_layers;
+  gpt.hidden_size = hidden_size;
+  gpt.num_heads = num_attention_heads;
+  gpt.vocab_size = vocab_size > 0 ? vocab_size : 1;
+  gpt.max_position_embeddings = max_position_embeddings;
+  gpt.init_method_std = static_cast<float>(init_method_std);
+  return gpt;
+}
+
+LrSchedule Config::lr_schedule() const {
+  LrSchedule schedule;
+  schedule.max_lr = static_cast<float>(lr);
+  schedule.min_lr = static_cast<float>(min_lr);
+  schedule.decay_iters = lr_decay_iters;
+  schedule.warmup_iters = lr_warmup_iters > 0
+                              ? lr_warmup_iters
+                              : static_cast<int64_t>(lr_warmup_fraction * static_cast<double>(lr_decay_iters));
+  schedule.style = parse_lr_decay_style(lr_decay_style);
+  return schedule;
+}
+
+AdamwConfig Config::adamw() const {
+  return {static_cast<float>(adam_beta1), static_cast<float>(adam_beta2), static_cast<float>(adam_eps),
+          static_cast<float>(weight_decay)};
+}
+
+LossScalerConfig Config::loss_scaler() const {
+  LossScalerConfig scaler;
+  scaler.dynamic = fp16 && loss_scale == 0;
+  scaler.initial_scale = !fp16 ? 1.0f : loss_scale > 0 ? static_cast<float>(loss_scale)
+                                                       : static_cast<float>(initial_loss_scale);
+  scaler.min_scale = static_cast<float>(min_loss_scale);
+  scaler.growth_interval = loss_scale_window;
+  scaler.hysteresis = hysteresis;
+  return scaler;
+}
+
+}  // namespace kiln

@@ -1,0 +1,109 @@
+// Config: the one typed configuration of a training run (ARCHITECTURE.md decision 8).
+//
+// Filled in three layers: defaults below, then a YAML file (`--config`), then command-line flags.
+// Keys use Megatron-LM's argument names: YAML `num_layers` is the flag `--num-layers`. Every
+// field is listed once in config_fields(), which drives YAML loading, flag registration and
+// `--print-config`, so a field cannot be settable in one place and missing in another.
+// Errors (unknown key, wrong type, inconsistent values) are kiln::Errors naming the key and,
+// for YAML, the file and line.
+//
+// Zero means "derive" for: max_position_embeddings (= seq_length), global_batch_size
+// (= micro_batch_size x data_parallel_size), lr_decay_iters (= train_iters), vocab_size (from the
+// data's meta.json). resolve() fills those in; validate() checks the result.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "kiln/nn/gpt_config.h"
+#include "kiln/optim/adamw.h"
+#include "kiln/optim/loss_scaler.h"
+#include "kiln/optim/lr_schedule.h"
+
+namespace kiln {
+
+struct Config {
+  // Model.
+  int64_t num_layers = 4;
+  int64_t hidden_size = 128;
+  int64_t num_attention_heads = 4;
+  int64_t seq_length = 128;
+  int64_t max_position_embeddings = 0;
+  int64_t vocab_size = 0;
+  double init_method_std = 0.02;
+  // Batch.
+  int64_t micro_batch_size = 8;
+  int64_t global_batch_size = 0;
+  int64_t data_parallel_size = 1;
+  // Optimisation.
+  int64_t train_iters = 100;
+  double lr = 6e-4;
+  double min_lr = 0.0;
+  std::string lr_decay_style = "cosine";
+  int64_t lr_decay_iters = 0;
+  double lr_warmup_fraction = 0.0;
+  int64_t lr_warmup_iters = 0;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.999;
+  double adam_eps = 1e-8;
+  double weight_decay = 0.01;
+  double clip_grad = 1.0;
+  // Mixed precision (the CUDA back-end honours these; the CPU back-end computes in fp32).
+  bool fp16 = false;
+  bool bf16 = false;
+  double loss_scale = 0.0;  // > 0: static scale; 0: dynamic when fp16
+  double initial_loss_scale = 4294967296.0;
+  double min_loss_scale = 1.0;
+  int64_t loss_scale_window = 1000;
+  int64_t hysteresis = 2;
+  // Run.
+  std::string device = "cpu";
+  int64_t seed = 1234;
+  int64_t log_interval = 10;
+  int64_t eval_interval = 100;
+  int64_t eval_iters = 10;
+  std::string data_path;
+  std::string save;
+  int64_t save_interval = 0;
+  std::string load;
+
+  void resolve();         // fills the derived (zero) fields
+  void validate() const;  // throws naming the first inconsistent key
+
+  int64_t accumulation_steps() const {
+    return global_batch_size / (micro_batch_size * data_parallel_size);
+  }
+  GptConfig gpt() const;
+  LrSchedule lr_schedule() const;
+  AdamwConfig adamw() const;
+  LossScalerConfig loss_scaler() const;
+  std::string precision_name() const { return fp16 ? "fp16" : bf16 ? "bf16" : "fp32"; }
+};
+
+using ConfigMember = std::variant<int64_t Config::*, double Config::*, bool Config::*,
+                                  std::string Config::*>;
+
+struct ConfigField {
+  const char* key;  // YAML key; the flag is "--" + key with '_' -> '-'
+  ConfigMember member;
+  const char* help;
+};
+
+const std::vector<ConfigField>& config_fields();
+std::string flag_name(const ConfigField& field);
+
+// Sets one field from text; `origin` ("--lr", "run.yaml:12") prefixes any error.
+void set_config_field(Config& config, const ConfigField& field, const std::string& text,
+                      const std::string& origin);
+
+// Applies a YAML document (a mapping of keys to scalars) on top of `config`. `source` names the
+// document in errors (usually the file path).
+void apply_yaml(Config& config, const std::string& yaml_text, const std::string& source);
+void apply_yaml_file(Config& config, const std::string& path);
+
+// The configuration as YAML, every field in config_fields() order.
+std::string to_yaml(const Config& config);
+
+}  // namespace kiln

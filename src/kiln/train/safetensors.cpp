@@ -1,0 +1,121 @@
+#include "kiln/train/safetensors.h"
+
+#include <algorithm>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "kiln/core/atomic_file.h"
+#include "kiln/core/error.h"
+
+namespace kiln {
+namespace {
+
+const char* safetensors_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return "F32";
+    case DType::BF16: return "BF16";
+    case DType::F16: return "F16";
+    case DType::I32: return "I32";
+    case DType::U16: return "U16";
+  }
+  return "F32";
+}
+
+bool parse_safetensors_dtype(const std::string& name, DType& dtype) {
+  for (DType candidate : {DType::F32, DType::BF16, DType::F16, DType::I32, DType::U16})
+    if (name == safetensors_dtype(candidate)) {
+      dtype = candidate;
+      return true;
+    }
+  return false;
+}
+
+}  // namespace
+
+void write_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  size_t offset = 0;
+  for (const SafetensorsEntry& tensor : tensors) {
+    const size_t bytes = static_cast<size_t>(tensor.shape.numel()) * dtype_size(tensor.dtype);
+    std::vector<int64_t> shape(tensor.shape.dims.begin(), tensor.shape.dims.begin() + tensor.shape.rank);
+    header[tensor.name] = {{"dtype", safetensors_dtype(tensor.dtype)},
+                           {"shape", shape},
+                           {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string json = header.dump();
+  json.append((8 - json.size() % 8) % 8, ' ');  // the format pads the header with spaces to 8 bytes
+  const uint64_t length = json.size();
+  AtomicFile file(path);
+  file.write(&length, sizeof(length));
+  file.write(json.data(), json.size());
+  for (const SafetensorsEntry& tensor : tensors)
+    file.write(tensor.data, static_cast<size_t>(tensor.shape.numel()) * dtype_size(tensor.dtype));
+  file.commit();
+}
+
+SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
+  KILN_CHECK(file_.size() >= 8, "{}: truncated safetensors file ({} bytes)", path, file_.size());
+  uint64_t header_length = 0;
+  std::memcpy(&header_length, file_.data(), sizeof(header_length));
+  KILN_CHECK(header_length <= file_.size() - 8,
+             "{}: header length {} runs past the end of the {}-byte file", path, header_length,
+             file_.size());
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(file_.data() + 8, file_.data() + 8 + header_length);
+  } catch (const nlohmann::json::exception& error) {
+    fail("{}: corrupt safetensors header: {}", path, error.what());
+  }
+  KILN_CHECK(header.is_object(), "{}: safetensors header is not a JSON object", path);
+  const uint8_t* data_start = file_.data() + 8 + header_length;
+  const size_t data_size = file_.size() - 8 - header_length;
+  std::vector<std::pair<size_t, size_t>> ranges;
+  for (const auto& [name, info] : header.items()) {
+    if (name == "__metadata__") {
+      KILN_CHECK(info.is_object(), "{}: __metadata__ is not an object", path);
+      for (const auto& [key, value] : info.items())
+        if (value.is_string()) metadata_[key] = value.get<std::string>();
+      continue;
+    }
+    try {
+      SafetensorsEntry entry;
+      entry.name = name;
+      const std::string dtype = info.at("dtype").get<std::string>();
+      KILN_CHECK(parse_safetensors_dtype(dtype, entry.dtype), "{}: tensor '{}' has unsupported dtype {}",
+                 path, name, dtype);
+      const auto shape = info.at("shape").get<std::vector<int64_t>>();
+      KILN_CHECK(shape.size() <= Shape::kMaxDims, "{}: tensor '{}' has rank {}", path, name, shape.size());
+      for (int64_t size : shape) {
+        KILN_CHECK(size >= 0, "{}: tensor '{}' has a negative dimension", path, name);
+        entry.shape.dims[entry.shape.rank++] = size;
+      }
+      const auto offsets = info.at("data_offsets").get<std::vector<size_t>>();
+      KILN_CHECK(offsets.size() == 2 && offsets[0] <= offsets[1] && offsets[1] <= data_size,
+                 "{}: tensor '{}' data_offsets run past the {} data bytes (truncated file?)", path,
+                 name, data_size);
+      const size_t expected = static_cast<size_t>(entry.shape.numel()) * dtype_size(entry.dtype);
+      KILN_CHECK(offsets[1] - offsets[0] == expected,
+                 "{}: tensor '{}' spans {} bytes but shape {} of {} needs {}", path, name,
+                 offsets[1] - offsets[0], entry.shape.to_string(), dtype, expected);
+      entry.data = data_start + offsets[0];
+      ranges.emplace_back(offsets[0], offsets[1]);
+      entries_[name] = entry;
+    } catch (const nlohmann::json::exception& error) {
+      fail("{}: tensor '{}' has a malformed header entry: {}", path, name, error.what());
+    }
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i)
+    KILN_CHECK(ranges[i].first >= ranges[i - 1].second, "{}: tensors overlap in the data section", path);
+}
+
+const SafetensorsEntry& SafetensorsFile::get(const std::string& name) const {
+  const auto it = entries_.find(name);
+  KILN_CHECK(it != entries_.end(), "{}: tensor '{}' is missing", path(), name);
+  return it->second;
+}
+
+}  // namespace kiln

@@ -1,0 +1,47 @@
+// safetensors files (https://huggingface.co/docs/safetensors): an 8-byte little-endian header
+// length N, N bytes of JSON mapping each tensor name to {dtype, shape, data_offsets: [begin,
+// end)} (plus an optional "__metadata__" map of strings), then the raw little-endian data.
+//
+// write_safetensors writes atomically (core/atomic_file.h). SafetensorsFile maps a file and
+// validates it fully on open (header length, JSON, dtypes, every tensor's byte range against its
+// shape and the file size, no overlaps); errors name the file and the tensor.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kiln/core/tensor.h"
+#include "kiln/data/mapped_file.h"
+
+namespace kiln {
+
+struct SafetensorsEntry {
+  std::string name;
+  DType dtype = DType::F32;
+  Shape shape;
+  const void* data = nullptr;  // host memory, shape.numel() * dtype_size(dtype) bytes
+};
+
+void write_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+class SafetensorsFile {
+ public:
+  explicit SafetensorsFile(const std::string& path);
+
+  const std::string& path() const { return file_.path(); }
+  bool contains(const std::string& name) const { return entries_.count(name) != 0; }
+  // The named tensor; an error naming file and tensor when it is absent.
+  const SafetensorsEntry& get(const std::string& name) const;
+  const std::map<std::string, SafetensorsEntry>& entries() const { return entries_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+ private:
+  MappedFile file_;
+  std::map<std::string, SafetensorsEntry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+}  // namespace kiln

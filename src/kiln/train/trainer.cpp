@@ -1,0 +1,184 @@
+#include "kiln/train/trainer.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+
+#include "kiln/backend/registry.h"
+#include "kiln/core/error.h"
+#include "kiln/perf/flops.h"
+
+namespace kiln {
+namespace {
+
+constexpr uint64_t kValidationSeedSalt = 0x76616c6964ull;  // "valid": val windows differ from train
+
+double mib(size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
+
+}  // namespace
+
+Config resolve_config(Config config) {
+  config.resolve();
+  if (config.vocab_size == 0) {
+    KILN_CHECK(!config.data_path.empty(),
+               "config key 'vocab_size' is 0 (take it from the data) but no data_path is set");
+    const auto from_data = read_data_vocab_size(config.data_path);
+    KILN_CHECK(from_data.has_value(),
+               "config key 'vocab_size' is 0 and '{}/meta.json' does not exist; set --vocab-size",
+               config.data_path);
+    config.vocab_size = *from_data;
+  }
+  config.validate();
+  return config;
+}
+
+Trainer::Trainer(const Config& config) : config_(resolve_config(config)) {
+  KILN_CHECK(!config_.data_path.empty(), "config key 'data_path' is not set: no training data");
+  KILN_CHECK(config_.data_parallel_size == 1,
+             "config key 'data_parallel_size' is {}: data parallelism needs the multi-GPU launcher, "
+             "which this version does not have",
+             config_.data_parallel_size);
+  KILN_CHECK(config_.device != "cpu" || (!config_.fp16 && !config_.bf16),
+             "config key '{}': the CPU back-end trains in fp32 only; mixed precision needs --device cuda",
+             config_.fp16 ? "fp16" : "bf16");
+  backend_ = make_backend(config_.device);
+  const GptConfig gpt = config_.gpt();
+  train_data_ = std::make_unique<TokenDataset>(config_.data_path, "train", gpt.vocab_size,
+                                               config_.seq_length, static_cast<uint64_t>(config_.seed));
+  if (config_.eval_iters > 0)
+    val_data_ = std::make_unique<TokenDataset>(config_.data_path, "val", gpt.vocab_size, config_.seq_length,
+                                               static_cast<uint64_t>(config_.seed) ^ kValidationSeedSalt);
+  model_ = std::make_unique<Gpt>(gpt, *backend_);
+  model_->allocate_activations(config_.micro_batch_size, config_.seq_length);
+  optimizer_ = std::make_unique<AdamW>(*backend_, model_->layout(), model_->params(), config_.adamw());
+  scaler_ = LossScaler(config_.loss_scaler());
+  if (!config_.load.empty()) {
+    const std::string dir = resolve_checkpoint_dir(config_.load);
+    load_model_weights(dir, *model_, *backend_);
+    load_optimizer_state(dir, *model_, *optimizer_, *backend_);
+    state_ = read_trainer_state(dir);
+    optimizer_->set_steps_taken(state_.optimizer_steps);
+    if (config_.fp16) scaler_.set_state(state_.loss_scaler);
+    last_saved_ = state_.iteration;
+  } else {
+    model_->init_weights(static_cast<uint64_t>(config_.seed));
+  }
+}
+
+std::string Trainer::memory_summary() const {
+  const size_t param_bytes = model_->params().bytes();
+  const size_t data_bytes = 2 * static_cast<size_t>(config_.micro_batch_size * config_.seq_length) * sizeof(int32_t);
+  return fmt::format(
+      "memory ({}): parameters {:.2f} MiB | gradients {:.2f} MiB | optimizer state {:.2f} MiB "
+      "(fp32 master = parameters) | activations {:.2f} MiB | data buffers {:.3f} MiB",
+      backend_->name(), mib(param_bytes), mib(model_->grads().bytes()), mib(optimizer_->state_bytes()),
+      mib(model_->activation_bytes()), mib(data_bytes));
+}
+
+IterationStats Trainer::train_step() {
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t micro = config_.micro_batch_size, seq = config_.seq_length;
+  const int64_t accumulation = config_.accumulation_steps();
+  const float scale = scaler_.scale();
+  model_->zero_grads();
+  double loss_sum = 0.0;
+  for (int64_t step = 0; step < accumulation; ++step) {
+    train_data_->batch(state_.consumed_samples + step * micro, micro, tokens_, targets_);
+    loss_sum += model_->forward(tokens_, targets_, micro, seq, /*prepare_backward=*/true,
+                                scale / static_cast<float>(accumulation));
+    model_->backward();
+  }
+  const double lm_loss = loss_sum / static_cast<double>(accumulation);
+  const double grad_norm = std::sqrt(backend_->sum_of_squares({model_->grads()})) / scale;
+  const bool skip = scaler_.update(!std::isfinite(grad_norm));
+
+  const int64_t iteration = state_.iteration + 1;
+  const float lr = config_.lr_schedule().at(iteration);
+  if (!skip) {
+    const float clip = clip_coefficient(grad_norm, static_cast<float>(config_.clip_grad));
+    optimizer_->step(model_->grads(), lr, clip / scale);
+  }
+  state_.iteration = iteration;
+  state_.consumed_samples += config_.global_batch_size;
+  state_.optimizer_steps = optimizer_->steps_taken();
+  state_.skipped_iterations += skip;
+  state_.nan_iterations += !std::isfinite(lm_loss);
+  state_.loss_scaler = scaler_.state();
+  backend_->synchronize();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  IterationStats stats;
+  stats.iteration = iteration;
+  stats.train_iters = config_.train_iters;
+  stats.consumed_samples = state_.consumed_samples;
+  stats.elapsed_ms = seconds * 1e3;
+  const FlopsShape shape{config_.global_batch_size, seq, config_.num_layers, config_.hidden_size,
+                         config_.vocab_size};
+  stats.tflops_per_gpu = achieved_tflops(flops_per_iteration(shape, false), seconds, config_.data_parallel_size);
+  stats.tokens_per_second = static_cast<double>(config_.global_batch_size * seq) / seconds;
+  stats.learning_rate = lr;
+  stats.global_batch_size = config_.global_batch_size;
+  stats.lm_loss = lm_loss;
+  stats.loss_scale = scale;
+  stats.grad_norm = grad_norm;
+  stats.skipped_iterations = state_.skipped_iterations;
+  stats.nan_iterations = state_.nan_iterations;
+  stats.skipped = skip;
+  return stats;
+}
+
+double Trainer::evaluate() {
+  KILN_CHECK(val_data_ != nullptr, "validation needs eval_iters > 0 and val shards");
+  const int64_t micro = config_.micro_batch_size;
+  double sum = 0.0;
+  for (int64_t batch = 0; batch < config_.eval_iters; ++batch) {
+    val_data_->batch(batch * micro, micro, tokens_, targets_);
+    sum += model_->forward(tokens_, targets_, micro, config_.seq_length);
+  }
+  return sum / static_cast<double>(config_.eval_iters);
+}
+
+void Trainer::validate(bool at_end) {
+  const double loss = evaluate();
+  last_validated_ = state_.iteration;
+  const ValidationStats stats{state_.iteration, loss, std::exp(loss), at_end};
+  for (TrainObserver* observer : observers_) observer->on_validation(stats);
+}
+
+void Trainer::save() {
+  const std::string dir =
+      save_checkpoint(config_.save, config_, *model_, *optimizer_, state_, *backend_);
+  last_saved_ = state_.iteration;
+  for (TrainObserver* observer : observers_) observer->on_checkpoint(state_.iteration, dir);
+}
+
+void Trainer::run() {
+  for (TrainObserver* observer : observers_) {
+    observer->on_message(fmt::format(
+        "model: {} layers, hidden {}, {} heads, vocab {} (padded {}), sequence {}: {} parameters",
+        config_.num_layers, config_.hidden_size, config_.num_attention_heads, config_.vocab_size,
+        model_->config().padded_vocab_size(), config_.seq_length, model_->num_parameters()));
+    observer->on_message(fmt::format(
+        "batch: micro {} x data-parallel {} x accumulation {} = global {} | precision {} | data: {} "
+        "train tokens in {} shards",
+        config_.micro_batch_size, config_.data_parallel_size, config_.accumulation_steps(),
+        config_.global_batch_size, config_.precision_name(), train_data_->num_tokens(),
+        train_data_->num_shards()));
+    observer->on_message(memory_summary());
+    if (state_.iteration > 0)
+      observer->on_message(fmt::format("resumed from '{}' at iteration {} ({} samples consumed)",
+                                       config_.load, state_.iteration, state_.consumed_samples));
+  }
+  while (state_.iteration < config_.train_iters) {
+    const IterationStats stats = train_step();
+    for (TrainObserver* observer : observers_) observer->on_iteration(stats);
+    const int64_t it = state_.iteration;
+    if (val_data_ && config_.eval_interval > 0 && it % config_.eval_interval == 0) validate(false);
+    if (!config_.save.empty() && config_.save_interval > 0 && it % config_.save_interval == 0) save();
+  }
+  if (val_data_ && last_validated_ != state_.iteration) validate(true);
+  if (!config_.save.empty() && last_saved_ != state_.iteration) save();
+}
+
+}  // namespace kiln

@@ -1,0 +1,62 @@
+// Trainer: owns one training run (ARCHITECTURE.md decision 6). Per iteration:
+//   micro-batches (forward, backward; gradients accumulate) -> global gradient norm and inf/NaN
+//   check -> loss-scaler update (skip the step on overflow) -> unscale and clip folded into one
+//   factor -> AdamW at the scheduled learning rate.
+// global batch = micro-batch x data-parallel size x accumulation steps. Validation, checkpoints
+// and logging happen between iterations; observers are told about each event.
+//
+// Construction validates the whole configuration, opens the data, builds the model on the chosen
+// back-end and, with `load`, restores weights, optimizer state, counters and the data position, so
+// a resumed run continues exactly where the saved one stopped (bit for bit on the CPU).
+// Not thread-safe; observers must outlive the Trainer.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "kiln/backend/backend.h"
+#include "kiln/data/token_dataset.h"
+#include "kiln/nn/gpt.h"
+#include "kiln/obs/observer.h"
+#include "kiln/optim/adamw.h"
+#include "kiln/optim/loss_scaler.h"
+#include "kiln/train/checkpoint.h"
+#include "kiln/train/config.h"
+
+namespace kiln {
+
+// Fills derived fields (including vocab_size from the data's meta.json) and validates; the
+// resolved config is what `--print-config` shows and what checkpoints record.
+Config resolve_config(Config config);
+
+class Trainer {
+ public:
+  explicit Trainer(const Config& config);
+
+  void add_observer(TrainObserver* observer) { observers_.push_back(observer); }
+  void run();                     // trains until train_iters, validating and saving on schedule
+  IterationStats train_step();    // one iteration
+  double evaluate();              // mean validation loss over eval_iters micro-batches
+
+  const Config& config() const { return config_; }
+  const TrainerState& state() const { return state_; }
+  const Gpt& model() const { return *model_; }
+  std::string memory_summary() const;
+
+ private:
+  void save();
+  void validate(bool at_end);
+
+  Config config_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Gpt> model_;
+  std::unique_ptr<AdamW> optimizer_;
+  LossScaler scaler_;
+  TrainerState state_;
+  std::unique_ptr<TokenDataset> train_data_, val_data_;
+  std::vector<TrainObserver*> observers_;
+  std::vector<int32_t> tokens_, targets_;
+  int64_t last_saved_ = -1, last_validated_ = -1;
+};
+
+}  // namespace kiln
