@@ -1,0 +1,333 @@
+// The op cases: several shapes per op, odd sizes and head dims 24 and 80 included. Parameter
+// gradients are checked for "+=" by seeding them with random values and subtracting the seed;
+// activation gradients are poisoned with NaN to catch unwritten elements.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <numbers>
+
+#include "backend/op_case.h"
+#include "support/device_tensors.h"
+
+namespace kiln::testing {
+namespace {
+
+std::vector<float> subtract(const std::vector<float>& after, const std::vector<float>& before) {
+  std::vector<float> difference(after.size());
+  for (size_t i = 0; i < after.size(); ++i) difference[i] = after[i] - before[i];
+  return difference;
+}
+
+// ---- matmul ---------------------------------------------------------------------------------
+OpCase matmul_case(int64_t M, int64_t K, int64_t N, bool bias, WeightLayout layout, Rng& rng) {
+  const bool in_out = layout == WeightLayout::InOut;
+  const Shape weight_shape = in_out ? Shape{K, N} : Shape{N, K};
+  OpCase op;
+  op.name = fmt::format("matmul_{}_M{}_K{}_N{}{}", in_out ? "inout" : "outin", M, K, N, bias ? "_bias" : "");
+  op.inputs = {random_floats(static_cast<size_t>(M * K), rng), random_floats(static_cast<size_t>(K * N), rng)};
+  if (bias) op.inputs.push_back(random_floats(static_cast<size_t>(N), rng));
+  op.differentiable = bias ? std::vector<size_t>{0, 1, 2} : std::vector<size_t>{0, 1};
+  op.forward = [=](Backend& backend, const FloatInputs& in) {
+    DeviceTensors t(backend);
+    Tensor out = t.poisoned({M, N});
+    backend.matmul_forward({out, t.floats(in[0], {M, K}), t.floats(in[1], weight_shape),
+                            bias ? t.floats(in[2], {N}) : Tensor{}, layout});
+    return t.download(out);
+  };
+  op.reference = [=](const DoubleInputs& in) {
+    std::vector<double> out(static_cast<size_t>(M * N));
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) {
+        double sum = bias ? in[2][n] : 0.0;
+        for (int64_t k = 0; k < K; ++k) sum += in[0][m * K + k] * (in_out ? in[1][k * N + n] : in[1][n * K + k]);
+        out[m * N + n] = sum;
+      }
+    return out;
+  };
+  op.backward = [=](Backend& backend, const FloatInputs& in, const std::vector<float>& dout) {
+    DeviceTensors t(backend);
+    Rng seed_rng(7);
+    const std::vector<float> dweight_seed = random_floats(in[1].size(), seed_rng);
+    const std::vector<float> dbias_seed = random_floats(static_cast<size_t>(N), seed_rng);
+    Tensor din = t.poisoned({M, K});
+    Tensor dweight = t.floats(dweight_seed, weight_shape);
+    Tensor dbias = bias ? t.floats(dbias_seed, {N}) : Tensor{};
+    backend.matmul_backward({din, dweight, dbias, t.floats(dout, {M, N}), t.floats(in[0], {M, K}),
+                             t.floats(in[1], weight_shape), layout});
+    FloatInputs grads = {t.download(din), subtract(t.download(dweight), dweight_seed)};
+    if (bias) grads.push_back(subtract(t.download(dbias), dbias_seed));
+    return grads;
+  };
+  return op;
+}
+
+// ---- layernorm --------------------------------------------------------------------------------
+OpCase layernorm_case(int64_t M, int64_t C, Rng& rng) {
+  OpCase op;
+  op.name = fmt::format("layernorm_M{}_C{}", M, C);
+  std::vector<float> in = random_floats(static_cast<size_t>(M * C), rng, 2.0f);
+  for (float& value : in) value += 0.5f;  // a non-zero mean
+  op.inputs = {in, random_floats(static_cast<size_t>(C), rng), random_floats(static_cast<size_t>(C), rng)};
+  op.differentiable = {0, 1, 2};
+  constexpr float kEps = 1e-5f;
+  op.forward = [=](Backend& backend, const FloatInputs& x) {
+    DeviceTensors t(backend);
+    Tensor out = t.poisoned({M, C});
+    backend.layernorm_forward({out, t.poisoned({M}), t.poisoned({M}), t.floats(x[0], {M, C}),
+                               t.floats(x[1], {C}), t.floats(x[2], {C}), kEps});
+    return t.download(out);
+  };
+  op.reference = [=](const DoubleInputs& x) {
+    std::vector<double> out(static_cast<size_t>(M * C));
+    for (int64_t m = 0; m < M; ++m) {
+      double mean = 0, var = 0;
+      for (int64_t c = 0; c < C; ++c) mean += x[0][m * C + c] / static_cast<double>(C);
+      for (int64_t c = 0; c < C; ++c) var += std::pow(x[0][m * C + c] - mean, 2) / static_cast<double>(C);
+      for (int64_t c = 0; c < C; ++c)
+        out[m * C + c] = (x[0][m * C + c] - mean) / std::sqrt(var + kEps) * x[1][c] + x[2][c];
+    }
+    return out;
+  };
+  op.backward = [=](Backend& backend, const FloatInputs& x, const std::vector<float>& dout) {
+    DeviceTensors t(backend);
+    Rng seed_rng(11);
+    const std::vector<float> din_seed = random_floats(x[0].size(), seed_rng);  // din is "+="
+    const std::vector<float> dw_seed = random_floats(static_cast<size_t>(C), seed_rng);
+    const std::vector<float> db_seed = random_floats(static_cast<size_t>(C), seed_rng);
+    Tensor mean = t.poisoned({M}), rstd = t.poisoned({M});
+    Tensor in = t.floats(x[0], {M, C}), weight = t.floats(x[1], {C});
+    backend.layernorm_forward({t.poisoned({M, C}), mean, rstd, in, weight, t.floats(x[2], {C}), kEps});
+    Tensor din = t.floats(din_seed, {M, C}), dw = t.floats(dw_seed, {C}), db = t.floats(db_seed, {C});
+    backend.layernorm_backward({din, dw, db, t.floats(dout, {M, C}), in, weight, mean, rstd});
+    return FloatInputs{subtract(t.download(din), din_seed), subtract(t.download(dw), dw_seed),
+                       subtract(t.download(db), db_seed)};
+  };
+  return op;
+}
+
+// ---- gelu ---------------------------------------------------------------------------------------
+OpCase gelu_case(int64_t count, Rng& rng) {
+  OpCase op;
+  op.name = fmt::format("gelu_N{}", count);
+  op.inputs = {random_floats(static_cast<size_t>(count), rng, 2.0f)};
+  op.differentiable = {0};
+  op.forward = [=](Backend& backend, const FloatInputs& x) {
+    DeviceTensors t(backend);
+    Tensor out = t.poisoned({count});
+    backend.gelu_forward({out, t.floats(x[0], {count})});
+    return t.download(out);
+  };
+  op.reference = [](const DoubleInputs& x) {
+    std::vector<double> out(x[0].size());
+    for (size_t i = 0; i < out.size(); ++i) {
+      const double v = x[0][i];
+      out[i] = 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (v + 0.044715 * v * v * v)));
+    }
+    return out;
+  };
+  op.backward = [=](Backend& backend, const FloatInputs& x, const std::vector<float>& dout) {
+    DeviceTensors t(backend);
+    Tensor din = t.poisoned({count});
+    backend.gelu_backward({din, t.floats(x[0], {count}), t.floats(dout, {count})});
+    return FloatInputs{t.download(din)};
+  };
+  return op;
+}
+
+// ---- residual -------------------------------------------------------------------------------------
+OpCase residual_case(int64_t count, Rng& rng) {
+  OpCase op;
+  op.name = fmt::format("residual_N{}", count);
+  op.inputs = {random_floats(static_cast<size_t>(count), rng), random_floats(static_cast<size_t>(count), rng)};
+  op.forward = [=](Backend& backend, const FloatInputs& x) {
+    DeviceTensors t(backend);
+    Tensor out = t.poisoned({count});
+    backend.residual_forward({out, t.floats(x[0], {count}), t.floats(x[1], {count})});
+    return t.download(out);
+  };
+  op.reference = [](const DoubleInputs& x) {
+    std::vector<double> out(x[0].size());
+    for (size_t i = 0; i < out.size(); ++i) out[i] = x[0][i] + x[1][i];
+    return out;
+  };
+  return op;
+}
+
+// ---- embedding --------------------------------------------------------------------------------------
+OpCase embedding_case(int64_t B, int64_t T, int64_t C, int64_t rows, int64_t positions, Rng& rng) {
+  OpCase op;
+  op.name = fmt::format("embedding_B{}_T{}_C{}_V{}", B, T, C, rows);
+  std::vector<int32_t> tokens(static_cast<size_t>(B * T));
+  for (int32_t& token : tokens) token = static_cast<int32_t>(rng.below(static_cast<uint64_t>(rows)));
+  tokens[0] = tokens[1] = tokens.back();  // repeated ids must accumulate in dwte
+  op.inputs = {random_floats(static_cast<size_t>(rows * C), rng), random_floats(static_cast<size_t>(positions * C), rng)};
+  op.differentiable = {0, 1};
+  op.forward = [=](Backend& backend, const FloatInputs& x) {
+    DeviceTensors t(backend);
+    Tensor out = t.poisoned({B, T, C});
+    backend.embedding_forward({out, t.ints(tokens, {B, T}), t.floats(x[0], {rows, C}), t.floats(x[1], {positions, C})});
+    return t.download(out);
+  };
+  op.reference = [=](const DoubleInputs& x) {
+    std::vector<double> out(static_cast<size_t>(B * T * C));
+    for (int64_t i = 0; i < B * T; ++i)
+      for (int64_t c = 0; c < C; ++c) out[i * C + c] = x[0][tokens[i] * C + c] + x[1][(i % T) * C + c];
+    return out;
+  };
+  op.backward = [=](Backend& backend, const FloatInputs& x, const std::vector<float>& dout) {
+    DeviceTensors t(backend);
+    Rng seed_rng(13);
+    const std::vector<float> dwte_seed = random_floats(x[0].size(), seed_rng);
+    const std::vector<float> dwpe_seed = random_floats(x[1].size(), seed_rng);
+    Tensor dwte = t.floats(dwte_seed, {rows, C}), dwpe = t.floats(dwpe_seed, {positions, C});
+    backend.embedding_backward({dwte, dwpe, t.floats(dout, {B, T, C}), t.ints(tokens, {B, T})});
+    return FloatInputs{subtract(t.download(dwte), dwte_seed), subtract(t.download(dwpe), dwpe_seed)};
+  };
+  return op;
+}
+
+// ---- attention ----------------------------------------------------------------------------------------
+const char* mask_name(AttentionMask mask) {
+  switch (mask) {
+    case AttentionMask::Causal: return "causal";
+    case AttentionMask::KeyPadding: return "padding";
+    case AttentionMask::CausalKeyPadding: return "causal_padding";
+  }
+  return "?";
+}
+
+OpCase attention_case(int64_t B, int64_t T, int64_t NH, int64_t HS, AttentionMask mask, Rng& rng) {
+  const int64_t C = NH * HS;
+  OpCase op;
+  op.name = fmt::format("attention_{}_B{}_T{}_NH{}_HS{}", mask_name(mask), B, T, NH, HS);
+  const bool padded = mask != AttentionMask::Causal;
+  const bool causal = mask != AttentionMask::KeyPadding;
+  std::vector<int32_t> key_mask(static_cast<size_t>(B * T), 1);
+  if (padded) {
+    key_mask[0] = 0;                              // with causal: query 0 of batch 0 sees nothing
+    key_mask[static_cast<size_t>(B * T - 1)] = 0; // trailing padding in the last sequence
+    if (T > 3) key_mask[2] = 0;
+  }
+  op.inputs = {random_floats(static_cast<size_t>(B * T * 3 * C), rng)};
+  op.differentiable = {0};
+  auto run_forward = [=](Backend& backend, DeviceTensors& t, const std::vector<float>& qkv_host,
+                         Tensor& qkv, Tensor& probs) {
+    Tensor out = t.poisoned({B, T, C});
+    probs = t.poisoned({B, NH, T, T});
+    qkv = t.floats(qkv_host, {B, T, 3 * C});
+    backend.attention_forward({out, probs, qkv, padded ? t.ints(key_mask, {B, T}) : Tensor{},
+                               static_cast<int>(NH), mask});
+    return out;
+  };
+  op.forward = [=](Backend& backend, const FloatInputs& x) {
+    DeviceTensors t(backend);
+    Tensor qkv, probs;
+    return t.download(run_forward(backend, t, x[0], qkv, probs));
+  };
+  op.reference = [=](const DoubleInputs& x) {
+    const std::vector<double>& qkv = x[0];
+    std::vector<double> out(static_cast<size_t>(B * T * C), 0.0);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < NH; ++h)
+        for (int64_t t = 0; t < T; ++t) {
+          std::vector<double> scores(static_cast<size_t>(T), -INFINITY);
+          double max_score = -INFINITY;
+          for (int64_t s = 0; s < T; ++s) {
+            if ((causal && s > t) || (padded && key_mask[b * T + s] == 0)) continue;
+            double dot = 0;
+            for (int64_t d = 0; d < HS; ++d)
+              dot += qkv[(b * T + t) * 3 * C + h * HS + d] * qkv[(b * T + s) * 3 * C + C + h * HS + d];
+            scores[s] = dot / std::sqrt(static_cast<double>(HS));
+            max_score = std::max(max_score, scores[s]);
+          }
+          if (max_score == -INFINITY) continue;  // no visible key: zero output
+          double sum = 0;
+          for (double& score : scores) sum += (score = std::exp(score - max_score));
+          for (int64_t s = 0; s < T; ++s)
+            for (int64_t d = 0; d < HS; ++d)
+              out[(b * T + t) * C + h * HS + d] += scores[s] / sum * qkv[(b * T + s) * 3 * C + 2 * C + h * HS + d];
+        }
+    return out;
+  };
+  op.backward = [=](Backend& backend, const FloatInputs& x, const std::vector<float>& dout) {
+    DeviceTensors t(backend);
+    Tensor qkv, probs;
+    run_forward(backend, t, x[0], qkv, probs);
+    Tensor dqkv = t.poisoned({B, T, 3 * C});
+    backend.attention_backward({dqkv, t.poisoned({B, NH, T, T}), t.floats(dout, {B, T, C}), qkv, probs,
+                                static_cast<int>(NH)});
+    return FloatInputs{t.download(dqkv)};
+  };
+  return op;
+}
+
+// ---- softmax + cross-entropy ------------------------------------------------------------------------------
+OpCase cross_entropy_case(int64_t M, int64_t V, int64_t Vp, Rng& rng) {
+  OpCase op;
+  op.name = fmt::format("cross_entropy_M{}_V{}_Vp{}", M, V, Vp);
+  constexpr int32_t kIgnore = -100;
+  std::vector<int32_t> targets(static_cast<size_t>(M));
+  for (int32_t& target : targets) target = static_cast<int32_t>(rng.below(static_cast<uint64_t>(V)));
+  targets[1] = kIgnore;
+  op.inputs = {random_floats(static_cast<size_t>(M * Vp), rng, 3.0f)};
+  op.differentiable = {0};
+  op.uniform_dout = true;
+  auto run = [=](Backend& backend, const std::vector<float>& logits_host, bool grad, float scale,
+                 std::vector<float>* logits_after) {
+    DeviceTensors t(backend);
+    Tensor logits = t.floats(logits_host, {M, Vp});
+    Tensor losses = t.poisoned({M});
+    backend.softmax_cross_entropy({logits, losses, t.ints(targets, {M}), V, kIgnore, scale, grad});
+    if (logits_after) *logits_after = t.download(logits);
+    return t.download(losses);
+  };
+  op.forward = [=](Backend& backend, const FloatInputs& x) { return run(backend, x[0], false, 1.0f, nullptr); };
+  op.reference = [=](const DoubleInputs& x) {
+    std::vector<double> losses(static_cast<size_t>(M), 0.0);
+    for (int64_t m = 0; m < M; ++m) {
+      if (targets[m] == kIgnore) continue;
+      double max_logit = -INFINITY, sum = 0;
+      for (int64_t v = 0; v < V; ++v) max_logit = std::max(max_logit, x[0][m * Vp + v]);
+      for (int64_t v = 0; v < V; ++v) sum += std::exp(x[0][m * Vp + v] - max_logit);
+      losses[m] = std::log(sum) + max_logit - x[0][m * Vp + targets[m]];
+    }
+    return losses;
+  };
+  op.backward = [=](Backend& backend, const FloatInputs& x, const std::vector<float>& dout) {
+    std::vector<float> grad;
+    run(backend, x[0], true, dout[0], &grad);
+    return FloatInputs{grad};
+  };
+  return op;
+}
+
+}  // namespace
+
+std::vector<OpCase> all_op_cases() {
+  Rng rng(20240520);
+  std::vector<OpCase> cases;
+  cases.push_back(matmul_case(7, 24, 80, true, WeightLayout::InOut, rng));
+  cases.push_back(matmul_case(16, 64, 48, false, WeightLayout::InOut, rng));
+  cases.push_back(matmul_case(3, 5, 1, true, WeightLayout::InOut, rng));
+  cases.push_back(matmul_case(5, 24, 13, false, WeightLayout::OutIn, rng));
+  cases.push_back(matmul_case(9, 80, 33, true, WeightLayout::OutIn, rng));
+  cases.push_back(layernorm_case(6, 24, rng));
+  cases.push_back(layernorm_case(3, 80, rng));
+  cases.push_back(layernorm_case(4, 7, rng));
+  cases.push_back(gelu_case(37, rng));
+  cases.push_back(gelu_case(256, rng));
+  cases.push_back(residual_case(50, rng));
+  cases.push_back(embedding_case(2, 5, 24, 13, 8, rng));
+  cases.push_back(embedding_case(1, 7, 80, 64, 7, rng));
+  cases.push_back(attention_case(2, 5, 2, 24, AttentionMask::Causal, rng));
+  cases.push_back(attention_case(1, 7, 1, 80, AttentionMask::Causal, rng));
+  cases.push_back(attention_case(2, 4, 4, 4, AttentionMask::Causal, rng));
+  cases.push_back(attention_case(3, 9, 2, 8, AttentionMask::Causal, rng));
+  cases.push_back(attention_case(2, 6, 1, 24, AttentionMask::KeyPadding, rng));
+  cases.push_back(attention_case(2, 6, 2, 8, AttentionMask::CausalKeyPadding, rng));
+  cases.push_back(cross_entropy_case(5, 11, 64, rng));
+  cases.push_back(cross_entropy_case(3, 257, 320, rng));
+  return cases;
+}
+
+}  // namespace kiln::testing
