@@ -1,0 +1,158 @@
+// The assembled GPT: gradients of the whole model against finite differences, vocabulary padding,
+// initialisation, and the parameter count against the closed formula of PERF.md.
+#include "kiln/nn/gpt.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kiln/backend/registry.h"
+#include "kiln/core/rng.h"
+#include "support/device_tensors.h"
+
+namespace kiln {
+namespace {
+
+GptConfig tiny_config() {
+  GptConfig config;
+  config.num_layers = 2;
+  config.hidden_size = 24;
+  config.num_heads = 2;
+  config.vocab_size = 37;
+  config.max_position_embeddings = 8;
+  return config;
+}
+
+struct Batch {
+  std::vector<int32_t> tokens, targets;
+};
+
+Batch random_batch(int64_t count, int64_t vocab, uint64_t seed) {
+  Rng rng(seed);
+  Batch batch;
+  for (int64_t i = 0; i < count; ++i) {
+    batch.tokens.push_back(static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab))));
+    batch.targets.push_back(static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab))));
+  }
+  return batch;
+}
+
+TEST(Gpt, GradientMatchesDirectionalFiniteDifference) {
+  auto backend = make_backend("cpu");
+  const GptConfig config = tiny_config();
+  Gpt model(config, *backend);
+  model.init_weights(1);
+  model.allocate_activations(2, 8);
+  const Batch batch = random_batch(2 * 7, config.vocab_size, 2);
+  model.forward(batch.tokens, batch.targets, 2, 7, true, 1.0f);
+  model.backward();
+  float* params = model.params().as<float>();
+  const float* grads = model.grads().as<float>();
+  // Along a random direction d: (L(p + h d) - L(p - h d)) / 2h must equal g . d.
+  Rng rng(3);
+  const int64_t count = model.num_parameters();
+  std::vector<float> direction(static_cast<size_t>(count)), saved(params, params + count);
+  double predicted = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    direction[i] = rng.normal(0.0f, 1.0f);
+    predicted += static_cast<double>(grads[i]) * direction[i];
+  }
+  auto loss_at = [&](double scale) {
+    for (int64_t i = 0; i < count; ++i) params[i] = saved[i] + static_cast<float>(scale * direction[i]);
+    return model.forward(batch.tokens, batch.targets, 2, 7);
+  };
+  // Central differences err by O(h^2); Richardson extrapolation of steps h and h/2 cancels that
+  // term, leaving fp32 rounding of the loss as the limit.
+  auto central = [&](double step) { return (loss_at(step) - loss_at(-step)) / (2 * step); };
+  const double step = 8e-4;
+  const double numeric = (4 * central(step / 2) - central(step)) / 3;
+  EXPECT_NEAR(numeric, predicted, 5e-4 * std::abs(predicted)) << "numeric " << numeric;
+}
+
+TEST(Gpt, GradientsAccumulateAcrossBackwardCalls) {
+  auto backend = make_backend("cpu");
+  Gpt model(tiny_config(), *backend);
+  model.init_weights(1);
+  model.allocate_activations(1, 6);
+  const Batch batch = random_batch(6, 37, 4);
+  model.forward(batch.tokens, batch.targets, 1, 6, true, 1.0f);
+  model.backward();
+  const std::vector<float> once(model.grads().as<float>(), model.grads().as<float>() + model.num_parameters());
+  model.forward(batch.tokens, batch.targets, 1, 6, true, 1.0f);
+  model.backward();
+  for (int64_t i = 0; i < model.num_parameters(); ++i)
+    ASSERT_FLOAT_EQ(model.grads().as<float>()[i], 2 * once[i]) << i;
+}
+
+TEST(Gpt, VocabularyPaddingIsNeverPredictedNorTrained) {
+  auto backend = make_backend("cpu");
+  const GptConfig config = tiny_config();
+  ASSERT_EQ(config.padded_vocab_size(), 64);
+  Gpt model(config, *backend);
+  model.init_weights(1);
+  model.allocate_activations(1, 5);
+  const Batch batch = random_batch(5, config.vocab_size, 5);
+  model.forward(batch.tokens, batch.targets, 1, 5, true, 1.0f);
+  model.backward();
+  const ParameterInfo& wte = model.layout().find("wte.weight");
+  const float* params = model.params().as<float>() + wte.offset;
+  const float* grads = model.grads().as<float>() + wte.offset;
+  for (int64_t i = config.vocab_size * config.hidden_size; i < wte.shape.numel(); ++i) {
+    ASSERT_EQ(params[i], 0.0f);
+    ASSERT_EQ(grads[i], 0.0f);
+  }
+  EXPECT_EQ(model.logits_at(0, 4).size(), static_cast<size_t>(config.vocab_size));
+}
+
+TEST(Gpt, InitialisationFollowsGpt2) {
+  auto backend = make_backend("cpu");
+  GptConfig config = tiny_config();
+  config.num_layers = 8;
+  config.hidden_size = 64;
+  config.num_heads = 4;
+  Gpt model(config, *backend);
+  model.init_weights(1);
+  auto stddev = [&](const std::string& name) {
+    const ParameterInfo& info = model.layout().find(name);
+    const float* values = model.params().as<float>() + info.offset;
+    double squares = 0;
+    for (int64_t i = 0; i < info.shape.numel(); ++i) squares += values[i] * values[i];
+    return std::sqrt(squares / static_cast<double>(info.shape.numel()));
+  };
+  EXPECT_NEAR(stddev("h.0.mlp.c_fc.weight"), 0.02, 0.001);
+  EXPECT_NEAR(stddev("h.3.mlp.c_proj.weight"), 0.02 / std::sqrt(16.0), 0.0005);
+  EXPECT_NEAR(stddev("h.3.attn.c_proj.weight"), 0.02 / std::sqrt(16.0), 0.0005);
+  EXPECT_EQ(model.params().as<float>()[model.layout().find("h.1.ln_2.weight").offset], 1.0f);
+  EXPECT_EQ(model.params().as<float>()[model.layout().find("h.1.ln_2.bias").offset], 0.0f);
+}
+
+TEST(Gpt, ParameterCountMatchesClosedFormula) {
+  // PERF.md: P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)), with V the (padded) vocabulary and s
+  // the positions. GPT-2 124M: l=12, h=768, V=50304, s=1024.
+  GptConfig config;
+  config.num_layers = 12;
+  config.hidden_size = 768;
+  config.num_heads = 12;
+  config.vocab_size = 50304;
+  config.max_position_embeddings = 1024;
+  const ParameterLayout layout(config);
+  const double l = 12, h = 768, V = 50304, s = 1024;
+  const double formula = 12 * l * h * h * (1 + 13 / (12 * h) + (V + s) / (12 * l * h));
+  // The closed form leaves out the final LayerNorm's gain and bias (2h).
+  EXPECT_EQ(layout.total(), static_cast<int64_t>(std::llround(formula)) + 2 * 768);
+  EXPECT_EQ(layout.total(), 124475904);  // nanoGPT's count for the same shape with V = 50304
+}
+
+TEST(Gpt, WeightDecaySegmentsSkipBiasesAndLayerNorm) {
+  const ParameterLayout layout(tiny_config());
+  for (const AdamwSegment& segment : layout.adamw_segments(0.1f)) {
+    for (const ParameterInfo& info : layout.entries()) {
+      if (info.offset >= segment.offset && info.offset < segment.offset + segment.count) {
+        EXPECT_EQ(segment.weight_decay > 0, info.shape.rank == 2) << info.name;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln
