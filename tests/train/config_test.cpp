@@ -1,0 +1,124 @@
+#include "kiln/train/config.h"
+
+#include <gtest/gtest.h>
+
+#include "kiln/core/error.h"
+
+namespace kiln {
+namespace {
+
+template <typename Action>
+std::string error_of(Action action) {
+  try {
+    action();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST(Config, YamlSetsTypedFields) {
+  Config config;
+  apply_yaml(config, "num_layers: 6\nlr: 3.0e-4\nbf16: true\nlr_decay_style: linear\n", "run.yaml");
+  EXPECT_EQ(config.num_layers, 6);
+  EXPECT_DOUBLE_EQ(config.lr, 3e-4);
+  EXPECT_TRUE(config.bf16);
+  EXPECT_EQ(config.lr_decay_style, "linear");
+}
+
+TEST(Config, UnknownKeyNamesFileLineAndKey) {
+  Config config;
+  const std::string message = error_of([&] { apply_yaml(config, "lr: 1\nnum_layer: 3\n", "run.yaml"); });
+  EXPECT_EQ(message, "run.yaml:2: unknown config key 'num_layer'");
+}
+
+TEST(Config, WrongTypeNamesKey) {
+  Config config;
+  EXPECT_EQ(error_of([&] { apply_yaml(config, "hidden_size: wide\n", "run.yaml"); }),
+            "run.yaml:1: 'hidden_size' expects an integer, got 'wide'");
+  EXPECT_EQ(error_of([&] { apply_yaml(config, "fp16: maybe\n", "run.yaml"); }),
+            "run.yaml:1: 'fp16' expects true or false, got 'maybe'");
+  EXPECT_NE(error_of([&] { apply_yaml(config, "lr: [1, 2]\n", "run.yaml"); }).find("expects a single value"),
+            std::string::npos);
+}
+
+TEST(Config, MalformedYamlNamesPosition) {
+  Config config;
+  const std::string message = error_of([&] { apply_yaml(config, "lr: 1\n  bad: [\n", "run.yaml"); });
+  EXPECT_NE(message.find("run.yaml:"), std::string::npos);
+  EXPECT_NE(message.find("malformed YAML"), std::string::npos) << message;
+}
+
+TEST(Config, FlagsUseMegatronNames) {
+  const auto& fields = config_fields();
+  const auto find = [&](const std::string& flag) {
+    for (const ConfigField& field : fields)
+      if (flag_name(field) == flag) return true;
+    return false;
+  };
+  for (const char* flag : {"--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length",
+                           "--max-position-embeddings", "--micro-batch-size", "--global-batch-size",
+                           "--train-iters", "--lr", "--min-lr", "--lr-decay-style", "--lr-decay-iters",
+                           "--lr-warmup-fraction", "--adam-beta1", "--adam-beta2", "--adam-eps",
+                           "--weight-decay", "--clip-grad", "--seed", "--log-interval", "--eval-interval",
+                           "--eval-iters", "--save", "--save-interval", "--load", "--data-path", "--fp16",
+                           "--bf16", "--init-method-std", "--lr-warmup-iters"})
+    EXPECT_TRUE(find(flag)) << flag;
+}
+
+TEST(Config, GlobalBatchMustDivide) {
+  Config config;
+  config.micro_batch_size = 4;
+  config.global_batch_size = 10;
+  config.resolve();
+  EXPECT_EQ(error_of([&] { config.validate(); }),
+            "config key 'global_batch_size': 10 is not a multiple of micro_batch_size 4 x "
+            "data_parallel_size 1");
+  config.global_batch_size = 16;
+  config.validate();
+  EXPECT_EQ(config.accumulation_steps(), 4);
+}
+
+TEST(Config, InconsistentValuesAreErrors) {
+  auto check = [](auto mutate, const std::string& fragment) {
+    Config config;
+    mutate(config);
+    config.resolve();
+    const std::string message = error_of([&] { config.validate(); });
+    EXPECT_NE(message.find(fragment), std::string::npos) << "got: " << message;
+  };
+  check([](Config& c) { c.hidden_size = 100; c.num_attention_heads = 3; }, "'num_attention_heads'");
+  check([](Config& c) { c.fp16 = c.bf16 = true; }, "'fp16' and 'bf16'");
+  check([](Config& c) { c.seq_length = 256; c.max_position_embeddings = 128; }, "'seq_length'");
+  check([](Config& c) { c.num_layers = 0; }, "'num_layers' must be positive");
+  check([](Config& c) { c.lr_warmup_iters = 5; c.lr_warmup_fraction = 0.1; }, "both set");
+  check([](Config& c) { c.save_interval = 10; }, "'save_interval'");
+  check([](Config& c) { c.lr_decay_style = "step"; }, "'step'");
+  check([](Config& c) { c.device = "tpu"; }, "'device'");
+}
+
+TEST(Config, YamlRoundTrips) {
+  Config config;
+  config.lr = 1.2345e-4;
+  config.data_path = "/data/x";
+  config.fp16 = true;
+  config.resolve();
+  Config again;
+  apply_yaml(again, to_yaml(config), "printed");
+  EXPECT_EQ(to_yaml(again), to_yaml(config));
+  EXPECT_DOUBLE_EQ(again.lr, 1.2345e-4);
+}
+
+TEST(Config, DerivedDefaultsAndWarmup) {
+  Config config;
+  config.train_iters = 200;
+  config.lr_warmup_fraction = 0.1;
+  config.resolve();
+  EXPECT_EQ(config.lr_decay_iters, 200);
+  EXPECT_EQ(config.max_position_embeddings, config.seq_length);
+  EXPECT_EQ(config.global_batch_size, config.micro_batch_size);
+  EXPECT_EQ(config.lr_schedule().warmup_iters, 20);
+}
+
+}  // namespace
+}  // namespace kiln

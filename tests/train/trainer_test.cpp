@@ -1,0 +1,203 @@
+// The Trainer end to end on the CPU: loss falls, resume is bit for bit, accumulation is exact,
+// non-finite steps are skipped, checkpoints are validated against the model.
+#include "kiln/train/trainer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "kiln/core/error.h"
+#include "support/temp_dir.h"
+
+namespace kiln {
+namespace {
+
+using testing::TempDir;
+
+class Recorder : public TrainObserver {
+ public:
+  void on_iteration(const IterationStats& stats) override { iterations.push_back(stats); }
+  void on_validation(const ValidationStats& stats) override { validations.push_back(stats); }
+  std::vector<IterationStats> iterations;
+  std::vector<ValidationStats> validations;
+};
+
+Config toy_config(const std::string& data) {
+  Config config;
+  config.data_path = data;
+  config.num_layers = 2;
+  config.hidden_size = 32;
+  config.num_attention_heads = 2;
+  config.seq_length = 16;
+  config.micro_batch_size = 4;
+  config.global_batch_size = 8;
+  config.train_iters = 12;
+  config.lr = 1e-2;
+  config.lr_warmup_iters = 2;
+  config.eval_iters = 0;
+  config.log_interval = 1;
+  return config;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream stream(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(stream), {}};
+}
+
+template <typename Action>
+std::string error_of(Action action) {
+  try {
+    action();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST(Trainer, LossFallsAndValidationRuns) {
+  TempDir dir;
+  testing::write_toy_dataset(dir.path(), 29, 20000, 2000);
+  Config config = toy_config(dir.path());
+  config.train_iters = 40;
+  config.eval_iters = 2;
+  config.eval_interval = 20;
+  Trainer trainer(config);
+  Recorder recorder;
+  trainer.add_observer(&recorder);
+  trainer.run();
+  ASSERT_EQ(recorder.iterations.size(), 40u);
+  EXPECT_NEAR(recorder.iterations.front().lm_loss, std::log(29.0), 0.3);
+  EXPECT_LT(recorder.iterations.back().lm_loss, recorder.iterations.front().lm_loss - 1.0);
+  ASSERT_EQ(recorder.validations.size(), 2u);  // at 20 and at 40 (the end)
+  EXPECT_LT(recorder.validations.back().lm_loss, std::log(29.0) - 1.0);
+  EXPECT_DOUBLE_EQ(recorder.validations.back().perplexity, std::exp(recorder.validations.back().lm_loss));
+  EXPECT_EQ(trainer.state().consumed_samples, 40 * 8);
+}
+
+TEST(Trainer, ResumeIsBitForBit) {
+  TempDir dir;
+  testing::write_toy_dataset(dir.path(), 29, 20000, 2000);
+  Config config = toy_config(dir.path());
+  config.save = dir / "ckpt";
+  config.save_interval = 6;
+  Recorder full;
+  {
+    Trainer trainer(config);
+    trainer.add_observer(&full);
+    trainer.run();
+  }
+  Config resumed_config = toy_config(dir.path());
+  resumed_config.load = dir / "ckpt/iter_0000006";
+  resumed_config.save = dir / "resumed";
+  Recorder resumed;
+  {
+    Trainer trainer(resumed_config);
+    EXPECT_EQ(trainer.state().iteration, 6);
+    trainer.add_observer(&resumed);
+    trainer.run();
+  }
+  ASSERT_EQ(resumed.iterations.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(resumed.iterations[i].iteration, full.iterations[i + 6].iteration);
+    EXPECT_EQ(resumed.iterations[i].lm_loss, full.iterations[i + 6].lm_loss) << "iteration " << i + 7;
+    EXPECT_EQ(resumed.iterations[i].grad_norm, full.iterations[i + 6].grad_norm);
+    EXPECT_EQ(resumed.iterations[i].learning_rate, full.iterations[i + 6].learning_rate);
+  }
+  EXPECT_EQ(read_file(dir / "resumed/iter_0000012/model.safetensors"),
+            read_file(dir / "ckpt/iter_0000012/model.safetensors"));
+  EXPECT_EQ(read_file(dir / "resumed/iter_0000012/optimizer.safetensors"),
+            read_file(dir / "ckpt/iter_0000012/optimizer.safetensors"));
+  EXPECT_EQ(read_file(dir / "ckpt/latest_checkpointed_iteration.txt"), "12\n");
+  for (const auto& entry : std::filesystem::directory_iterator(dir / "ckpt"))
+    EXPECT_EQ(entry.path().filename().string().find(".tmp-"), std::string::npos) << entry.path();
+}
+
+TEST(Trainer, GradientAccumulationMatchesOneBigMicroBatch) {
+  TempDir dir;
+  testing::write_toy_dataset(dir.path(), 29, 20000, 2000);
+  Config big = toy_config(dir.path());
+  big.micro_batch_size = 16;
+  big.global_batch_size = 16;
+  big.train_iters = 3;
+  Config accumulated = big;
+  accumulated.micro_batch_size = 4;  // 4 micro-batches of 4
+  Recorder a, b;
+  Trainer big_trainer(big), accumulated_trainer(accumulated);
+  big_trainer.add_observer(&a);
+  accumulated_trainer.add_observer(&b);
+  big_trainer.run();
+  accumulated_trainer.run();
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_NEAR(a.iterations[i].lm_loss, b.iterations[i].lm_loss, 1e-5) << i;
+    EXPECT_NEAR(a.iterations[i].grad_norm, b.iterations[i].grad_norm, 1e-5 * a.iterations[i].grad_norm) << i;
+  }
+  const float* pa = big_trainer.model().params().as<float>();
+  const float* pb = accumulated_trainer.model().params().as<float>();
+  double diff = 0, norm = 0;
+  for (int64_t i = 0; i < big_trainer.model().num_parameters(); ++i) {
+    diff += (pa[i] - pb[i]) * (pa[i] - pb[i]);
+    norm += pa[i] * pa[i];
+  }
+  EXPECT_LT(std::sqrt(diff / norm), 1e-5);
+}
+
+TEST(Trainer, NonFiniteGradientsSkipTheStep) {
+  TempDir dir;
+  testing::write_toy_dataset(dir.path(), 29, 20000, 2000);
+  Config config = toy_config(dir.path());
+  config.init_method_std = 1e30;  // logits overflow: loss and gradients are not finite
+  Trainer trainer(config);
+  const std::vector<float> before(trainer.model().params().as<float>(),
+                                  trainer.model().params().as<float>() + trainer.model().num_parameters());
+  const IterationStats stats = trainer.train_step();
+  EXPECT_TRUE(stats.skipped);
+  EXPECT_EQ(stats.skipped_iterations, 1);
+  EXPECT_FALSE(std::isfinite(stats.grad_norm));
+  // As in Megatron, "nan iterations" counts non-finite losses; here only the gradients overflow.
+  ASSERT_TRUE(std::isfinite(stats.lm_loss));
+  EXPECT_EQ(stats.nan_iterations, 0);
+  for (int64_t i = 0; i < trainer.model().num_parameters(); ++i)
+    ASSERT_EQ(trainer.model().params().as<float>()[i], before[i]);
+}
+
+TEST(Trainer, CheckpointOfAnotherShapeIsRejectedByName) {
+  TempDir dir;
+  testing::write_toy_dataset(dir.path(), 29, 20000, 2000);
+  Config config = toy_config(dir.path());
+  config.train_iters = 1;
+  config.lr_warmup_iters = 0;
+  config.save = dir / "ckpt";
+  Trainer(config).run();
+  Config wider = toy_config(dir.path());
+  wider.hidden_size = 48;
+  wider.load = dir / "ckpt";
+  EXPECT_NE(error_of([&] { Trainer trainer(wider); }).find("tensor 'wte.weight' has shape [29, 32] but the model needs [29, 48]"),
+            std::string::npos);
+  Config deeper = toy_config(dir.path());
+  deeper.num_layers = 3;
+  deeper.load = dir / "ckpt";
+  EXPECT_NE(error_of([&] { Trainer trainer(deeper); }).find("tensor 'h.2.ln_1.weight' is missing"), std::string::npos);
+  Config shallower = toy_config(dir.path());
+  shallower.num_layers = 1;
+  shallower.load = dir / "ckpt";
+  EXPECT_NE(error_of([&] { Trainer trainer(shallower); }).find("tensor 'h.1.attn.c_attn.bias' does not exist in this model (1 layers)"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              Config missing = toy_config(dir.path());
+              missing.load = dir / "nothing";
+              Trainer trainer(missing);
+            }).find("does not exist"),
+            std::string::npos);
+}
+
+TEST(Trainer, TokensBeyondTheVocabularyAreRejected) {
+  TempDir dir;
+  testing::write_toy_dataset(dir.path(), 29, 20000, 2000);
+  Config config = toy_config(dir.path());
+  config.vocab_size = 20;  // the data holds ids up to 28
+  EXPECT_NE(error_of([&] { Trainer trainer(config); }).find("outside the vocabulary [0, 20)"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kiln
