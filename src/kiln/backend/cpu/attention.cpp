@@ -1,10 +1,13 @@
-// Multi-head self-attention core, the plain way: per (batch, head) the T x T score matrix is
-// formed, masked, soft-maxed and kept (probs) for backward. The CUDA back-end replaces this with
-// a fused flash-attention kernel; this file is the oracle it is tested against.
+// Multi-head self-attention core in its textbook matrix form: per (batch, head),
+//   S = q k^T / sqrt(HS), masked;  P = softmax(S) (kept for backward);  out = P v.
+// The T x T products run through BLAS (single-threaded inside the per-head OpenMP loop); the
+// CUDA back-end replaces this with a fused flash-attention kernel tested against this file.
 //
-// Backward per row t, with P = probs and dP = dout . v^T:
-//   dS = P * (dP - sum_j P_j dP_j);  dq = dS k / sqrt(HS);  dk += dS^T q / sqrt(HS);  dv += P^T dout.
-// Each (batch, head) pair is owned by one thread and touches only its own slices, so no races.
+// Backward, with dO the output gradient:
+//   dP = dO v^T;  dS = P * (dP - rowsum(P * dP)) / sqrt(HS);  dq = dS k;  dk = dS^T q;  dv = P^T dO.
+// Each (batch, head) pair is owned by one thread and writes only its own slices, so no races.
+#include <cblas.h>
+
 #include <cmath>
 #include <limits>
 
@@ -27,6 +30,27 @@ AttentionShape attention_shape(const Tensor& qkv, int num_heads, const char* op)
   return {qkv.shape[0], qkv.shape[1], C, num_heads, C / num_heads};
 }
 
+// Masks and soft-maxes one row of scores in place; a row with no visible key becomes all zeros.
+void masked_softmax_row(float* row, int64_t T, int64_t last_key, const int32_t* key_mask) {
+  float max_score = -std::numeric_limits<float>::infinity();
+  for (int64_t t2 = 0; t2 < T; ++t2) {
+    const bool visible = t2 <= last_key && (key_mask == nullptr || key_mask[t2] != 0);
+    if (!visible) row[t2] = -std::numeric_limits<float>::infinity();
+    max_score = std::max(max_score, row[t2]);
+  }
+  if (max_score == -std::numeric_limits<float>::infinity()) {
+    for (int64_t t2 = 0; t2 < T; ++t2) row[t2] = 0.0f;
+    return;
+  }
+  float sum = 0.0f;
+  for (int64_t t2 = 0; t2 < T; ++t2) {
+    row[t2] = std::exp(row[t2] - max_score);  // exp(-inf) = 0 for masked keys
+    sum += row[t2];
+  }
+  const float inverse_sum = 1.0f / sum;
+  for (int64_t t2 = 0; t2 < T; ++t2) row[t2] *= inverse_sum;
+}
+
 }  // namespace
 
 void CpuBackend::attention_forward(const AttentionForward& args) {
@@ -39,11 +63,9 @@ void CpuBackend::attention_forward(const AttentionForward& args) {
   cpu::require_numel(args.probs, B * NH * T * T, op, "probs");
   const bool causal = args.mask != AttentionMask::KeyPadding;
   const bool padded = args.mask != AttentionMask::Causal;
-  const int32_t* key_mask = nullptr;
   if (padded) {
     cpu::require(args.key_mask, DType::I32, op, "key_mask");
     cpu::require_numel(args.key_mask, B * T, op, "key_mask");
-    key_mask = args.key_mask.as<int32_t>();
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const float* qkv = args.qkv.as<float>();
@@ -52,42 +74,16 @@ void CpuBackend::attention_forward(const AttentionForward& args) {
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < NH; ++h) {
-      for (int64_t t = 0; t < T; ++t) {
-        const float* q = qkv + (b * T + t) * 3 * C + h * HS;
-        float* row = probs + ((b * NH + h) * T + t) * T;
-        const int64_t last_key = causal ? t : T - 1;
-        float max_score = -std::numeric_limits<float>::infinity();
-        for (int64_t t2 = 0; t2 < T; ++t2) {
-          const bool visible = t2 <= last_key && (!padded || key_mask[b * T + t2] != 0);
-          if (!visible) {
-            row[t2] = -std::numeric_limits<float>::infinity();
-            continue;
-          }
-          const float* k = qkv + (b * T + t2) * 3 * C + C + h * HS;
-          float dot = 0.0f;
-          for (int64_t d = 0; d < HS; ++d) dot += q[d] * k[d];
-          row[t2] = dot * scale;
-          max_score = std::max(max_score, row[t2]);
-        }
-        float* out_row = out + (b * T + t) * C + h * HS;
-        for (int64_t d = 0; d < HS; ++d) out_row[d] = 0.0f;
-        if (max_score == -std::numeric_limits<float>::infinity()) {  // no visible key
-          for (int64_t t2 = 0; t2 < T; ++t2) row[t2] = 0.0f;
-          continue;
-        }
-        float sum = 0.0f;
-        for (int64_t t2 = 0; t2 < T; ++t2) {
-          row[t2] = std::exp(row[t2] - max_score);  // exp(-inf) = 0 for masked keys
-          sum += row[t2];
-        }
-        const float inverse_sum = 1.0f / sum;
-        for (int64_t t2 = 0; t2 < T; ++t2) {
-          row[t2] *= inverse_sum;
-          if (row[t2] == 0.0f) continue;
-          const float* v = qkv + (b * T + t2) * 3 * C + 2 * C + h * HS;
-          for (int64_t d = 0; d < HS; ++d) out_row[d] += row[t2] * v[d];
-        }
-      }
+      const float* q = qkv + b * T * 3 * C + h * HS;
+      const float* k = q + C;
+      const float* v = q + 2 * C;
+      float* p = probs + (b * NH + h) * T * T;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, scale, q, 3 * C, k, 3 * C, 0.0f,
+                  p, T);
+      const int32_t* key_mask = padded ? args.key_mask.as<int32_t>() + b * T : nullptr;
+      for (int64_t t = 0; t < T; ++t) masked_softmax_row(p + t * T, T, causal ? t : T - 1, key_mask);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f, p, T, v, 3 * C, 0.0f,
+                  out + b * T * C + h * HS, C);
     }
   }
 }
@@ -113,39 +109,23 @@ void CpuBackend::attention_backward(const AttentionBackward& args) {
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < NH; ++h) {
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t part = 0; part < 3; ++part)
-          for (int64_t d = 0; d < HS; ++d) dqkv[(b * T + t) * 3 * C + part * C + h * HS + d] = 0.0f;
-      for (int64_t t = 0; t < T; ++t) {
-        const float* p_row = probs + ((b * NH + h) * T + t) * T;
-        float* dp_row = dprobs + ((b * NH + h) * T + t) * T;
-        const float* grad = dout + (b * T + t) * C + h * HS;
+      const int64_t offset = b * T * 3 * C + h * HS;
+      const float *q = qkv + offset, *k = q + C, *v = q + 2 * C;
+      float *dq = dqkv + offset, *dk = dq + C, *dv = dq + 2 * C;
+      const float* p = probs + (b * NH + h) * T * T;
+      float* ds = dprobs + (b * NH + h) * T * T;
+      const float* d_o = dout + b * T * C + h * HS;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, 1.0f, d_o, C, v, 3 * C, 0.0f, ds, T);
+      for (int64_t t = 0; t < T; ++t) {  // dP -> dS in place
+        const float* p_row = p + t * T;
+        float* row = ds + t * T;
         float weighted = 0.0f;
-        for (int64_t t2 = 0; t2 < T; ++t2) {
-          dp_row[t2] = 0.0f;
-          if (p_row[t2] == 0.0f) continue;
-          const float* v = qkv + (b * T + t2) * 3 * C + 2 * C + h * HS;
-          float dot = 0.0f;
-          for (int64_t d = 0; d < HS; ++d) dot += grad[d] * v[d];
-          dp_row[t2] = dot;
-          weighted += p_row[t2] * dot;
-        }
-        const float* q = qkv + (b * T + t) * 3 * C + h * HS;
-        float* dq = dqkv + (b * T + t) * 3 * C + h * HS;
-        for (int64_t t2 = 0; t2 < T; ++t2) {
-          const float p = p_row[t2];
-          if (p == 0.0f) continue;
-          const float dscore = p * (dp_row[t2] - weighted) * scale;
-          const float* k = qkv + (b * T + t2) * 3 * C + C + h * HS;
-          float* dk = dqkv + (b * T + t2) * 3 * C + C + h * HS;
-          float* dv = dqkv + (b * T + t2) * 3 * C + 2 * C + h * HS;
-          for (int64_t d = 0; d < HS; ++d) {
-            dq[d] += dscore * k[d];
-            dk[d] += dscore * q[d];
-            dv[d] += p * grad[d];
-          }
-        }
+        for (int64_t t2 = 0; t2 < T; ++t2) weighted += p_row[t2] * row[t2];
+        for (int64_t t2 = 0; t2 < T; ++t2) row[t2] = p_row[t2] * (row[t2] - weighted) * scale;
       }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f, ds, T, k, 3 * C, 0.0f, dq, 3 * C);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f, ds, T, q, 3 * C, 0.0f, dk, 3 * C);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f, p, T, d_o, C, 0.0f, dv, 3 * C);
     }
   }
 }
