@@ -9,22 +9,15 @@
 #include "kiln/data/token_dataset.h"
 #include "kiln/data/token_shard.h"
 #include "support/temp_dir.h"
+#include "support/error_of.h"
 
 namespace kiln {
 namespace {
 
+using testing::error_of;
+
 using testing::TempDir;
 
-// Runs `action` and returns the kiln::Error message it throws ("" when it does not throw).
-template <typename Action>
-std::string error_of(Action action) {
-  try {
-    action();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "";
-}
 
 void write_bytes(const std::string& path, const std::vector<char>& bytes) {
   std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));

@@ -3,19 +3,13 @@
 #include <gtest/gtest.h>
 
 #include "kiln/core/error.h"
+#include "support/error_of.h"
 
 namespace kiln {
 namespace {
 
-template <typename Action>
-std::string error_of(Action action) {
-  try {
-    action();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "";
-}
+using testing::error_of;
+
 
 TEST(Config, YamlSetsTypedFields) {
   Config config;

@@ -9,9 +9,12 @@
 
 #include "kiln/core/error.h"
 #include "support/temp_dir.h"
+#include "support/error_of.h"
 
 namespace kiln {
 namespace {
+
+using testing::error_of;
 
 using testing::TempDir;
 
@@ -45,15 +48,6 @@ std::string read_file(const std::string& path) {
   return {std::istreambuf_iterator<char>(stream), {}};
 }
 
-template <typename Action>
-std::string error_of(Action action) {
-  try {
-    action();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "";
-}
 
 TEST(Trainer, LossFallsAndValidationRuns) {
   TempDir dir;

@@ -3,22 +3,22 @@
 #include <cmath>
 #include <vector>
 
-#include "kiln/backend/cpu/checks.h"
+#include "kiln/backend/checks.h"
 #include "kiln/backend/cpu/cpu_backend.h"
 
 namespace kiln {
 
 void CpuBackend::adamw_step(const AdamwStep& args) {
   constexpr const char* op = "adamw_step";
-  cpu::require(args.master, DType::F32, op, "master");
-  cpu::require(args.grad, DType::F32, op, "grad");
-  cpu::require(args.exp_avg, DType::F32, op, "exp_avg");
-  cpu::require(args.exp_avg_sq, DType::F32, op, "exp_avg_sq");
+  checks::require(args.master, DType::F32, Device::CPU, op, "master");
+  checks::require(args.grad, DType::F32, Device::CPU, op, "grad");
+  checks::require(args.exp_avg, DType::F32, Device::CPU, op, "exp_avg");
+  checks::require(args.exp_avg_sq, DType::F32, Device::CPU, op, "exp_avg_sq");
   KILN_CHECK(!args.param_out.empty(), "{}: argument 'param_out' is missing", op);
   const int64_t count = args.master.numel();
   for (auto [tensor, name] : {std::pair{&args.grad, "grad"}, {&args.exp_avg, "exp_avg"},
                               {&args.exp_avg_sq, "exp_avg_sq"}, {&args.param_out, "param_out"}})
-    cpu::require_numel(*tensor, count, op, name);
+    checks::require_numel(*tensor, count, op, name);
   KILN_CHECK(args.step >= 1, "{}: step must be >= 1, got {}", op, args.step);
   const float bias_correction1 = 1.0f - std::pow(args.beta1, static_cast<float>(args.step));
   const float bias_correction2 = 1.0f - std::pow(args.beta2, static_cast<float>(args.step));
@@ -53,7 +53,7 @@ void CpuBackend::adamw_step(const AdamwStep& args) {
 }
 
 double CpuBackend::sum_of_squares(const SumOfSquares& args) {
-  cpu::require(args.in, DType::F32, "sum_of_squares", "in");
+  checks::require(args.in, DType::F32, Device::CPU, "sum_of_squares", "in");
   constexpr int64_t kChunk = 1 << 16;
   const int64_t count = args.in.numel();
   const int64_t chunks = (count + kChunk - 1) / kChunk;

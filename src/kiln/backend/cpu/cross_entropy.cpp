@@ -4,22 +4,22 @@
 #include <cmath>
 #include <limits>
 
-#include "kiln/backend/cpu/checks.h"
+#include "kiln/backend/checks.h"
 #include "kiln/backend/cpu/cpu_backend.h"
 
 namespace kiln {
 
 void CpuBackend::softmax_cross_entropy(const SoftmaxCrossEntropy& args) {
   constexpr const char* op = "softmax_cross_entropy";
-  cpu::require(args.logits, DType::F32, op, "logits");
-  cpu::require(args.losses, DType::F32, op, "losses");
-  cpu::require(args.targets, DType::I32, op, "targets");
+  checks::require(args.logits, DType::F32, Device::CPU, op, "logits");
+  checks::require(args.losses, DType::F32, Device::CPU, op, "losses");
+  checks::require(args.targets, DType::I32, Device::CPU, op, "targets");
   KILN_CHECK(args.logits.shape.rank == 2, "{}: logits must be [M, Vp], got {}", op,
              args.logits.shape.to_string());
   const int64_t M = args.logits.shape[0], Vp = args.logits.shape[1], V = args.vocab_size;
   KILN_CHECK(V > 0 && V <= Vp, "{}: vocab_size {} outside (0, {}]", op, V, Vp);
-  cpu::require_numel(args.losses, M, op, "losses");
-  cpu::require_numel(args.targets, M, op, "targets");
+  checks::require_numel(args.losses, M, op, "losses");
+  checks::require_numel(args.targets, M, op, "targets");
   const int32_t* targets = args.targets.as<int32_t>();
   for (int64_t m = 0; m < M; ++m)
     KILN_CHECK(targets[m] == args.ignore_index || (targets[m] >= 0 && targets[m] < V),

@@ -1,20 +1,20 @@
 // Token + learned position embedding. The backward scatters into dwte by token id; to stay
 // deterministic without atomics, threads own disjoint channel ranges and walk positions in order.
-#include "kiln/backend/cpu/checks.h"
+#include "kiln/backend/checks.h"
 #include "kiln/backend/cpu/cpu_backend.h"
 
 namespace kiln {
 
 void CpuBackend::embedding_forward(const EmbeddingForward& args) {
   constexpr const char* op = "embedding_forward";
-  cpu::require(args.out, DType::F32, op, "out");
-  cpu::require(args.tokens, DType::I32, op, "tokens");
-  cpu::require(args.wte, DType::F32, op, "wte");
-  cpu::require(args.wpe, DType::F32, op, "wpe");
+  checks::require(args.out, DType::F32, Device::CPU, op, "out");
+  checks::require(args.tokens, DType::I32, Device::CPU, op, "tokens");
+  checks::require(args.wte, DType::F32, Device::CPU, op, "wte");
+  checks::require(args.wpe, DType::F32, Device::CPU, op, "wpe");
   const int64_t B = args.tokens.shape[0], T = args.tokens.shape[1], C = args.wte.shape[1];
   const int64_t rows = args.wte.shape[0];
   KILN_CHECK(T <= args.wpe.shape[0], "{}: sequence {} exceeds {} positions", op, T, args.wpe.shape[0]);
-  cpu::require_numel(args.out, B * T * C, op, "out");
+  checks::require_numel(args.out, B * T * C, op, "out");
   const int32_t* tokens = args.tokens.as<int32_t>();
   for (int64_t i = 0; i < B * T; ++i)
     KILN_CHECK(tokens[i] >= 0 && tokens[i] < rows, "{}: token id {} at position {} is outside [0, {})",
@@ -33,12 +33,12 @@ void CpuBackend::embedding_forward(const EmbeddingForward& args) {
 
 void CpuBackend::embedding_backward(const EmbeddingBackward& args) {
   constexpr const char* op = "embedding_backward";
-  cpu::require(args.dwte, DType::F32, op, "dwte");
-  cpu::require(args.dwpe, DType::F32, op, "dwpe");
-  cpu::require(args.dout, DType::F32, op, "dout");
-  cpu::require(args.tokens, DType::I32, op, "tokens");
+  checks::require(args.dwte, DType::F32, Device::CPU, op, "dwte");
+  checks::require(args.dwpe, DType::F32, Device::CPU, op, "dwpe");
+  checks::require(args.dout, DType::F32, Device::CPU, op, "dout");
+  checks::require(args.tokens, DType::I32, Device::CPU, op, "tokens");
   const int64_t B = args.tokens.shape[0], T = args.tokens.shape[1], C = args.dwte.shape[1];
-  cpu::require_numel(args.dout, B * T * C, op, "dout");
+  checks::require_numel(args.dout, B * T * C, op, "dout");
   const int32_t* tokens = args.tokens.as<int32_t>();
   const float* dout = args.dout.as<float>();
   float* dwte = args.dwte.as<float>();

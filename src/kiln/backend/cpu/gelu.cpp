@@ -2,7 +2,7 @@
 #include <cmath>
 #include <numbers>
 
-#include "kiln/backend/cpu/checks.h"
+#include "kiln/backend/checks.h"
 #include "kiln/backend/cpu/cpu_backend.h"
 
 namespace kiln {
@@ -21,9 +21,9 @@ inline float fast_tanh(float u) {
 
 void CpuBackend::gelu_forward(const GeluForward& args) {
   constexpr const char* op = "gelu_forward";
-  cpu::require(args.out, DType::F32, op, "out");
-  cpu::require(args.in, DType::F32, op, "in");
-  cpu::require_numel(args.out, args.in.numel(), op, "out");
+  checks::require(args.out, DType::F32, Device::CPU, op, "out");
+  checks::require(args.in, DType::F32, Device::CPU, op, "in");
+  checks::require_numel(args.out, args.in.numel(), op, "out");
   const float* in = args.in.as<float>();
   float* out = args.out.as<float>();
   const int64_t count = args.in.numel();
@@ -36,12 +36,12 @@ void CpuBackend::gelu_forward(const GeluForward& args) {
 
 void CpuBackend::gelu_backward(const GeluBackward& args) {
   constexpr const char* op = "gelu_backward";
-  cpu::require(args.din, DType::F32, op, "din");
-  cpu::require(args.in, DType::F32, op, "in");
-  cpu::require(args.dout, DType::F32, op, "dout");
+  checks::require(args.din, DType::F32, Device::CPU, op, "din");
+  checks::require(args.in, DType::F32, Device::CPU, op, "in");
+  checks::require(args.dout, DType::F32, Device::CPU, op, "dout");
   const int64_t count = args.in.numel();
-  cpu::require_numel(args.din, count, op, "din");
-  cpu::require_numel(args.dout, count, op, "dout");
+  checks::require_numel(args.din, count, op, "din");
+  checks::require_numel(args.dout, count, op, "dout");
   const float* in = args.in.as<float>();
   const float* dout = args.dout.as<float>();
   float* din = args.din.as<float>();

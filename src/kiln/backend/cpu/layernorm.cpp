@@ -3,7 +3,7 @@
 // row order, so they are identical for any thread count.
 #include <cmath>
 
-#include "kiln/backend/cpu/checks.h"
+#include "kiln/backend/checks.h"
 #include "kiln/backend/cpu/cpu_backend.h"
 
 namespace kiln {
@@ -12,13 +12,13 @@ void CpuBackend::layernorm_forward(const LayerNormForward& args) {
   constexpr const char* op = "layernorm_forward";
   for (auto [tensor, name] : {std::pair{&args.out, "out"}, {&args.mean, "mean"}, {&args.rstd, "rstd"},
                               {&args.in, "in"}, {&args.weight, "weight"}, {&args.bias, "bias"}})
-    cpu::require(*tensor, DType::F32, op, name);
+    checks::require(*tensor, DType::F32, Device::CPU, op, name);
   const int64_t C = args.weight.numel();
   const int64_t M = args.in.numel() / C;
-  cpu::require_numel(args.in, M * C, op, "in");
-  cpu::require_numel(args.out, M * C, op, "out");
-  cpu::require_numel(args.mean, M, op, "mean");
-  cpu::require_numel(args.rstd, M, op, "rstd");
+  checks::require_numel(args.in, M * C, op, "in");
+  checks::require_numel(args.out, M * C, op, "out");
+  checks::require_numel(args.mean, M, op, "mean");
+  checks::require_numel(args.rstd, M, op, "rstd");
   const float* in = args.in.as<float>();
   const float* weight = args.weight.as<float>();
   const float* bias = args.bias.as<float>();
@@ -45,11 +45,11 @@ void CpuBackend::layernorm_backward(const LayerNormBackward& args) {
        {std::pair{&args.din, "din"}, {&args.dweight, "dweight"}, {&args.dbias, "dbias"},
         {&args.dout, "dout"}, {&args.in, "in"}, {&args.weight, "weight"}, {&args.mean, "mean"},
         {&args.rstd, "rstd"}})
-    cpu::require(*tensor, DType::F32, op, name);
+    checks::require(*tensor, DType::F32, Device::CPU, op, name);
   const int64_t C = args.weight.numel();
   const int64_t M = args.in.numel() / C;
-  cpu::require_numel(args.din, M * C, op, "din");
-  cpu::require_numel(args.dout, M * C, op, "dout");
+  checks::require_numel(args.din, M * C, op, "din");
+  checks::require_numel(args.dout, M * C, op, "dout");
   const float* in = args.in.as<float>();
   const float* dout = args.dout.as<float>();
   const float* weight = args.weight.as<float>();

@@ -4,7 +4,7 @@
 // gradient, accumulated), matching the conventions in ops.h.
 #include <cblas.h>
 
-#include "kiln/backend/cpu/checks.h"
+#include "kiln/backend/checks.h"
 #include "kiln/backend/cpu/cpu_backend.h"
 
 namespace kiln {
@@ -26,16 +26,16 @@ MatmulDims matmul_dims(const Tensor& in, const Tensor& weight, WeightLayout layo
 
 void CpuBackend::matmul_forward(const MatmulForward& args) {
   constexpr const char* op = "matmul_forward";
-  cpu::require(args.out, DType::F32, op, "out");
-  cpu::require(args.in, DType::F32, op, "in");
-  cpu::require(args.weight, DType::F32, op, "weight");
+  checks::require(args.out, DType::F32, Device::CPU, op, "out");
+  checks::require(args.in, DType::F32, Device::CPU, op, "in");
+  checks::require(args.weight, DType::F32, Device::CPU, op, "weight");
   const auto [M, K, N] = matmul_dims(args.in, args.weight, args.layout, op);
-  cpu::require_numel(args.out, M * N, op, "out");
+  checks::require_numel(args.out, M * N, op, "out");
   float* out = args.out.as<float>();
   float beta = 0.0f;
   if (!args.bias.empty()) {
-    cpu::require(args.bias, DType::F32, op, "bias");
-    cpu::require_numel(args.bias, N, op, "bias");
+    checks::require(args.bias, DType::F32, Device::CPU, op, "bias");
+    checks::require_numel(args.bias, N, op, "bias");
     const float* bias = args.bias.as<float>();
 #pragma omp parallel for schedule(static)
     for (int64_t m = 0; m < M; ++m)
@@ -49,12 +49,12 @@ void CpuBackend::matmul_forward(const MatmulForward& args) {
 
 void CpuBackend::matmul_backward(const MatmulBackward& args) {
   constexpr const char* op = "matmul_backward";
-  cpu::require(args.dout, DType::F32, op, "dout");
-  cpu::require(args.in, DType::F32, op, "in");
-  cpu::require(args.weight, DType::F32, op, "weight");
-  cpu::require(args.dweight, DType::F32, op, "dweight");
+  checks::require(args.dout, DType::F32, Device::CPU, op, "dout");
+  checks::require(args.in, DType::F32, Device::CPU, op, "in");
+  checks::require(args.weight, DType::F32, Device::CPU, op, "weight");
+  checks::require(args.dweight, DType::F32, Device::CPU, op, "dweight");
   const auto [M, K, N] = matmul_dims(args.in, args.weight, args.layout, op);
-  cpu::require_numel(args.dout, M * N, op, "dout");
+  checks::require_numel(args.dout, M * N, op, "dout");
   KILN_CHECK(args.dweight.shape == args.weight.shape, "{}: dweight {} differs from weight {}", op,
              args.dweight.shape.to_string(), args.weight.shape.to_string());
   const float* dout = args.dout.as<float>();
@@ -62,8 +62,8 @@ void CpuBackend::matmul_backward(const MatmulBackward& args) {
   const float* weight = args.weight.as<float>();
   const bool in_out = args.layout == WeightLayout::InOut;
   if (!args.din.empty()) {
-    cpu::require(args.din, DType::F32, op, "din");
-    cpu::require_numel(args.din, M * K, op, "din");
+    checks::require(args.din, DType::F32, Device::CPU, op, "din");
+    checks::require_numel(args.din, M * K, op, "din");
     // din[M,K] = dout[M,N] @ W^T where W is [K,N] (InOut), or dout @ W where W is [N,K] (OutIn).
     cblas_sgemm(CblasRowMajor, CblasNoTrans, in_out ? CblasTrans : CblasNoTrans, M, K, N, 1.0f, dout,
                 N, weight, in_out ? N : K, 0.0f, args.din.as<float>(), K);
@@ -76,8 +76,8 @@ void CpuBackend::matmul_backward(const MatmulBackward& args) {
                 args.dweight.as<float>(), K);
   }
   if (!args.dbias.empty()) {
-    cpu::require(args.dbias, DType::F32, op, "dbias");
-    cpu::require_numel(args.dbias, N, op, "dbias");
+    checks::require(args.dbias, DType::F32, Device::CPU, op, "dbias");
+    checks::require_numel(args.dbias, N, op, "dbias");
     float* dbias = args.dbias.as<float>();
     constexpr int64_t kColumnBlock = 64;
 #pragma omp parallel for schedule(static)
