@@ -91,6 +91,8 @@ TEST_P(BackendTest, ShapeMismatchIsAnErrorNamingTheArgument) {
 }
 
 TEST_P(BackendTest, CrossEntropyRejectsTargetsOutsideVocabulary) {
+  if (backend_->device() != Device::CPU)
+    GTEST_SKIP() << "device back-ends leave value checks of device data to the caller (Gpt::forward)";
   DeviceTensors t(*backend_);
   EXPECT_THROW(backend_->softmax_cross_entropy({t.poisoned({2, 64}), t.poisoned({2}),
                                                 t.ints({3, 11}, {2}), 11, -100, 1.0f, false}),

@@ -2,6 +2,7 @@
 // and shape of its inputs and throws a kiln::Error naming the op and the argument.
 #pragma once
 
+#include "kiln/backend/ops.h"
 #include "kiln/core/error.h"
 #include "kiln/core/tensor.h"
 
@@ -19,6 +20,31 @@ inline void require(const Tensor& tensor, DType dtype, Device device, const char
 inline void require_numel(const Tensor& tensor, int64_t numel, const char* op, const char* arg) {
   KILN_CHECK(tensor.numel() == numel, "{}: argument '{}' has {} elements {}, expected {}", op, arg,
              tensor.numel(), tensor.shape.to_string(), numel);
+}
+
+struct MatmulDims {
+  int64_t M, K, N;
+};
+
+// Rows M, inner K and outputs N of a matmul from its input and weight (ops.h layouts).
+inline MatmulDims matmul_dims(const Tensor& in, const Tensor& weight, WeightLayout layout, const char* op) {
+  KILN_CHECK(weight.shape.rank == 2, "{}: weight must be 2-D, got {}", op, weight.shape.to_string());
+  const int64_t K = layout == WeightLayout::InOut ? weight.shape[0] : weight.shape[1];
+  const int64_t N = layout == WeightLayout::InOut ? weight.shape[1] : weight.shape[0];
+  KILN_CHECK(K > 0 && in.numel() % K == 0, "{}: input {} is not a multiple of K={}", op, in.shape.to_string(), K);
+  return {in.numel() / K, K, N};
+}
+
+struct AttentionShape {
+  int64_t B, T, C, NH, HS;
+};
+
+inline AttentionShape attention_shape(const Tensor& qkv, int num_heads, const char* op) {
+  KILN_CHECK(qkv.shape.rank == 3 && qkv.shape[2] % 3 == 0, "{}: qkv must be [B, T, 3C], got {}", op,
+             qkv.shape.to_string());
+  const int64_t C = qkv.shape[2] / 3;
+  KILN_CHECK(num_heads > 0 && C % num_heads == 0, "{}: {} heads do not divide {} channels", op, num_heads, C);
+  return {qkv.shape[0], qkv.shape[1], C, num_heads, C / num_heads};
 }
 
 }  // namespace kiln::checks

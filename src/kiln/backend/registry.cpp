@@ -4,6 +4,7 @@
 #include "kiln/core/error.h"
 
 #ifdef KILN_WITH_CUDA
+#include "kiln/backend/cuda/cuda_backend.h"
 #include "kiln/backend/cuda/device_query.h"
 #endif
 
@@ -30,7 +31,9 @@ std::unique_ptr<Backend> make_backend(std::string_view device_name) {
   if (device_name == "cuda") {
     const std::string reason = cuda_unavailable_reason();
     KILN_CHECK(reason.empty(), "device 'cuda' is not available: {}", reason);
-    fail("device 'cuda': the CUDA op kernels are not implemented yet in this version; use --device cpu");
+#ifdef KILN_WITH_CUDA
+    return std::make_unique<CudaBackend>();
+#endif
   }
   fail("unknown device '{}' (expected cpu or cuda)", device_name);
 }

@@ -1,6 +1,6 @@
 // Choosing a back-end by device name. "cpu" always exists. "cuda" exists in builds configured
-// with the CUDA toolkit and on machines where a GPU is visible; its op kernels arrive with the
-// CUDA back-end issue, so until then asking for it is a clear error, not a silent CPU fallback.
+// with the CUDA toolkit, on machines where a GPU is visible; asking for it elsewhere is a clear
+// error naming the reason, never a silent CPU fallback.
 #pragma once
 
 #include <memory>

@@ -115,7 +115,12 @@ double Gpt::forward(std::span<const int32_t> tokens, std::span<const int32_t> ta
   if (targets.empty()) return 0.0;
 
   int64_t counted = 0;
-  for (int32_t target : targets) counted += target != ignore_index();
+  for (size_t i = 0; i < positions; ++i) {
+    const int32_t target = targets[i];
+    KILN_CHECK(target == ignore_index() || (target >= 0 && target < config_.vocab_size),
+               "target id {} at position {} is outside the vocabulary [0, {})", target, i, config_.vocab_size);
+    counted += target != ignore_index();
+  }
   backend_.copy_to_device(acts_.targets.data, targets.data(), positions * sizeof(int32_t));
   const float per_token_scale = counted ? loss_scale / static_cast<float>(counted) : 0.0f;
   backend_.softmax_cross_entropy({acts_.logits, acts_.losses, acts_.targets.reshaped({batch * seq}),

@@ -17,19 +17,6 @@
 namespace kiln {
 namespace {
 
-struct AttentionShape {
-  int64_t B, T, C, NH, HS;
-};
-
-AttentionShape attention_shape(const Tensor& qkv, int num_heads, const char* op) {
-  KILN_CHECK(qkv.shape.rank == 3 && qkv.shape[2] % 3 == 0, "{}: qkv must be [B, T, 3C], got {}", op,
-             qkv.shape.to_string());
-  const int64_t C = qkv.shape[2] / 3;
-  KILN_CHECK(num_heads > 0 && C % num_heads == 0, "{}: {} heads do not divide {} channels", op,
-             num_heads, C);
-  return {qkv.shape[0], qkv.shape[1], C, num_heads, C / num_heads};
-}
-
 // Masks and soft-maxes one row of scores in place; a row with no visible key becomes all zeros.
 void masked_softmax_row(float* row, int64_t T, int64_t last_key, const int32_t* key_mask) {
   float max_score = -std::numeric_limits<float>::infinity();
@@ -58,7 +45,7 @@ void CpuBackend::attention_forward(const AttentionForward& args) {
   checks::require(args.out, DType::F32, Device::CPU, op, "out");
   checks::require(args.probs, DType::F32, Device::CPU, op, "probs");
   checks::require(args.qkv, DType::F32, Device::CPU, op, "qkv");
-  const auto [B, T, C, NH, HS] = attention_shape(args.qkv, args.num_heads, op);
+  const auto [B, T, C, NH, HS] = checks::attention_shape(args.qkv, args.num_heads, op);
   checks::require_numel(args.out, B * T * C, op, "out");
   checks::require_numel(args.probs, B * NH * T * T, op, "probs");
   const bool causal = args.mask != AttentionMask::KeyPadding;
@@ -95,7 +82,7 @@ void CpuBackend::attention_backward(const AttentionBackward& args) {
   checks::require(args.dout, DType::F32, Device::CPU, op, "dout");
   checks::require(args.qkv, DType::F32, Device::CPU, op, "qkv");
   checks::require(args.probs, DType::F32, Device::CPU, op, "probs");
-  const auto [B, T, C, NH, HS] = attention_shape(args.qkv, args.num_heads, op);
+  const auto [B, T, C, NH, HS] = checks::attention_shape(args.qkv, args.num_heads, op);
   checks::require_numel(args.dqkv, B * T * 3 * C, op, "dqkv");
   checks::require_numel(args.dprobs, B * NH * T * T, op, "dprobs");
   checks::require_numel(args.probs, B * NH * T * T, op, "probs");

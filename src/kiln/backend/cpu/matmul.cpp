@@ -8,28 +8,13 @@
 #include "kiln/backend/cpu/cpu_backend.h"
 
 namespace kiln {
-namespace {
-
-struct MatmulDims {
-  int64_t M, K, N;
-};
-
-MatmulDims matmul_dims(const Tensor& in, const Tensor& weight, WeightLayout layout, const char* op) {
-  KILN_CHECK(weight.shape.rank == 2, "{}: weight must be 2-D, got {}", op, weight.shape.to_string());
-  const int64_t K = layout == WeightLayout::InOut ? weight.shape[0] : weight.shape[1];
-  const int64_t N = layout == WeightLayout::InOut ? weight.shape[1] : weight.shape[0];
-  KILN_CHECK(in.numel() % K == 0, "{}: input {} is not a multiple of K={}", op, in.shape.to_string(), K);
-  return {in.numel() / K, K, N};
-}
-
-}  // namespace
 
 void CpuBackend::matmul_forward(const MatmulForward& args) {
   constexpr const char* op = "matmul_forward";
   checks::require(args.out, DType::F32, Device::CPU, op, "out");
   checks::require(args.in, DType::F32, Device::CPU, op, "in");
   checks::require(args.weight, DType::F32, Device::CPU, op, "weight");
-  const auto [M, K, N] = matmul_dims(args.in, args.weight, args.layout, op);
+  const auto [M, K, N] = checks::matmul_dims(args.in, args.weight, args.layout, op);
   checks::require_numel(args.out, M * N, op, "out");
   float* out = args.out.as<float>();
   float beta = 0.0f;
@@ -53,7 +38,7 @@ void CpuBackend::matmul_backward(const MatmulBackward& args) {
   checks::require(args.in, DType::F32, Device::CPU, op, "in");
   checks::require(args.weight, DType::F32, Device::CPU, op, "weight");
   checks::require(args.dweight, DType::F32, Device::CPU, op, "dweight");
-  const auto [M, K, N] = matmul_dims(args.in, args.weight, args.layout, op);
+  const auto [M, K, N] = checks::matmul_dims(args.in, args.weight, args.layout, op);
   checks::require_numel(args.dout, M * N, op, "dout");
   KILN_CHECK(args.dweight.shape == args.weight.shape, "{}: dweight {} differs from weight {}", op,
              args.dweight.shape.to_string(), args.weight.shape.to_string());

@@ -1,0 +1,51 @@
+// The CUDA back-end, first version: every op on the GPU in fp32, proven against the CPU reference
+// by the op table. Matrix products use cuBLAS (fp32, no TF32); the rest are kernels.cu's plain
+// kernels. Attention materialises the T x T probabilities like the CPU reference (a fused
+// flash-attention kernel is the next step). Everything runs on the default stream; copies are
+// synchronous. Compiled only in CUDA builds.
+//
+// Values inside device memory (token ids, targets) are not range-checked here: that would need a
+// copy to the host per op. Gpt::forward checks them on the host before they are uploaded.
+#pragma once
+
+#include <memory>
+
+#include "kiln/backend/backend.h"
+
+namespace kiln {
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend();
+  ~CudaBackend() override;
+
+  std::string_view name() const override { return "cuda"; }
+  Device device() const override { return Device::CUDA; }
+
+  std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override;
+  void copy_to_device(void* device_dst, const void* host_src, size_t bytes) override;
+  void copy_to_host(void* host_dst, const void* device_src, size_t bytes) override;
+  void synchronize() override;
+
+  void embedding_forward(const EmbeddingForward& args) override;
+  void embedding_backward(const EmbeddingBackward& args) override;
+  void layernorm_forward(const LayerNormForward& args) override;
+  void layernorm_backward(const LayerNormBackward& args) override;
+  void matmul_forward(const MatmulForward& args) override;
+  void matmul_backward(const MatmulBackward& args) override;
+  void gelu_forward(const GeluForward& args) override;
+  void gelu_backward(const GeluBackward& args) override;
+  void attention_forward(const AttentionForward& args) override;
+  void attention_backward(const AttentionBackward& args) override;
+  void softmax_cross_entropy(const SoftmaxCrossEntropy& args) override;
+  void residual_forward(const ResidualForward& args) override;
+  void adamw_step(const AdamwStep& args) override;
+  double sum_of_squares(const SumOfSquares& args) override;
+  void fill(const Fill& args) override;
+
+ private:
+  struct Handles;
+  std::unique_ptr<Handles> handles_;
+};
+
+}  // namespace kiln
