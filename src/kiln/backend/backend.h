@@ -8,6 +8,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "kiln/backend/ops.h"
@@ -28,12 +29,20 @@ class Backend {
 
   virtual std::string_view name() const = 0;
   virtual Device device() const = 0;
+  virtual std::string description() const = 0;  // e.g. "NVIDIA H100 80GB HBM3", "cpu, 2 threads"
 
   // Memory. allocate() fails with a kiln::Error that names the size and what is free.
   virtual std::unique_ptr<DeviceBuffer> allocate(size_t bytes) = 0;
   virtual void copy_to_device(void* device_dst, const void* host_src, size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* device_src, size_t bytes) = 0;
   virtual void synchronize() = 0;
+  // The most bytes held in buffers from allocate() at once since the back-end was made.
+  virtual size_t peak_allocated_bytes() const = 0;
+
+  // Benchmark hook for `kiln bench gemm`: median milliseconds of C[M,N] = A[M,K] B[K,N] on random
+  // data, with inputs in `dtype` (F32, BF16 or F16) and fp32 accumulation; `tf32` selects TF32
+  // tensor cores for F32 where the device has them.
+  virtual double time_gemm_ms(DType dtype, bool tf32, int64_t M, int64_t N, int64_t K, int iterations) = 0;
 
   // Ops (ops.h).
   virtual void embedding_forward(const EmbeddingForward& args) = 0;

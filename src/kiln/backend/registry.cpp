@@ -26,13 +26,16 @@ std::string cuda_unavailable_reason() {
 #endif
 }
 
-std::unique_ptr<Backend> make_backend(std::string_view device_name) {
-  if (device_name == "cpu") return std::make_unique<CpuBackend>();
+std::unique_ptr<Backend> make_backend(std::string_view device_name, const BackendOptions& options) {
+  if (device_name == "cpu") {
+    KILN_CHECK(!options.tf32, "TF32 is a CUDA tensor-core mode; the CPU back-end has none");
+    return std::make_unique<CpuBackend>();
+  }
   if (device_name == "cuda") {
     const std::string reason = cuda_unavailable_reason();
     KILN_CHECK(reason.empty(), "device 'cuda' is not available: {}", reason);
 #ifdef KILN_WITH_CUDA
-    return std::make_unique<CudaBackend>();
+    return std::make_unique<CudaBackend>(options.tf32);
 #endif
   }
   fail("unknown device '{}' (expected cpu or cuda)", device_name);

@@ -10,5 +10,6 @@ namespace kiln::cli {
 void add_train_command(CLI::App& root);
 void add_generate_command(CLI::App& root);
 void add_data_command(CLI::App& root);
+void add_bench_command(CLI::App& root);
 
 }  // namespace kiln::cli

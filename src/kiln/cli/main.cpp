@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   kiln::cli::add_train_command(app);
   kiln::cli::add_generate_command(app);
   kiln::cli::add_data_command(app);
+  kiln::cli::add_bench_command(app);
   try {
     app.parse(argc, argv);
     if (show_version) {

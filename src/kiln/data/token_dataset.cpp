@@ -55,16 +55,6 @@ void TokenDataset::sample(int64_t index, std::span<int32_t> tokens, std::span<in
   }
 }
 
-void TokenDataset::batch(int64_t first, int64_t batch, std::vector<int32_t>& tokens,
-                         std::vector<int32_t>& targets) const {
-  const size_t seq = static_cast<size_t>(seq_length_);
-  tokens.resize(static_cast<size_t>(batch) * seq);
-  targets.resize(tokens.size());
-  for (int64_t row = 0; row < batch; ++row)
-    sample(first + row, std::span(tokens).subspan(static_cast<size_t>(row) * seq, seq),
-           std::span(targets).subspan(static_cast<size_t>(row) * seq, seq));
-}
-
 std::optional<int64_t> read_data_vocab_size(const std::string& dir) {
   const std::string path = dir + "/meta.json";
   std::ifstream stream(path);

@@ -14,26 +14,24 @@
 #include <vector>
 
 #include "kiln/data/token_shard.h"
+#include "kiln/data/token_source.h"
 
 namespace kiln {
 
-class TokenDataset {
+class TokenDataset final : public TokenSource {
  public:
   // Opens "<dir>/<split>_*.bin" in name order. Errors name the folder when there is no shard or
   // when no shard holds a whole window.
   TokenDataset(const std::string& dir, const std::string& split, int64_t vocab_size,
                int64_t seq_length, uint64_t seed);
 
-  int64_t num_tokens() const { return num_tokens_; }
+  int64_t num_tokens() const override { return num_tokens_; }
   int64_t num_windows() const { return window_offsets_.empty() ? 0 : window_offsets_.back(); }
-  int64_t seq_length() const { return seq_length_; }
+  int64_t seq_length() const override { return seq_length_; }
   size_t num_shards() const { return shards_.size(); }
 
   // Writes sample `index` into tokens[0, seq) and targets[0, seq).
-  void sample(int64_t index, std::span<int32_t> tokens, std::span<int32_t> targets) const;
-  // Samples first .. first + batch - 1, row after row.
-  void batch(int64_t first, int64_t batch, std::vector<int32_t>& tokens,
-             std::vector<int32_t>& targets) const;
+  void sample(int64_t index, std::span<int32_t> tokens, std::span<int32_t> targets) const override;
 
  private:
   std::vector<TokenShard> shards_;

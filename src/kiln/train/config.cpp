@@ -38,6 +38,7 @@ const std::vector<ConfigField>& config_fields() {
       {"clip_grad", &Config::clip_grad, "clip the global gradient norm to this (0: off)"},
       {"fp16", &Config::fp16, "fp16 mixed precision with loss scaling"},
       {"bf16", &Config::bf16, "bf16 mixed precision"},
+      {"tf32", &Config::tf32, "fp32 matrix products on TF32 tensor cores (CUDA)"},
       {"loss_scale", &Config::loss_scale, "static loss scale (0: dynamic under fp16)"},
       {"initial_loss_scale", &Config::initial_loss_scale, "initial dynamic loss scale"},
       {"min_loss_scale", &Config::min_loss_scale, "smallest dynamic loss scale"},
@@ -49,6 +50,7 @@ const std::vector<ConfigField>& config_fields() {
       {"eval_interval", &Config::eval_interval, "iterations between validations (0: only at the end)"},
       {"eval_iters", &Config::eval_iters, "batches per validation (0: no validation)"},
       {"data_path", &Config::data_path, "folder of token shards (train_*.bin, val_*.bin)"},
+      {"mock_data", &Config::mock_data, "train on random tokens (needs vocab_size), for benchmarks"},
       {"save", &Config::save, "checkpoint folder"},
       {"save_interval", &Config::save_interval, "iterations between checkpoints (0: only at the end)"},
       {"load", &Config::load, "checkpoint folder to resume from"},
@@ -193,6 +195,8 @@ void Config::validate() const {
              "config key 'lr_warmup_iters': {} exceeds lr_decay_iters {}", lr_warmup_iters, lr_decay_iters);
   KILN_CHECK(clip_grad >= 0, "config key 'clip_grad' must be >= 0, got {}", clip_grad);
   KILN_CHECK(!(fp16 && bf16), "config keys 'fp16' and 'bf16' are both set; choose one precision");
+  KILN_CHECK(!tf32 || (!fp16 && !bf16), "config key 'tf32' applies to fp32 training, not to fp16/bf16");
+  KILN_CHECK(!tf32 || device == "cuda", "config key 'tf32' needs --device cuda (the CPU has no TF32)");
   KILN_CHECK(loss_scale >= 0, "config key 'loss_scale' must be >= 0, got {}", loss_scale);
   KILN_CHECK(device == "cpu" || device == "cuda", "config key 'device': '{}' is not cpu or cuda", device);
   KILN_CHECK(eval_interval >= 0, "config key 'eval_interval' must be >= 0, got {}", eval_interval);

@@ -7,6 +7,7 @@
 // Errors (unknown key, wrong type, inconsistent values) are kiln::Errors naming the key and,
 // for YAML, the file and line.
 //
+// Boolean keys are flags (`--fp16`) with a negation (`--no-fp16`).
 // Zero means "derive" for: max_position_embeddings (= seq_length), global_batch_size
 // (= micro_batch_size x data_parallel_size), lr_decay_iters (= train_iters), vocab_size (from the
 // data's meta.json). resolve() fills those in; validate() checks the result.
@@ -53,6 +54,7 @@ struct Config {
   // Mixed precision (the CUDA back-end honours these; the CPU back-end computes in fp32).
   bool fp16 = false;
   bool bf16 = false;
+  bool tf32 = false;        // fp32 matrix products on TF32 tensor cores (CUDA only)
   double loss_scale = 0.0;  // > 0: static scale; 0: dynamic when fp16
   double initial_loss_scale = 4294967296.0;
   double min_loss_scale = 1.0;
@@ -65,6 +67,7 @@ struct Config {
   int64_t eval_interval = 100;
   int64_t eval_iters = 10;
   std::string data_path;
+  bool mock_data = false;   // random tokens instead of data_path (benchmarks)
   std::string save;
   int64_t save_interval = 0;
   std::string load;
@@ -79,7 +82,7 @@ struct Config {
   LrSchedule lr_schedule() const;
   AdamwConfig adamw() const;
   LossScalerConfig loss_scaler() const;
-  std::string precision_name() const { return fp16 ? "fp16" : bf16 ? "bf16" : "fp32"; }
+  std::string precision_name() const { return fp16 ? "fp16" : bf16 ? "bf16" : tf32 ? "tf32" : "fp32"; }
 };
 
 using ConfigMember = std::variant<int64_t Config::*, double Config::*, bool Config::*,

@@ -20,6 +20,9 @@ double mib(size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0)
 
 Config resolve_config(Config config) {
   config.resolve();
+  if (config.vocab_size == 0 && config.mock_data) {
+    fail("config key 'vocab_size' must be set with mock_data (there is no data to read it from)");
+  }
   if (config.vocab_size == 0) {
     KILN_CHECK(!config.data_path.empty(),
                "config key 'vocab_size' is 0 (take it from the data) but no data_path is set");
@@ -34,7 +37,8 @@ Config resolve_config(Config config) {
 }
 
 Trainer::Trainer(const Config& config) : config_(resolve_config(config)) {
-  KILN_CHECK(!config_.data_path.empty(), "config key 'data_path' is not set: no training data");
+  KILN_CHECK(config_.mock_data || !config_.data_path.empty(),
+             "config key 'data_path' is not set: no training data (or use --mock-data)");
   KILN_CHECK(config_.data_parallel_size == 1,
              "config key 'data_parallel_size' is {}: data parallelism needs the multi-GPU launcher, "
              "which this version does not have",
@@ -42,13 +46,21 @@ Trainer::Trainer(const Config& config) : config_(resolve_config(config)) {
   KILN_CHECK(config_.device != "cpu" || (!config_.fp16 && !config_.bf16),
              "config key '{}': the CPU back-end trains in fp32 only; mixed precision needs --device cuda",
              config_.fp16 ? "fp16" : "bf16");
-  backend_ = make_backend(config_.device);
+  backend_ = make_backend(config_.device, BackendOptions{config_.tf32});
   const GptConfig gpt = config_.gpt();
-  train_data_ = std::make_unique<TokenDataset>(config_.data_path, "train", gpt.vocab_size,
-                                               config_.seq_length, static_cast<uint64_t>(config_.seed));
-  if (config_.eval_iters > 0)
-    val_data_ = std::make_unique<TokenDataset>(config_.data_path, "val", gpt.vocab_size, config_.seq_length,
-                                               static_cast<uint64_t>(config_.seed) ^ kValidationSeedSalt);
+  const auto seed = static_cast<uint64_t>(config_.seed);
+  if (config_.mock_data) {
+    train_data_ = std::make_unique<MockTokens>(gpt.vocab_size, config_.seq_length, seed);
+    if (config_.eval_iters > 0)
+      val_data_ = std::make_unique<MockTokens>(gpt.vocab_size, config_.seq_length, seed ^ kValidationSeedSalt);
+  } else {
+    auto train = std::make_unique<TokenDataset>(config_.data_path, "train", gpt.vocab_size, config_.seq_length, seed);
+    train_shards_ = train->num_shards();
+    train_data_ = std::move(train);
+    if (config_.eval_iters > 0)
+      val_data_ = std::make_unique<TokenDataset>(config_.data_path, "val", gpt.vocab_size, config_.seq_length,
+                                                 seed ^ kValidationSeedSalt);
+  }
   model_ = std::make_unique<Gpt>(gpt, *backend_);
   model_->allocate_activations(config_.micro_batch_size, config_.seq_length);
   optimizer_ = std::make_unique<AdamW>(*backend_, model_->layout(), model_->params(), config_.adamw());
@@ -160,11 +172,11 @@ void Trainer::run() {
         config_.num_layers, config_.hidden_size, config_.num_attention_heads, config_.vocab_size,
         model_->config().padded_vocab_size(), config_.seq_length, model_->num_parameters()));
     observer->on_message(fmt::format(
-        "batch: micro {} x data-parallel {} x accumulation {} = global {} | precision {} | data: {} "
-        "train tokens in {} shards",
+        "batch: micro {} x data-parallel {} x accumulation {} = global {} | precision {} | data: {}",
         config_.micro_batch_size, config_.data_parallel_size, config_.accumulation_steps(),
-        config_.global_batch_size, config_.precision_name(), train_data_->num_tokens(),
-        train_data_->num_shards()));
+        config_.global_batch_size, config_.precision_name(),
+        config_.mock_data ? std::string("random tokens (mock data)")
+                          : fmt::format("{} train tokens in {} shards", train_data_->num_tokens(), train_shards_)));
     observer->on_message(memory_summary());
     if (state_.iteration > 0)
       observer->on_message(fmt::format("resumed from '{}' at iteration {} ({} samples consumed)",

@@ -16,6 +16,7 @@
 
 #include "kiln/backend/backend.h"
 #include "kiln/data/token_dataset.h"
+#include "kiln/data/token_source.h"
 #include "kiln/nn/gpt.h"
 #include "kiln/obs/observer.h"
 #include "kiln/optim/adamw.h"
@@ -41,6 +42,7 @@ class Trainer {
   const Config& config() const { return config_; }
   const TrainerState& state() const { return state_; }
   const Gpt& model() const { return *model_; }
+  Backend& backend() const { return *backend_; }
   std::string memory_summary() const;
 
  private:
@@ -53,7 +55,8 @@ class Trainer {
   std::unique_ptr<AdamW> optimizer_;
   LossScaler scaler_;
   TrainerState state_;
-  std::unique_ptr<TokenDataset> train_data_, val_data_;
+  std::unique_ptr<TokenSource> train_data_, val_data_;
+  size_t train_shards_ = 0;
   std::vector<TrainObserver*> observers_;
   std::vector<int32_t> tokens_, targets_;
   int64_t last_saved_ = -1, last_validated_ = -1;

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "kiln/backend/backend.h"
+#include "kiln/backend/memory_tracker.h"
 
 namespace kiln {
 
@@ -17,11 +18,14 @@ class CpuBackend final : public Backend {
  public:
   std::string_view name() const override { return "cpu"; }
   Device device() const override { return Device::CPU; }
+  std::string description() const override;
 
   std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override;
   void copy_to_device(void* device_dst, const void* host_src, size_t bytes) override;
   void copy_to_host(void* host_dst, const void* device_src, size_t bytes) override;
   void synchronize() override {}
+  size_t peak_allocated_bytes() const override { return memory_->peak(); }
+  double time_gemm_ms(DType dtype, bool tf32, int64_t M, int64_t N, int64_t K, int iterations) override;
 
   void embedding_forward(const EmbeddingForward& args) override;
   void embedding_backward(const EmbeddingBackward& args) override;
@@ -38,6 +42,10 @@ class CpuBackend final : public Backend {
   void adamw_step(const AdamwStep& args) override;
   double sum_of_squares(const SumOfSquares& args) override;
   void fill(const Fill& args) override;
+
+ private:
+  // Shared with the buffers, which report their release to it.
+  std::shared_ptr<MemoryTracker> memory_ = std::make_shared<MemoryTracker>();
 };
 
 }  // namespace kiln

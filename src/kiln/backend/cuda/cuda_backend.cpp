@@ -3,7 +3,9 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "kiln/backend/checks.h"
 #include "kiln/backend/cuda/kernels.h"
@@ -24,7 +26,7 @@ void check_cublas(cublasStatus_t status, const char* what) {
 
 class CudaBuffer final : public DeviceBuffer {
  public:
-  explicit CudaBuffer(size_t bytes) : bytes_(bytes) {
+  CudaBuffer(size_t bytes, std::shared_ptr<MemoryTracker> memory) : bytes_(bytes), memory_(std::move(memory)) {
     if (cudaMalloc(&data_, bytes ? bytes : 1) != cudaSuccess) {
       cudaGetLastError();
       size_t free_bytes = 0, total_bytes = 0;
@@ -32,14 +34,19 @@ class CudaBuffer final : public DeviceBuffer {
       fail("out of GPU memory: could not allocate {} bytes ({:.2f} GiB); {:.2f} GiB of {:.2f} GiB free",
            bytes, bytes / 1073741824.0, free_bytes / 1073741824.0, total_bytes / 1073741824.0);
     }
+    memory_->allocated(bytes_);
   }
-  ~CudaBuffer() override { cudaFree(data_); }
+  ~CudaBuffer() override {
+    cudaFree(data_);
+    memory_->freed(bytes_);
+  }
   void* data() const override { return data_; }
   size_t bytes() const override { return bytes_; }
 
  private:
   void* data_ = nullptr;
   size_t bytes_ = 0;
+  std::shared_ptr<MemoryTracker> memory_;
 };
 
 // Row-major C[M,N] = alpha op(A)[M,K] op(B)[K,N] + beta C with row strides lda, ldb, ldc, as the
@@ -62,10 +69,11 @@ struct CudaBackend::Handles {
   std::unique_ptr<DeviceBuffer> sum_scratch;  // kSumBlocks partials + the result
 };
 
-CudaBackend::CudaBackend() : handles_(std::make_unique<Handles>()) {
+CudaBackend::CudaBackend(bool tf32) : handles_(std::make_unique<Handles>()) {
   check_cublas(cublasCreate(&handles_->blas), "cublasCreate");
-  // fp32 means fp32: no TF32 unless a precision policy asks for it.
-  check_cublas(cublasSetMathMode(handles_->blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+  // fp32 means fp32: TF32 tensor cores only when the precision policy asks for them.
+  check_cublas(cublasSetMathMode(handles_->blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH),
+               "cublasSetMathMode");
   handles_->sum_scratch = allocate((cuda::kSumBlocks + 1) * sizeof(double));
 }
 
@@ -73,7 +81,57 @@ CudaBackend::~CudaBackend() {
   if (handles_ && handles_->blas) cublasDestroy(handles_->blas);
 }
 
-std::unique_ptr<DeviceBuffer> CudaBackend::allocate(size_t bytes) { return std::make_unique<CudaBuffer>(bytes); }
+std::unique_ptr<DeviceBuffer> CudaBackend::allocate(size_t bytes) {
+  return std::make_unique<CudaBuffer>(bytes, memory_);
+}
+
+std::string CudaBackend::description() const {
+  int device = 0;
+  cudaDeviceProp properties{};
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaGetDeviceProperties(&properties, device), "cudaGetDeviceProperties");
+  return properties.name;
+}
+
+double CudaBackend::time_gemm_ms(DType dtype, bool tf32, int64_t M, int64_t N, int64_t K, int iterations) {
+  KILN_CHECK(dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16,
+             "gemm benchmark: dtype {} is not a floating type", dtype_name(dtype));
+  KILN_CHECK(M > 0 && N > 0 && K > 0 && iterations > 0, "gemm sizes and iterations must be positive");
+  KILN_CHECK(!tf32 || dtype == DType::F32, "gemm benchmark: tf32 applies to fp32 inputs only");
+  const int kind = dtype == DType::F32 ? 0 : dtype == DType::BF16 ? 1 : 2;
+  const cudaDataType type = kind == 0 ? CUDA_R_32F : kind == 1 ? CUDA_R_16BF : CUDA_R_16F;
+  const size_t element = dtype_size(dtype);
+  auto a = allocate(static_cast<size_t>(M * K) * element);
+  auto b = allocate(static_cast<size_t>(K * N) * element);
+  auto c = allocate(static_cast<size_t>(M * N) * element);
+  check_cuda(cuda::fill_random(a->data(), kind, M * K, 1), "fill_random");
+  check_cuda(cuda::fill_random(b->data(), kind, K * N, 2), "fill_random");
+  const cublasComputeType_t compute =
+      kind == 0 ? (tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F_PEDANTIC) : CUBLAS_COMPUTE_32F;
+  const float alpha = 1.0f, beta = 0.0f;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  check_cuda(cudaEventCreate(&start), "cudaEventCreate");
+  check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
+  std::vector<double> times;
+  for (int i = 0; i <= iterations; ++i) {  // the first run warms up and is not counted
+    check_cuda(cudaEventRecord(start), "cudaEventRecord");
+    // Row-major C = A B is column-major C^T = B^T A^T.
+    check_cublas(cublasGemmEx(handles_->blas, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(M),
+                              static_cast<int>(K), &alpha, b->data(), type, static_cast<int>(N), a->data(), type,
+                              static_cast<int>(K), &beta, c->data(), type, static_cast<int>(N), compute,
+                              CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmEx");
+    check_cuda(cudaEventRecord(stop), "cudaEventRecord");
+    check_cuda(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0.0f;
+    check_cuda(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    if (i > 0) times.push_back(ms);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
+  return times[times.size() / 2];
+}
 
 void CudaBackend::copy_to_device(void* device_dst, const void* host_src, size_t bytes) {
   if (bytes) check_cuda(cudaMemcpy(device_dst, host_src, bytes, cudaMemcpyHostToDevice), "copy to device");

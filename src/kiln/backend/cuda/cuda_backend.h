@@ -11,21 +11,25 @@
 #include <memory>
 
 #include "kiln/backend/backend.h"
+#include "kiln/backend/memory_tracker.h"
 
 namespace kiln {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend();
+  explicit CudaBackend(bool tf32 = false);
   ~CudaBackend() override;
 
   std::string_view name() const override { return "cuda"; }
   Device device() const override { return Device::CUDA; }
+  std::string description() const override;
 
   std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override;
   void copy_to_device(void* device_dst, const void* host_src, size_t bytes) override;
   void copy_to_host(void* host_dst, const void* device_src, size_t bytes) override;
   void synchronize() override;
+  size_t peak_allocated_bytes() const override { return memory_->peak(); }
+  double time_gemm_ms(DType dtype, bool tf32, int64_t M, int64_t N, int64_t K, int iterations) override;
 
   void embedding_forward(const EmbeddingForward& args) override;
   void embedding_backward(const EmbeddingBackward& args) override;
@@ -45,6 +49,7 @@ class CudaBackend final : public Backend {
 
  private:
   struct Handles;
+  std::shared_ptr<MemoryTracker> memory_ = std::make_shared<MemoryTracker>();
   std::unique_ptr<Handles> handles_;
 };
 

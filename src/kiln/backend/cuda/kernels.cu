@@ -248,6 +248,20 @@ __global__ void adamw_kernel(float* master, void* param_out, int out_kind, const
   }
 }
 
+// ---- random fill for benchmarks ---------------------------------------------------------------
+__global__ void fill_random_kernel(void* out, int kind, int64_t count, uint64_t seed) {
+  GRID_STRIDE(i, count) {
+    uint64_t z = seed + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(i + 1);  // splitmix64
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    const float value = static_cast<float>(z >> 40) * 0x1.0p-23f - 1.0f;
+    if (kind == 0) static_cast<float*>(out)[i] = value;
+    if (kind == 1) static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(value);
+    if (kind == 2) static_cast<__half*>(out)[i] = __float2half_rn(value);
+  }
+}
+
 // ---- sum of squares: fixed grid, fixed order ------------------------------------------------------------
 __global__ void sum_squares_partial_kernel(const float* in, int64_t count, double* partials) {
   __shared__ double shared[kThreads];
@@ -355,6 +369,11 @@ int adamw(float* master, void* param_out, int out_kind, const float* grad, float
   adamw_kernel<<<blocks_for(count), kThreads>>>(master, param_out, out_kind, grad, exp_avg, exp_avg_sq, offset,
                                                 count, lr, beta1, beta2, eps, weight_decay, grad_scale,
                                                 bias_correction1, bias_correction2);
+  return launch_status();
+}
+
+int fill_random(void* out, int kind, int64_t count, uint64_t seed) {
+  fill_random_kernel<<<blocks_for(count), kThreads>>>(out, kind, count, seed);
   return launch_status();
 }
 

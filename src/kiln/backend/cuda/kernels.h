@@ -36,6 +36,8 @@ int adamw(float* master, void* param_out, int out_kind, const float* grad, float
           float* exp_avg_sq, int64_t offset, int64_t count, float lr, float beta1, float beta2,
           float eps, float weight_decay, float grad_scale, float bias_correction1,
           float bias_correction2);
+// Pseudo-random values in [-1, 1) from a hash of (seed, index); kind: 0 fp32, 1 bf16, 2 fp16.
+int fill_random(void* out, int kind, int64_t count, uint64_t seed);
 // Sum of squares in double with a fixed grid; `partials` holds kSumBlocks doubles of device memory.
 constexpr int kSumBlocks = 512;
 int sum_of_squares(const float* in, int64_t count, double* partials, double* result);

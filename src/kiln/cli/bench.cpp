@@ -1,0 +1,187 @@
+// `kiln bench train` and `kiln bench gemm`: measured numbers, a table for people and --json for
+// machines (nccl-tests style: warm-up first, then timed iterations, medians reported).
+//
+// bench train runs the real Trainer on random tokens (Megatron's --mock-data) and reports the
+// median iteration time, tokens/s, model TFLOP/s with PERF.md's 6N + 12 L C T FLOPs per token,
+// MFU against the datasheet peak and against the GEMM ceiling measured in the same run, and the
+// peak of device memory held in kiln's buffers.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "kiln/backend/registry.h"
+#include "kiln/cli/commands.h"
+#include "kiln/cli/config_flags.h"
+#include "kiln/core/error.h"
+#include "kiln/perf/gpu_specs.h"
+#include "kiln/train/trainer.h"
+
+namespace kiln::cli {
+namespace {
+
+constexpr int64_t kCeilingSize = 8192;
+
+struct BenchTrainOptions {
+  int64_t warmup_iters = 3;
+  int64_t timed_iters = 10;
+  bool json = false;
+  bool skip_ceiling = false;
+};
+
+class IterationTimes : public TrainObserver {
+ public:
+  void on_iteration(const IterationStats& stats) override { ms.push_back(stats.elapsed_ms); }
+  std::vector<double> ms;
+};
+
+double median(std::vector<double> values) {
+  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2), values.end());
+  return values[values.size() / 2];
+}
+
+DType gemm_dtype(const std::string& precision) {
+  return precision == "bf16" ? DType::BF16 : precision == "fp16" ? DType::F16 : DType::F32;
+}
+
+double gemm_tflops(double ms, int64_t M, int64_t N, int64_t K) {
+  return 2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) / (ms * 1e-3) / 1e12;
+}
+
+void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
+  KILN_CHECK(options.warmup_iters >= 0 && options.timed_iters > 0,
+             "--warmup-iters must be >= 0 and --timed-iters positive");
+  Config config = flags.build();
+  config.mock_data = true;
+  if (config.vocab_size == 0) config.vocab_size = 50257;
+  config.eval_iters = 0;
+  config.save.clear();
+  config.save_interval = 0;
+  config.load.clear();
+  config.train_iters = options.warmup_iters + options.timed_iters;
+  Trainer trainer(config);
+  IterationTimes times;
+  trainer.add_observer(&times);
+  trainer.run();
+  const Config& resolved = trainer.config();
+  const std::vector<double> timed(times.ms.begin() + options.warmup_iters, times.ms.end());
+  const double ms = median(timed);
+  const double tokens_per_iteration = static_cast<double>(resolved.global_batch_size * resolved.seq_length);
+  const double tokens_per_second = tokens_per_iteration / (ms * 1e-3);
+  const double flops_per_token = 6.0 * static_cast<double>(trainer.model().num_parameters()) +
+                                 12.0 * static_cast<double>(resolved.num_layers * resolved.hidden_size *
+                                                            resolved.seq_length);
+  const double model_tflops = flops_per_token * tokens_per_second / 1e12;
+  Backend& backend = trainer.backend();
+  const std::string device = backend.description();
+  const std::string precision = resolved.precision_name();
+  const auto spec = find_gpu_by_device_name(device);
+  const double datasheet = spec ? spec->peak_tflops(precision) : 0.0;
+  double ceiling = 0.0;
+  if (!options.skip_ceiling && backend.device() == Device::CUDA)
+    ceiling = gemm_tflops(backend.time_gemm_ms(gemm_dtype(precision), precision == "tf32", kCeilingSize, kCeilingSize,
+                                               kCeilingSize, 10),
+                          kCeilingSize, kCeilingSize, kCeilingSize);
+  const double peak_gib = static_cast<double>(backend.peak_allocated_bytes()) / 1073741824.0;
+
+  if (options.json) {
+    const nlohmann::json out = {
+        {"device", device}, {"precision", precision}, {"num_layers", resolved.num_layers},
+        {"hidden_size", resolved.hidden_size}, {"num_attention_heads", resolved.num_attention_heads},
+        {"seq_length", resolved.seq_length}, {"micro_batch_size", resolved.micro_batch_size},
+        {"global_batch_size", resolved.global_batch_size}, {"parameters", trainer.model().num_parameters()},
+        {"timed_iters", options.timed_iters}, {"median_ms_per_iteration", ms},
+        {"tokens_per_second", tokens_per_second}, {"model_tflops", model_tflops},
+        {"datasheet_peak_tflops", datasheet}, {"mfu_datasheet", datasheet > 0 ? model_tflops / datasheet : 0.0},
+        {"gemm_ceiling_tflops", ceiling}, {"mfu_gemm_ceiling", ceiling > 0 ? model_tflops / ceiling : 0.0},
+        {"peak_memory_gib", peak_gib}};
+    fmt::print("{}\n", out.dump());
+    return;
+  }
+  fmt::print("# kiln bench train | {} | {} | GPT {} layers x {} hidden, {} heads, seq {}, micro-batch {}, global {} "
+             "| {} parameters | median of {} iterations after {} warm-up\n",
+             device, precision, resolved.num_layers, resolved.hidden_size, resolved.num_attention_heads,
+             resolved.seq_length, resolved.micro_batch_size, resolved.global_batch_size,
+             trainer.model().num_parameters(), options.timed_iters, options.warmup_iters);
+  fmt::print("#{:>14} {:>14} {:>14} {:>16} {:>18} {:>16}\n", "ms/iter", "tokens/s", "model TFLOP/s",
+             "MFU datasheet", "MFU GEMM ceiling", "peak mem GiB");
+  const std::string mfu_sheet = datasheet > 0 ? fmt::format("{:.1f}% of {:.0f}", 100 * model_tflops / datasheet, datasheet) : "n/a";
+  const std::string mfu_ceiling = ceiling > 0 ? fmt::format("{:.1f}% of {:.0f}", 100 * model_tflops / ceiling, ceiling) : "n/a";
+  fmt::print(" {:>14.2f} {:>14.0f} {:>14.2f} {:>16} {:>18} {:>16.2f}\n", ms, tokens_per_second, model_tflops,
+             mfu_sheet, mfu_ceiling, peak_gib);
+}
+
+struct BenchGemmOptions {
+  std::string device = "cuda";
+  std::vector<std::string> precisions;
+  int64_t m = kCeilingSize, n = kCeilingSize, k = kCeilingSize;
+  int iterations = 20;
+  bool json = false;
+};
+
+void bench_gemm(const BenchGemmOptions& options) {
+  std::vector<std::string> precisions = options.precisions;
+  if (precisions.empty())
+    precisions = options.device == "cpu" ? std::vector<std::string>{"fp32"}
+                                         : std::vector<std::string>{"fp32", "tf32", "bf16", "fp16"};
+  auto backend = make_backend(options.device);
+  const std::string device = backend->description();
+  const auto spec = find_gpu_by_device_name(device);
+  if (!options.json) {
+    fmt::print("# kiln bench gemm | {} | C[M,N] = A[M,K] B[K,N], random inputs, median of {} after 1 warm-up\n",
+               device, options.iterations);
+    fmt::print("#{:>7} {:>7} {:>7} {:>7} {:>10} {:>10} {:>12}\n", "dtype", "M", "N", "K", "ms", "TFLOP/s",
+               "of datasheet");
+  }
+  for (const std::string& precision : precisions) {
+    KILN_CHECK(precision == "fp32" || precision == "tf32" || precision == "bf16" || precision == "fp16",
+               "--dtype '{}' is not one of fp32, tf32, bf16, fp16", precision);
+    const double ms = backend->time_gemm_ms(gemm_dtype(precision), precision == "tf32", options.m, options.n,
+                                            options.k, options.iterations);
+    const double tflops = gemm_tflops(ms, options.m, options.n, options.k);
+    const double datasheet = spec ? spec->peak_tflops(precision) : 0.0;
+    if (options.json) {
+      fmt::print("{}\n", nlohmann::json{{"device", device}, {"dtype", precision}, {"m", options.m}, {"n", options.n},
+                                        {"k", options.k}, {"median_ms", ms}, {"tflops", tflops},
+                                        {"datasheet_peak_tflops", datasheet}}
+                             .dump());
+    } else {
+      const std::string share = datasheet > 0 ? fmt::format("{:.1f}%", 100 * tflops / datasheet) : "n/a";
+      fmt::print(" {:>7} {:>7} {:>7} {:>7} {:>10.3f} {:>10.1f} {:>12}\n", precision, options.m, options.n, options.k,
+                 ms, tflops, share);
+    }
+  }
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& root) {
+  CLI::App* bench = root.add_subcommand("bench", "measure training speed and GEMM throughput");
+  bench->require_subcommand(1);
+
+  auto flags = std::make_shared<ConfigFlags>();
+  auto train_options = std::make_shared<BenchTrainOptions>();
+  CLI::App* train = bench->add_subcommand("train", "time training steps of a GPT on random tokens");
+  train->add_option("--warmup-iters", train_options->warmup_iters, "iterations run before timing");
+  train->add_option("--timed-iters", train_options->timed_iters, "iterations timed (median reported)");
+  train->add_flag("--json", train_options->json, "one JSON object instead of the table");
+  train->add_flag("--skip-gemm-ceiling", train_options->skip_ceiling, "do not measure the GEMM ceiling");
+  add_config_flags(*train, flags);
+  train->callback([flags, train_options] { bench_train(*flags, *train_options); });
+
+  auto gemm_options = std::make_shared<BenchGemmOptions>();
+  CLI::App* gemm = bench->add_subcommand("gemm", "measure the GEMM ceiling per precision");
+  gemm->add_option("--device", gemm_options->device, "cpu or cuda");
+  gemm->add_option("--dtype", gemm_options->precisions, "fp32, tf32, bf16, fp16 (default: all the device has)");
+  gemm->add_option("--m", gemm_options->m, "rows of A and C");
+  gemm->add_option("--n", gemm_options->n, "columns of B and C");
+  gemm->add_option("--k", gemm_options->k, "inner dimension");
+  gemm->add_option("--iters", gemm_options->iterations, "timed repetitions");
+  gemm->add_flag("--json", gemm_options->json, "JSON lines instead of the table");
+  gemm->callback([gemm_options] { bench_gemm(*gemm_options); });
+}
+
+}  // namespace kiln::cli

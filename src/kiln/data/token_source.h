@@ -1,0 +1,37 @@
+// TokenSource: where the Trainer's samples come from. Sample i is seq_length input tokens and
+// their next-token targets, a pure function of i (and the source's seed), so any order of reads
+// and any number of readers give the same batches, and a run resumes from a sample count alone.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace kiln {
+
+class TokenSource {
+ public:
+  virtual ~TokenSource() = default;
+  virtual int64_t seq_length() const = 0;
+  virtual int64_t num_tokens() const = 0;  // tokens behind the samples (0 for synthetic data)
+  virtual void sample(int64_t index, std::span<int32_t> tokens, std::span<int32_t> targets) const = 0;
+
+  // Samples first .. first + batch - 1, row after row.
+  void batch(int64_t first, int64_t batch, std::vector<int32_t>& tokens, std::vector<int32_t>& targets) const;
+};
+
+// Uniformly random tokens in [0, vocab_size) (Megatron's --mock-data): for benchmarks, where the
+// data must cost nothing and mean nothing.
+class MockTokens final : public TokenSource {
+ public:
+  MockTokens(int64_t vocab_size, int64_t seq_length, uint64_t seed);
+  int64_t seq_length() const override { return seq_length_; }
+  int64_t num_tokens() const override { return 0; }
+  void sample(int64_t index, std::span<int32_t> tokens, std::span<int32_t> targets) const override;
+
+ private:
+  int64_t vocab_size_, seq_length_;
+  uint64_t seed_;
+};
+
+}  // namespace kiln
