@@ -67,6 +67,9 @@ void gemm(cublasHandle_t handle, bool trans_a, bool trans_b, int64_t M, int64_t 
 struct CudaBackend::Handles {
   cublasHandle_t blas = nullptr;
   std::unique_ptr<DeviceBuffer> sum_scratch;  // kSumBlocks partials + the result
+  // Scratch of ops that need it (embedding backward's sort), grown on first use to the largest
+  // shape seen, so steady-state steps do not allocate.
+  std::unique_ptr<DeviceBuffer> workspace;
 };
 
 CudaBackend::CudaBackend(bool tf32) : handles_(std::make_unique<Handles>()) {
@@ -164,8 +167,11 @@ void CudaBackend::embedding_backward(const EmbeddingBackward& a) {
   checks::require(a.tokens, DType::I32, kCuda, op, "tokens");
   const int64_t B = a.tokens.shape[0], T = a.tokens.shape[1], C = a.dwte.shape[1];
   checks::require_numel(a.dout, B * T * C, op, "dout");
+  const size_t bytes = cuda::embedding_backward_workspace_bytes(B * T);
+  if (!handles_->workspace || handles_->workspace->bytes() < bytes) handles_->workspace = allocate(bytes);
   check_cuda(cuda::embedding_backward(a.dwte.as<float>(), a.dwpe.as<float>(), a.dout.as<float>(),
-                                      a.tokens.as<int32_t>(), B, T, C), op);
+                                      a.tokens.as<int32_t>(), B, T, C, handles_->workspace->data(), bytes),
+             op);
 }
 
 void CudaBackend::layernorm_forward(const LayerNormForward& a) {

@@ -1,6 +1,7 @@
 // Kernels of the CUDA back-end, first version: correct and deterministic, written plainly.
 // Each launcher mirrors the CPU reference op of the same name; the op table (tests/backend)
 // checks one against the other. Speed work (fusion, flash attention) replaces these later.
+#include <cub/device/device_radix_sort.cuh>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -66,16 +67,31 @@ __global__ void embedding_forward_kernel(float* out, const int32_t* tokens, cons
   }
 }
 
-// One thread per channel walks every position in order: deterministic without atomics.
-__global__ void embedding_backward_kernel(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                                          int64_t positions, int64_t T, int64_t C) {
-  GRID_STRIDE(c, C) {
-    for (int64_t i = 0; i < positions; ++i) {
-      const float g = dout[i * C + c];
-      dwte[tokens[i] * C + c] += g;
-      dwpe[(i % T) * C + c] += g;
-    }
+// dwte without atomics: positions arrive sorted by token (stable, so in position order within a
+// token); the block that starts a run of equal tokens adds the run's rows in order.
+__global__ void embedding_backward_tokens_kernel(float* dwte, const float* dout, const int32_t* sorted_tokens,
+                                                 const int32_t* sorted_positions, int64_t positions, int64_t C) {
+  const int64_t start = blockIdx.x;
+  if (start >= positions || (start > 0 && sorted_tokens[start] == sorted_tokens[start - 1])) return;
+  const int32_t token = sorted_tokens[start];
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    float sum = 0.0f;
+    for (int64_t i = start; i < positions && sorted_tokens[i] == token; ++i) sum += dout[sorted_positions[i] * C + c];
+    dwte[token * C + c] += sum;
   }
+}
+
+// dwpe[t] += sum over the batch of dout[b, t], in batch order.
+__global__ void embedding_backward_positions_kernel(float* dwpe, const float* dout, int64_t B, int64_t T, int64_t C) {
+  GRID_STRIDE(i, T * C) {
+    float sum = 0.0f;
+    for (int64_t b = 0; b < B; ++b) sum += dout[b * T * C + i];
+    dwpe[i] += sum;
+  }
+}
+
+__global__ void iota_kernel(int32_t* out, int64_t count) {
+  GRID_STRIDE(i, count) out[i] = static_cast<int32_t>(i);
 }
 
 // ---- layernorm: one block per row ---------------------------------------------------------------
@@ -116,18 +132,42 @@ __global__ void layernorm_backward_input_kernel(float* din, const float* dout, c
   }
 }
 
+// Column sums without atomics, in a fixed order: a block owns 32 columns; its kRowGroups warps
+// stride over the rows (coalesced 128-byte reads per row), then the partial sums are added in
+// row-group order through shared memory.
+constexpr int kRowGroups = 32;
+
+template <typename Term>
+__device__ void column_sums(float* sums_a, float* sums_b, int64_t M, int64_t N, Term term) {
+  __shared__ float partial_a[kRowGroups][33], partial_b[kRowGroups][33];
+  const int64_t column = blockIdx.x * 32 + threadIdx.x;
+  float a = 0.0f, b = 0.0f;
+  if (column < N) {
+    for (int64_t m = threadIdx.y; m < M; m += kRowGroups) {
+      const float2 values = term(m, column);
+      a += values.x;
+      b += values.y;
+    }
+  }
+  partial_a[threadIdx.y][threadIdx.x] = a;
+  partial_b[threadIdx.y][threadIdx.x] = b;
+  __syncthreads();
+  if (threadIdx.y == 0 && column < N) {
+    for (int g = 1; g < kRowGroups; ++g) {
+      a += partial_a[g][threadIdx.x];
+      b += partial_b[g][threadIdx.x];
+    }
+    sums_a[column] += a;
+    if (sums_b) sums_b[column] += b;
+  }
+}
+
 __global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, const float* dout, const float* in,
                                                  const float* means, const float* rstds, int64_t M, int64_t C) {
-  GRID_STRIDE(c, C) {
-    float weight_sum = 0.0f, bias_sum = 0.0f;
-    for (int64_t m = 0; m < M; ++m) {
-      const float g = dout[m * C + c];
-      weight_sum += g * (in[m * C + c] - means[m]) * rstds[m];
-      bias_sum += g;
-    }
-    dweight[c] += weight_sum;
-    dbias[c] += bias_sum;
-  }
+  column_sums(dweight, dbias, M, C, [=] __device__(int64_t m, int64_t c) {
+    const float g = dout[m * C + c];
+    return make_float2(g * (in[m * C + c] - means[m]) * rstds[m], g);
+  });
 }
 
 // ---- bias helpers, elementwise ----------------------------------------------------------------------
@@ -136,11 +176,7 @@ __global__ void broadcast_rows_kernel(float* out, const float* row, int64_t N, i
 }
 
 __global__ void column_sums_add_kernel(float* sums, const float* in, int64_t M, int64_t N) {
-  GRID_STRIDE(n, N) {
-    float sum = 0.0f;
-    for (int64_t m = 0; m < M; ++m) sum += in[m * N + n];
-    sums[n] += sum;
-  }
+  column_sums(sums, nullptr, M, N, [=] __device__(int64_t m, int64_t n) { return make_float2(in[m * N + n], 0.0f); });
 }
 
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
@@ -291,9 +327,28 @@ int embedding_forward(float* out, const int32_t* tokens, const float* wte, const
   return launch_status();
 }
 
+size_t embedding_backward_workspace_bytes(int64_t positions) {
+  size_t sort_bytes = 0;
+  cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, static_cast<const int32_t*>(nullptr),
+                                  static_cast<int32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
+                                  static_cast<int32_t*>(nullptr), static_cast<int>(positions));
+  return 3 * static_cast<size_t>(positions) * sizeof(int32_t) + sort_bytes + 256;
+}
+
 int embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
-                       int64_t C) {
-  embedding_backward_kernel<<<blocks_for(C), kThreads>>>(dwte, dwpe, dout, tokens, B * T, T, C);
+                       int64_t C, void* workspace, size_t workspace_bytes) {
+  const int64_t positions = B * T;
+  auto* positions_in = static_cast<int32_t*>(workspace);
+  int32_t* sorted_tokens = positions_in + positions;
+  int32_t* sorted_positions = sorted_tokens + positions;
+  void* sort_storage = sorted_positions + positions;
+  size_t sort_bytes = workspace_bytes - 3 * static_cast<size_t>(positions) * sizeof(int32_t);
+  iota_kernel<<<blocks_for(positions), kThreads>>>(positions_in, positions);
+  cub::DeviceRadixSort::SortPairs(sort_storage, sort_bytes, tokens, sorted_tokens, positions_in, sorted_positions,
+                                  static_cast<int>(positions));
+  embedding_backward_tokens_kernel<<<static_cast<unsigned>(positions), kThreads>>>(dwte, dout, sorted_tokens,
+                                                                                  sorted_positions, positions, C);
+  embedding_backward_positions_kernel<<<blocks_for(T * C), kThreads>>>(dwpe, dout, B, T, C);
   return launch_status();
 }
 
@@ -308,7 +363,8 @@ int layernorm_backward(float* din, float* dweight, float* dbias, const float* do
                        const float* weight, const float* mean, const float* rstd, int64_t M, int64_t C) {
   if (M == 0) return 0;
   layernorm_backward_input_kernel<<<static_cast<unsigned>(M), kThreads>>>(din, dout, in, weight, mean, rstd, C);
-  layernorm_backward_params_kernel<<<blocks_for(C), kThreads>>>(dweight, dbias, dout, in, mean, rstd, M, C);
+  layernorm_backward_params_kernel<<<static_cast<unsigned>((C + 31) / 32), dim3(32, kRowGroups)>>>(
+      dweight, dbias, dout, in, mean, rstd, M, C);
   return launch_status();
 }
 
@@ -318,7 +374,7 @@ int broadcast_rows(float* out, const float* row, int64_t M, int64_t N) {
 }
 
 int column_sums_add(float* sums, const float* in, int64_t M, int64_t N) {
-  column_sums_add_kernel<<<blocks_for(N), kThreads>>>(sums, in, M, N);
+  column_sums_add_kernel<<<static_cast<unsigned>((N + 31) / 32), dim3(32, kRowGroups)>>>(sums, in, M, N);
   return launch_status();
 }
 

@@ -7,14 +7,17 @@
 // (parameter gradients, norms) use a fixed order, so results are deterministic.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace kiln::cuda {
 
 int embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
                       int64_t B, int64_t T, int64_t C);
+// Needs a workspace of embedding_backward_workspace_bytes(B * T) bytes (positions sorted by token).
+size_t embedding_backward_workspace_bytes(int64_t positions);
 int embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                       int64_t B, int64_t T, int64_t C);
+                       int64_t B, int64_t T, int64_t C, void* workspace, size_t workspace_bytes);
 int layernorm_forward(float* out, float* mean, float* rstd, const float* in, const float* weight,
                       const float* bias, int64_t M, int64_t C, float eps);
 int layernorm_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
