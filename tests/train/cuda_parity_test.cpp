@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "kiln/core/error.h"
 #include "kiln/train/trainer.h"
 #include "support/backends.h"
 #include "support/temp_dir.h"
@@ -50,6 +51,36 @@ TEST(CudaParity, Fp32TrainingFollowsTheCpuLosses) {
   for (size_t i = 0; i < cpu.size(); ++i)
     EXPECT_NEAR(gpu[i], cpu[i], 1e-4 * std::abs(cpu[i])) << "iteration " << i + 1;
   EXPECT_LT(cpu.back(), cpu.front() - 0.5);
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST(CudaMemory, APlanThatCannotFitFailsBeforeTheFirstStepWithBytesPerCategory) {
+  const std::string reason = testing::backend_skip_reason("cuda");
+  if (!reason.empty()) GTEST_SKIP() << reason;
+  Config config;
+  config.device = "cuda";
+  config.mock_data = true;
+  config.vocab_size = 50257;
+  config.num_layers = 12;
+  config.hidden_size = 768;
+  config.num_attention_heads = 12;
+  config.seq_length = 1024;
+  config.micro_batch_size = 512;  // about 0.8 TB of activations
+  config.eval_iters = 0;
+  try {
+    Trainer trainer(config);
+    FAIL() << "expected an out-of-memory error";
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    for (const char* part : {"not enough memory on", "parameters", "gradients", "optimizer state", "activations",
+                             "GiB are free", "--micro-batch-size"})
+      EXPECT_NE(message.find(part), std::string::npos) << part << " in: " << message;
+  }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -38,6 +39,9 @@ class Backend {
   virtual void synchronize() = 0;
   // The most bytes held in buffers from allocate() at once since the back-end was made.
   virtual size_t peak_allocated_bytes() const = 0;
+  // Bytes the device can still hand out, where that is known and limited (GPU memory); nullopt
+  // for host memory, which the operating system manages.
+  virtual std::optional<size_t> free_memory_bytes() const = 0;
 
   // Benchmark hook for `kiln bench gemm`: median milliseconds of C[M,N] = A[M,K] B[K,N] on random
   // data, with inputs in `dtype` (F32, BF16 or F16) and fp32 accumulation; `tf32` selects TF32

@@ -43,8 +43,9 @@ Trainer::Trainer(const Config& config) : config_(resolve_config(config)) {
              "config key 'data_parallel_size' is {}: data parallelism needs the multi-GPU launcher, "
              "which this version does not have",
              config_.data_parallel_size);
-  KILN_CHECK(config_.device != "cpu" || (!config_.fp16 && !config_.bf16),
-             "config key '{}': the CPU back-end trains in fp32 only; mixed precision needs --device cuda",
+  KILN_CHECK(!config_.fp16 && !config_.bf16,
+             "config key '{}': this version trains in fp32 only (on CUDA also with --tf32); bf16/fp16 mixed "
+             "precision is not implemented yet",
              config_.fp16 ? "fp16" : "bf16");
   backend_ = make_backend(config_.device, BackendOptions{config_.tf32});
   const GptConfig gpt = config_.gpt();
@@ -61,6 +62,7 @@ Trainer::Trainer(const Config& config) : config_(resolve_config(config)) {
       val_data_ = std::make_unique<TokenDataset>(config_.data_path, "val", gpt.vocab_size, config_.seq_length,
                                                  seed ^ kValidationSeedSalt);
   }
+  check_memory_fits(gpt);
   model_ = std::make_unique<Gpt>(gpt, *backend_);
   model_->allocate_activations(config_.micro_batch_size, config_.seq_length);
   optimizer_ = std::make_unique<AdamW>(*backend_, model_->layout(), model_->params(), config_.adamw());
@@ -76,6 +78,21 @@ Trainer::Trainer(const Config& config) : config_(resolve_config(config)) {
   } else {
     model_->init_weights(static_cast<uint64_t>(config_.seed));
   }
+}
+
+void Trainer::check_memory_fits(const GptConfig& gpt) const {
+  const std::optional<size_t> free_bytes = backend_->free_memory_bytes();
+  if (!free_bytes) return;
+  const size_t parameter_bytes = static_cast<size_t>(ParameterLayout(gpt).total()) * sizeof(float);
+  const size_t activation_bytes = GptActivations::bytes_needed(gpt, config_.micro_batch_size, config_.seq_length);
+  const size_t total = 4 * parameter_bytes + activation_bytes;  // params, grads, two Adam moments
+  constexpr double kGiB = 1073741824.0;
+  KILN_CHECK(total <= *free_bytes,
+             "not enough memory on {}: parameters {:.2f} GiB + gradients {:.2f} GiB + optimizer state {:.2f} GiB + "
+             "activations {:.2f} GiB (micro-batch {} x sequence {}) = {:.2f} GiB, but {:.2f} GiB are free; lower "
+             "--micro-batch-size (activations scale with it) and raise accumulation through --global-batch-size",
+             backend_->description(), parameter_bytes / kGiB, parameter_bytes / kGiB, 2 * parameter_bytes / kGiB,
+             activation_bytes / kGiB, config_.micro_batch_size, config_.seq_length, total / kGiB, *free_bytes / kGiB);
 }
 
 std::string Trainer::memory_summary() const {

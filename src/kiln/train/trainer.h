@@ -48,6 +48,8 @@ class Trainer {
  private:
   void save();
   void validate(bool at_end);
+  // Fails before anything is allocated when the plan cannot fit in the device's free memory.
+  void check_memory_fits(const GptConfig& gpt) const;
 
   Config config_;
   std::unique_ptr<Backend> backend_;

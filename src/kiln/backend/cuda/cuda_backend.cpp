@@ -88,6 +88,12 @@ std::unique_ptr<DeviceBuffer> CudaBackend::allocate(size_t bytes) {
   return std::make_unique<CudaBuffer>(bytes, memory_);
 }
 
+std::optional<size_t> CudaBackend::free_memory_bytes() const {
+  size_t free_bytes = 0, total_bytes = 0;
+  check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  return free_bytes;
+}
+
 std::string CudaBackend::description() const {
   int device = 0;
   cudaDeviceProp properties{};
