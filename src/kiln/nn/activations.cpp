@@ -20,35 +20,54 @@ class Layout {
   Device device_;
 };
 
+BlockActivations take_block(Layout& layout, int64_t B, int64_t T, int64_t C, int64_t NH, bool with_probs) {
+  BlockActivations block;
+  block.ln1 = layout.take({B, T, C});
+  block.ln1_mean = layout.take({B * T});
+  block.ln1_rstd = layout.take({B * T});
+  block.qkv = layout.take({B, T, 3 * C});
+  block.attn_out = layout.take({B, T, C});
+  if (with_probs) block.probs = layout.take({B, NH, T, T});
+  block.residual_mid = layout.take({B, T, C});
+  block.ln2 = layout.take({B, T, C});
+  block.ln2_mean = layout.take({B * T});
+  block.ln2_rstd = layout.take({B * T});
+  block.fc_pre_gelu = layout.take({B, T, 4 * C});
+  block.fc_post_gelu = layout.take({B, T, 4 * C});
+  block.residual_out = layout.take({B, T, C});
+  return block;
+}
+
 }  // namespace
 
-GptActivations GptActivations::lay_out(Arena& arena, const GptConfig& config, int64_t batch,
-                                       int64_t seq, Device device) {
+GptActivations GptActivations::lay_out(Arena& arena, const GptConfig& config, int64_t batch, int64_t seq,
+                                       Device device, const RecomputePolicy& policy) {
   const int64_t B = batch, T = seq, C = config.hidden_size, NH = config.num_heads;
   const int64_t Vp = config.padded_vocab_size();
   Layout layout(arena, device);
   GptActivations acts;
   acts.batch = batch;
   acts.seq = seq;
+  acts.recompute = plan_recompute(policy, config.num_layers);
+  acts.selective = policy.granularity == RecomputeGranularity::Selective;
   acts.tokens = layout.take({B, T}, DType::I32);
   acts.targets = layout.take({B, T}, DType::I32);
   acts.embedded = layout.take({B, T, C});
+  std::vector<BlockActivations> slots;
+  for (int64_t slot = 0; slot < recompute_scratch_slots(acts.recompute); ++slot)
+    slots.push_back(take_block(layout, B, T, C, NH, true));
+  const Tensor shared_probs = acts.selective ? layout.take({B, NH, T, T}) : Tensor{};
   for (int64_t layer = 0; layer < config.num_layers; ++layer) {
-    BlockActivations block;
-    block.ln1 = layout.take({B, T, C});
-    block.ln1_mean = layout.take({B * T});
-    block.ln1_rstd = layout.take({B * T});
-    block.qkv = layout.take({B, T, 3 * C});
-    block.attn_out = layout.take({B, T, C});
-    block.probs = layout.take({B, NH, T, T});
-    block.residual_mid = layout.take({B, T, C});
-    block.ln2 = layout.take({B, T, C});
-    block.ln2_mean = layout.take({B * T});
-    block.ln2_rstd = layout.take({B * T});
-    block.fc_pre_gelu = layout.take({B, T, 4 * C});
-    block.fc_post_gelu = layout.take({B, T, 4 * C});
-    block.residual_out = layout.take({B, T, C});
-    acts.blocks.push_back(block);
+    const LayerRecompute& plan = acts.recompute[static_cast<size_t>(layer)];
+    if (plan.recomputed) {
+      BlockActivations block = slots[static_cast<size_t>(plan.scratch_slot)];
+      if (layer == plan.chunk_last) block.residual_out = layout.take({B, T, C});  // the next chunk's input
+      acts.blocks.push_back(block);
+    } else {
+      BlockActivations block = take_block(layout, B, T, C, NH, !acts.selective);
+      if (acts.selective) block.probs = shared_probs;
+      acts.blocks.push_back(block);
+    }
   }
   acts.lnf = layout.take({B, T, C});
   acts.lnf_mean = layout.take({B * T});
@@ -64,9 +83,10 @@ GptActivations GptActivations::lay_out(Arena& arena, const GptConfig& config, in
   return acts;
 }
 
-size_t GptActivations::bytes_needed(const GptConfig& config, int64_t batch, int64_t seq) {
+size_t GptActivations::bytes_needed(const GptConfig& config, int64_t batch, int64_t seq,
+                                    const RecomputePolicy& policy) {
   Arena measure = Arena::measuring();
-  lay_out(measure, config, batch, seq, Device::CPU);
+  lay_out(measure, config, batch, seq, Device::CPU, policy);
   return measure.used();
 }
 

@@ -8,8 +8,9 @@
 // Kept per block (what backward reads): ln1 out + stats, qkv, attention output and probs,
 // the residual after attention, ln2 out + stats, the MLP pre- and post-GELU activations and the
 // block output. Projections' outputs are only added into the residual, so they share one
-// scratch. Activation recomputation (a later issue) will keep only some blocks' inputs and
-// re-run block_forward into a shared BlockActivations before that block's backward.
+// scratch. Under a recompute policy (recompute.h), recomputed blocks' views point into shared
+// scratch slots (only a chunk's last output is kept, as the next chunk's input), and under
+// selective recomputation all blocks share one probs tensor.
 #pragma once
 
 #include <vector>
@@ -17,6 +18,7 @@
 #include "kiln/core/arena.h"
 #include "kiln/core/tensor.h"
 #include "kiln/nn/gpt_config.h"
+#include "kiln/nn/recompute.h"
 
 namespace kiln {
 
@@ -47,12 +49,15 @@ struct GptActivations {
   Tensor d_qkv;                    // [B,T,3C]
   Tensor d_probs;                  // [B,NH,T,T]
   Tensor d_fc;                     // [B,T,4C] gradient of both MLP activations, in place
+  std::vector<LayerRecompute> recompute;  // per layer, from the policy
+  bool selective = false;                 // probs are shared and recomputed per block
 
   // Lays out every tensor for (batch, seq) in `arena` and returns the views (null data when the
   // arena is measuring). `device` tags the views.
   static GptActivations lay_out(Arena& arena, const GptConfig& config, int64_t batch, int64_t seq,
-                                Device device);
-  static size_t bytes_needed(const GptConfig& config, int64_t batch, int64_t seq);
+                                Device device, const RecomputePolicy& policy = {});
+  static size_t bytes_needed(const GptConfig& config, int64_t batch, int64_t seq,
+                             const RecomputePolicy& policy = {});
 };
 
 }  // namespace kiln

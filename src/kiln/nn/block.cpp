@@ -7,8 +7,7 @@ void block_forward(Backend& backend, const GptConfig& config, const BlockWeights
   const float eps = config.layernorm_eps;
   backend.layernorm_forward({acts.ln1, acts.ln1_mean, acts.ln1_rstd, input, w.ln1_weight, w.ln1_bias, eps});
   backend.matmul_forward({acts.qkv, acts.ln1, w.qkv_weight, w.qkv_bias, WeightLayout::InOut});
-  backend.attention_forward({acts.attn_out, acts.probs, acts.qkv, Tensor{},
-                             static_cast<int>(config.num_heads), AttentionMask::Causal});
+  block_attention_forward(backend, config, acts, acts.attn_out);
   backend.matmul_forward({projection, acts.attn_out, w.attn_proj_weight, w.attn_proj_bias,
                           WeightLayout::InOut});
   backend.residual_forward({acts.residual_mid, input, projection});
@@ -19,6 +18,12 @@ void block_forward(Backend& backend, const GptConfig& config, const BlockWeights
   backend.matmul_forward({projection, acts.fc_post_gelu, w.fc_proj_weight, w.fc_proj_bias,
                           WeightLayout::InOut});
   backend.residual_forward({acts.residual_out, acts.residual_mid, projection});
+}
+
+void block_attention_forward(Backend& backend, const GptConfig& config, const BlockActivations& acts,
+                             const Tensor& out) {
+  backend.attention_forward({out, acts.probs, acts.qkv, Tensor{}, static_cast<int>(config.num_heads),
+                             AttentionMask::Causal});
 }
 
 void block_backward(Backend& backend, const GptConfig& config, const BlockWeights& w,

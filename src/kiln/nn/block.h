@@ -26,6 +26,11 @@ struct BlockScratch {
 void block_forward(Backend& backend, const GptConfig& config, const BlockWeights& weights,
                    const Tensor& input, const BlockActivations& acts, const Tensor& projection);
 
+// The attention core of a block alone: probs and the attention output from the saved qkv. Used by
+// block_forward and, under selective recomputation, to rebuild probs just before backward.
+void block_attention_forward(Backend& backend, const GptConfig& config, const BlockActivations& acts,
+                             const Tensor& out);
+
 void block_backward(Backend& backend, const GptConfig& config, const BlockWeights& weights,
                     const BlockWeights& grads, const Tensor& input, const BlockActivations& acts,
                     const BlockScratch& scratch, const Tensor& d_residual);

@@ -63,19 +63,20 @@ void Gpt::init_weights(uint64_t seed) {
   backend_.copy_to_device(params_.data, host.data(), host.size() * sizeof(float));
 }
 
-void Gpt::allocate_activations(int64_t max_batch, int64_t max_seq) {
+void Gpt::allocate_activations(int64_t max_batch, int64_t max_seq, const RecomputePolicy& policy) {
   KILN_CHECK(max_batch > 0 && max_seq > 0, "batch {} and sequence {} must be positive", max_batch,
              max_seq);
   KILN_CHECK(max_seq <= config_.max_position_embeddings,
              "seq_length {} exceeds max_position_embeddings {}", max_seq,
              config_.max_position_embeddings);
-  const size_t bytes = GptActivations::bytes_needed(config_, max_batch, max_seq);
+  const size_t bytes = GptActivations::bytes_needed(config_, max_batch, max_seq, policy);
   arena_.reset();
   activation_buffer_ = backend_.allocate(bytes);
   arena_ = std::make_unique<Arena>(activation_buffer_->data(), bytes);
   max_batch_ = max_batch;
   max_seq_ = max_seq;
-  acts_ = GptActivations::lay_out(*arena_, config_, max_batch, max_seq, backend_.device());
+  recompute_ = policy;
+  acts_ = GptActivations::lay_out(*arena_, config_, max_batch, max_seq, backend_.device(), recompute_);
 }
 
 void Gpt::zero_grads() { backend_.fill({grads_, 0.0f}); }
@@ -93,7 +94,7 @@ double Gpt::forward(std::span<const int32_t> tokens, std::span<const int32_t> ta
   KILN_CHECK(!prepare_backward || !targets.empty(), "a training forward needs targets");
   if (batch != acts_.batch || seq != acts_.seq) {
     arena_->reset();
-    acts_ = GptActivations::lay_out(*arena_, config_, batch, seq, backend_.device());
+    acts_ = GptActivations::lay_out(*arena_, config_, batch, seq, backend_.device(), recompute_);
   }
   for (size_t i = 0; i < positions; ++i)
     KILN_CHECK(tokens[i] >= 0 && tokens[i] < config_.vocab_size,
@@ -148,10 +149,20 @@ void Gpt::backward() {
                                acts_.d_hidden, last_residual, weights_.lnf_weight, acts_.lnf_mean,
                                acts_.lnf_rstd});
   const BlockScratch scratch{acts_.d_hidden, acts_.d_qkv, acts_.d_probs, acts_.d_fc};
+  const auto input_of = [&](int64_t layer) {
+    return layer ? acts_.blocks[static_cast<size_t>(layer - 1)].residual_out : acts_.embedded;
+  };
   for (int64_t layer = layers - 1; layer >= 0; --layer) {
     const size_t index = static_cast<size_t>(layer);
-    const Tensor input = layer ? acts_.blocks[index - 1].residual_out : acts_.embedded;
-    block_backward(backend_, config_, weights_.blocks[index], weight_grads_.blocks[index], input,
+    const LayerRecompute& plan = acts_.recompute[index];
+    if (plan.recomputed && layer == plan.chunk_last) {
+      // Re-run the chunk's forward from its kept input; the projection scratch is free in backward.
+      for (int64_t chunk_layer = plan.chunk_first; chunk_layer <= plan.chunk_last; ++chunk_layer)
+        block_forward(backend_, config_, weights_.blocks[static_cast<size_t>(chunk_layer)], input_of(chunk_layer),
+                      acts_.blocks[static_cast<size_t>(chunk_layer)], acts_.projection_scratch);
+    }
+    if (acts_.selective) block_attention_forward(backend_, config_, acts_.blocks[index], acts_.projection_scratch);
+    block_backward(backend_, config_, weights_.blocks[index], weight_grads_.blocks[index], input_of(layer),
                    acts_.blocks[index], scratch, acts_.d_residual);
   }
   backend_.embedding_backward({weight_grads_.wte, weight_grads_.wpe, acts_.d_residual, acts_.tokens});

@@ -17,6 +17,7 @@
 #include "kiln/nn/activations.h"
 #include "kiln/nn/gpt_config.h"
 #include "kiln/nn/parameters.h"
+#include "kiln/nn/recompute.h"
 
 namespace kiln {
 
@@ -35,7 +36,9 @@ class Gpt {
   // LayerNorm gains, zero padding rows in wte.
   void init_weights(uint64_t seed);
 
-  void allocate_activations(int64_t max_batch, int64_t max_seq);
+  // Plans and allocates activation memory once, for batches up to max_batch x max_seq, keeping
+  // or recomputing block activations as `policy` says (recompute.h).
+  void allocate_activations(int64_t max_batch, int64_t max_seq, const RecomputePolicy& policy = {});
   size_t activation_bytes() const { return arena_ ? arena_->capacity() : 0; }
 
   // Runs the model on tokens [batch * seq] (host, row-major). With targets, returns the mean
@@ -62,6 +65,7 @@ class Gpt {
   std::unique_ptr<DeviceBuffer> activation_buffer_;
   std::unique_ptr<Arena> arena_;  // borrows activation_buffer_
   int64_t max_batch_ = 0, max_seq_ = 0;
+  RecomputePolicy recompute_;
   GptActivations acts_;
   bool backward_ready_ = false;
 };

@@ -36,6 +36,11 @@ const std::vector<ConfigField>& config_fields() {
       {"adam_eps", &Config::adam_eps, "Adam epsilon"},
       {"weight_decay", &Config::weight_decay, "decoupled weight decay (not on biases, LayerNorm)"},
       {"clip_grad", &Config::clip_grad, "clip the global gradient norm to this (0: off)"},
+      {"recompute_granularity", &Config::recompute_granularity, "activation recomputation: none, full, selective"},
+      {"recompute_method", &Config::recompute_method, "with full: uniform (chunks of N layers) or block (first N layers)"},
+      {"recompute_num_layers", &Config::recompute_num_layers, "N of recompute_method"},
+      {"activations_checkpoint_method", &Config::activations_checkpoint_method,
+       "older name of recompute_method (implies full granularity)"},
       {"fp16", &Config::fp16, "fp16 mixed precision with loss scaling"},
       {"bf16", &Config::bf16, "bf16 mixed precision"},
       {"tf32", &Config::tf32, "fp32 matrix products on TF32 tensor cores (CUDA)"},
@@ -159,6 +164,13 @@ std::string to_yaml(const Config& config) {
 }
 
 void Config::resolve() {
+  if (!activations_checkpoint_method.empty()) {
+    KILN_CHECK(recompute_method.empty() || recompute_method == activations_checkpoint_method,
+               "config keys 'activations_checkpoint_method' ({}) and 'recompute_method' ({}) disagree",
+               activations_checkpoint_method, recompute_method);
+    recompute_method = activations_checkpoint_method;
+    if (recompute_granularity == "none") recompute_granularity = "full";
+  }
   if (max_position_embeddings == 0) max_position_embeddings = seq_length;
   if (global_batch_size == 0) global_batch_size = micro_batch_size * data_parallel_size;
   if (lr_decay_iters == 0) lr_decay_iters = train_iters;
@@ -216,6 +228,11 @@ void Config::validate() const {
              loss_scale_window);
   KILN_CHECK(hysteresis > 0, "config key 'hysteresis' must be positive, got {}", hysteresis);
   KILN_CHECK(init_method_std > 0, "config key 'init_method_std' must be positive, got {}", init_method_std);
+  plan_recompute(recompute_policy(), num_layers);
+}
+
+RecomputePolicy Config::recompute_policy() const {
+  return RecomputePolicy::parse(recompute_granularity, recompute_method, recompute_num_layers);
 }
 
 GptConfig Config::gpt() const {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "kiln/nn/gpt_config.h"
+#include "kiln/nn/recompute.h"
 #include "kiln/optim/adamw.h"
 #include "kiln/optim/loss_scaler.h"
 #include "kiln/optim/lr_schedule.h"
@@ -51,6 +52,12 @@ struct Config {
   double adam_eps = 1e-8;
   double weight_decay = 0.01;
   double clip_grad = 1.0;
+  // Activation recomputation (nn/recompute.h), Megatron's keys; activations_checkpoint_method is
+  // the older spelling of recompute_method and implies full granularity.
+  std::string recompute_granularity = "none";
+  std::string recompute_method;
+  int64_t recompute_num_layers = 1;
+  std::string activations_checkpoint_method;
   // Mixed precision (the CUDA back-end honours these; the CPU back-end computes in fp32).
   bool fp16 = false;
   bool bf16 = false;
@@ -79,6 +86,7 @@ struct Config {
     return global_batch_size / (micro_batch_size * data_parallel_size);
   }
   GptConfig gpt() const;
+  RecomputePolicy recompute_policy() const;
   LrSchedule lr_schedule() const;
   AdamwConfig adamw() const;
   LossScalerConfig loss_scaler() const;
