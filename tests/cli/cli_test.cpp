@@ -91,6 +91,21 @@ TEST(Cli, PrintConfigShowsResolvedYaml) {
   EXPECT_NE(result.output.find("vocab_size: 29"), std::string::npos);  // resolved from meta.json
 }
 
+TEST(Cli, EstimateGpt3) {
+  const Result result = run_kiln(
+      "estimate --num-layers 96 --hidden-size 12288 --num-attention-heads 96 --seq-length 2048 --vocab-size 51200 "
+      "--global-batch-size 1536 --gpus 1536 --gpu a100-80gb --tflops-per-gpu 140 --tokens 300e9 --zero-stage 3 "
+      "--recompute-granularity full --recompute-method uniform --json");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("\"parameters_exact\":174615846912"), std::string::npos) << result.output;
+  const Result bad = run_kiln("estimate --num-layers 2 --hidden-size 64 --num-attention-heads 3 --seq-length 8 "
+                              "--vocab-size 10 --global-batch-size 1 --tflops-per-gpu 1");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.output.find("kiln: error: --num-attention-heads 3 does not divide --hidden-size 64"),
+            std::string::npos)
+      << bad.output;
+}
+
 TEST(Cli, BadInputGivesOneLineErrorAndNonZeroExit) {
   TempDir dir;
   testing::write_toy_dataset(dir.path(), 29, 1000, 200);

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   kiln::cli::add_generate_command(app);
   kiln::cli::add_data_command(app);
   kiln::cli::add_bench_command(app);
+  kiln::cli::add_estimate_command(app);
   try {
     app.parse(argc, argv);
     if (show_version) {

@@ -1,0 +1,103 @@
+// `kiln estimate`: parameters, FLOPs, speed, days to train and memory per GPU for a configuration
+// that is not run (perf/estimator.h), as a table or --json.
+#include <fmt/format.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "kiln/cli/commands.h"
+#include "kiln/perf/estimator.h"
+
+namespace kiln::cli {
+namespace {
+
+struct EstimateOptions {
+  EstimateInput input;
+  double time_per_iteration = 0, tflops_per_gpu = 0;
+  std::string recompute_granularity = "none", recompute_method;
+  int64_t recompute_num_layers = 1;
+  bool json = false;
+};
+
+constexpr double kGiB = 1073741824.0;
+
+void print_estimate(const EstimateInput& in, const Estimate& e) {
+  fmt::print("# kiln estimate | GPT {} layers x {} hidden, {} heads, seq {}, vocab {} | global batch {}, "
+             "micro-batch {}, {} x {} | {} | ZeRO-{} | recompute {}\n",
+             in.num_layers, in.hidden_size, in.num_attention_heads, in.seq_length, in.vocab_size,
+             in.global_batch_size, in.micro_batch_size, in.gpus, e.gpu.key, in.precision, in.zero_stage,
+             in.recompute.describe());
+  fmt::print("parameters            {:.4g} (closed form), {} (exact, as kiln builds it)\n", e.parameters_formula,
+             e.parameters_exact);
+  fmt::print("FLOPs per iteration   {:.4g} without recomputation, {:.4g} with full recomputation\n",
+             e.flops_without_recompute, e.flops_with_full_recompute);
+  fmt::print("time per iteration    {:.4g} s at {:.1f} TFLOP/s per GPU = {:.1f}% of the {} {} peak ({:.0f})\n",
+             e.seconds_per_iteration, e.achieved_tflops_per_gpu, 100 * e.share_of_peak, e.gpu.key, in.precision,
+             e.gpu.peak_tflops(in.precision));
+  fmt::print("training time         {:.1f} days for {:.3g} tokens on {} GPUs (8TP/nX, recomputation); "
+             "{:.1f} days (6TP/nX, none)\n",
+             e.days_with_recompute, in.tokens, in.gpus, e.days_without_recompute);
+  fmt::print("memory per GPU        weights {:.2f} GiB + gradients {:.2f} GiB + optimizer {:.2f} GiB + "
+             "activations {:.2f} GiB = {:.2f} GiB of {:.0f} GiB\n",
+             e.memory.weights / kGiB, e.memory.gradients / kGiB, e.memory.optimizer / kGiB,
+             e.memory.activations / kGiB, e.memory.total() / kGiB, e.gpu.memory_gib);
+  fmt::print("                      (activations as kiln lays them out today, fp32; Korthikanti et al. per layer: "
+             "{:.2f} GiB, {:.3f} GiB with full recomputation)\n",
+             e.korthikanti_layer_bytes / kGiB, e.korthikanti_layer_bytes_full_recompute / kGiB);
+  fmt::print("largest micro-batch   {} fits on one {}\n", e.largest_micro_batch, e.gpu.key);
+}
+
+void print_json(const EstimateInput& in, const Estimate& e) {
+  const nlohmann::json out = {
+      {"gpu", e.gpu.key}, {"precision", in.precision}, {"gpus", in.gpus}, {"zero_stage", in.zero_stage},
+      {"recompute", in.recompute.describe()}, {"parameters_formula", e.parameters_formula},
+      {"parameters_exact", e.parameters_exact}, {"flops_per_iteration", e.flops_per_iteration},
+      {"flops_without_recompute", e.flops_without_recompute},
+      {"flops_with_full_recompute", e.flops_with_full_recompute},
+      {"seconds_per_iteration", e.seconds_per_iteration}, {"tflops_per_gpu", e.achieved_tflops_per_gpu},
+      {"share_of_peak", e.share_of_peak}, {"tokens", in.tokens}, {"days_with_recompute", e.days_with_recompute},
+      {"days_without_recompute", e.days_without_recompute},
+      {"memory_bytes", {{"weights", e.memory.weights}, {"gradients", e.memory.gradients},
+                        {"optimizer", e.memory.optimizer}, {"activations", e.memory.activations},
+                        {"total", e.memory.total()}}},
+      {"korthikanti_layer_bytes", e.korthikanti_layer_bytes},
+      {"largest_micro_batch", e.largest_micro_batch}};
+  fmt::print("{}\n", out.dump());
+}
+
+}  // namespace
+
+void add_estimate_command(CLI::App& root) {
+  auto options = std::make_shared<EstimateOptions>();
+  EstimateInput& in = options->input;
+  CLI::App* command = root.add_subcommand("estimate", "predict parameters, FLOPs, speed, days and memory");
+  command->add_option("--num-layers", in.num_layers, "transformer blocks")->required();
+  command->add_option("--hidden-size", in.hidden_size, "model width")->required();
+  command->add_option("--num-attention-heads", in.num_attention_heads, "attention heads")->required();
+  command->add_option("--seq-length", in.seq_length, "tokens per sample")->required();
+  command->add_option("--vocab-size", in.vocab_size, "vocabulary size")->required();
+  command->add_option("--global-batch-size", in.global_batch_size, "samples per iteration")->required();
+  command->add_option("--micro-batch-size", in.micro_batch_size, "samples per forward/backward on one GPU");
+  command->add_option("--gpus", in.gpus, "data-parallel GPUs");
+  command->add_option("--gpu", in.gpu, "h100-sxm, h100-pcie, h200, a100-80gb, a100-40gb, l40s, v100");
+  command->add_option("--precision", in.precision, "fp32, tf32, bf16, fp16");
+  command->add_option("--time-per-iteration", options->time_per_iteration, "measured seconds per iteration");
+  command->add_option("--tflops-per-gpu", options->tflops_per_gpu, "target achieved TFLOP/s per GPU");
+  command->add_option("--tokens", in.tokens, "training budget in tokens (e.g. 300e9)");
+  command->add_option("--zero-stage", in.zero_stage, "0-3: shard optimizer state, gradients, weights");
+  command->add_option("--recompute-granularity", options->recompute_granularity, "none, full, selective");
+  command->add_option("--recompute-method", options->recompute_method, "uniform or block");
+  command->add_option("--recompute-num-layers", options->recompute_num_layers, "N of the method");
+  command->add_flag("--json", options->json, "one JSON object");
+  command->callback([options] {
+    EstimateInput input = options->input;
+    if (options->time_per_iteration != 0) input.time_per_iteration_s = options->time_per_iteration;
+    if (options->tflops_per_gpu != 0) input.tflops_per_gpu = options->tflops_per_gpu;
+    input.recompute = RecomputePolicy::parse(options->recompute_granularity, options->recompute_method,
+                                             options->recompute_num_layers);
+    const Estimate result = estimate(input);
+    options->json ? print_json(input, result) : print_estimate(input, result);
+  });
+}
+
+}  // namespace kiln::cli

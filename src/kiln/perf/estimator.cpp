@@ -1,0 +1,126 @@
+#include "kiln/perf/estimator.h"
+
+#include "kiln/core/error.h"
+#include "kiln/nn/activations.h"
+#include "kiln/nn/parameters.h"
+#include "kiln/perf/flops.h"
+
+namespace kiln {
+namespace {
+
+// What a process cannot use of a GPU's nominal memory: the CUDA context, library workspaces and
+// allocator slack (78.6 of 80 GiB were free to kiln on an H100 80GB).
+constexpr double kReservedGiB = 1.5;
+
+void validate(const EstimateInput& in) {
+  for (auto [value, flag] : {std::pair{in.num_layers, "--num-layers"}, {in.hidden_size, "--hidden-size"},
+                             {in.num_attention_heads, "--num-attention-heads"}, {in.seq_length, "--seq-length"},
+                             {in.vocab_size, "--vocab-size"}, {in.global_batch_size, "--global-batch-size"},
+                             {in.micro_batch_size, "--micro-batch-size"}, {in.gpus, "--gpus"}})
+    KILN_CHECK(value > 0, "{} must be positive, got {}", flag, value);
+  KILN_CHECK(in.hidden_size % in.num_attention_heads == 0, "--num-attention-heads {} does not divide --hidden-size {}",
+             in.num_attention_heads, in.hidden_size);
+  KILN_CHECK(in.global_batch_size % (in.micro_batch_size * in.gpus) == 0,
+             "--global-batch-size {} is not a multiple of --micro-batch-size {} x --gpus {}", in.global_batch_size,
+             in.micro_batch_size, in.gpus);
+  KILN_CHECK(in.precision == "fp32" || in.precision == "tf32" || in.precision == "bf16" || in.precision == "fp16",
+             "--precision '{}' is not one of fp32, tf32, bf16, fp16", in.precision);
+  KILN_CHECK(in.zero_stage >= 0 && in.zero_stage <= 3, "--zero-stage must be 0, 1, 2 or 3, got {}", in.zero_stage);
+  KILN_CHECK(in.time_per_iteration_s.has_value() != in.tflops_per_gpu.has_value(),
+             "give exactly one of --time-per-iteration (measured seconds) and --tflops-per-gpu (a target)");
+  KILN_CHECK(!in.time_per_iteration_s || *in.time_per_iteration_s > 0, "--time-per-iteration must be positive");
+  KILN_CHECK(!in.tflops_per_gpu || *in.tflops_per_gpu > 0, "--tflops-per-gpu must be positive");
+  KILN_CHECK(in.tokens > 0, "--tokens must be positive, got {}", in.tokens);
+}
+
+std::string known_gpus() {
+  std::string keys;
+  for (const GpuSpec& spec : gpu_specs()) keys += (keys.empty() ? "" : ", ") + spec.key;
+  return keys;
+}
+
+GptConfig model_shape(const EstimateInput& in) {
+  GptConfig config;
+  config.num_layers = in.num_layers;
+  config.hidden_size = in.hidden_size;
+  config.num_heads = in.num_attention_heads;
+  config.vocab_size = in.vocab_size;
+  config.max_position_embeddings = in.seq_length;
+  return config;
+}
+
+}  // namespace
+
+MemoryEstimate model_state_bytes(double parameters, const std::string& precision, int zero_stage,
+                                 int64_t data_parallel) {
+  const bool mixed = precision == "bf16" || precision == "fp16";
+  // Mixed precision: 2-byte weights and gradients, fp32 master + two moments (12). fp32: the
+  // weights are the master copy (4), 4-byte gradients, two moments (8).
+  const double weight = mixed ? 2 : 4, gradient = mixed ? 2 : 4, optimizer = mixed ? 12 : 8;
+  const double shards = static_cast<double>(data_parallel);
+  MemoryEstimate memory;
+  memory.weights = parameters * (zero_stage >= 3 ? weight / shards : weight);
+  memory.gradients = parameters * (zero_stage >= 2 ? gradient / shards : gradient);
+  memory.optimizer = parameters * (zero_stage >= 1 ? optimizer / shards : optimizer);
+  return memory;
+}
+
+Estimate estimate(const EstimateInput& in) {
+  validate(in);
+  const auto spec = find_gpu_by_key(in.gpu);
+  KILN_CHECK(spec.has_value(), "--gpu '{}' is not known; choose one of {}", in.gpu, known_gpus());
+  KILN_CHECK(spec->peak_tflops(in.precision) > 0, "--gpu {} has no {} tensor cores", in.gpu, in.precision);
+  Estimate out;
+  out.gpu = *spec;
+  const double l = static_cast<double>(in.num_layers), h = static_cast<double>(in.hidden_size);
+  const double V = static_cast<double>(in.vocab_size), s = static_cast<double>(in.seq_length);
+  out.parameters_formula = 12 * l * h * h * (1 + 13 / (12 * h) + (V + s) / (12 * l * h));
+  const GptConfig shape = model_shape(in);
+  plan_recompute(in.recompute, in.num_layers);  // validates the policy against the depth
+  out.parameters_exact = ParameterLayout(shape).total();
+
+  const FlopsShape flops{in.global_batch_size, in.seq_length, in.num_layers, in.hidden_size, in.vocab_size};
+  out.flops_without_recompute = flops_per_iteration(flops, false);
+  out.flops_with_full_recompute = flops_per_iteration(flops, true);
+  const bool full = in.recompute.granularity == RecomputeGranularity::Full;
+  out.flops_per_iteration = full ? out.flops_with_full_recompute : out.flops_without_recompute;
+  const double gpus = static_cast<double>(in.gpus);
+  if (in.time_per_iteration_s) {
+    out.seconds_per_iteration = *in.time_per_iteration_s;
+    out.achieved_tflops_per_gpu = achieved_tflops(out.flops_per_iteration, out.seconds_per_iteration, in.gpus);
+  } else {
+    out.achieved_tflops_per_gpu = *in.tflops_per_gpu;
+    out.seconds_per_iteration = out.flops_per_iteration / (gpus * out.achieved_tflops_per_gpu * 1e12);
+  }
+  out.share_of_peak = out.achieved_tflops_per_gpu / spec->peak_tflops(in.precision);
+  const double rate = gpus * out.achieved_tflops_per_gpu * 1e12;  // n X, FLOP/s
+  out.days_with_recompute = 8 * in.tokens * out.parameters_formula / rate / 86400;
+  out.days_without_recompute = 6 * in.tokens * out.parameters_formula / rate / 86400;
+
+  out.memory = model_state_bytes(static_cast<double>(out.parameters_exact), in.precision, in.zero_stage, in.gpus);
+  out.memory.activations =
+      static_cast<double>(GptActivations::bytes_needed(shape, in.micro_batch_size, in.seq_length, in.recompute));
+  const double a = static_cast<double>(in.num_attention_heads), b = static_cast<double>(in.micro_batch_size);
+  out.korthikanti_layer_bytes = s * b * h * (34 + 5 * a * s / h);
+  out.korthikanti_layer_bytes_full_recompute = 2 * s * b * h;
+
+  const double capacity = (spec->memory_gib - kReservedGiB) * 1073741824.0;
+  const double state = out.memory.weights + out.memory.gradients + out.memory.optimizer;
+  auto fits = [&](int64_t micro) {
+    return state + static_cast<double>(GptActivations::bytes_needed(shape, micro, in.seq_length, in.recompute)) <=
+           capacity;
+  };
+  int64_t low = 0, high = 1;  // fits(low) holds (or low == 0); find the first high that does not
+  while (fits(high) && high < (int64_t{1} << 20)) {
+    low = high;
+    high *= 2;
+  }
+  while (high - low > 1) {
+    const int64_t middle = (low + high) / 2;
+    (fits(middle) ? low : high) = middle;
+  }
+  out.largest_micro_batch = low;
+  return out;
+}
+
+}  // namespace kiln

@@ -1,0 +1,67 @@
+// `kiln estimate`: what a configuration will cost before it runs (../shared/PERF.md formulas).
+//
+//   parameters    closed form P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)) (Narayanan et al. 2021,
+//                 arXiv 2104.04473) and the exact count of the model kiln builds (padded vocabulary,
+//                 final LayerNorm included)
+//   FLOPs         per iteration with and without full recomputation (perf/flops.h)
+//   speed         achieved TFLOP/s per GPU from a measured time per iteration, or the time per
+//                 iteration from a target TFLOP/s; its share of the GPU's datasheet peak
+//   time          days for a token budget T on n GPUs at rate X: 8 T P / (n X) with recomputation,
+//                 6 T P / (n X) without
+//   memory        per GPU: weights, gradients and optimizer state per parameter by ZeRO stage
+//                 (Rajbhandari et al. 2020: mixed precision 2 + 2 + 12 bytes; ZeRO-1 4 + 12/Nd,
+//                 ZeRO-2 2 + 14/Nd, ZeRO-3 16/Nd; fp32 training 4 + 4 + 8), plus activations as
+//                 kiln's planner lays them out (fp32 today) under the recompute policy; Korthikanti
+//                 et al. 2022 (arXiv 2205.05198) per-layer activation bytes are given for reference
+//   fit           the largest micro-batch whose total fits in the GPU's memory, less 1.5 GiB
+//                 for the CUDA context and library workspaces
+// Parallelism is pure data parallelism over --gpus (tensor and pipeline parallelism are not modelled).
+// Inputs are validated; errors name the flag.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "kiln/nn/recompute.h"
+#include "kiln/perf/gpu_specs.h"
+
+namespace kiln {
+
+struct EstimateInput {
+  int64_t num_layers = 0, hidden_size = 0, num_attention_heads = 0, seq_length = 0, vocab_size = 0;
+  int64_t global_batch_size = 0, micro_batch_size = 1, gpus = 1;
+  std::string gpu = "h100-sxm";
+  std::string precision = "bf16";  // fp32, tf32, bf16, fp16
+  std::optional<double> time_per_iteration_s;
+  std::optional<double> tflops_per_gpu;
+  double tokens = 300e9;
+  int zero_stage = 0;
+  RecomputePolicy recompute;
+};
+
+struct MemoryEstimate {
+  double weights = 0, gradients = 0, optimizer = 0, activations = 0;  // bytes per GPU
+  double total() const { return weights + gradients + optimizer + activations; }
+};
+
+struct Estimate {
+  double parameters_formula = 0;
+  int64_t parameters_exact = 0;
+  double flops_per_iteration = 0;          // under the chosen recompute policy (full: 96 form)
+  double flops_without_recompute = 0, flops_with_full_recompute = 0;
+  double seconds_per_iteration = 0, achieved_tflops_per_gpu = 0, share_of_peak = 0;
+  double days_with_recompute = 0, days_without_recompute = 0;  // 8TP/(nX), 6TP/(nX)
+  MemoryEstimate memory;
+  double korthikanti_layer_bytes = 0, korthikanti_layer_bytes_full_recompute = 0;
+  int64_t largest_micro_batch = 0;  // 0: not even 1 fits
+  GpuSpec gpu;
+};
+
+// Bytes per parameter for weights, gradients and optimizer state on one of `data_parallel` GPUs.
+MemoryEstimate model_state_bytes(double parameters, const std::string& precision, int zero_stage,
+                                 int64_t data_parallel);
+
+Estimate estimate(const EstimateInput& input);
+
+}  // namespace kiln

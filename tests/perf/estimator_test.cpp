@@ -1,0 +1,124 @@
+// The estimator against worked examples computed by hand (the arithmetic is in the comments).
+#include "kiln/perf/estimator.h"
+
+#include <gtest/gtest.h>
+
+#include "kiln/nn/activations.h"
+#include "kiln/perf/flops.h"
+#include "support/error_of.h"
+
+namespace kiln {
+namespace {
+
+using testing::error_of;
+
+EstimateInput small_model() {
+  EstimateInput in;
+  in.num_layers = 2;
+  in.hidden_size = 64;
+  in.num_attention_heads = 4;
+  in.seq_length = 32;
+  in.vocab_size = 128;
+  in.global_batch_size = 4;
+  in.micro_batch_size = 4;
+  in.tflops_per_gpu = 100;
+  return in;
+}
+
+TEST(Estimator, FlopsFormulasOnASmallModel) {
+  // 72 B s l h^2 = 72 * 4 * 32 * 2 * 4096 = 75,497,472; (1 + s/6h + V/12lh) = 1 + 1/12 + 1/12 = 7/6.
+  EXPECT_DOUBLE_EQ(flops_per_iteration({4, 32, 2, 64, 128}, false), 88080384.0);
+  // 96 B s l h^2 = 100,663,296; (1 + 1/12 + V/16lh = 1/16) = 55/48.
+  EXPECT_DOUBLE_EQ(flops_per_iteration({4, 32, 2, 64, 128}, true), 115343360.0);
+  // 88,080,384 FLOPs in 1 ms on 2 GPUs: 0.044040192 TFLOP/s per GPU.
+  EXPECT_DOUBLE_EQ(achieved_tflops(88080384.0, 1e-3, 2), 0.044040192);
+}
+
+TEST(Estimator, Gpt3ParametersAndTrainingTime) {
+  EstimateInput in;
+  in.num_layers = 96;
+  in.hidden_size = 12288;
+  in.num_attention_heads = 96;
+  in.seq_length = 2048;
+  in.vocab_size = 51200;
+  in.global_batch_size = 1536;
+  in.gpus = 1536;
+  in.gpu = "a100-80gb";
+  in.tflops_per_gpu = 140;
+  in.tokens = 300e9;
+  in.zero_stage = 3;
+  in.recompute = RecomputePolicy::parse("full", "uniform", 1);
+  const Estimate e = estimate(in);
+  // 12 l h^2 = 12 * 96 * 12288^2 = 173,946,175,488
+  // 13 / (12 h) = 13 / 147,456;  (V + s) / (12 l h) = 53,248 / 14,155,776
+  // P = 12 l h^2 + 13 l h + (V + s) h = 173,946,175,488 + 15,335,424 + 654,311,424 = 174,615,822,336
+  EXPECT_NEAR(e.parameters_formula, 174615822336.0, 1.0);
+  // Exact adds the final LayerNorm (2h = 24,576): 174,615,846,912.
+  EXPECT_EQ(e.parameters_exact, 174615846912);
+  // 8 T P / (n X) = 8 * 3e11 * 174,615,822,336 / (1536 * 1.4e14) s = 1,948,837.3 s = 22.556 days.
+  EXPECT_NEAR(e.days_with_recompute, 22.5560, 1e-3);
+  EXPECT_NEAR(e.days_without_recompute, 22.5560 * 6 / 8, 1e-3);
+  // Korthikanti, one layer, b = 1: s b h (34 + 5 a s / h) = 2048 * 12288 * (34 + 80) = 2,868,903,936 bytes.
+  EXPECT_DOUBLE_EQ(e.korthikanti_layer_bytes, 2868903936.0);
+  EXPECT_DOUBLE_EQ(e.korthikanti_layer_bytes_full_recompute, 2.0 * 2048 * 12288);
+  EXPECT_NEAR(e.share_of_peak, 140.0 / 312.0, 1e-12);
+}
+
+TEST(Estimator, ModelStateBytesFollowZero) {
+  // ZeRO paper's example: 7.5 B parameters, 64-way data parallel, mixed-precision Adam.
+  const double psi = 7.5e9;
+  auto total = [&](int stage) {
+    const MemoryEstimate m = model_state_bytes(psi, "bf16", stage, 64);
+    return (m.weights + m.gradients + m.optimizer) / 1e9;
+  };
+  EXPECT_DOUBLE_EQ(total(0), 120.0);                // 16 psi
+  EXPECT_DOUBLE_EQ(total(1), 31.40625);             // (4 + 12/64) psi
+  EXPECT_DOUBLE_EQ(total(2), 16.640625);            // (2 + 14/64) psi
+  EXPECT_DOUBLE_EQ(total(3), 1.875);                // 16 psi / 64
+  const MemoryEstimate fp32 = model_state_bytes(1e9, "fp32", 0, 1);  // 4 + 4 + 8 bytes
+  EXPECT_DOUBLE_EQ(fp32.weights + fp32.gradients + fp32.optimizer, 16e9);
+}
+
+TEST(Estimator, TimeFromMeasuredIterationAndMemoryFromThePlanner) {
+  EstimateInput in = small_model();
+  in.tflops_per_gpu.reset();
+  in.time_per_iteration_s = 1e-3;
+  in.gpu = "h100-sxm";
+  in.precision = "tf32";
+  const Estimate e = estimate(in);
+  EXPECT_DOUBLE_EQ(e.achieved_tflops_per_gpu, 0.088080384);
+  GptConfig shape;
+  shape.num_layers = 2;
+  shape.hidden_size = 64;
+  shape.num_heads = 4;
+  shape.vocab_size = 128;
+  shape.max_position_embeddings = 32;
+  EXPECT_EQ(e.memory.activations, static_cast<double>(GptActivations::bytes_needed(shape, 4, 32)));
+  EXPECT_EQ(e.memory.weights, 4.0 * static_cast<double>(e.parameters_exact));  // fp32: 4 bytes
+  // The largest micro-batch fits and one more does not.
+  const double capacity = (80.0 - 1.5) * 1073741824.0;
+  const double state = e.memory.weights + e.memory.gradients + e.memory.optimizer;
+  EXPECT_LE(state + static_cast<double>(GptActivations::bytes_needed(shape, e.largest_micro_batch, 32)), capacity);
+  EXPECT_GT(state + static_cast<double>(GptActivations::bytes_needed(shape, e.largest_micro_batch + 1, 32)), capacity);
+}
+
+TEST(Estimator, BadInputNamesTheFlag) {
+  auto message = [](auto mutate) {
+    EstimateInput in = small_model();
+    mutate(in);
+    return error_of([&] { estimate(in); });
+  };
+  EXPECT_NE(message([](EstimateInput& in) { in.num_layers = 0; }).find("--num-layers must be positive"),
+            std::string::npos);
+  EXPECT_NE(message([](EstimateInput& in) { in.hidden_size = -8; }).find("--hidden-size"), std::string::npos);
+  EXPECT_NE(message([](EstimateInput& in) { in.num_attention_heads = 5; }).find("does not divide"), std::string::npos);
+  EXPECT_NE(message([](EstimateInput& in) { in.gpu = "tpu-v5"; }).find("--gpu 'tpu-v5' is not known"),
+            std::string::npos);
+  EXPECT_NE(message([](EstimateInput& in) { in.time_per_iteration_s = 1.0; }).find("exactly one"), std::string::npos);
+  EXPECT_NE(message([](EstimateInput& in) { in.zero_stage = 4; }).find("--zero-stage"), std::string::npos);
+  EXPECT_NE(message([](EstimateInput& in) { in.gpu = "v100"; }).find("no bf16 tensor cores"), std::string::npos);
+  EXPECT_NE(message([](EstimateInput& in) { in.global_batch_size = 6; }).find("not a multiple"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kiln
