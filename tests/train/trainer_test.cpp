@@ -67,6 +67,10 @@ TEST(Trainer, LossFallsAndValidationRuns) {
   EXPECT_LT(recorder.validations.back().lm_loss, std::log(29.0) - 1.0);
   EXPECT_DOUBLE_EQ(recorder.validations.back().perplexity, std::exp(recorder.validations.back().lm_loss));
   EXPECT_EQ(trainer.state().consumed_samples, 40 * 8);
+  const std::string memory = trainer.memory_summary();
+  for (const char* category : {"parameters", "gradients", "Adam first moment", "Adam second moment", "activations",
+                               "workspace", "data buffers"})
+    EXPECT_NE(memory.find(category), std::string::npos) << category;
 }
 
 TEST(Trainer, ResumeIsBitForBit) {

@@ -39,9 +39,16 @@ class Backend {
   virtual void synchronize() = 0;
   // The most bytes held in buffers from allocate() at once since the back-end was made.
   virtual size_t peak_allocated_bytes() const = 0;
-  // Bytes the device can still hand out, where that is known and limited (GPU memory); nullopt
-  // for host memory, which the operating system manages.
-  virtual std::optional<size_t> free_memory_bytes() const = 0;
+  // Free and total bytes of the device as its driver reports them (GPU memory, including what
+  // other libraries and the context hold); nullopt for host memory, which the OS manages.
+  struct DeviceMemory {
+    size_t free = 0, total = 0;
+  };
+  virtual std::optional<DeviceMemory> device_memory() const = 0;
+  // Allocates now the scratch that ops on up to `max_positions` (batch x sequence) tokens need,
+  // so training never allocates after the first step; returns the bytes the back-end holds as
+  // workspace.
+  virtual size_t reserve_workspace(int64_t max_positions) = 0;
 
   // Benchmark hook for `kiln bench gemm`: median milliseconds of C[M,N] = A[M,K] B[K,N] on random
   // data, with inputs in `dtype` (F32, BF16 or F16) and fp32 accumulation; `tf32` selects TF32

@@ -77,6 +77,7 @@ void Gpt::allocate_activations(int64_t max_batch, int64_t max_seq, const Recompu
   max_seq_ = max_seq;
   recompute_ = policy;
   acts_ = GptActivations::lay_out(*arena_, config_, max_batch, max_seq, backend_.device(), recompute_);
+  workspace_bytes_ = backend_.reserve_workspace(max_batch * max_seq);
 }
 
 void Gpt::zero_grads() { backend_.fill({grads_, 0.0f}); }

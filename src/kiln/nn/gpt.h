@@ -40,6 +40,7 @@ class Gpt {
   // or recomputing block activations as `policy` says (recompute.h).
   void allocate_activations(int64_t max_batch, int64_t max_seq, const RecomputePolicy& policy = {});
   size_t activation_bytes() const { return arena_ ? arena_->capacity() : 0; }
+  size_t workspace_bytes() const { return workspace_bytes_; }
 
   // Runs the model on tokens [batch * seq] (host, row-major). With targets, returns the mean
   // loss over counted positions (target != ignore_index) and, when `prepare_backward`, leaves
@@ -66,6 +67,7 @@ class Gpt {
   std::unique_ptr<Arena> arena_;  // borrows activation_buffer_
   int64_t max_batch_ = 0, max_seq_ = 0;
   RecomputePolicy recompute_;
+  size_t workspace_bytes_ = 0;
   GptActivations acts_;
   bool backward_ready_ = false;
 };

@@ -81,29 +81,41 @@ Trainer::Trainer(const Config& config) : config_(resolve_config(config)) {
 }
 
 void Trainer::check_memory_fits(const GptConfig& gpt) const {
-  const std::optional<size_t> free_bytes = backend_->free_memory_bytes();
-  if (!free_bytes) return;
+  const std::optional<Backend::DeviceMemory> memory = backend_->device_memory();
+  if (!memory) return;
+  const size_t free_bytes = memory->free;
   const size_t parameter_bytes = static_cast<size_t>(ParameterLayout(gpt).total()) * sizeof(float);
   const size_t activation_bytes = GptActivations::bytes_needed(gpt, config_.micro_batch_size, config_.seq_length,
                                                                 config_.recompute_policy());
   const size_t total = 4 * parameter_bytes + activation_bytes;  // params, grads, two Adam moments
   constexpr double kGiB = 1073741824.0;
-  KILN_CHECK(total <= *free_bytes,
+  KILN_CHECK(total <= free_bytes,
              "not enough memory on {}: parameters {:.2f} GiB + gradients {:.2f} GiB + optimizer state {:.2f} GiB + "
              "activations {:.2f} GiB (micro-batch {} x sequence {}) = {:.2f} GiB, but {:.2f} GiB are free; lower "
              "--micro-batch-size (activations scale with it) and raise accumulation through --global-batch-size",
              backend_->description(), parameter_bytes / kGiB, parameter_bytes / kGiB, 2 * parameter_bytes / kGiB,
-             activation_bytes / kGiB, config_.micro_batch_size, config_.seq_length, total / kGiB, *free_bytes / kGiB);
+             activation_bytes / kGiB, config_.micro_batch_size, config_.seq_length, total / kGiB, free_bytes / kGiB);
 }
 
 std::string Trainer::memory_summary() const {
   const size_t param_bytes = model_->params().bytes();
+  const size_t moment_bytes = optimizer_->state_bytes() / 2;
   const size_t data_bytes = 2 * static_cast<size_t>(config_.micro_batch_size * config_.seq_length) * sizeof(int32_t);
-  return fmt::format(
-      "memory ({}): parameters {:.2f} MiB | gradients {:.2f} MiB | optimizer state {:.2f} MiB "
-      "(fp32 master = parameters) | activations {:.2f} MiB (recompute: {}) | data buffers {:.3f} MiB",
-      backend_->name(), mib(param_bytes), mib(model_->grads().bytes()), mib(optimizer_->state_bytes()),
-      mib(model_->activation_bytes()), config_.recompute_policy().describe(), mib(data_bytes));
+  const size_t total = 2 * param_bytes + 2 * moment_bytes + model_->activation_bytes() + model_->workspace_bytes();
+  std::string table = fmt::format("memory plan on {} (allocated once, before the first step):\n", backend_->description());
+  const auto row = [&](const char* category, double bytes, const std::string& note) {
+    table += fmt::format("  {:<22}{:>12.2f} MiB  {}\n", category, mib(static_cast<size_t>(bytes)), note);
+  };
+  row("parameters", param_bytes, "fp32; also the master weights");
+  row("gradients", model_->grads().bytes(), "fp32");
+  row("Adam first moment", moment_bytes, "fp32");
+  row("Adam second moment", moment_bytes, "fp32");
+  row("activations", model_->activation_bytes(), "recompute: " + config_.recompute_policy().describe());
+  row("workspace", model_->workspace_bytes(), "op scratch");
+  row("total on the device", total, "");
+  row("data buffers (host)", data_bytes, "tokens and targets of one micro-batch");
+  table.pop_back();
+  return table;
 }
 
 IterationStats Trainer::train_step() {

@@ -67,8 +67,7 @@ void gemm(cublasHandle_t handle, bool trans_a, bool trans_b, int64_t M, int64_t 
 struct CudaBackend::Handles {
   cublasHandle_t blas = nullptr;
   std::unique_ptr<DeviceBuffer> sum_scratch;  // kSumBlocks partials + the result
-  // Scratch of ops that need it (embedding backward's sort), grown on first use to the largest
-  // shape seen, so steady-state steps do not allocate.
+  // Scratch of ops that need it (embedding backward's sort), sized by reserve_workspace().
   std::unique_ptr<DeviceBuffer> workspace;
 };
 
@@ -88,10 +87,16 @@ std::unique_ptr<DeviceBuffer> CudaBackend::allocate(size_t bytes) {
   return std::make_unique<CudaBuffer>(bytes, memory_);
 }
 
-std::optional<size_t> CudaBackend::free_memory_bytes() const {
-  size_t free_bytes = 0, total_bytes = 0;
-  check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
-  return free_bytes;
+std::optional<Backend::DeviceMemory> CudaBackend::device_memory() const {
+  DeviceMemory memory;
+  check_cuda(cudaMemGetInfo(&memory.free, &memory.total), "cudaMemGetInfo");
+  return memory;
+}
+
+size_t CudaBackend::reserve_workspace(int64_t max_positions) {
+  const size_t bytes = cuda::embedding_backward_workspace_bytes(max_positions);
+  if (!handles_->workspace || handles_->workspace->bytes() < bytes) handles_->workspace = allocate(bytes);
+  return handles_->workspace->bytes() + handles_->sum_scratch->bytes();
 }
 
 std::string CudaBackend::description() const {
@@ -173,10 +178,10 @@ void CudaBackend::embedding_backward(const EmbeddingBackward& a) {
   checks::require(a.tokens, DType::I32, kCuda, op, "tokens");
   const int64_t B = a.tokens.shape[0], T = a.tokens.shape[1], C = a.dwte.shape[1];
   checks::require_numel(a.dout, B * T * C, op, "dout");
-  const size_t bytes = cuda::embedding_backward_workspace_bytes(B * T);
-  if (!handles_->workspace || handles_->workspace->bytes() < bytes) handles_->workspace = allocate(bytes);
+  reserve_workspace(B * T);  // a no-op once Gpt::allocate_activations has reserved it
   check_cuda(cuda::embedding_backward(a.dwte.as<float>(), a.dwpe.as<float>(), a.dout.as<float>(),
-                                      a.tokens.as<int32_t>(), B, T, C, handles_->workspace->data(), bytes),
+                                      a.tokens.as<int32_t>(), B, T, C, handles_->workspace->data(),
+                                      handles_->workspace->bytes()),
              op);
 }
 

@@ -29,7 +29,8 @@ class CudaBackend final : public Backend {
   void copy_to_host(void* host_dst, const void* device_src, size_t bytes) override;
   void synchronize() override;
   size_t peak_allocated_bytes() const override { return memory_->peak(); }
-  std::optional<size_t> free_memory_bytes() const override;
+  std::optional<DeviceMemory> device_memory() const override;
+  size_t reserve_workspace(int64_t max_positions) override;
   double time_gemm_ms(DType dtype, bool tf32, int64_t M, int64_t N, int64_t K, int iterations) override;
 
   void embedding_forward(const EmbeddingForward& args) override;
