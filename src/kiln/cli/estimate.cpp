@@ -17,11 +17,15 @@ struct EstimateOptions {
   std::string recompute_granularity = "none", recompute_method;
   int64_t recompute_num_layers = 1;
   bool json = false;
+  std::string report = "all";  // all, memory
 };
 
 constexpr double kGiB = 1073741824.0;
 
-void print_estimate(const EstimateInput& in, const Estimate& e) {
+void print_speed(const EstimateInput& in, const Estimate& e);
+void print_memory(const Estimate& e);
+
+void print_estimate(const EstimateInput& in, const Estimate& e, bool memory_only) {
   fmt::print("# kiln estimate | GPT {} layers x {} hidden, {} heads, seq {}, vocab {} | global batch {}, "
              "micro-batch {}, {} x {} | {} | ZeRO-{} | recompute {}\n",
              in.num_layers, in.hidden_size, in.num_attention_heads, in.seq_length, in.vocab_size,
@@ -29,6 +33,11 @@ void print_estimate(const EstimateInput& in, const Estimate& e) {
              in.recompute.describe());
   fmt::print("parameters            {:.4g} (closed form), {} (exact, as kiln builds it)\n", e.parameters_formula,
              e.parameters_exact);
+  if (!memory_only) print_speed(in, e);
+  print_memory(e);
+}
+
+void print_speed(const EstimateInput& in, const Estimate& e) {
   fmt::print("FLOPs per iteration   {:.4g} without recomputation, {:.4g} with full recomputation\n",
              e.flops_without_recompute, e.flops_with_full_recompute);
   fmt::print("time per iteration    {:.4g} s at {:.1f} TFLOP/s per GPU = {:.1f}% of the {} {} peak ({:.0f})\n",
@@ -37,6 +46,9 @@ void print_estimate(const EstimateInput& in, const Estimate& e) {
   fmt::print("training time         {:.1f} days for {:.3g} tokens on {} GPUs (8TP/nX, recomputation); "
              "{:.1f} days (6TP/nX, none)\n",
              e.days_with_recompute, in.tokens, in.gpus, e.days_without_recompute);
+}
+
+void print_memory(const Estimate& e) {
   fmt::print("memory per GPU        weights {:.2f} GiB + gradients {:.2f} GiB + optimizer {:.2f} GiB + "
              "activations {:.2f} GiB = {:.2f} GiB of {:.0f} GiB\n",
              e.memory.weights / kGiB, e.memory.gradients / kGiB, e.memory.optimizer / kGiB,
@@ -71,6 +83,8 @@ void add_estimate_command(CLI::App& root) {
   auto options = std::make_shared<EstimateOptions>();
   EstimateInput& in = options->input;
   CLI::App* command = root.add_subcommand("estimate", "predict parameters, FLOPs, speed, days and memory");
+  command->add_option("report", options->report, "all (default) or memory: which rows to print")
+      ->check(CLI::IsMember({"all", "memory"}));
   command->add_option("--num-layers", in.num_layers, "transformer blocks")->required();
   command->add_option("--hidden-size", in.hidden_size, "model width")->required();
   command->add_option("--num-attention-heads", in.num_attention_heads, "attention heads")->required();
@@ -79,7 +93,7 @@ void add_estimate_command(CLI::App& root) {
   command->add_option("--global-batch-size", in.global_batch_size, "samples per iteration")->required();
   command->add_option("--micro-batch-size", in.micro_batch_size, "samples per forward/backward on one GPU");
   command->add_option("--gpus", in.gpus, "data-parallel GPUs");
-  command->add_option("--gpu", in.gpu, "h100-sxm, h100-pcie, h200, a100-80gb, a100-40gb, l40s, v100");
+  command->add_option("--gpu", in.gpu, "h100-sxm, h100-pcie, h200, a100-80gb, a100-40gb, l40s, a10, v100");
   command->add_option("--precision", in.precision, "fp32, tf32, bf16, fp16");
   command->add_option("--time-per-iteration", options->time_per_iteration, "measured seconds per iteration");
   command->add_option("--tflops-per-gpu", options->tflops_per_gpu, "target achieved TFLOP/s per GPU");
@@ -96,7 +110,7 @@ void add_estimate_command(CLI::App& root) {
     input.recompute = RecomputePolicy::parse(options->recompute_granularity, options->recompute_method,
                                              options->recompute_num_layers);
     const Estimate result = estimate(input);
-    options->json ? print_json(input, result) : print_estimate(input, result);
+    options->json ? print_json(input, result) : print_estimate(input, result, options->report == "memory");
   });
 }
 

@@ -5,6 +5,8 @@
 //   H200 SXM: "NVIDIA H200 Tensor Core GPU" datasheet (2024), same compute as H100 SXM.
 //   A100 40/80 GB: "NVIDIA A100 Tensor Core GPU" datasheet (2021).
 //   L40S: "NVIDIA L40S" datasheet (2023).   V100 SXM2: "NVIDIA Tesla V100" datasheet (2020).
+//   A10: "NVIDIA A10 Tensor Core GPU" datasheet (2021). AWS's A10G variant is not listed: NVIDIA
+//     publishes no datasheet for it and its tensor throughput differs from the A10's.
 // 0 means the precision is not supported by that GPU's tensor cores.
 #pragma once
 
