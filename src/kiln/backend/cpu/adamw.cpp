@@ -3,23 +3,13 @@
 #include <cmath>
 #include <vector>
 
-#include "kiln/backend/checks.h"
+#include "kiln/backend/op_checks.h"
 #include "kiln/backend/cpu/cpu_backend.h"
 
 namespace kiln {
 
 void CpuBackend::adamw_step(const AdamwStep& args) {
-  constexpr const char* op = "adamw_step";
-  checks::require(args.master, DType::F32, Device::CPU, op, "master");
-  checks::require(args.grad, DType::F32, Device::CPU, op, "grad");
-  checks::require(args.exp_avg, DType::F32, Device::CPU, op, "exp_avg");
-  checks::require(args.exp_avg_sq, DType::F32, Device::CPU, op, "exp_avg_sq");
-  KILN_CHECK(!args.param_out.empty(), "{}: argument 'param_out' is missing", op);
-  const int64_t count = args.master.numel();
-  for (auto [tensor, name] : {std::pair{&args.grad, "grad"}, {&args.exp_avg, "exp_avg"},
-                              {&args.exp_avg_sq, "exp_avg_sq"}, {&args.param_out, "param_out"}})
-    checks::require_numel(*tensor, count, op, name);
-  KILN_CHECK(args.step >= 1, "{}: step must be >= 1, got {}", op, args.step);
+  checks::adamw_step(args, Device::CPU);
   const float bias_correction1 = 1.0f - std::pow(args.beta1, static_cast<float>(args.step));
   const float bias_correction2 = 1.0f - std::pow(args.beta2, static_cast<float>(args.step));
   float* master = args.master.as<float>();
@@ -27,12 +17,7 @@ void CpuBackend::adamw_step(const AdamwStep& args) {
   float* m = args.exp_avg.as<float>();
   float* v = args.exp_avg_sq.as<float>();
   const DType out_dtype = args.param_out.dtype;
-  KILN_CHECK(out_dtype == DType::F32 || out_dtype == DType::BF16 || out_dtype == DType::F16,
-             "{}: param_out dtype {} is not a floating type", op, dtype_name(out_dtype));
   for (const AdamwSegment& segment : args.segments) {
-    KILN_CHECK(segment.offset >= 0 && segment.offset + segment.count <= count,
-               "{}: segment [{}, {}) outside {} parameters", op, segment.offset,
-               segment.offset + segment.count, count);
     const int64_t end = segment.offset + segment.count;
 #pragma omp parallel for schedule(static)
     for (int64_t i = segment.offset; i < end; ++i) {
@@ -46,16 +31,15 @@ void CpuBackend::adamw_step(const AdamwStep& args) {
         case DType::F32: args.param_out.as<float>()[i] = master[i]; break;
         case DType::BF16: args.param_out.as<uint16_t>()[i] = float_to_bf16(master[i]); break;
         case DType::F16: args.param_out.as<uint16_t>()[i] = float_to_fp16(master[i]); break;
-        default: break;  // rejected above
+        default: break;  // rejected by checks::adamw_step
       }
     }
   }
 }
 
 double CpuBackend::sum_of_squares(const SumOfSquares& args) {
-  checks::require(args.in, DType::F32, Device::CPU, "sum_of_squares", "in");
+  const int64_t count = checks::sum_of_squares(args, Device::CPU);
   constexpr int64_t kChunk = 1 << 16;
-  const int64_t count = args.in.numel();
   const int64_t chunks = (count + kChunk - 1) / kChunk;
   std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
   const float* in = args.in.as<float>();

@@ -11,7 +11,7 @@
 #include <cmath>
 #include <limits>
 
-#include "kiln/backend/checks.h"
+#include "kiln/backend/op_checks.h"
 #include "kiln/backend/cpu/cpu_backend.h"
 
 namespace kiln {
@@ -41,19 +41,9 @@ void masked_softmax_row(float* row, int64_t T, int64_t last_key, const int32_t* 
 }  // namespace
 
 void CpuBackend::attention_forward(const AttentionForward& args) {
-  constexpr const char* op = "attention_forward";
-  checks::require(args.out, DType::F32, Device::CPU, op, "out");
-  checks::require(args.probs, DType::F32, Device::CPU, op, "probs");
-  checks::require(args.qkv, DType::F32, Device::CPU, op, "qkv");
-  const auto [B, T, C, NH, HS] = checks::attention_shape(args.qkv, args.num_heads, op);
-  checks::require_numel(args.out, B * T * C, op, "out");
-  checks::require_numel(args.probs, B * NH * T * T, op, "probs");
+  const auto [B, T, C, NH, HS] = checks::attention_forward(args, Device::CPU);
   const bool causal = args.mask != AttentionMask::KeyPadding;
   const bool padded = args.mask != AttentionMask::Causal;
-  if (padded) {
-    checks::require(args.key_mask, DType::I32, Device::CPU, op, "key_mask");
-    checks::require_numel(args.key_mask, B * T, op, "key_mask");
-  }
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const float* qkv = args.qkv.as<float>();
   float* out = args.out.as<float>();
@@ -76,17 +66,7 @@ void CpuBackend::attention_forward(const AttentionForward& args) {
 }
 
 void CpuBackend::attention_backward(const AttentionBackward& args) {
-  constexpr const char* op = "attention_backward";
-  checks::require(args.dqkv, DType::F32, Device::CPU, op, "dqkv");
-  checks::require(args.dprobs, DType::F32, Device::CPU, op, "dprobs");
-  checks::require(args.dout, DType::F32, Device::CPU, op, "dout");
-  checks::require(args.qkv, DType::F32, Device::CPU, op, "qkv");
-  checks::require(args.probs, DType::F32, Device::CPU, op, "probs");
-  const auto [B, T, C, NH, HS] = checks::attention_shape(args.qkv, args.num_heads, op);
-  checks::require_numel(args.dqkv, B * T * 3 * C, op, "dqkv");
-  checks::require_numel(args.dprobs, B * NH * T * T, op, "dprobs");
-  checks::require_numel(args.probs, B * NH * T * T, op, "probs");
-  checks::require_numel(args.dout, B * T * C, op, "dout");
+  const auto [B, T, C, NH, HS] = checks::attention_backward(args, Device::CPU);
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const float* qkv = args.qkv.as<float>();
   const float* dout = args.dout.as<float>();

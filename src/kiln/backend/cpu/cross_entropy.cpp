@@ -4,26 +4,18 @@
 #include <cmath>
 #include <limits>
 
-#include "kiln/backend/checks.h"
+#include "kiln/backend/op_checks.h"
 #include "kiln/backend/cpu/cpu_backend.h"
 
 namespace kiln {
 
 void CpuBackend::softmax_cross_entropy(const SoftmaxCrossEntropy& args) {
-  constexpr const char* op = "softmax_cross_entropy";
-  checks::require(args.logits, DType::F32, Device::CPU, op, "logits");
-  checks::require(args.losses, DType::F32, Device::CPU, op, "losses");
-  checks::require(args.targets, DType::I32, Device::CPU, op, "targets");
-  KILN_CHECK(args.logits.shape.rank == 2, "{}: logits must be [M, Vp], got {}", op,
-             args.logits.shape.to_string());
-  const int64_t M = args.logits.shape[0], Vp = args.logits.shape[1], V = args.vocab_size;
-  KILN_CHECK(V > 0 && V <= Vp, "{}: vocab_size {} outside (0, {}]", op, V, Vp);
-  checks::require_numel(args.losses, M, op, "losses");
-  checks::require_numel(args.targets, M, op, "targets");
+  const auto [M, Vp] = checks::softmax_cross_entropy(args, Device::CPU);
+  const int64_t V = args.vocab_size;
   const int32_t* targets = args.targets.as<int32_t>();
   for (int64_t m = 0; m < M; ++m)
     KILN_CHECK(targets[m] == args.ignore_index || (targets[m] >= 0 && targets[m] < V),
-               "{}: target {} at row {} is outside the vocabulary [0, {})", op, targets[m], m, V);
+               "softmax_cross_entropy: target {} at row {} is outside the vocabulary [0, {})", targets[m], m, V);
   float* logits = args.logits.as<float>();
   float* losses = args.losses.as<float>();
 #pragma omp parallel for schedule(static)

@@ -1,17 +1,11 @@
 // Residual add and fill.
-#include "kiln/backend/checks.h"
+#include "kiln/backend/op_checks.h"
 #include "kiln/backend/cpu/cpu_backend.h"
 
 namespace kiln {
 
 void CpuBackend::residual_forward(const ResidualForward& args) {
-  constexpr const char* op = "residual_forward";
-  checks::require(args.out, DType::F32, Device::CPU, op, "out");
-  checks::require(args.a, DType::F32, Device::CPU, op, "a");
-  checks::require(args.b, DType::F32, Device::CPU, op, "b");
-  const int64_t count = args.out.numel();
-  checks::require_numel(args.a, count, op, "a");
-  checks::require_numel(args.b, count, op, "b");
+  const int64_t count = checks::residual_forward(args, Device::CPU);
   const float* a = args.a.as<float>();
   const float* b = args.b.as<float>();
   float* out = args.out.as<float>();
@@ -20,9 +14,8 @@ void CpuBackend::residual_forward(const ResidualForward& args) {
 }
 
 void CpuBackend::fill(const Fill& args) {
-  checks::require(args.out, DType::F32, Device::CPU, "fill", "out");
+  const int64_t count = checks::fill(args, Device::CPU);
   float* out = args.out.as<float>();
-  const int64_t count = args.out.numel();
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < count; ++i) out[i] = args.value;
 }

@@ -1,24 +1,17 @@
 // Token + learned position embedding. The backward scatters into dwte by token id; to stay
 // deterministic without atomics, threads own disjoint channel ranges and walk positions in order.
-#include "kiln/backend/checks.h"
+#include "kiln/backend/op_checks.h"
 #include "kiln/backend/cpu/cpu_backend.h"
 
 namespace kiln {
 
 void CpuBackend::embedding_forward(const EmbeddingForward& args) {
-  constexpr const char* op = "embedding_forward";
-  checks::require(args.out, DType::F32, Device::CPU, op, "out");
-  checks::require(args.tokens, DType::I32, Device::CPU, op, "tokens");
-  checks::require(args.wte, DType::F32, Device::CPU, op, "wte");
-  checks::require(args.wpe, DType::F32, Device::CPU, op, "wpe");
-  const int64_t B = args.tokens.shape[0], T = args.tokens.shape[1], C = args.wte.shape[1];
+  const auto [B, T, C] = checks::embedding_forward(args, Device::CPU);
   const int64_t rows = args.wte.shape[0];
-  KILN_CHECK(T <= args.wpe.shape[0], "{}: sequence {} exceeds {} positions", op, T, args.wpe.shape[0]);
-  checks::require_numel(args.out, B * T * C, op, "out");
   const int32_t* tokens = args.tokens.as<int32_t>();
   for (int64_t i = 0; i < B * T; ++i)
-    KILN_CHECK(tokens[i] >= 0 && tokens[i] < rows, "{}: token id {} at position {} is outside [0, {})",
-               op, tokens[i], i, rows);
+    KILN_CHECK(tokens[i] >= 0 && tokens[i] < rows, "embedding_forward: token id {} at position {} is outside [0, {})",
+               tokens[i], i, rows);
   const float* wte = args.wte.as<float>();
   const float* wpe = args.wpe.as<float>();
   float* out = args.out.as<float>();
@@ -32,13 +25,7 @@ void CpuBackend::embedding_forward(const EmbeddingForward& args) {
 }
 
 void CpuBackend::embedding_backward(const EmbeddingBackward& args) {
-  constexpr const char* op = "embedding_backward";
-  checks::require(args.dwte, DType::F32, Device::CPU, op, "dwte");
-  checks::require(args.dwpe, DType::F32, Device::CPU, op, "dwpe");
-  checks::require(args.dout, DType::F32, Device::CPU, op, "dout");
-  checks::require(args.tokens, DType::I32, Device::CPU, op, "tokens");
-  const int64_t B = args.tokens.shape[0], T = args.tokens.shape[1], C = args.dwte.shape[1];
-  checks::require_numel(args.dout, B * T * C, op, "dout");
+  const auto [B, T, C] = checks::embedding_backward(args, Device::CPU);
   const int32_t* tokens = args.tokens.as<int32_t>();
   const float* dout = args.dout.as<float>();
   float* dwte = args.dwte.as<float>();

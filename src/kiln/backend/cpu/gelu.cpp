@@ -2,7 +2,7 @@
 #include <cmath>
 #include <numbers>
 
-#include "kiln/backend/checks.h"
+#include "kiln/backend/op_checks.h"
 #include "kiln/backend/cpu/cpu_backend.h"
 
 namespace kiln {
@@ -20,13 +20,9 @@ inline float fast_tanh(float u) {
 }  // namespace
 
 void CpuBackend::gelu_forward(const GeluForward& args) {
-  constexpr const char* op = "gelu_forward";
-  checks::require(args.out, DType::F32, Device::CPU, op, "out");
-  checks::require(args.in, DType::F32, Device::CPU, op, "in");
-  checks::require_numel(args.out, args.in.numel(), op, "out");
+  const int64_t count = checks::gelu_forward(args, Device::CPU);
   const float* in = args.in.as<float>();
   float* out = args.out.as<float>();
-  const int64_t count = args.in.numel();
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < count; ++i) {
     const float x = in[i];
@@ -35,13 +31,7 @@ void CpuBackend::gelu_forward(const GeluForward& args) {
 }
 
 void CpuBackend::gelu_backward(const GeluBackward& args) {
-  constexpr const char* op = "gelu_backward";
-  checks::require(args.din, DType::F32, Device::CPU, op, "din");
-  checks::require(args.in, DType::F32, Device::CPU, op, "in");
-  checks::require(args.dout, DType::F32, Device::CPU, op, "dout");
-  const int64_t count = args.in.numel();
-  checks::require_numel(args.din, count, op, "din");
-  checks::require_numel(args.dout, count, op, "dout");
+  const int64_t count = checks::gelu_backward(args, Device::CPU);
   const float* in = args.in.as<float>();
   const float* dout = args.dout.as<float>();
   float* din = args.din.as<float>();

@@ -3,22 +3,13 @@
 // row order, so they are identical for any thread count.
 #include <cmath>
 
-#include "kiln/backend/checks.h"
+#include "kiln/backend/op_checks.h"
 #include "kiln/backend/cpu/cpu_backend.h"
 
 namespace kiln {
 
 void CpuBackend::layernorm_forward(const LayerNormForward& args) {
-  constexpr const char* op = "layernorm_forward";
-  for (auto [tensor, name] : {std::pair{&args.out, "out"}, {&args.mean, "mean"}, {&args.rstd, "rstd"},
-                              {&args.in, "in"}, {&args.weight, "weight"}, {&args.bias, "bias"}})
-    checks::require(*tensor, DType::F32, Device::CPU, op, name);
-  const int64_t C = args.weight.numel();
-  const int64_t M = args.in.numel() / C;
-  checks::require_numel(args.in, M * C, op, "in");
-  checks::require_numel(args.out, M * C, op, "out");
-  checks::require_numel(args.mean, M, op, "mean");
-  checks::require_numel(args.rstd, M, op, "rstd");
+  const auto [M, C] = checks::layernorm_forward(args, Device::CPU);
   const float* in = args.in.as<float>();
   const float* weight = args.weight.as<float>();
   const float* bias = args.bias.as<float>();
@@ -40,16 +31,7 @@ void CpuBackend::layernorm_forward(const LayerNormForward& args) {
 }
 
 void CpuBackend::layernorm_backward(const LayerNormBackward& args) {
-  constexpr const char* op = "layernorm_backward";
-  for (auto [tensor, name] :
-       {std::pair{&args.din, "din"}, {&args.dweight, "dweight"}, {&args.dbias, "dbias"},
-        {&args.dout, "dout"}, {&args.in, "in"}, {&args.weight, "weight"}, {&args.mean, "mean"},
-        {&args.rstd, "rstd"}})
-    checks::require(*tensor, DType::F32, Device::CPU, op, name);
-  const int64_t C = args.weight.numel();
-  const int64_t M = args.in.numel() / C;
-  checks::require_numel(args.din, M * C, op, "din");
-  checks::require_numel(args.dout, M * C, op, "dout");
+  const auto [M, C] = checks::layernorm_backward(args, Device::CPU);
   const float* in = args.in.as<float>();
   const float* dout = args.dout.as<float>();
   const float* weight = args.weight.as<float>();

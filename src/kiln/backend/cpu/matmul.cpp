@@ -4,23 +4,16 @@
 // gradient, accumulated), matching the conventions in ops.h.
 #include <cblas.h>
 
-#include "kiln/backend/checks.h"
+#include "kiln/backend/op_checks.h"
 #include "kiln/backend/cpu/cpu_backend.h"
 
 namespace kiln {
 
 void CpuBackend::matmul_forward(const MatmulForward& args) {
-  constexpr const char* op = "matmul_forward";
-  checks::require(args.out, DType::F32, Device::CPU, op, "out");
-  checks::require(args.in, DType::F32, Device::CPU, op, "in");
-  checks::require(args.weight, DType::F32, Device::CPU, op, "weight");
-  const auto [M, K, N] = checks::matmul_dims(args.in, args.weight, args.layout, op);
-  checks::require_numel(args.out, M * N, op, "out");
+  const auto [M, K, N] = checks::matmul_forward(args, Device::CPU);
   float* out = args.out.as<float>();
   float beta = 0.0f;
   if (!args.bias.empty()) {
-    checks::require(args.bias, DType::F32, Device::CPU, op, "bias");
-    checks::require_numel(args.bias, N, op, "bias");
     const float* bias = args.bias.as<float>();
 #pragma omp parallel for schedule(static)
     for (int64_t m = 0; m < M; ++m)
@@ -33,22 +26,12 @@ void CpuBackend::matmul_forward(const MatmulForward& args) {
 }
 
 void CpuBackend::matmul_backward(const MatmulBackward& args) {
-  constexpr const char* op = "matmul_backward";
-  checks::require(args.dout, DType::F32, Device::CPU, op, "dout");
-  checks::require(args.in, DType::F32, Device::CPU, op, "in");
-  checks::require(args.weight, DType::F32, Device::CPU, op, "weight");
-  checks::require(args.dweight, DType::F32, Device::CPU, op, "dweight");
-  const auto [M, K, N] = checks::matmul_dims(args.in, args.weight, args.layout, op);
-  checks::require_numel(args.dout, M * N, op, "dout");
-  KILN_CHECK(args.dweight.shape == args.weight.shape, "{}: dweight {} differs from weight {}", op,
-             args.dweight.shape.to_string(), args.weight.shape.to_string());
+  const auto [M, K, N] = checks::matmul_backward(args, Device::CPU);
   const float* dout = args.dout.as<float>();
   const float* in = args.in.as<float>();
   const float* weight = args.weight.as<float>();
   const bool in_out = args.layout == WeightLayout::InOut;
   if (!args.din.empty()) {
-    checks::require(args.din, DType::F32, Device::CPU, op, "din");
-    checks::require_numel(args.din, M * K, op, "din");
     // din[M,K] = dout[M,N] @ W^T where W is [K,N] (InOut), or dout @ W where W is [N,K] (OutIn).
     cblas_sgemm(CblasRowMajor, CblasNoTrans, in_out ? CblasTrans : CblasNoTrans, M, K, N, 1.0f, dout,
                 N, weight, in_out ? N : K, 0.0f, args.din.as<float>(), K);
@@ -61,8 +44,6 @@ void CpuBackend::matmul_backward(const MatmulBackward& args) {
                 args.dweight.as<float>(), K);
   }
   if (!args.dbias.empty()) {
-    checks::require(args.dbias, DType::F32, Device::CPU, op, "dbias");
-    checks::require_numel(args.dbias, N, op, "dbias");
     float* dbias = args.dbias.as<float>();
     constexpr int64_t kColumnBlock = 64;
 #pragma omp parallel for schedule(static)

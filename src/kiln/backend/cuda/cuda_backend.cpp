@@ -7,7 +7,7 @@
 #include <cmath>
 #include <vector>
 
-#include "kiln/backend/checks.h"
+#include "kiln/backend/op_checks.h"
 #include "kiln/backend/cuda/kernels.h"
 #include "kiln/core/error.h"
 
@@ -159,25 +159,14 @@ void CudaBackend::synchronize() { check_cuda(cudaDeviceSynchronize(), "synchroni
 
 void CudaBackend::embedding_forward(const EmbeddingForward& a) {
   constexpr const char* op = "embedding_forward";
-  checks::require(a.out, DType::F32, kCuda, op, "out");
-  checks::require(a.tokens, DType::I32, kCuda, op, "tokens");
-  checks::require(a.wte, DType::F32, kCuda, op, "wte");
-  checks::require(a.wpe, DType::F32, kCuda, op, "wpe");
-  const int64_t B = a.tokens.shape[0], T = a.tokens.shape[1], C = a.wte.shape[1];
-  KILN_CHECK(T <= a.wpe.shape[0], "{}: sequence {} exceeds {} positions", op, T, a.wpe.shape[0]);
-  checks::require_numel(a.out, B * T * C, op, "out");
+  const auto [B, T, C] = checks::embedding_forward(a, kCuda);
   check_cuda(cuda::embedding_forward(a.out.as<float>(), a.tokens.as<int32_t>(), a.wte.as<float>(),
                                      a.wpe.as<float>(), B, T, C), op);
 }
 
 void CudaBackend::embedding_backward(const EmbeddingBackward& a) {
   constexpr const char* op = "embedding_backward";
-  checks::require(a.dwte, DType::F32, kCuda, op, "dwte");
-  checks::require(a.dwpe, DType::F32, kCuda, op, "dwpe");
-  checks::require(a.dout, DType::F32, kCuda, op, "dout");
-  checks::require(a.tokens, DType::I32, kCuda, op, "tokens");
-  const int64_t B = a.tokens.shape[0], T = a.tokens.shape[1], C = a.dwte.shape[1];
-  checks::require_numel(a.dout, B * T * C, op, "dout");
+  const auto [B, T, C] = checks::embedding_backward(a, kCuda);
   reserve_workspace(B * T);  // a no-op once Gpt::allocate_activations has reserved it
   check_cuda(cuda::embedding_backward(a.dwte.as<float>(), a.dwpe.as<float>(), a.dout.as<float>(),
                                       a.tokens.as<int32_t>(), B, T, C, handles_->workspace->data(),
@@ -186,44 +175,25 @@ void CudaBackend::embedding_backward(const EmbeddingBackward& a) {
 }
 
 void CudaBackend::layernorm_forward(const LayerNormForward& a) {
-  constexpr const char* op = "layernorm_forward";
-  for (auto [tensor, name] : {std::pair{&a.out, "out"}, {&a.mean, "mean"}, {&a.rstd, "rstd"}, {&a.in, "in"},
-                              {&a.weight, "weight"}, {&a.bias, "bias"}})
-    checks::require(*tensor, DType::F32, kCuda, op, name);
-  const int64_t C = a.weight.numel(), M = a.in.numel() / C;
-  checks::require_numel(a.out, M * C, op, "out");
-  checks::require_numel(a.mean, M, op, "mean");
-  checks::require_numel(a.rstd, M, op, "rstd");
+  const auto [M, C] = checks::layernorm_forward(a, kCuda);
   check_cuda(cuda::layernorm_forward(a.out.as<float>(), a.mean.as<float>(), a.rstd.as<float>(), a.in.as<float>(),
-                                     a.weight.as<float>(), a.bias.as<float>(), M, C, a.eps), op);
+                                     a.weight.as<float>(), a.bias.as<float>(), M, C, a.eps),
+             "layernorm_forward");
 }
 
 void CudaBackend::layernorm_backward(const LayerNormBackward& a) {
-  constexpr const char* op = "layernorm_backward";
-  for (auto [tensor, name] : {std::pair{&a.din, "din"}, {&a.dweight, "dweight"}, {&a.dbias, "dbias"},
-                              {&a.dout, "dout"}, {&a.in, "in"}, {&a.weight, "weight"}, {&a.mean, "mean"},
-                              {&a.rstd, "rstd"}})
-    checks::require(*tensor, DType::F32, kCuda, op, name);
-  const int64_t C = a.weight.numel(), M = a.in.numel() / C;
-  checks::require_numel(a.din, M * C, op, "din");
-  checks::require_numel(a.dout, M * C, op, "dout");
+  const auto [M, C] = checks::layernorm_backward(a, kCuda);
   check_cuda(cuda::layernorm_backward(a.din.as<float>(), a.dweight.as<float>(), a.dbias.as<float>(),
                                       a.dout.as<float>(), a.in.as<float>(), a.weight.as<float>(),
-                                      a.mean.as<float>(), a.rstd.as<float>(), M, C), op);
+                                      a.mean.as<float>(), a.rstd.as<float>(), M, C),
+             "layernorm_backward");
 }
 
 void CudaBackend::matmul_forward(const MatmulForward& a) {
-  constexpr const char* op = "matmul_forward";
-  checks::require(a.out, DType::F32, kCuda, op, "out");
-  checks::require(a.in, DType::F32, kCuda, op, "in");
-  checks::require(a.weight, DType::F32, kCuda, op, "weight");
-  const auto [M, K, N] = checks::matmul_dims(a.in, a.weight, a.layout, op);
-  checks::require_numel(a.out, M * N, op, "out");
+  const auto [M, K, N] = checks::matmul_forward(a, kCuda);
   float beta = 0.0f;
   if (!a.bias.empty()) {
-    checks::require(a.bias, DType::F32, kCuda, op, "bias");
-    checks::require_numel(a.bias, N, op, "bias");
-    check_cuda(cuda::broadcast_rows(a.out.as<float>(), a.bias.as<float>(), M, N), op);
+    check_cuda(cuda::broadcast_rows(a.out.as<float>(), a.bias.as<float>(), M, N), "matmul_forward");
     beta = 1.0f;
   }
   const bool out_in = a.layout == WeightLayout::OutIn;
@@ -232,19 +202,9 @@ void CudaBackend::matmul_forward(const MatmulForward& a) {
 }
 
 void CudaBackend::matmul_backward(const MatmulBackward& a) {
-  constexpr const char* op = "matmul_backward";
-  checks::require(a.dout, DType::F32, kCuda, op, "dout");
-  checks::require(a.in, DType::F32, kCuda, op, "in");
-  checks::require(a.weight, DType::F32, kCuda, op, "weight");
-  checks::require(a.dweight, DType::F32, kCuda, op, "dweight");
-  const auto [M, K, N] = checks::matmul_dims(a.in, a.weight, a.layout, op);
-  checks::require_numel(a.dout, M * N, op, "dout");
-  KILN_CHECK(a.dweight.shape == a.weight.shape, "{}: dweight {} differs from weight {}", op,
-             a.dweight.shape.to_string(), a.weight.shape.to_string());
+  const auto [M, K, N] = checks::matmul_backward(a, kCuda);
   const bool in_out = a.layout == WeightLayout::InOut;
   if (!a.din.empty()) {
-    checks::require(a.din, DType::F32, kCuda, op, "din");
-    checks::require_numel(a.din, M * K, op, "din");
     gemm(handles_->blas, false, in_out, M, K, N, 1.0f, a.dout.as<float>(), N, a.weight.as<float>(), in_out ? N : K,
          0.0f, a.din.as<float>(), K);
   }
@@ -255,43 +215,24 @@ void CudaBackend::matmul_backward(const MatmulBackward& a) {
     gemm(handles_->blas, true, false, N, K, M, 1.0f, a.dout.as<float>(), N, a.in.as<float>(), K, 1.0f,
          a.dweight.as<float>(), K);
   }
-  if (!a.dbias.empty()) {
-    checks::require(a.dbias, DType::F32, kCuda, op, "dbias");
-    checks::require_numel(a.dbias, N, op, "dbias");
-    check_cuda(cuda::column_sums_add(a.dbias.as<float>(), a.dout.as<float>(), M, N), op);
-  }
+  if (!a.dbias.empty())
+    check_cuda(cuda::column_sums_add(a.dbias.as<float>(), a.dout.as<float>(), M, N), "matmul_backward");
 }
 
 void CudaBackend::gelu_forward(const GeluForward& a) {
-  checks::require(a.out, DType::F32, kCuda, "gelu_forward", "out");
-  checks::require(a.in, DType::F32, kCuda, "gelu_forward", "in");
-  checks::require_numel(a.out, a.in.numel(), "gelu_forward", "out");
-  check_cuda(cuda::gelu_forward(a.out.as<float>(), a.in.as<float>(), a.in.numel()), "gelu_forward");
+  const int64_t count = checks::gelu_forward(a, kCuda);
+  check_cuda(cuda::gelu_forward(a.out.as<float>(), a.in.as<float>(), count), "gelu_forward");
 }
 
 void CudaBackend::gelu_backward(const GeluBackward& a) {
-  constexpr const char* op = "gelu_backward";
-  checks::require(a.din, DType::F32, kCuda, op, "din");
-  checks::require(a.in, DType::F32, kCuda, op, "in");
-  checks::require(a.dout, DType::F32, kCuda, op, "dout");
-  checks::require_numel(a.din, a.in.numel(), op, "din");
-  checks::require_numel(a.dout, a.in.numel(), op, "dout");
-  check_cuda(cuda::gelu_backward(a.din.as<float>(), a.in.as<float>(), a.dout.as<float>(), a.in.numel()), op);
+  const int64_t count = checks::gelu_backward(a, kCuda);
+  check_cuda(cuda::gelu_backward(a.din.as<float>(), a.in.as<float>(), a.dout.as<float>(), count), "gelu_backward");
 }
 
 void CudaBackend::attention_forward(const AttentionForward& a) {
   constexpr const char* op = "attention_forward";
-  checks::require(a.out, DType::F32, kCuda, op, "out");
-  checks::require(a.probs, DType::F32, kCuda, op, "probs");
-  checks::require(a.qkv, DType::F32, kCuda, op, "qkv");
-  const auto [B, T, C, NH, HS] = checks::attention_shape(a.qkv, a.num_heads, op);
-  checks::require_numel(a.out, B * T * C, op, "out");
-  checks::require_numel(a.probs, B * NH * T * T, op, "probs");
+  const auto [B, T, C, NH, HS] = checks::attention_forward(a, kCuda);
   const bool padded = a.mask != AttentionMask::Causal;
-  if (padded) {
-    checks::require(a.key_mask, DType::I32, kCuda, op, "key_mask");
-    checks::require_numel(a.key_mask, B * T, op, "key_mask");
-  }
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   for (int64_t b = 0; b < B; ++b) {  // heads batched: consecutive heads are HS apart in qkv
     const float* q = a.qkv.as<float>() + b * T * 3 * C;
@@ -309,16 +250,7 @@ void CudaBackend::attention_forward(const AttentionForward& a) {
 
 void CudaBackend::attention_backward(const AttentionBackward& a) {
   constexpr const char* op = "attention_backward";
-  checks::require(a.dqkv, DType::F32, kCuda, op, "dqkv");
-  checks::require(a.dprobs, DType::F32, kCuda, op, "dprobs");
-  checks::require(a.dout, DType::F32, kCuda, op, "dout");
-  checks::require(a.qkv, DType::F32, kCuda, op, "qkv");
-  checks::require(a.probs, DType::F32, kCuda, op, "probs");
-  const auto [B, T, C, NH, HS] = checks::attention_shape(a.qkv, a.num_heads, op);
-  checks::require_numel(a.dqkv, B * T * 3 * C, op, "dqkv");
-  checks::require_numel(a.dprobs, B * NH * T * T, op, "dprobs");
-  checks::require_numel(a.probs, B * NH * T * T, op, "probs");
-  checks::require_numel(a.dout, B * T * C, op, "dout");
+  const auto [B, T, C, NH, HS] = checks::attention_backward(a, kCuda);
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   cublasHandle_t blas = handles_->blas;
   for (int64_t b = 0; b < B; ++b) {  // dP = dO v^T
@@ -340,63 +272,36 @@ void CudaBackend::attention_backward(const AttentionBackward& a) {
 }
 
 void CudaBackend::softmax_cross_entropy(const SoftmaxCrossEntropy& a) {
-  constexpr const char* op = "softmax_cross_entropy";
-  checks::require(a.logits, DType::F32, kCuda, op, "logits");
-  checks::require(a.losses, DType::F32, kCuda, op, "losses");
-  checks::require(a.targets, DType::I32, kCuda, op, "targets");
-  KILN_CHECK(a.logits.shape.rank == 2, "{}: logits must be [M, Vp], got {}", op, a.logits.shape.to_string());
-  const int64_t M = a.logits.shape[0], Vp = a.logits.shape[1];
-  KILN_CHECK(a.vocab_size > 0 && a.vocab_size <= Vp, "{}: vocab_size {} outside (0, {}]", op, a.vocab_size, Vp);
-  checks::require_numel(a.losses, M, op, "losses");
-  checks::require_numel(a.targets, M, op, "targets");
+  const auto [M, Vp] = checks::softmax_cross_entropy(a, kCuda);
   check_cuda(cuda::softmax_cross_entropy(a.logits.as<float>(), a.losses.as<float>(), a.targets.as<int32_t>(), M,
-                                         a.vocab_size, Vp, a.ignore_index, a.loss_scale, a.write_grad), op);
+                                         a.vocab_size, Vp, a.ignore_index, a.loss_scale, a.write_grad),
+             "softmax_cross_entropy");
 }
 
 void CudaBackend::residual_forward(const ResidualForward& a) {
-  constexpr const char* op = "residual_forward";
-  checks::require(a.out, DType::F32, kCuda, op, "out");
-  checks::require(a.a, DType::F32, kCuda, op, "a");
-  checks::require(a.b, DType::F32, kCuda, op, "b");
-  checks::require_numel(a.a, a.out.numel(), op, "a");
-  checks::require_numel(a.b, a.out.numel(), op, "b");
-  check_cuda(cuda::residual_forward(a.out.as<float>(), a.a.as<float>(), a.b.as<float>(), a.out.numel()), op);
+  const int64_t count = checks::residual_forward(a, kCuda);
+  check_cuda(cuda::residual_forward(a.out.as<float>(), a.a.as<float>(), a.b.as<float>(), count), "residual_forward");
 }
 
 void CudaBackend::adamw_step(const AdamwStep& a) {
-  constexpr const char* op = "adamw_step";
-  checks::require(a.master, DType::F32, kCuda, op, "master");
-  checks::require(a.grad, DType::F32, kCuda, op, "grad");
-  checks::require(a.exp_avg, DType::F32, kCuda, op, "exp_avg");
-  checks::require(a.exp_avg_sq, DType::F32, kCuda, op, "exp_avg_sq");
-  KILN_CHECK(!a.param_out.empty(), "{}: argument 'param_out' is missing", op);
-  const int64_t count = a.master.numel();
-  for (auto [tensor, name] : {std::pair{&a.grad, "grad"}, {&a.exp_avg, "exp_avg"}, {&a.exp_avg_sq, "exp_avg_sq"},
-                              {&a.param_out, "param_out"}})
-    checks::require_numel(*tensor, count, op, name);
-  KILN_CHECK(a.step >= 1, "{}: step must be >= 1, got {}", op, a.step);
+  checks::adamw_step(a, kCuda);
   const DType out = a.param_out.dtype;
-  KILN_CHECK(out == DType::F32 || out == DType::BF16 || out == DType::F16,
-             "{}: param_out dtype {} is not a floating type", op, dtype_name(out));
   const int out_kind = out == DType::F32 ? 0 : out == DType::BF16 ? 1 : 2;
   const float bias_correction1 = 1.0f - std::pow(a.beta1, static_cast<float>(a.step));
   const float bias_correction2 = 1.0f - std::pow(a.beta2, static_cast<float>(a.step));
   for (const AdamwSegment& segment : a.segments) {
-    KILN_CHECK(segment.offset >= 0 && segment.offset + segment.count <= count,
-               "{}: segment [{}, {}) outside {} parameters", op, segment.offset, segment.offset + segment.count,
-               count);
     check_cuda(cuda::adamw(a.master.as<float>(), a.param_out.data, out_kind, a.grad.as<float>(),
                            a.exp_avg.as<float>(), a.exp_avg_sq.as<float>(), segment.offset, segment.count, a.lr,
                            a.beta1, a.beta2, a.eps, segment.weight_decay, a.grad_scale, bias_correction1,
                            bias_correction2),
-               op);
+               "adamw_step");
   }
 }
 
 double CudaBackend::sum_of_squares(const SumOfSquares& a) {
-  checks::require(a.in, DType::F32, kCuda, "sum_of_squares", "in");
+  const int64_t count = checks::sum_of_squares(a, kCuda);
   auto* scratch = static_cast<double*>(handles_->sum_scratch->data());
-  check_cuda(cuda::sum_of_squares(a.in.as<float>(), a.in.numel(), scratch, scratch + cuda::kSumBlocks),
+  check_cuda(cuda::sum_of_squares(a.in.as<float>(), count, scratch, scratch + cuda::kSumBlocks),
              "sum_of_squares");
   double result = 0.0;
   copy_to_host(&result, scratch + cuda::kSumBlocks, sizeof(double));
@@ -404,8 +309,8 @@ double CudaBackend::sum_of_squares(const SumOfSquares& a) {
 }
 
 void CudaBackend::fill(const Fill& a) {
-  checks::require(a.out, DType::F32, kCuda, "fill", "out");
-  check_cuda(cuda::fill(a.out.as<float>(), a.value, a.out.numel()), "fill");
+  const int64_t count = checks::fill(a, kCuda);
+  check_cuda(cuda::fill(a.out.as<float>(), a.value, count), "fill");
 }
 
 }  // namespace kiln
