@@ -18,9 +18,12 @@ class LossRecorder : public TrainObserver {
   std::vector<double> losses;
 };
 
-std::vector<double> train_losses(const std::string& data, const std::string& device) {
+std::vector<double> train_losses(const std::string& data, const std::string& device,
+                                 const std::string& recompute = "none") {
   Config config;
   config.device = device;
+  config.recompute_granularity = recompute;
+  if (recompute == "full") config.recompute_method = "uniform";
   config.data_path = data;
   config.num_layers = 2;
   config.hidden_size = 48;
@@ -51,6 +54,16 @@ TEST(CudaParity, Fp32TrainingFollowsTheCpuLosses) {
   for (size_t i = 0; i < cpu.size(); ++i)
     EXPECT_NEAR(gpu[i], cpu[i], 1e-4 * std::abs(cpu[i])) << "iteration " << i + 1;
   EXPECT_LT(cpu.back(), cpu.front() - 0.5);
+}
+
+TEST(CudaParity, RecomputationOnTheGpuIsBitIdentical) {
+  const std::string reason = testing::backend_skip_reason("cuda");
+  if (!reason.empty()) GTEST_SKIP() << reason;
+  testing::TempDir dir;
+  testing::write_toy_dataset(dir.path(), 61, 20000, 2000);
+  const std::vector<double> none = train_losses(dir.path(), "cuda");
+  EXPECT_EQ(train_losses(dir.path(), "cuda", "full"), none);
+  EXPECT_EQ(train_losses(dir.path(), "cuda", "selective"), none);
 }
 
 }  // namespace
