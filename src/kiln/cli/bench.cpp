@@ -80,16 +80,17 @@ void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
   const std::string precision = resolved.precision_name();
   const auto spec = find_gpu_by_device_name(device);
   const double datasheet = spec ? spec->peak_tflops(precision) : 0.0;
+  const double peak_gib = static_cast<double>(backend.peak_allocated_bytes()) / 1073741824.0;
+  // What the driver reports in use after the run and before the
+  // ceiling measurement allocates its matrices: kiln's buffers plus the CUDA context and the
+  // libraries' own workspaces (nothing is freed between steps, so this is the peak).
+  const auto memory = backend.device_memory();
+  const double device_used_gib = memory ? static_cast<double>(memory->total - memory->free) / 1073741824.0 : 0.0;
   double ceiling = 0.0;
   if (!options.skip_ceiling && backend.device() == Device::CUDA)
     ceiling = gemm_tflops(backend.time_gemm_ms(gemm_dtype(precision), precision == "tf32", kCeilingSize, kCeilingSize,
                                                kCeilingSize, 10),
                           kCeilingSize, kCeilingSize, kCeilingSize);
-  const double peak_gib = static_cast<double>(backend.peak_allocated_bytes()) / 1073741824.0;
-  // What the driver reports in use after the run: kiln's buffers plus the CUDA context and the
-  // libraries' own workspaces (nothing is freed between steps, so this is the peak).
-  const auto memory = backend.device_memory();
-  const double device_used_gib = memory ? static_cast<double>(memory->total - memory->free) / 1073741824.0 : 0.0;
 
   if (options.json) {
     const nlohmann::json out = {
