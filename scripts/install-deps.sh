@@ -15,14 +15,16 @@ for package in "${packages[@]}"; do
     missing+=("$package")
   fi
 done
-# npm may come with Node.js from elsewhere; do not fight an existing install.
-if [[ " ${missing[*]} " == *" npm "* ]] && command -v npm >/dev/null; then
-  missing=("${missing[@]/npm}")
-fi
-if [[ " ${missing[*]} " == *" nodejs "* ]] && command -v node >/dev/null; then
-  missing=("${missing[@]/nodejs}")
-fi
-read -r -a missing <<< "${missing[*]}"
+# Node.js and npm may come from elsewhere than Debian; an existing install is fine.
+needed=()
+for package in "${missing[@]}"; do
+  case "$package" in
+    nodejs) command -v node >/dev/null || needed+=("$package") ;;
+    npm) command -v npm >/dev/null || needed+=("$package") ;;
+    *) needed+=("$package") ;;
+  esac
+done
+missing=("${needed[@]}")
 [[ ${#missing[@]} -eq 0 ]] && exit 0
 
 sudo_cmd=()

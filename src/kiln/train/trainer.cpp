@@ -36,7 +36,10 @@ Config resolve_config(Config config) {
   return config;
 }
 
-Trainer::Trainer(const Config& config) : config_(resolve_config(config)) {
+Trainer::Trainer(const Config& config)
+    : config_(resolve_config(config)),
+      schedule_(config_.lr_schedule()),
+      full_recompute_(config_.recompute_policy().granularity == RecomputeGranularity::Full) {
   KILN_CHECK(config_.mock_data || !config_.data_path.empty(),
              "config key 'data_path' is not set: no training data (or use --mock-data)");
   KILN_CHECK(config_.data_parallel_size == 1,
@@ -136,7 +139,7 @@ IterationStats Trainer::train_step() {
   const bool skip = scaler_.update(!std::isfinite(grad_norm));
 
   const int64_t iteration = state_.iteration + 1;
-  const float lr = config_.lr_schedule().at(iteration);
+  const float lr = schedule_.at(iteration);
   if (!skip) {
     const float clip = clip_coefficient(grad_norm, static_cast<float>(config_.clip_grad));
     optimizer_->step(model_->grads(), lr, clip / scale);
@@ -158,9 +161,8 @@ IterationStats Trainer::train_step() {
   const FlopsShape shape{config_.global_batch_size, seq, config_.num_layers, config_.hidden_size,
                          config_.vocab_size};
   // Megatron counts the recomputed forward in the achieved rate: the 96 (not 72) form under full.
-  const bool full_recompute = config_.recompute_policy().granularity == RecomputeGranularity::Full;
   stats.tflops_per_gpu =
-      achieved_tflops(flops_per_iteration(shape, full_recompute), seconds, config_.data_parallel_size);
+      achieved_tflops(flops_per_iteration(shape, full_recompute_), seconds, config_.data_parallel_size);
   stats.tokens_per_second = static_cast<double>(config_.global_batch_size * seq) / seconds;
   stats.learning_rate = lr;
   stats.global_batch_size = config_.global_batch_size;

@@ -21,6 +21,7 @@
 #include "kiln/obs/observer.h"
 #include "kiln/optim/adamw.h"
 #include "kiln/optim/loss_scaler.h"
+#include "kiln/optim/lr_schedule.h"
 #include "kiln/train/checkpoint.h"
 #include "kiln/train/config.h"
 
@@ -52,6 +53,8 @@ class Trainer {
   void check_memory_fits(const GptConfig& gpt) const;
 
   Config config_;
+  LrSchedule schedule_;        // parsed once from config_
+  bool full_recompute_ = false;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Gpt> model_;
   std::unique_ptr<AdamW> optimizer_;
