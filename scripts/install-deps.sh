@@ -1,13 +1,11 @@
 #!/usr/bin/env bash
-# Installs the Debian packages kiln needs, only those missing. `--demo` adds Node.js and npm, which
-# fetch the demo's text corpus. Runs apt-get update once before installing anything.
+# Installs the Debian packages kiln needs, only those missing, including Node.js and npm, which
+# fetch the data packages (the demo's corpus, the GPT-2 tokenizer files the tests compare with).
+# Runs apt-get update once before installing anything.
 set -euo pipefail
 
-packages=(cmake ninja-build g++ make pkg-config libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
-          libfmt-dev libgtest-dev libopenblas-openmp-dev)
-if [[ "${1:-}" == "--demo" ]]; then
-  packages+=(nodejs npm)
-fi
+packages=(cmake ninja-build g++ make libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libfmt-dev
+          libgtest-dev libopenblas-openmp-dev libicu-dev nodejs npm)
 
 missing=()
 for package in "${packages[@]}"; do

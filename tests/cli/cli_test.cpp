@@ -91,6 +91,21 @@ TEST(Cli, PrintConfigShowsResolvedYaml) {
   EXPECT_NE(result.output.find("vocab_size: 29"), std::string::npos);  // resolved from meta.json
 }
 
+TEST(Cli, TokenizeAndDecodeGpt2) {
+  TempDir dir;
+  std::ofstream(dir / "text") << " The quick brown fox";
+  std::ofstream(dir / "ids") << "15496 995\n";
+  std::ofstream(dir / "bad") << "15496 oops";
+  const Result ids = run_kiln("data tokenize < " + (dir / "text"));
+  ASSERT_EQ(ids.exit_code, 0) << ids.output;
+  EXPECT_EQ(ids.output, "383 2068 7586 21831\n");
+  const Result text = run_kiln("data tokenize --decode < " + (dir / "ids"));
+  EXPECT_EQ(text.output, "Hello world");
+  const Result bad = run_kiln("data tokenize --decode < " + (dir / "bad"));
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.output.find("'oops' (item 1) is not a token id"), std::string::npos) << bad.output;
+}
+
 TEST(Cli, EstimateGpt3) {
   const Result result = run_kiln(
       "estimate --num-layers 96 --hidden-size 12288 --num-attention-heads 96 --seq-length 2048 --vocab-size 51200 "

@@ -61,7 +61,7 @@ void write_split(const std::string& dir, const std::string& split, const std::ve
 
 }  // namespace
 
-int64_t find_invalid_utf8(const std::string& text) {
+int64_t find_invalid_utf8(std::string_view text) {
   const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
   const size_t size = text.size();
   size_t i = 0;

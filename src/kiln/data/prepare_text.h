@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kiln {
@@ -34,6 +35,6 @@ struct PrepareTextSummary {
 PrepareTextSummary prepare_text(const PrepareTextOptions& options);
 
 // Byte offset of the first invalid UTF-8 sequence in `text`, or -1 when it is valid.
-int64_t find_invalid_utf8(const std::string& text);
+int64_t find_invalid_utf8(std::string_view text);
 
 }  // namespace kiln
