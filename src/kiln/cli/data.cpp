@@ -3,8 +3,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <iostream>
+#include <algorithm>
 #include <iterator>
 #include <memory>
 #include <sstream>
@@ -13,6 +16,7 @@
 #include "kiln/core/error.h"
 #include "kiln/data/gpt2_tokenizer.h"
 #include "kiln/data/prepare_text.h"
+#include "kiln/data/preprocess.h"
 
 namespace kiln::cli {
 
@@ -36,13 +40,38 @@ void add_data_command(CLI::App& root) {
     for (const std::string& shard : summary.shards) fmt::print("  wrote {}\n", shard);
   });
 
+  auto preprocess_options = std::make_shared<PreprocessOptions>();
+  const char* tokenizer_from_environment = std::getenv("KILN_GPT2_TOKENIZER_DIR");
+  preprocess_options->tokenizer_dir = tokenizer_from_environment ? tokenizer_from_environment : KILN_DEFAULT_TOKENIZER_DIR;
+  CLI::App* pre = data->add_subcommand(
+      "preprocess", "JSON lines or text -> GPT-2 tokens -> Megatron indexed dataset (PREFIX_<key>_document.bin/.idx)");
+  pre->add_option("--input", preprocess_options->inputs, "input files")->required();
+  pre->add_option("--output-prefix", preprocess_options->output_prefix, "output path prefix")->required();
+  pre->add_option("--input-format", preprocess_options->format, "jsonl (one document per line) or text (one per file)");
+  pre->add_option("--json-key", preprocess_options->json_key, "JSON field holding the text");
+  pre->add_flag("--append-eod", preprocess_options->append_eod, "append <|endoftext|> (50256) to each document");
+  pre->add_option("--workers", preprocess_options->workers, "tokenizer threads");
+  pre->add_option("--tokenizer-dir", preprocess_options->tokenizer_dir, "folder with encoder.json and vocab.bpe");
+  pre->callback([preprocess_options] {
+    const bool terminal = ::isatty(STDERR_FILENO) != 0;
+    const PreprocessSummary summary = preprocess(*preprocess_options, [terminal](const PreprocessSummary& so_far) {
+      if (!terminal) return;
+      fmt::print(stderr, "\r{} documents, {:.1f} MB, {} tokens, {:.1f} MB/s   ", so_far.documents,
+                 static_cast<double>(so_far.bytes) / 1e6, so_far.tokens,
+                 static_cast<double>(so_far.bytes) / 1e6 / std::max(so_far.seconds, 1e-9));
+    });
+    if (terminal) fmt::print(stderr, "\n");
+    fmt::print("wrote {0}.bin and {0}.idx: {1} documents, {2} tokens from {3:.1f} MB in {4:.1f} s ({5:.1f} MB/s)\n",
+               summary.prefix, summary.documents, summary.tokens, static_cast<double>(summary.bytes) / 1e6,
+               summary.seconds, static_cast<double>(summary.bytes) / 1e6 / std::max(summary.seconds, 1e-9));
+  });
+
   struct TokenizeOptions {
     std::string dir;
     bool decode = false;
   };
   auto tokenize_options = std::make_shared<TokenizeOptions>();
-  const char* from_environment = std::getenv("KILN_GPT2_TOKENIZER_DIR");
-  tokenize_options->dir = from_environment ? from_environment : KILN_DEFAULT_TOKENIZER_DIR;
+  tokenize_options->dir = preprocess_options->tokenizer_dir;
   CLI::App* tokenize = data->add_subcommand(
       "tokenize", "GPT-2 BPE: UTF-8 text on standard input -> ids on one line (--decode: ids -> text)");
   tokenize->add_option("--tokenizer-dir", tokenize_options->dir,

@@ -1,0 +1,128 @@
+#include "kiln/data/indexed_dataset.h"
+
+#include <cstring>
+
+#include "kiln/core/atomic_file.h"
+#include "kiln/core/error.h"
+
+namespace kiln {
+namespace {
+
+constexpr char kMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
+constexpr size_t kHeaderBytes = 9 + 8 + 1 + 8 + 8;
+
+size_t element_size(IndexedDType dtype) { return dtype == IndexedDType::UInt16 ? 2 : 4; }
+
+template <typename T>
+T read_at(const uint8_t* data, size_t offset) {
+  T value;
+  std::memcpy(&value, data + offset, sizeof(T));
+  return value;
+}
+
+}  // namespace
+
+IndexedDType best_fitting_dtype(int64_t vocab_size) {
+  return vocab_size < 65500 ? IndexedDType::UInt16 : IndexedDType::Int32;
+}
+
+IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix, IndexedDType dtype)
+    : prefix_(std::move(prefix)), dtype_(dtype) {}
+
+void IndexedDatasetWriter::add_document(std::span<const int32_t> tokens) {
+  pointers_.push_back(static_cast<int64_t>(data_.size()));
+  lengths_.push_back(static_cast<int32_t>(tokens.size()));
+  for (int32_t token : tokens) {
+    if (dtype_ == IndexedDType::UInt16) {
+      KILN_CHECK(token >= 0 && token <= 0xffff, "{}: token {} does not fit uint16", prefix_, token);
+      const auto value = static_cast<uint16_t>(token);
+      data_.append(reinterpret_cast<const char*>(&value), sizeof(value));
+    } else {
+      data_.append(reinterpret_cast<const char*>(&token), sizeof(token));
+    }
+  }
+  documents_.push_back(static_cast<int64_t>(lengths_.size()));
+}
+
+void IndexedDatasetWriter::finish() {
+  AtomicFile bin(prefix_ + ".bin");
+  bin.write(data_.data(), data_.size());
+  bin.commit();
+  AtomicFile idx(prefix_ + ".idx");
+  const uint64_t version = 1, sequences = lengths_.size(), documents = documents_.size();
+  const auto code = static_cast<uint8_t>(dtype_);
+  idx.write(kMagic, sizeof(kMagic));
+  idx.write(&version, sizeof(version));
+  idx.write(&code, sizeof(code));
+  idx.write(&sequences, sizeof(sequences));
+  idx.write(&documents, sizeof(documents));
+  idx.write(lengths_.data(), lengths_.size() * sizeof(int32_t));
+  idx.write(pointers_.data(), pointers_.size() * sizeof(int64_t));
+  idx.write(documents_.data(), documents_.size() * sizeof(int64_t));
+  idx.commit();
+}
+
+IndexedDataset::IndexedDataset(const std::string& prefix, int64_t vocab_size)
+    : bin_(prefix + ".bin"), idx_(prefix + ".idx") {
+  const std::string& idx = idx_.path();
+  const uint8_t* data = idx_.data();
+  KILN_CHECK(idx_.size() >= kHeaderBytes, "{}: truncated index: {} bytes, the header alone is {}", idx, idx_.size(),
+             kHeaderBytes);
+  KILN_CHECK(std::memcmp(data, kMagic, sizeof(kMagic)) == 0, "{}: bad magic at offset 0: not a Megatron MMIDIDX index",
+             idx);
+  const auto version = read_at<uint64_t>(data, 9);
+  KILN_CHECK(version == 1, "{}: unsupported index version {} at offset 9", idx, version);
+  const uint8_t code = data[17];
+  KILN_CHECK(code == 8 || code == 4, "{}: dtype code {} at offset 17 is not uint16 (8) or int32 (4)", idx, code);
+  dtype_ = static_cast<IndexedDType>(code);
+  const auto sequences = read_at<uint64_t>(data, 18);
+  const auto documents = read_at<uint64_t>(data, 26);
+  const size_t expected = kHeaderBytes + sequences * (4 + 8) + documents * 8;
+  KILN_CHECK(sequences < (uint64_t{1} << 40) && documents < (uint64_t{1} << 40) && idx_.size() == expected,
+             "{}: header declares {} sequences and {} document entries ({} bytes) but the file has {} bytes", idx,
+             sequences, documents, expected, idx_.size());
+  KILN_CHECK(documents >= 1, "{}: no document boundaries", idx);
+  lengths_.resize(sequences);
+  pointers_.resize(sequences);
+  documents_.resize(documents);
+  std::memcpy(lengths_.data(), data + kHeaderBytes, sequences * 4);
+  std::memcpy(pointers_.data(), data + kHeaderBytes + sequences * 4, sequences * 8);
+  std::memcpy(documents_.data(), data + kHeaderBytes + sequences * 12, documents * 8);
+  const size_t size = element_size(dtype_);
+  for (size_t i = 0; i < sequences; ++i) {
+    KILN_CHECK(lengths_[i] >= 0 && pointers_[i] >= 0 &&
+                   static_cast<uint64_t>(pointers_[i]) + static_cast<uint64_t>(lengths_[i]) * size <= bin_.size(),
+               "{}: sequence {} ({} tokens at byte {}) runs past the end of {} ({} bytes)", idx, i, lengths_[i],
+               pointers_[i], bin_.path(), bin_.size());
+    num_tokens_ += lengths_[i];
+  }
+  KILN_CHECK(documents_.front() == 0, "{}: the first document boundary is {}, not 0", idx, documents_.front());
+  for (size_t d = 1; d < documents; ++d)
+    KILN_CHECK(documents_[d] >= documents_[d - 1], "{}: document boundary {} decreases ({} after {})", idx, d,
+               documents_[d], documents_[d - 1]);
+  KILN_CHECK(documents_.back() == static_cast<int64_t>(sequences), "{}: the last document boundary is {}, not the {} sequences",
+             idx, documents_.back(), sequences);
+  if (vocab_size <= 0) return;
+  std::vector<int32_t> tokens;
+  for (size_t i = 0; i < sequences; ++i) {
+    tokens.clear();
+    read(static_cast<int64_t>(i), 0, lengths_[i], tokens);
+    for (size_t t = 0; t < tokens.size(); ++t)
+      KILN_CHECK(tokens[t] >= 0 && tokens[t] < vocab_size,
+                 "{}: token {} at byte offset {} (sequence {}) is outside the vocabulary [0, {})", bin_.path(),
+                 tokens[t], pointers_[i] + static_cast<int64_t>(t * size), i, vocab_size);
+  }
+}
+
+void IndexedDataset::read(int64_t index, int64_t offset, int64_t count, std::vector<int32_t>& out) const {
+  KILN_CHECK(index >= 0 && index < num_sequences() && offset >= 0 && count >= 0 &&
+                 offset + count <= lengths_[static_cast<size_t>(index)],
+             "{}: read of tokens [{}, {}) of sequence {} is out of range", bin_.path(), offset, offset + count, index);
+  const uint8_t* base = bin_.data() + pointers_[static_cast<size_t>(index)];
+  for (int64_t t = offset; t < offset + count; ++t) {
+    out.push_back(dtype_ == IndexedDType::UInt16 ? read_at<uint16_t>(base, static_cast<size_t>(t) * 2)
+                                                 : read_at<int32_t>(base, static_cast<size_t>(t) * 4));
+  }
+}
+
+}  // namespace kiln
