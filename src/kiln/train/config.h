@@ -74,6 +74,7 @@ struct Config {
   int64_t eval_interval = 100;
   int64_t eval_iters = 10;
   std::string data_path;
+  std::string split = "969,30,1";  // train/validation/test documents of indexed datasets
   bool mock_data = false;   // random tokens instead of data_path (benchmarks)
   std::string save;
   int64_t save_interval = 0;

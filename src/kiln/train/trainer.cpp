@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "kiln/backend/registry.h"
+#include "kiln/data/gpt_dataset.h"
 #include "kiln/core/error.h"
 #include "kiln/perf/flops.h"
 
@@ -24,6 +25,9 @@ Config resolve_config(Config config) {
     fail("config key 'vocab_size' must be set with mock_data (there is no data to read it from)");
   }
   if (config.vocab_size == 0) {
+    KILN_CHECK(config.data_path.empty() || !is_indexed_data_path(config.data_path),
+               "config key 'vocab_size' is 0 and data_path names Megatron indexed data, which does not record it; "
+               "set --vocab-size (50257 for GPT-2 tokens)");
     KILN_CHECK(!config.data_path.empty(),
                "config key 'vocab_size' is 0 (take it from the data) but no data_path is set");
     const auto from_data = read_data_vocab_size(config.data_path);
@@ -57,6 +61,12 @@ Trainer::Trainer(const Config& config)
     train_data_ = std::make_unique<MockTokens>(gpt.vocab_size, config_.seq_length, seed);
     if (config_.eval_iters > 0)
       val_data_ = std::make_unique<MockTokens>(gpt.vocab_size, config_.seq_length, seed ^ kValidationSeedSalt);
+  } else if (is_indexed_data_path(config_.data_path)) {
+    train_data_ = make_gpt_data(config_.data_path, config_.split, DataSplit::Train, gpt.vocab_size, config_.seq_length,
+                                config_.train_iters * config_.global_batch_size, seed);
+    if (config_.eval_iters > 0)  // every validation reads the same eval_iters micro-batches
+      val_data_ = make_gpt_data(config_.data_path, config_.split, DataSplit::Validation, gpt.vocab_size,
+                                config_.seq_length, config_.eval_iters * config_.micro_batch_size, seed);
   } else {
     auto train = std::make_unique<TokenDataset>(config_.data_path, "train", gpt.vocab_size, config_.seq_length, seed);
     train_shards_ = train->num_shards();
@@ -210,8 +220,10 @@ void Trainer::run() {
         "batch: micro {} x data-parallel {} x accumulation {} = global {} | precision {} | data: {}",
         config_.micro_batch_size, config_.data_parallel_size, config_.accumulation_steps(),
         config_.global_batch_size, config_.precision_name(),
-        config_.mock_data ? std::string("random tokens (mock data)")
-                          : fmt::format("{} train tokens in {} shards", train_data_->num_tokens(), train_shards_)));
+        config_.mock_data  ? std::string("random tokens (mock data)")
+        : train_shards_ > 0 ? fmt::format("{} train tokens in {} shards", train_data_->num_tokens(), train_shards_)
+                            : fmt::format("indexed data '{}', split {}, {} train tokens per epoch", config_.data_path,
+                                          config_.split, train_data_->num_tokens())));
     observer->on_message(memory_summary());
     if (state_.iteration > 0)
       observer->on_message(fmt::format("resumed from '{}' at iteration {} ({} samples consumed)",

@@ -1,0 +1,156 @@
+// Megatron-style GPT samples over indexed datasets: splits, windows, shuffling, caching, blending.
+#include "kiln/data/gpt_dataset.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <thread>
+
+#include "kiln/train/trainer.h"
+#include "support/error_of.h"
+#include "support/temp_dir.h"
+
+namespace kiln {
+namespace {
+
+using testing::error_of;
+using testing::TempDir;
+
+// Document d holds tokens base + 100 d, base + 100 d + 1, ... (length 5 + d % 7), so any window
+// tells where it came from.
+void write_documents(const std::string& prefix, int documents, int32_t base = 0) {
+  IndexedDatasetWriter writer(prefix, IndexedDType::Int32);
+  for (int d = 0; d < documents; ++d) {
+    std::vector<int32_t> tokens;
+    for (int t = 0; t < 5 + d % 7; ++t) tokens.push_back(base + 100 * d + t);
+    writer.add_document(tokens);
+  }
+  writer.finish();
+}
+
+TEST(GptDataset, SplitsFollowMegatronsRounding) {
+  const auto ranges = split_ranges(parse_split("949,50,1"), 1000);
+  EXPECT_EQ(ranges[0], (std::pair<int64_t, int64_t>{0, 949}));
+  EXPECT_EQ(ranges[1], (std::pair<int64_t, int64_t>{949, 999}));
+  EXPECT_EQ(ranges[2], (std::pair<int64_t, int64_t>{999, 1000}));
+  const auto two = split_ranges(parse_split("8,2"), 10);
+  EXPECT_EQ(two[1], (std::pair<int64_t, int64_t>{8, 10}));
+  EXPECT_EQ(two[2], (std::pair<int64_t, int64_t>{10, 10}));
+  EXPECT_NE(error_of([] { parse_split("9,x,1"); }).find("'split'"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_split("0,0"); }).find("sums to zero"), std::string::npos);
+}
+
+TEST(GptDataset, SamplesAreWindowsOfTheShuffledDocumentStream) {
+  TempDir dir;
+  write_documents(dir / "d", 40);
+  auto data = std::make_shared<const IndexedDataset>(dir / "d", 10000);
+  const int64_t seq = 6, samples = 100;
+  GptDataset dataset(data, dir / "d", {0, 36}, seq, samples, 7);
+  std::vector<int32_t> tokens(seq), targets(seq);
+  std::set<int32_t> seen_documents;
+  for (int64_t i = 0; i < samples; ++i) {
+    dataset.sample(i, tokens, targets);
+    for (int64_t t = 0; t + 1 < seq; ++t) EXPECT_EQ(targets[static_cast<size_t>(t)], tokens[static_cast<size_t>(t) + 1]);
+    for (int32_t token : tokens) {
+      EXPECT_LT(token / 100, 36) << "a validation/test document leaked into the train split";
+      seen_documents.insert(token / 100);
+    }
+    // Inside one document tokens are consecutive; a document change starts at offset 0.
+    for (int64_t t = 1; t < seq; ++t) {
+      const int32_t previous = tokens[static_cast<size_t>(t) - 1], current = tokens[static_cast<size_t>(t)];
+      EXPECT_TRUE(current == previous + 1 || current % 100 == 0) << previous << " -> " << current;
+    }
+  }
+  EXPECT_EQ(seen_documents.size(), 36u);
+  // Built from the cache, and built afresh after the data changed: same reading for the same data.
+  GptDataset again(data, dir / "d", {0, 36}, seq, samples, 7);
+  std::vector<int32_t> tokens_again(seq), targets_again(seq);
+  for (int64_t i = 0; i < samples; ++i) {
+    dataset.sample(i, tokens, targets);
+    again.sample(i, tokens_again, targets_again);
+    ASSERT_EQ(tokens, tokens_again);
+  }
+  GptDataset other_seed(data, dir / "d", {0, 36}, seq, samples, 8);
+  int differences = 0;
+  for (int64_t i = 0; i < samples; ++i) {
+    dataset.sample(i, tokens, targets);
+    other_seed.sample(i, tokens_again, targets_again);
+    differences += tokens != tokens_again;
+  }
+  EXPECT_GT(differences, samples / 2);
+}
+
+TEST(GptDataset, StaleCachesAreRebuilt) {
+  TempDir dir;
+  write_documents(dir / "d", 20);
+  auto count_cache_files = [&] {
+    int files = 0;
+    for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(dir / "d_kiln_cache")) ++files;
+    return files;
+  };
+  GptDataset(std::make_shared<const IndexedDataset>(dir / "d", 10000), dir / "d", {0, 20}, 4, 30, 1);
+  EXPECT_EQ(count_cache_files(), 2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  write_documents(dir / "d", 25);  // new data under the same name
+  auto data = std::make_shared<const IndexedDataset>(dir / "d", 10000);
+  GptDataset rebuilt(data, dir / "d", {0, 25}, 4, 30, 1);
+  EXPECT_EQ(count_cache_files(), 4);
+  std::vector<int32_t> tokens(4), targets(4);
+  std::set<int32_t> documents;
+  for (int64_t i = 0; i < 30; ++i) {
+    rebuilt.sample(i, tokens, targets);
+    for (int32_t token : tokens) documents.insert(token / 100);
+  }
+  EXPECT_GT(*documents.rbegin(), 19);  // the new documents are read
+}
+
+TEST(GptDataset, BlendFollowsTheWeights) {
+  TempDir dir;
+  write_documents(dir / "a", 30, 0);
+  write_documents(dir / "b", 30, 5000);
+  const std::string path = "0.25 " + (dir / "a") + " 0.75 " + (dir / "b");
+  ASSERT_TRUE(is_indexed_data_path(path));
+  auto blended = make_gpt_data(path, "1,0,0", DataSplit::Train, 10000, 4, 400, 3);
+  std::vector<int32_t> tokens(4), targets(4);
+  int from_b = 0;
+  for (int64_t i = 0; i < 400; ++i) {
+    blended->sample(i, tokens, targets);
+    from_b += tokens[0] >= 5000;
+  }
+  EXPECT_EQ(from_b, 300);
+  EXPECT_NE(error_of([&] { parse_data_path("0.3 " + (dir / "a") + " " + (dir / "b")); }).find("weight/prefix pairs"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { parse_data_path("x " + (dir / "a")); }).find("weight 'x'"), std::string::npos);
+}
+
+TEST(GptDataset, TrainerTrainsOnIndexedDataReproducibly) {
+  TempDir dir;
+  write_documents(dir / "d", 200);
+  auto losses = [&](const std::string& split) {
+    Config config;
+    config.data_path = dir / "d";
+    config.split = split;
+    config.vocab_size = 20000;
+    config.num_layers = 1;
+    config.hidden_size = 16;
+    config.num_attention_heads = 2;
+    config.seq_length = 8;
+    config.micro_batch_size = 2;
+    config.train_iters = 4;
+    config.eval_iters = 1;
+    Trainer trainer(config);
+    struct : TrainObserver {
+      void on_iteration(const IterationStats& stats) override { values.push_back(stats.lm_loss); }
+      std::vector<double> values;
+    } recorder;
+    trainer.add_observer(&recorder);
+    trainer.run();
+    return recorder.values;
+  };
+  EXPECT_EQ(losses("90,10,0"), losses("90,10,0"));
+  EXPECT_NE(error_of([&] { losses("1,0,0"); }).find("the split holds no documents"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kiln
