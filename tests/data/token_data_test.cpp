@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "kiln/core/error.h"
+#include "kiln/data/loader.h"
 #include "kiln/data/prepare_text.h"
 #include "kiln/data/token_dataset.h"
 #include "kiln/data/token_shard.h"
@@ -129,13 +130,13 @@ TEST(TokenDataset, WindowsAreReproducibleAndShifted) {
   TokenDataset a(dir.path(), "train", 257, 16, 42), b(dir.path(), "train", 257, 16, 42);
   EXPECT_EQ(a.num_windows(), 500 - 16);
   std::vector<int32_t> x1, y1, x2, y2;
-  a.batch(10, 4, x1, y1);
-  b.batch(10, 4, x2, y2);
+  DataLoader(a, 4, {0, 1, 0}).next(10, x1, y1);
+  DataLoader(b, 4, {0, 1, 0}).next(10, x2, y2);
   EXPECT_EQ(x1, x2);
   EXPECT_EQ(y1, y2);
   for (size_t i = 0; i < x1.size(); ++i) EXPECT_EQ(y1[i], (x1[i] + 1) % 200);  // next-token targets
   TokenDataset other(dir.path(), "train", 257, 16, 43);
-  other.batch(10, 4, x2, y2);
+  DataLoader(other, 4, {0, 1, 0}).next(10, x2, y2);
   EXPECT_NE(x1, x2);
 }
 

@@ -140,6 +140,29 @@ TEST(Trainer, GradientAccumulationMatchesOneBigMicroBatch) {
   EXPECT_LT(std::sqrt(diff / norm), 1e-5);
 }
 
+TEST(Trainer, LossesDoNotDependOnLoaderWorkers) {
+  TempDir dir;
+  testing::write_toy_dataset(dir.path(), 29, 20000, 2000);
+  auto losses_with = [&](int64_t workers, int64_t cache) {
+    Config config = toy_config(dir.path());
+    config.num_workers = workers;
+    config.data_cache_samples = cache;
+    config.eval_iters = 2;
+    config.eval_interval = 4;
+    Recorder recorder;
+    Trainer trainer(config);
+    trainer.add_observer(&recorder);
+    trainer.run();
+    std::vector<double> losses;
+    for (const auto& stats : recorder.iterations) losses.push_back(stats.lm_loss);
+    for (const auto& stats : recorder.validations) losses.push_back(stats.lm_loss);
+    return losses;
+  };
+  const std::vector<double> reference = losses_with(0, 0);
+  EXPECT_EQ(losses_with(3, 0), reference);
+  EXPECT_EQ(losses_with(2, 64), reference);
+}
+
 TEST(Trainer, NonFiniteGradientsSkipTheStep) {
   TempDir dir;
   testing::write_toy_dataset(dir.path(), 29, 20000, 2000);

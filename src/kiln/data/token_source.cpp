@@ -5,16 +5,6 @@
 
 namespace kiln {
 
-void TokenSource::batch(int64_t first, int64_t batch, std::vector<int32_t>& tokens,
-                        std::vector<int32_t>& targets) const {
-  const size_t seq = static_cast<size_t>(seq_length());
-  tokens.resize(static_cast<size_t>(batch) * seq);
-  targets.resize(tokens.size());
-  for (int64_t row = 0; row < batch; ++row)
-    sample(first + row, std::span(tokens).subspan(static_cast<size_t>(row) * seq, seq),
-           std::span(targets).subspan(static_cast<size_t>(row) * seq, seq));
-}
-
 MockTokens::MockTokens(int64_t vocab_size, int64_t seq_length, uint64_t seed)
     : vocab_size_(vocab_size), seq_length_(seq_length), seed_(seed) {
   KILN_CHECK(vocab_size > 0 && seq_length > 0, "mock data needs a positive vocabulary and sequence");

@@ -5,7 +5,6 @@
 
 #include <cstdint>
 #include <span>
-#include <vector>
 
 namespace kiln {
 
@@ -15,9 +14,6 @@ class TokenSource {
   virtual int64_t seq_length() const = 0;
   virtual int64_t num_tokens() const = 0;  // tokens behind the samples (0 for synthetic data)
   virtual void sample(int64_t index, std::span<int32_t> tokens, std::span<int32_t> targets) const = 0;
-
-  // Samples first .. first + batch - 1, row after row.
-  void batch(int64_t first, int64_t batch, std::vector<int32_t>& tokens, std::vector<int32_t>& targets) const;
 };
 
 // Uniformly random tokens in [0, vocab_size) (Megatron's --mock-data): for benchmarks, where the

@@ -57,6 +57,9 @@ const std::vector<ConfigField>& config_fields() {
       {"data_path", &Config::data_path,
        "folder of token shards (train_*.bin, val_*.bin), or Megatron indexed data: PREFIX or '0.3 A 0.7 B'"},
       {"split", &Config::split, "train,validation,test weights of indexed datasets' documents"},
+      {"num_workers", &Config::num_workers, "data loader threads preparing batches ahead (0: synchronous)"},
+      {"prefetch_factor", &Config::prefetch_factor, "batches queued ahead per worker"},
+      {"data_cache_samples", &Config::data_cache_samples, "decoded samples kept in an in-memory LRU cache"},
       {"mock_data", &Config::mock_data, "train on random tokens (needs vocab_size), for benchmarks"},
       {"save", &Config::save, "checkpoint folder"},
       {"save_interval", &Config::save_interval, "iterations between checkpoints (0: only at the end)"},
@@ -219,6 +222,9 @@ void Config::validate() const {
   KILN_CHECK(save_interval == 0 || !save.empty(),
              "config key 'save_interval' is set but 'save' (the checkpoint folder) is not");
   KILN_CHECK(seed >= 0, "config key 'seed' must be >= 0, got {}", seed);
+  KILN_CHECK(num_workers >= 0 && num_workers <= 256, "config key 'num_workers' must be in [0, 256], got {}", num_workers);
+  KILN_CHECK(prefetch_factor > 0, "config key 'prefetch_factor' must be positive, got {}", prefetch_factor);
+  KILN_CHECK(data_cache_samples >= 0, "config key 'data_cache_samples' must be >= 0, got {}", data_cache_samples);
   KILN_CHECK(adam_beta1 >= 0 && adam_beta1 < 1, "config key 'adam_beta1' must be in [0, 1), got {}", adam_beta1);
   KILN_CHECK(adam_beta2 >= 0 && adam_beta2 < 1, "config key 'adam_beta2' must be in [0, 1), got {}", adam_beta2);
   KILN_CHECK(adam_eps > 0, "config key 'adam_eps' must be positive, got {}", adam_eps);

@@ -76,6 +76,9 @@ struct Config {
   std::string data_path;
   std::string split = "969,30,1";  // train/validation/test documents of indexed datasets
   bool mock_data = false;   // random tokens instead of data_path (benchmarks)
+  int64_t num_workers = 2;  // data loader threads (0: read in the training thread)
+  int64_t prefetch_factor = 2;
+  int64_t data_cache_samples = 0;
   std::string save;
   int64_t save_interval = 0;
   std::string load;

@@ -16,6 +16,7 @@
 
 #include "kiln/backend/backend.h"
 #include "kiln/data/token_dataset.h"
+#include "kiln/data/loader.h"
 #include "kiln/data/token_source.h"
 #include "kiln/nn/gpt.h"
 #include "kiln/obs/observer.h"
@@ -61,6 +62,7 @@ class Trainer {
   LossScaler scaler_;
   TrainerState state_;
   std::unique_ptr<TokenSource> train_data_, val_data_;
+  std::unique_ptr<DataLoader> train_loader_, val_loader_;  // over train_data_, val_data_
   size_t train_shards_ = 0;
   std::vector<TrainObserver*> observers_;
   std::vector<int32_t> tokens_, targets_;

@@ -1,0 +1,137 @@
+#include "kiln/data/loader.h"
+
+#include <chrono>
+
+#include "kiln/core/error.h"
+
+namespace kiln {
+
+DataLoader::DataLoader(const TokenSource& source, int64_t batch_size, const LoaderOptions& options)
+    : source_(source), batch_size_(batch_size), options_(options) {
+  KILN_CHECK(batch_size > 0, "loader: batch size must be positive, got {}", batch_size);
+  KILN_CHECK(options.num_workers >= 0, "config key 'num_workers' must be >= 0, got {}", options.num_workers);
+  KILN_CHECK(options.prefetch_factor > 0, "config key 'prefetch_factor' must be positive, got {}",
+             options.prefetch_factor);
+  KILN_CHECK(options.cache_samples >= 0, "config key 'data_cache_samples' must be >= 0, got {}", options.cache_samples);
+  for (int w = 0; w < options.num_workers; ++w) workers_.emplace_back([this] { worker_loop(); });
+}
+
+DataLoader::~DataLoader() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  work_ready_.notify_all();
+  for (std::thread& worker : workers_) worker.join();
+}
+
+void DataLoader::read_sample(int64_t index, std::span<int32_t> tokens, std::span<int32_t> targets) {
+  if (options_.cache_samples == 0) {
+    source_.sample(index, tokens, targets);
+    return;
+  }
+  {
+    std::lock_guard lock(cache_mutex_);
+    const auto hit = cache_.find(index);
+    if (hit != cache_.end()) {
+      lru_.splice(lru_.begin(), lru_, hit->second);
+      std::copy(hit->second->tokens.begin(), hit->second->tokens.end(), tokens.begin());
+      std::copy(hit->second->targets.begin(), hit->second->targets.end(), targets.begin());
+      return;
+    }
+  }
+  source_.sample(index, tokens, targets);
+  std::lock_guard lock(cache_mutex_);
+  if (cache_.count(index)) return;  // another worker cached it meanwhile
+  lru_.push_front({index, {tokens.begin(), tokens.end()}, {targets.begin(), targets.end()}});
+  cache_[index] = lru_.begin();
+  if (static_cast<int64_t>(lru_.size()) > options_.cache_samples) {
+    cache_.erase(lru_.back().index);
+    lru_.pop_back();
+  }
+}
+
+void DataLoader::read_batch(int64_t first, Batch& batch) {
+  const size_t seq = static_cast<size_t>(source_.seq_length());
+  batch.tokens.resize(static_cast<size_t>(batch_size_) * seq);
+  batch.targets.resize(batch.tokens.size());
+  for (int64_t row = 0; row < batch_size_; ++row)
+    read_sample(first + row, std::span(batch.tokens).subspan(static_cast<size_t>(row) * seq, seq),
+                std::span(batch.targets).subspan(static_cast<size_t>(row) * seq, seq));
+}
+
+void DataLoader::worker_loop() {
+  const int64_t capacity = static_cast<int64_t>(options_.prefetch_factor) * options_.num_workers;
+  std::unique_lock lock(mutex_);
+  while (true) {
+    work_ready_.wait(lock, [&] {
+      return stopping_ || (next_to_schedule_ - expected_) / batch_size_ < capacity;
+    });
+    if (stopping_) return;
+    const int64_t first = next_to_schedule_;
+    const uint64_t generation = generation_;
+    next_to_schedule_ += batch_size_;
+    lock.unlock();
+    Batch batch;
+    std::exception_ptr failure;
+    try {
+      read_batch(first, batch);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    lock.lock();
+    if (generation != generation_) continue;  // the consumer restarted; this batch is stale
+    if (failure) {
+      failures_.emplace(first, failure);
+    } else {
+      ready_.emplace(first, std::move(batch));
+    }
+    batch_ready_.notify_all();
+  }
+}
+
+void DataLoader::next(int64_t first, std::vector<int32_t>& tokens, std::vector<int32_t>& targets) {
+  if (workers_.empty()) {
+    Batch batch;
+    read_batch(first, batch);
+    tokens = std::move(batch.tokens);
+    targets = std::move(batch.targets);
+    return;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  std::unique_lock lock(mutex_);
+  if (first != expected_) {  // not the continuation: restart the pipeline here
+    ++generation_;
+    ready_.clear();
+    failures_.clear();
+    expected_ = first;
+    next_to_schedule_ = first;
+    work_ready_.notify_all();
+  }
+  batch_ready_.wait(lock, [&] { return ready_.count(first) != 0 || failures_.count(first) != 0; });
+  if (ready_.count(first) == 0) {
+    const std::exception_ptr failure = failures_.at(first);
+    ++generation_;  // the next request restarts cleanly
+    failures_.clear();
+    ready_.clear();
+    expected_ = next_to_schedule_ = first;
+    std::rethrow_exception(failure);
+  }
+  Batch batch = std::move(ready_.at(first));
+  ready_.erase(first);
+  expected_ = first + batch_size_;
+  wait_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  lock.unlock();
+  work_ready_.notify_all();
+  tokens = std::move(batch.tokens);
+  targets = std::move(batch.targets);
+}
+
+double DataLoader::take_wait_ms() {
+  std::lock_guard lock(mutex_);
+  const double ms = wait_ms_;
+  wait_ms_ = 0;
+  return ms;
+}
+
+}  // namespace kiln
