@@ -14,6 +14,7 @@
 
 #include "kiln/cli/commands.h"
 #include "kiln/core/error.h"
+#include "kiln/data/classification_csv.h"
 #include "kiln/data/gpt2_tokenizer.h"
 #include "kiln/data/prepare_text.h"
 #include "kiln/data/preprocess.h"
@@ -64,6 +65,23 @@ void add_data_command(CLI::App& root) {
     fmt::print("wrote {0}.bin and {0}.idx: {1} documents, {2} tokens from {3:.1f} MB in {4:.1f} s ({5:.1f} MB/s)\n",
                summary.prefix, summary.documents, summary.tokens, static_cast<double>(summary.bytes) / 1e6,
                summary.seconds, static_cast<double>(summary.bytes) / 1e6 / std::max(summary.seconds, 1e-9));
+  });
+
+  auto synth_options = std::make_shared<ClassificationSynthOptions>();
+  CLI::App* synth = data->add_subcommand(
+      "synth", "write a synthetic sequence-classification set: CSV files (input_ids, attention_mask, label) + metadata.json");
+  synth->add_option("--output,-o", synth_options->output_dir, "output folder")->required();
+  synth->add_option("--files", synth_options->files, "number of CSV files");
+  synth->add_option("--min-rows", synth_options->min_rows, "fewest rows per file");
+  synth->add_option("--max-rows", synth_options->max_rows, "most rows per file");
+  synth->add_option("--seq-length", synth_options->seq_length, "tokens per row");
+  synth->add_option("--vocab-size", synth_options->vocab_size, "token ids in [0, vocab)");
+  synth->add_option("--num-labels", synth_options->num_labels, "classes");
+  synth->add_option("--seed", synth_options->seed, "random seed");
+  synth->callback([synth_options] {
+    const int64_t rows = write_synthetic_classification(*synth_options);
+    fmt::print("wrote {} rows in {} files to {} (metadata.json lists rows per file)\n", rows, synth_options->files,
+               synth_options->output_dir);
   });
 
   struct TokenizeOptions {
