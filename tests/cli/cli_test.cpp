@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 
 #include "support/temp_dir.h"
@@ -104,6 +106,38 @@ TEST(Cli, TokenizeAndDecodeGpt2) {
   const Result bad = run_kiln("data tokenize --decode < " + (dir / "bad"));
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.output.find("'oops' (item 1) is not a token id"), std::string::npos) << bad.output;
+}
+
+TEST(Cli, BenchCommandsOnTheCpu) {
+  const Result gemm = run_kiln("bench gemm --device cpu --m 64 --n 48 --k 32 --iters 3 --json");
+  ASSERT_EQ(gemm.exit_code, 0) << gemm.output;
+  const auto gemm_json = nlohmann::json::parse(gemm.output);
+  EXPECT_EQ(gemm_json["dtype"], "fp32");
+  EXPECT_GT(gemm_json["tflops"].get<double>(), 0.0);
+
+  const Result train = run_kiln("bench train --device cpu --num-layers 1 --hidden-size 16 --num-attention-heads 2 "
+                                "--seq-length 8 --micro-batch-size 2 --vocab-size 64 --warmup-iters 1 --timed-iters 2 "
+                                "--json");
+  ASSERT_EQ(train.exit_code, 0) << train.output;
+  const auto train_json = nlohmann::json::parse(train.output);
+  EXPECT_EQ(train_json["parameters"].get<int64_t>(), 64 * 16 + 8 * 16 + 12 * 16 * 16 + 13 * 16 + 2 * 16);
+  EXPECT_NEAR(train_json["tokens_per_second"].get<double>(),
+              16.0 / (train_json["median_ms_per_iteration"].get<double>() * 1e-3), 1e-6);
+  EXPECT_EQ(train_json["precision"], "fp32");
+
+  TempDir dir;
+  testing::write_toy_dataset(dir.path(), 29, 5000, 500);
+  const Result loader = run_kiln("bench loader --data-path " + dir.path() +
+                                 " --seq-length 16 --micro-batch-size 4 --batches 20 --workers 0,2 --cache 0,40 --json");
+  ASSERT_EQ(loader.exit_code, 0) << loader.output;
+  int rows = 0;
+  std::istringstream lines(loader.output);
+  for (std::string line; std::getline(lines, line);) {
+    const auto row = nlohmann::json::parse(line);
+    EXPECT_GT(row["pass1_samples_per_second"].get<double>(), 0.0);
+    ++rows;
+  }
+  EXPECT_EQ(rows, 4);  // 2 worker counts x 2 cache sizes
 }
 
 TEST(Cli, EstimateGpt3) {
