@@ -3,13 +3,15 @@
 #include "kiln/train/trainer.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <cmath>
+#include <csignal>
 #include <fstream>
 
 #include "kiln/core/error.h"
-#include "support/temp_dir.h"
 #include "support/error_of.h"
+#include "support/temp_dir.h"
 
 namespace kiln {
 namespace {
@@ -48,7 +50,6 @@ std::string read_file(const std::string& path) {
   return {std::istreambuf_iterator<char>(stream), {}};
 }
 
-
 TEST(Trainer, LossFallsAndValidationRuns) {
   TempDir dir;
   testing::write_toy_dataset(dir.path(), 29, 20000, 2000);
@@ -65,11 +66,12 @@ TEST(Trainer, LossFallsAndValidationRuns) {
   EXPECT_LT(recorder.iterations.back().lm_loss, recorder.iterations.front().lm_loss - 1.0);
   ASSERT_EQ(recorder.validations.size(), 2u);  // at 20 and at 40 (the end)
   EXPECT_LT(recorder.validations.back().lm_loss, std::log(29.0) - 1.0);
-  EXPECT_DOUBLE_EQ(recorder.validations.back().perplexity, std::exp(recorder.validations.back().lm_loss));
+  EXPECT_DOUBLE_EQ(recorder.validations.back().perplexity,
+                   std::exp(recorder.validations.back().lm_loss));
   EXPECT_EQ(trainer.state().consumed_samples, 40 * 8);
   const std::string memory = trainer.memory_summary();
-  for (const char* category : {"parameters", "gradients", "Adam first moment", "Adam second moment", "activations",
-                               "workspace", "data buffers"})
+  for (const char* category : {"parameters", "gradients", "Adam first moment", "Adam second moment",
+                               "activations", "workspace", "data buffers"})
     EXPECT_NE(memory.find(category), std::string::npos) << category;
 }
 
@@ -98,7 +100,8 @@ TEST(Trainer, ResumeIsBitForBit) {
   ASSERT_EQ(resumed.iterations.size(), 6u);
   for (size_t i = 0; i < 6; ++i) {
     EXPECT_EQ(resumed.iterations[i].iteration, full.iterations[i + 6].iteration);
-    EXPECT_EQ(resumed.iterations[i].lm_loss, full.iterations[i + 6].lm_loss) << "iteration " << i + 7;
+    EXPECT_EQ(resumed.iterations[i].lm_loss, full.iterations[i + 6].lm_loss)
+        << "iteration " << i + 7;
     EXPECT_EQ(resumed.iterations[i].grad_norm, full.iterations[i + 6].grad_norm);
     EXPECT_EQ(resumed.iterations[i].learning_rate, full.iterations[i + 6].learning_rate);
   }
@@ -128,7 +131,9 @@ TEST(Trainer, GradientAccumulationMatchesOneBigMicroBatch) {
   accumulated_trainer.run();
   for (size_t i = 0; i < 3; ++i) {
     EXPECT_NEAR(a.iterations[i].lm_loss, b.iterations[i].lm_loss, 1e-5) << i;
-    EXPECT_NEAR(a.iterations[i].grad_norm, b.iterations[i].grad_norm, 1e-5 * a.iterations[i].grad_norm) << i;
+    EXPECT_NEAR(a.iterations[i].grad_norm, b.iterations[i].grad_norm,
+                1e-5 * a.iterations[i].grad_norm)
+        << i;
   }
   const float* pa = big_trainer.model().params().as<float>();
   const float* pb = accumulated_trainer.model().params().as<float>();
@@ -169,8 +174,9 @@ TEST(Trainer, NonFiniteGradientsSkipTheStep) {
   Config config = toy_config(dir.path());
   config.init_method_std = 1e30;  // logits overflow: loss and gradients are not finite
   Trainer trainer(config);
-  const std::vector<float> before(trainer.model().params().as<float>(),
-                                  trainer.model().params().as<float>() + trainer.model().num_parameters());
+  const std::vector<float> before(
+      trainer.model().params().as<float>(),
+      trainer.model().params().as<float>() + trainer.model().num_parameters());
   const IterationStats stats = trainer.train_step();
   EXPECT_TRUE(stats.skipped);
   EXPECT_EQ(stats.skipped_iterations, 1);
@@ -193,16 +199,21 @@ TEST(Trainer, CheckpointOfAnotherShapeIsRejectedByName) {
   Config wider = toy_config(dir.path());
   wider.hidden_size = 48;
   wider.load = dir / "ckpt";
-  EXPECT_NE(error_of([&] { Trainer trainer(wider); }).find("tensor 'wte.weight' has shape [29, 32] but the model needs [29, 48]"),
+  EXPECT_NE(error_of([&] {
+              Trainer trainer(wider);
+            }).find("tensor 'wte.weight' has shape [29, 32] but the model needs [29, 48]"),
             std::string::npos);
   Config deeper = toy_config(dir.path());
   deeper.num_layers = 3;
   deeper.load = dir / "ckpt";
-  EXPECT_NE(error_of([&] { Trainer trainer(deeper); }).find("tensor 'h.2.ln_1.weight' is missing"), std::string::npos);
+  EXPECT_NE(error_of([&] { Trainer trainer(deeper); }).find("tensor 'h.2.ln_1.weight' is missing"),
+            std::string::npos);
   Config shallower = toy_config(dir.path());
   shallower.num_layers = 1;
   shallower.load = dir / "ckpt";
-  EXPECT_NE(error_of([&] { Trainer trainer(shallower); }).find("tensor 'h.1.attn.c_attn.bias' does not exist in this model (1 layers)"),
+  EXPECT_NE(error_of([&] {
+              Trainer trainer(shallower);
+            }).find("tensor 'h.1.attn.c_attn.bias' does not exist in this model (1 layers)"),
             std::string::npos);
   EXPECT_NE(error_of([&] {
               Config missing = toy_config(dir.path());
@@ -212,12 +223,51 @@ TEST(Trainer, CheckpointOfAnotherShapeIsRejectedByName) {
             std::string::npos);
 }
 
+TEST(Trainer, AFailedSaveLeavesThePreviousCheckpointAndNoTemporaryFiles) {
+  // The child must start single-threaded (OpenMP and loader threads do not survive fork).
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  TempDir dir;
+  testing::write_toy_dataset(dir.path(), 29, 20000, 2000);
+  Config config = toy_config(dir.path());
+  config.train_iters = 1;
+  config.lr_warmup_iters = 0;
+  config.save = dir / "ckpt";
+  Trainer(config).run();  // iteration 1 saved
+  // In a child process, cap the size of written files (a real I/O failure, as on a full disk) and
+  // resume to iteration 2: its save must fail with an error and leave iteration 1 in place.
+  const auto resume_on_a_full_disk = [&] {
+    std::signal(SIGXFSZ, SIG_IGN);
+    const rlimit limit{16 * 1024, 16 * 1024};
+    setrlimit(RLIMIT_FSIZE, &limit);
+    Config resume = config;
+    resume.train_iters = 2;
+    resume.load = config.save;
+    bool failed = false;
+    try {
+      Trainer(resume).run();
+    } catch (const Error& error) {
+      failed = std::string(error.what()).find("cannot write") != std::string::npos;
+    }
+    int entries = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(config.save)) {
+      const std::string name = entry.path().filename().string();
+      entries += name == "iter_0000001" || name == "latest_checkpointed_iteration.txt" ? 1 : 100;
+    }
+    std::exit(failed && entries == 2 &&
+                      read_file(config.save + "/latest_checkpointed_iteration.txt") == "1\n"
+                  ? 0
+                  : 1);
+  };
+  EXPECT_EXIT(resume_on_a_full_disk(), ::testing::ExitedWithCode(0), "");
+}
+
 TEST(Trainer, TokensBeyondTheVocabularyAreRejected) {
   TempDir dir;
   testing::write_toy_dataset(dir.path(), 29, 20000, 2000);
   Config config = toy_config(dir.path());
   config.vocab_size = 20;  // the data holds ids up to 28
-  EXPECT_NE(error_of([&] { Trainer trainer(config); }).find("outside the vocabulary [0, 20)"), std::string::npos);
+  EXPECT_NE(error_of([&] { Trainer trainer(config); }).find("outside the vocabulary [0, 20)"),
+            std::string::npos);
 }
 
 }  // namespace

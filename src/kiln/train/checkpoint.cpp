@@ -105,17 +105,8 @@ nlohmann::json read_state_json(const std::string& checkpoint_dir) {
   }
 }
 
-}  // namespace
-
-std::string save_checkpoint(const std::string& save_dir, const Config& config, const Gpt& model,
+void write_checkpoint_files(const std::string& temp_dir, const Config& config, const Gpt& model,
                             const AdamW& optimizer, const TrainerState& state, Backend& backend) {
-  fs::create_directories(save_dir);
-  const std::string name = fmt::format("iter_{:07d}", state.iteration);
-  const std::string final_dir = save_dir + "/" + name;
-  const std::string temp_dir = fmt::format("{}/{}.tmp-{}", save_dir, name, ::getpid());
-  fs::remove_all(temp_dir);
-  fs::create_directories(temp_dir);
-
   const std::vector<float> params = to_host(backend, model.params());
   std::vector<SafetensorsEntry> model_entries;
   append_entries(model_entries, "", model, params);
@@ -141,6 +132,26 @@ std::string save_checkpoint(const std::string& save_dir, const Config& config, c
       {"config_yaml", to_yaml(config)},
   };
   write_file_atomically(temp_dir + "/" + kStateFile, json.dump(2) + "\n");
+}
+
+}  // namespace
+
+std::string save_checkpoint(const std::string& save_dir, const Config& config, const Gpt& model,
+                            const AdamW& optimizer, const TrainerState& state, Backend& backend) {
+  fs::create_directories(save_dir);
+  const std::string name = fmt::format("iter_{:07d}", state.iteration);
+  const std::string final_dir = save_dir + "/" + name;
+  const std::string temp_dir = fmt::format("{}/{}.tmp-{}", save_dir, name, ::getpid());
+  fs::remove_all(temp_dir);
+  fs::create_directories(temp_dir);
+
+  try {
+    write_checkpoint_files(temp_dir, config, model, optimizer, state, backend);
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove_all(temp_dir, ignored);  // a failed save leaves nothing behind
+    throw;
+  }
 
   // Swap the finished folder into place; an older folder of the same name is removed only after.
   const std::string old_dir = final_dir + ".old-" + std::to_string(::getpid());
