@@ -12,6 +12,12 @@ uint64_t mix64(uint64_t value) {
   return value ^ (value >> 31);
 }
 
+uint64_t hash_string(std::string_view text) {
+  uint64_t hash = 0x6b696c6e;  // "kiln"
+  for (char c : text) hash = mix64(hash ^ static_cast<uint8_t>(c));
+  return hash;
+}
+
 Rng::Rng(uint64_t seed) {
   uint64_t stream = seed;
   for (uint64_t& word : state_) {

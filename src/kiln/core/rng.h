@@ -9,10 +9,13 @@
 
 #include <array>
 #include <cstdint>
+#include <string_view>
 
 namespace kiln {
 
 uint64_t mix64(uint64_t value);
+// A 64-bit hash of a string built from mix64, for cache file names (not for security).
+uint64_t hash_string(std::string_view text);
 
 class Rng {
  public:
