@@ -261,13 +261,13 @@ void S3Client::put(const S3Location& location, std::string_view body) const {
   perform({&call, 1}, /*allow_404=*/false);
 }
 
-std::vector<S3ObjectInfo> S3Client::list(const std::string& bucket, const std::string& prefix) const {
+std::vector<S3ObjectInfo> S3Client::list(const std::string& bucket, const std::string& prefix, int page_size) const {
   std::vector<S3ObjectInfo> objects;
   std::string token;
   for (;;) {
     Call call;
     call.location = {bucket, ""};
-    call.query = {{"list-type", "2"}, {"prefix", prefix}, {"delimiter", "/"}};
+    call.query = {{"list-type", "2"}, {"prefix", prefix}, {"delimiter", "/"}, {"max-keys", std::to_string(page_size)}};
     if (!token.empty()) call.query.emplace_back("continuation-token", token);
     const std::string xml = std::move(perform({&call, 1}, /*allow_404=*/false).front().body);
     for (std::string_view contents : xml_elements(xml, "Contents")) {

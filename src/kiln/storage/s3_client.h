@@ -76,8 +76,9 @@ class S3Client {
   void read_ranges(const S3Location& location, std::span<const S3RangeRead> ranges) const;
   std::string get(const S3Location& location) const;
   void put(const S3Location& location, std::string_view body) const;
-  // Objects directly under `prefix` (a "folder" ending in '/', or any key prefix), all pages.
-  std::vector<S3ObjectInfo> list(const std::string& bucket, const std::string& prefix) const;
+  // Objects directly under `prefix` (a "folder" ending in '/', or any key prefix), all pages of
+  // at most page_size keys each.
+  std::vector<S3ObjectInfo> list(const std::string& bucket, const std::string& prefix, int page_size = 1000) const;
 
   // HTTP requests sent so far (attempts, including retries): for tests and the loader bench.
   uint64_t requests_sent() const { return requests_sent_.load(); }

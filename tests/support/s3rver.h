@@ -1,0 +1,119 @@
+// A real S3-compatible server for tests: the npm package s3rver (installed by `make` into
+// third_party/npm), started on a free 127.0.0.1 port in its own process group with one bucket and
+// a throw-away data folder, stopped on destruction. s3rver checks the access key id (S3RVER) and
+// the request time but not SigV4 signatures; the signer has its own tests (sigv4_test.cpp).
+// available() is false (with the reason) when node or s3rver is missing, so tests can skip.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <thread>
+
+#include "kiln/storage/s3_client.h"
+#include "support/temp_dir.h"
+
+namespace kiln::testing {
+
+// A port that was free a moment ago (the kernel picks it).
+inline int free_local_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+  socklen_t length = sizeof(address);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+inline bool port_accepts(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+  ::close(fd);
+  return ok;
+}
+
+class S3rver {
+ public:
+  static constexpr const char* kBucket = "kiln-test";
+
+  S3rver() {
+    const std::string script = std::string(KILN_NPM_DIR) + "/node_modules/s3rver/bin/s3rver.js";
+    if (!std::filesystem::exists(script)) {
+      reason_ = "s3rver is not installed at " + script + " (run `make test`, which installs it)";
+      return;
+    }
+    port_ = free_local_port();
+    const std::string port = std::to_string(port_), data = root_ / "data", log = root_ / "s3rver.log";
+    std::filesystem::create_directories(data);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::setpgid(0, 0);
+      ::setenv("NODE_OPTIONS", "--openssl-legacy-provider", 1);  // s3rver's crypto on Node 20
+      freopen(log.c_str(), "w", stdout);
+      freopen(log.c_str(), "w", stderr);
+      ::execlp("node", "node", script.c_str(), "--silent", "-d", data.c_str(), "-a", "127.0.0.1", "-p", port.c_str(),
+               "--configure-bucket", kBucket, static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!port_accepts(port_)) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        reason_ = "s3rver exited at start (is node installed?)";
+        return;
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        reason_ = "s3rver did not listen within 30 s";
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  ~S3rver() {
+    if (pid_ > 0) {
+      ::kill(-pid_, SIGTERM);
+      ::kill(pid_, SIGTERM);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  S3rver(const S3rver&) = delete;
+  S3rver& operator=(const S3rver&) = delete;
+
+  bool available() const { return reason_.empty(); }
+  const std::string& reason() const { return reason_; }
+  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+  // Client settings for this server: its access key, quick retries.
+  S3Settings settings() const {
+    S3Settings settings;
+    settings.endpoint = endpoint();
+    settings.custom_endpoint = true;
+    settings.credentials = {"S3RVER", "S3RVER", ""};
+    settings.backoff_initial_ms = 10;
+    settings.max_attempts = 3;
+    return settings;
+  }
+
+ private:
+  TempDir root_;
+  int port_ = 0;
+  pid_t pid_ = -1;
+  std::string reason_;
+};
+
+}  // namespace kiln::testing
