@@ -42,7 +42,15 @@ TEST(TokenShard, RoundTripsInLlmcFormat) {
   EXPECT_EQ(header[2], 4);
   TokenShard shard(dir / "a.bin", 257);
   ASSERT_EQ(shard.size(), 4);
-  EXPECT_EQ(shard.tokens()[2], 256);
+  std::vector<int32_t> read(3);
+  shard.read(1, read);
+  EXPECT_EQ(read, (std::vector<int32_t>{2, 256, 7}));
+  const Storage pread_storage(StorageOptions{LocalIo::Pread});
+  TokenShard through_pread(dir / "a.bin", 257, pread_storage);
+  std::fill(read.begin(), read.end(), 0);
+  through_pread.read(1, read);
+  EXPECT_EQ(read, (std::vector<int32_t>{2, 256, 7}));
+  EXPECT_NE(error_of([&] { through_pread.read(2, read); }).find("outside the shard's 4"), std::string::npos);
 }
 
 TEST(TokenShard, BadInputNamesFileAndOffset) {
@@ -69,6 +77,12 @@ TEST(TokenShard, BadInputNamesFileAndOffset) {
   write_token_shard(dir / "vocab.bin", std::vector<uint16_t>{1, 300, 2});
   const std::string message = error_of([&] { TokenShard(dir / "vocab.bin", 257); });
   EXPECT_NE(message.find("token 300 at byte offset 1026"), std::string::npos) << message;
+  // Read through pread (as remote files are), the same token fails when it is read.
+  const Storage pread_storage(StorageOptions{LocalIo::Pread});
+  TokenShard unchecked(dir / "vocab.bin", 257, pread_storage);
+  std::vector<int32_t> window(3);
+  const std::string on_read = error_of([&] { unchecked.read(0, window); });
+  EXPECT_NE(on_read.find("vocab.bin: token 300 at byte offset 1026"), std::string::npos) << on_read;
 
   EXPECT_NE(error_of([&] { TokenShard(dir / "missing.bin", 257); }).find("missing.bin"), std::string::npos);
 }
@@ -88,7 +102,9 @@ TEST(PrepareText, SplitsWholeDocumentsAndWritesMeta) {
   EXPECT_EQ(summary.train_tokens + summary.val_tokens, 10 * 101);
   TokenShard val(dir / "out/val_000000.bin", kByteVocabSize);
   EXPECT_EQ(val.size(), 2 * 101);
-  EXPECT_EQ(val.tokens()[100], kByteEndOfDocument);
+  std::vector<int32_t> token(1);
+  val.read(100, token);
+  EXPECT_EQ(token[0], kByteEndOfDocument);
   EXPECT_EQ(read_data_vocab_size(dir / "out"), kByteVocabSize);
   // The same seed gives the same split.
   options.output_dir = dir / "again";

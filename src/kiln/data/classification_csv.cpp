@@ -1,8 +1,5 @@
 #include "kiln/data/classification_csv.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -104,13 +101,12 @@ int64_t write_synthetic_classification(const ClassificationSynthOptions& o) {
   return total;
 }
 
-ClassificationDataset::ClassificationDataset(const std::string& dir) {
+ClassificationDataset::ClassificationDataset(const std::string& dir, const Storage& storage) {
   const std::string meta_path = dir + "/metadata.json";
-  std::ifstream meta_stream(meta_path);
-  KILN_CHECK(meta_stream.good(), "cannot open '{}' (a classification folder needs metadata.json)", meta_path);
+  KILN_CHECK(storage.exists(meta_path), "cannot open '{}' (a classification folder needs metadata.json)", meta_path);
   nlohmann::json meta;
   try {
-    meta = nlohmann::json::parse(meta_stream);
+    meta = nlohmann::json::parse(storage.read_all(meta_path));
     seq_length_ = meta.at("seq_length").get<int64_t>();
     vocab_size_ = meta.at("vocab_size").get<int64_t>();
     num_labels_ = meta.at("num_labels").get<int64_t>();
@@ -121,46 +117,39 @@ ClassificationDataset::ClassificationDataset(const std::string& dir) {
   for (const auto& entry : meta["files"]) {
     const std::string path = dir + "/" + entry.at("name").get<std::string>();
     const int64_t declared = entry.at("rows").get<int64_t>();
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    KILN_CHECK(fd >= 0, "cannot open '{}': {}", path, std::strerror(errno));
-    paths_.push_back(path);
-    fds_.push_back(fd);
+    files_.push_back(storage.open(path));
+    const RandomAccessFile& file = *files_.back();
+    const auto file_index = static_cast<int32_t>(files_.size() - 1);
     // One pass: the offset and length of every line after the header.
-    std::ifstream stream(path, std::ios::binary);
-    std::string line;
-    int64_t offset = 0;
+    std::string text(file.size(), '\0');
+    file.read(0, {reinterpret_cast<uint8_t*>(text.data()), text.size()});
+    int64_t offset = 0, in_file = 0;
     int32_t line_number = 0;
-    while (std::getline(stream, line)) {
+    while (offset < static_cast<int64_t>(text.size())) {
+      const size_t end = std::min(text.find('\n', static_cast<size_t>(offset)), text.size());
+      const std::string_view line(text.data() + offset, end - static_cast<size_t>(offset));
       ++line_number;
-      const int64_t length = static_cast<int64_t>(line.size());
       if (line_number == 1) {
-        KILN_CHECK(line == kHeader, "{}:1: header is '{}', expected '{}'", path, line, kHeader);
+        KILN_CHECK(line == kHeader, "{}:1: header is '{}', expected '{}'", path, std::string(line), kHeader);
       } else if (!line.empty()) {
-        rows_.push_back({static_cast<int32_t>(paths_.size() - 1), line_number, offset, length});
+        rows_.push_back({file_index, line_number, offset, static_cast<int64_t>(line.size())});
+        ++in_file;
       }
-      offset += length + 1;
+      offset = static_cast<int64_t>(end) + 1;
     }
-    int64_t in_file = 0;
-    for (auto it = rows_.rbegin(); it != rows_.rend() && it->file == static_cast<int32_t>(paths_.size() - 1); ++it)
-      ++in_file;
     KILN_CHECK(in_file == declared, "{}: {} rows, but metadata.json says {} (truncated or replaced file?)", path,
                in_file, declared);
   }
   KILN_CHECK(!rows_.empty(), "{}: no rows", dir);
 }
 
-ClassificationDataset::~ClassificationDataset() {
-  for (int fd : fds_) ::close(fd);
-}
-
 ClassificationSample ClassificationDataset::sample(int64_t index) const {
   KILN_CHECK(index >= 0 && index < size(), "classification sample {} outside [0, {})", index, size());
   const Row& row = rows_[static_cast<size_t>(index)];
-  const std::string& path = paths_[static_cast<size_t>(row.file)];
+  const RandomAccessFile& file = *files_[static_cast<size_t>(row.file)];
+  const std::string& path = file.name();
   std::string line(static_cast<size_t>(row.length), '\0');
-  const ssize_t got = ::pread(fds_[static_cast<size_t>(row.file)], line.data(), line.size(), row.offset);
-  KILN_CHECK(got == static_cast<ssize_t>(line.size()), "{}:{}: short read (file changed since it was indexed?)", path,
-             row.line);
+  file.read(static_cast<uint64_t>(row.offset), {reinterpret_cast<uint8_t*>(line.data()), line.size()});
   const std::string where = fmt::format("{}:{}", path, row.line);
   const std::vector<std::string_view> fields = split_fields(line);
   KILN_CHECK(fields.size() == 3, "{}: expected 3 fields (input_ids, attention_mask, label), found {}", where,

@@ -7,16 +7,19 @@
 //
 // write_synthetic_classification() makes such a folder from a seed (`kiln data synth`): random
 // ids, a random amount of trailing padding (id 0, mask 0), and label = input_ids[1] % num_labels
-// so a model has something to learn. ClassificationDataset opens a folder, checks each file's row
-// count against the metadata, and indexes every row's byte offset in one pass per file; a sample
-// is then one pread of one line. Malformed rows (missing field, non-integer, lengths that
+// so a model has something to learn. ClassificationDataset opens a folder (local or S3, through a
+// Storage), checks each file's row count against the metadata, and indexes every row's byte offset
+// in one pass per file; a sample is then one read of one line. Malformed rows (missing field, non-integer, lengths that
 // disagree, id beyond the vocabulary, label beyond the label count) are errors naming file and row.
 // Thread-safe for concurrent sample().
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "kiln/storage/storage.h"
 
 namespace kiln {
 
@@ -37,10 +40,7 @@ int64_t write_synthetic_classification(const ClassificationSynthOptions& options
 
 class ClassificationDataset {
  public:
-  explicit ClassificationDataset(const std::string& dir);
-  ~ClassificationDataset();
-  ClassificationDataset(const ClassificationDataset&) = delete;
-  ClassificationDataset& operator=(const ClassificationDataset&) = delete;
+  explicit ClassificationDataset(const std::string& dir, const Storage& storage = Storage::defaults());
 
   int64_t size() const { return static_cast<int64_t>(rows_.size()); }
   int64_t seq_length() const { return seq_length_; }
@@ -55,8 +55,7 @@ class ClassificationDataset {
     int64_t offset;   // byte offset of the line
     int64_t length;   // bytes, without the newline
   };
-  std::vector<std::string> paths_;
-  std::vector<int> fds_;
+  std::vector<std::unique_ptr<RandomAccessFile>> files_;
   std::vector<Row> rows_;
   int64_t seq_length_ = 0, vocab_size_ = 0, num_labels_ = 0;
 };

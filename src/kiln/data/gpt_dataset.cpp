@@ -1,7 +1,5 @@
 #include "kiln/data/gpt_dataset.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -39,12 +37,6 @@ void save_array(const std::string& path, const std::vector<T>& values) {
   file.commit();
 }
 
-uint64_t index_fingerprint(const std::string& prefix) {
-  struct stat info {};
-  KILN_CHECK(::stat((prefix + ".idx").c_str(), &info) == 0, "cannot stat '{}.idx'", prefix);
-  return mix64(static_cast<uint64_t>(info.st_size) ^ mix64(static_cast<uint64_t>(info.st_mtim.tv_sec) * 1000000007ull +
-                                                           static_cast<uint64_t>(info.st_mtim.tv_nsec)));
-}
 
 }  // namespace
 
@@ -111,15 +103,16 @@ DataBlend parse_data_path(const std::string& data_path) {
   return blend;
 }
 
-bool is_indexed_data_path(const std::string& data_path) {
+bool is_indexed_data_path(const std::string& data_path, const Storage& storage) {
   std::istringstream stream(data_path);
   std::vector<std::string> words{std::istream_iterator<std::string>(stream), {}};
   if (words.size() > 1) return true;
-  return words.size() == 1 && fs::exists(words[0] + ".idx");
+  return words.size() == 1 && storage.exists(words[0] + ".idx");
 }
 
 GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> data, const std::string& prefix,
-                       std::pair<int64_t, int64_t> documents, int64_t seq_length, int64_t num_samples, uint64_t seed)
+                       std::pair<int64_t, int64_t> documents, int64_t seq_length, int64_t num_samples, uint64_t seed,
+                       const Storage& storage)
     : data_(std::move(data)), seq_length_(seq_length) {
   const auto [first, last] = documents;
   KILN_CHECK(last > first, "{}: the split holds no documents ({} in the dataset)", prefix, data_->num_documents());
@@ -135,13 +128,13 @@ GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> data, const std::st
   int64_t epochs = 1;
   while ((epochs * tokens_per_epoch_ - 1) / seq_length < num_samples) ++epochs;
 
-  const std::string cache_dir = prefix + "_kiln_cache";
-  const uint64_t key = mix64(index_fingerprint(prefix) ^ mix64(static_cast<uint64_t>(first) * 31 + static_cast<uint64_t>(last)) ^
+  const std::string cache_dir = storage.derived_folder(prefix, "_kiln_cache");  // "" for S3 without cache_dir
+  const uint64_t key = mix64(hash_string(storage.fingerprint(prefix + ".idx")) ^ mix64(static_cast<uint64_t>(first) * 31 + static_cast<uint64_t>(last)) ^
                              mix64(static_cast<uint64_t>(seq_length) << 20 ^ static_cast<uint64_t>(num_samples)) ^
                              mix64(seed + 0x51));
   const std::string stem = fmt::format("{}/{:016x}", cache_dir, key);
   const size_t order_size = static_cast<size_t>(epochs * (last - first));
-  if (!load_array(stem + "_document_order.bin", order_size, document_order_) ||
+  if (cache_dir.empty() || !load_array(stem + "_document_order.bin", order_size, document_order_) ||
       !load_array(stem + "_shuffle.bin", static_cast<size_t>(num_samples), shuffle_)) {
     document_order_.clear();
     for (int64_t epoch = 0; epoch < epochs; ++epoch) {
@@ -153,9 +146,11 @@ GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> data, const std::st
     shuffle_.resize(static_cast<size_t>(num_samples));
     std::iota(shuffle_.begin(), shuffle_.end(), int64_t{0});
     shuffle_in_place(shuffle_, mix64(seed ^ 0x5348554646ull));
-    fs::create_directories(cache_dir);
-    save_array(stem + "_document_order.bin", document_order_);
-    save_array(stem + "_shuffle.bin", shuffle_);
+    if (!cache_dir.empty()) {
+      fs::create_directories(cache_dir);
+      save_array(stem + "_document_order.bin", document_order_);
+      save_array(stem + "_shuffle.bin", shuffle_);
+    }
   }
   document_starts_.resize(document_order_.size());
   int64_t offset = 0;
@@ -230,17 +225,18 @@ void BlendedTokens::sample(int64_t index, std::span<int32_t> tokens, std::span<i
 }
 
 std::unique_ptr<TokenSource> make_gpt_data(const std::string& data_path, const std::string& split, DataSplit which,
-                                           int64_t vocab_size, int64_t seq_length, int64_t num_samples, uint64_t seed) {
+                                           int64_t vocab_size, int64_t seq_length, int64_t num_samples, uint64_t seed,
+                                           const Storage& storage) {
   const DataBlend blend = parse_data_path(data_path);
   const std::vector<double> weights = parse_split(split);
   std::vector<std::unique_ptr<GptDataset>> datasets;
   for (size_t d = 0; d < blend.prefixes.size(); ++d) {
-    auto data = std::make_shared<const IndexedDataset>(blend.prefixes[d], vocab_size);
+    auto data = std::make_shared<const IndexedDataset>(blend.prefixes[d], vocab_size, storage);
     const auto range = split_ranges(weights, data->num_documents())[static_cast<size_t>(which)];
     // Megatron asks each blended dataset for its share plus 0.5%, so rounding never runs short.
     const auto share = static_cast<int64_t>(std::ceil(blend.weights[d] * static_cast<double>(num_samples) * 1.005)) + 1;
     datasets.push_back(std::make_unique<GptDataset>(std::move(data), blend.prefixes[d], range, seq_length,
-                                                    blend.prefixes.size() == 1 ? num_samples : share, seed));
+                                                    blend.prefixes.size() == 1 ? num_samples : share, seed, storage));
   }
   if (datasets.size() == 1) return std::move(datasets.front());
   return std::make_unique<BlendedTokens>(std::move(datasets), blend.weights, num_samples);

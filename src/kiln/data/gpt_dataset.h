@@ -13,6 +13,7 @@
 //   cache      the document order and the shuffle are written to <prefix>_kiln_cache/ under a name
 //              that hashes everything they depend on (the index file's size and time, split range,
 //              sequence length, sample count, seed), so changed data or settings rebuild them.
+//              For data on S3 the cache lives under the storage's cache_dir (none without one).
 // Requests past the planned number of samples wrap around. Thread-safe for concurrent sample().
 #pragma once
 
@@ -39,12 +40,13 @@ struct DataBlend {
 };
 DataBlend parse_data_path(const std::string& data_path);
 // True when data_path names indexed datasets (PREFIX.idx exists, or a blend), not a shard folder.
-bool is_indexed_data_path(const std::string& data_path);
+bool is_indexed_data_path(const std::string& data_path, const Storage& storage = Storage::defaults());
 
 class GptDataset final : public TokenSource {
  public:
   GptDataset(std::shared_ptr<const IndexedDataset> data, const std::string& prefix,
-             std::pair<int64_t, int64_t> documents, int64_t seq_length, int64_t num_samples, uint64_t seed);
+             std::pair<int64_t, int64_t> documents, int64_t seq_length, int64_t num_samples, uint64_t seed,
+             const Storage& storage = Storage::defaults());
 
   int64_t seq_length() const override { return seq_length_; }
   int64_t num_tokens() const override { return tokens_per_epoch_; }
@@ -77,6 +79,7 @@ class BlendedTokens final : public TokenSource {
 // The whole pipeline for one split: parse data_path, open and validate each dataset, build (or
 // load) the indices, blend when there are several. num_samples: how many the run will read.
 std::unique_ptr<TokenSource> make_gpt_data(const std::string& data_path, const std::string& split, DataSplit which,
-                                           int64_t vocab_size, int64_t seq_length, int64_t num_samples, uint64_t seed);
+                                           int64_t vocab_size, int64_t seq_length, int64_t num_samples, uint64_t seed,
+                                           const Storage& storage = Storage::defaults());
 
 }  // namespace kiln

@@ -62,11 +62,13 @@ void IndexedDatasetWriter::finish() {
   idx.commit();
 }
 
-IndexedDataset::IndexedDataset(const std::string& prefix, int64_t vocab_size)
-    : bin_(prefix + ".bin"), idx_(prefix + ".idx") {
-  const std::string& idx = idx_.path();
-  const uint8_t* data = idx_.data();
-  KILN_CHECK(idx_.size() >= kHeaderBytes, "{}: truncated index: {} bytes, the header alone is {}", idx, idx_.size(),
+IndexedDataset::IndexedDataset(const std::string& prefix, int64_t vocab_size, const Storage& storage)
+    : vocab_size_(vocab_size) {
+  const std::string idx = prefix + ".idx";
+  bin_ = storage.open(prefix + ".bin");
+  const std::string index = storage.read_all(idx);
+  const auto* data = reinterpret_cast<const uint8_t*>(index.data());
+  KILN_CHECK(index.size() >= kHeaderBytes, "{}: truncated index: {} bytes, the header alone is {}", idx, index.size(),
              kHeaderBytes);
   KILN_CHECK(std::memcmp(data, kMagic, sizeof(kMagic)) == 0, "{}: bad magic at offset 0: not a Megatron MMIDIDX index",
              idx);
@@ -78,9 +80,9 @@ IndexedDataset::IndexedDataset(const std::string& prefix, int64_t vocab_size)
   const auto sequences = read_at<uint64_t>(data, 18);
   const auto documents = read_at<uint64_t>(data, 26);
   const size_t expected = kHeaderBytes + sequences * (4 + 8) + documents * 8;
-  KILN_CHECK(sequences < (uint64_t{1} << 40) && documents < (uint64_t{1} << 40) && idx_.size() == expected,
+  KILN_CHECK(sequences < (uint64_t{1} << 40) && documents < (uint64_t{1} << 40) && index.size() == expected,
              "{}: header declares {} sequences and {} document entries ({} bytes) but the file has {} bytes", idx,
-             sequences, documents, expected, idx_.size());
+             sequences, documents, expected, index.size());
   KILN_CHECK(documents >= 1, "{}: no document boundaries", idx);
   lengths_.resize(sequences);
   pointers_.resize(sequences);
@@ -91,9 +93,9 @@ IndexedDataset::IndexedDataset(const std::string& prefix, int64_t vocab_size)
   const size_t size = element_size(dtype_);
   for (size_t i = 0; i < sequences; ++i) {
     KILN_CHECK(lengths_[i] >= 0 && pointers_[i] >= 0 &&
-                   static_cast<uint64_t>(pointers_[i]) + static_cast<uint64_t>(lengths_[i]) * size <= bin_.size(),
+                   static_cast<uint64_t>(pointers_[i]) + static_cast<uint64_t>(lengths_[i]) * size <= bin_->size(),
                "{}: sequence {} ({} tokens at byte {}) runs past the end of {} ({} bytes)", idx, i, lengths_[i],
-               pointers_[i], bin_.path(), bin_.size());
+               pointers_[i], bin_->name(), bin_->size());
     num_tokens_ += lengths_[i];
   }
   KILN_CHECK(documents_.front() == 0, "{}: the first document boundary is {}, not 0", idx, documents_.front());
@@ -102,27 +104,38 @@ IndexedDataset::IndexedDataset(const std::string& prefix, int64_t vocab_size)
                documents_[d], documents_[d - 1]);
   KILN_CHECK(documents_.back() == static_cast<int64_t>(sequences), "{}: the last document boundary is {}, not the {} sequences",
              idx, documents_.back(), sequences);
-  if (vocab_size <= 0) return;
+  if (vocab_size <= 0 || bin_->mapped() == nullptr) return;  // remote: tokens are checked as they are read
   std::vector<int32_t> tokens;
   for (size_t i = 0; i < sequences; ++i) {
     tokens.clear();
     read(static_cast<int64_t>(i), 0, lengths_[i], tokens);
-    for (size_t t = 0; t < tokens.size(); ++t)
-      KILN_CHECK(tokens[t] >= 0 && tokens[t] < vocab_size,
-                 "{}: token {} at byte offset {} (sequence {}) is outside the vocabulary [0, {})", bin_.path(),
-                 tokens[t], pointers_[i] + static_cast<int64_t>(t * size), i, vocab_size);
   }
 }
 
 void IndexedDataset::read(int64_t index, int64_t offset, int64_t count, std::vector<int32_t>& out) const {
   KILN_CHECK(index >= 0 && index < num_sequences() && offset >= 0 && count >= 0 &&
                  offset + count <= lengths_[static_cast<size_t>(index)],
-             "{}: read of tokens [{}, {}) of sequence {} is out of range", bin_.path(), offset, offset + count, index);
-  const uint8_t* base = bin_.data() + pointers_[static_cast<size_t>(index)];
-  for (int64_t t = offset; t < offset + count; ++t) {
+             "{}: read of tokens [{}, {}) of sequence {} is out of range", bin_->name(), offset, offset + count, index);
+  const size_t size = element_size(dtype_);
+  const uint64_t start = static_cast<uint64_t>(pointers_[static_cast<size_t>(index)]) + static_cast<uint64_t>(offset) * size;
+  const uint8_t* base = bin_->mapped();
+  thread_local std::vector<uint8_t> buffer;
+  if (base == nullptr) {
+    buffer.resize(static_cast<size_t>(count) * size);
+    bin_->read(start, buffer);
+    base = buffer.data();
+  } else {
+    base += start;
+  }
+  const size_t first = out.size();
+  for (int64_t t = 0; t < count; ++t)
     out.push_back(dtype_ == IndexedDType::UInt16 ? read_at<uint16_t>(base, static_cast<size_t>(t) * 2)
                                                  : read_at<int32_t>(base, static_cast<size_t>(t) * 4));
-  }
+  if (vocab_size_ <= 0) return;
+  for (size_t t = first; t < out.size(); ++t)
+    KILN_CHECK(out[t] >= 0 && out[t] < vocab_size_,
+               "{}: token {} at byte offset {} (sequence {}) is outside the vocabulary [0, {})", bin_->name(), out[t],
+               start + (t - first) * size, index, vocab_size_);
 }
 
 }  // namespace kiln

@@ -6,10 +6,12 @@
 //   | document boundaries int64[documents + 1]: 0, then the sequence index that ends each document
 //
 // IndexedDatasetWriter appends documents and writes both files atomically (.bin first).
-// IndexedDataset maps both files and validates everything on open: magic, version, dtype,
-// sizes against the file lengths, every sequence inside .bin, boundaries increasing and ending at
-// the sequence count, and (with vocab_size > 0) every token below the vocabulary. Errors name the
-// file and the byte offset or index. Thread-safe for concurrent reads.
+// IndexedDataset reads .idx whole and .bin by ranges, through a Storage (local map or pread, or
+// S3), and validates on open: magic, version, dtype, sizes against the file lengths, every
+// sequence inside .bin, boundaries increasing and ending at the sequence count. With
+// vocab_size > 0 every token must be below the vocabulary: checked on open when .bin is
+// memory-mapped, otherwise as tokens are read (a remote .bin is never downloaded whole). Errors
+// name the file and the byte offset or index. Thread-safe for concurrent reads.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "kiln/data/mapped_file.h"
+#include "kiln/storage/storage.h"
 
 namespace kiln {
 
@@ -41,7 +43,7 @@ class IndexedDatasetWriter {
 
 class IndexedDataset {
  public:
-  IndexedDataset(const std::string& prefix, int64_t vocab_size);
+  IndexedDataset(const std::string& prefix, int64_t vocab_size, const Storage& storage = Storage::defaults());
 
   int64_t num_sequences() const { return static_cast<int64_t>(lengths_.size()); }
   int64_t num_documents() const { return static_cast<int64_t>(documents_.size()) - 1; }
@@ -53,7 +55,8 @@ class IndexedDataset {
   void read(int64_t index, int64_t offset, int64_t count, std::vector<int32_t>& out) const;
 
  private:
-  MappedFile bin_, idx_;
+  std::unique_ptr<RandomAccessFile> bin_;
+  int64_t vocab_size_ = 0;
   IndexedDType dtype_ = IndexedDType::UInt16;
   std::vector<int32_t> lengths_;
   std::vector<int64_t> pointers_;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "kiln/core/error.h"
@@ -12,23 +11,21 @@ namespace kiln {
 namespace fs = std::filesystem;
 
 TokenDataset::TokenDataset(const std::string& dir, const std::string& split, int64_t vocab_size,
-                           int64_t seq_length, uint64_t seed)
+                           int64_t seq_length, uint64_t seed, const Storage& storage)
     : seq_length_(seq_length), seed_(seed) {
   KILN_CHECK(seq_length > 0, "seq_length must be positive, got {}", seq_length);
-  std::error_code error;
-  KILN_CHECK(fs::is_directory(dir, error), "data_path '{}' is not a folder", dir);
+  if (!is_s3_uri(dir)) {
+    std::error_code error;
+    KILN_CHECK(fs::is_directory(dir, error), "data_path '{}' is not a folder", dir);
+  }
   std::vector<std::string> paths;
   const std::string prefix = split + "_";
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    const std::string name = entry.path().filename().string();
-    if (entry.is_regular_file() && name.starts_with(prefix) && name.ends_with(".bin"))
-      paths.push_back(entry.path().string());
-  }
-  std::sort(paths.begin(), paths.end());
+  for (const std::string& name : storage.list(dir))
+    if (name.starts_with(prefix) && name.ends_with(".bin")) paths.push_back(dir + "/" + name);
   KILN_CHECK(!paths.empty(), "data_path '{}' has no {} shards ({}*.bin)", dir, split, prefix);
   window_offsets_.push_back(0);
   for (const std::string& path : paths) {
-    shards_.emplace_back(path, vocab_size);
+    shards_.emplace_back(path, vocab_size, storage);
     num_tokens_ += shards_.back().size();
     const int64_t windows = std::max<int64_t>(0, shards_.back().size() - seq_length);
     window_offsets_.push_back(window_offsets_.back() + windows);
@@ -48,19 +45,18 @@ void TokenDataset::sample(int64_t index, std::span<int32_t> tokens, std::span<in
   const auto shard_it = std::upper_bound(window_offsets_.begin(), window_offsets_.end(), window);
   const size_t shard_index = static_cast<size_t>(shard_it - window_offsets_.begin());
   const int64_t start = window - (shard_index ? window_offsets_[shard_index - 1] : 0);
-  const uint16_t* source = shards_[shard_index].tokens() + start;
-  for (int64_t t = 0; t < seq_length_; ++t) {
-    tokens[static_cast<size_t>(t)] = source[t];
-    targets[static_cast<size_t>(t)] = source[t + 1];
-  }
+  thread_local std::vector<int32_t> sample_tokens;
+  sample_tokens.resize(static_cast<size_t>(seq_length_ + 1));
+  shards_[shard_index].read(start, sample_tokens);
+  std::copy(sample_tokens.begin(), sample_tokens.end() - 1, tokens.begin());
+  std::copy(sample_tokens.begin() + 1, sample_tokens.end(), targets.begin());
 }
 
-std::optional<int64_t> read_data_vocab_size(const std::string& dir) {
+std::optional<int64_t> read_data_vocab_size(const std::string& dir, const Storage& storage) {
   const std::string path = dir + "/meta.json";
-  std::ifstream stream(path);
-  if (!stream.good()) return std::nullopt;
+  if (!storage.exists(path)) return std::nullopt;
   try {
-    const nlohmann::json meta = nlohmann::json::parse(stream);
+    const nlohmann::json meta = nlohmann::json::parse(storage.read_all(path));
     return meta.at("vocab_size").get<int64_t>();
   } catch (const nlohmann::json::exception& error) {
     fail("{}: cannot read vocab_size: {}", path, error.what());

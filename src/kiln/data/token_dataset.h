@@ -3,7 +3,8 @@
 // Sample i is a window of seq_length + 1 consecutive tokens (inputs and next-token targets) at a
 // position chosen by hashing (seed, i): random, reproducible, independent of how many threads
 // read, and resumable from nothing but the number of samples consumed. Windows never cross a
-// shard boundary. Shards are memory-mapped and validated on open (token_shard.h).
+// shard boundary. Shards are read through a Storage (local or S3) and validated on open
+// (token_shard.h).
 // Thread-safe for concurrent sample() calls.
 #pragma once
 
@@ -23,7 +24,7 @@ class TokenDataset final : public TokenSource {
   // Opens "<dir>/<split>_*.bin" in name order. Errors name the folder when there is no shard or
   // when no shard holds a whole window.
   TokenDataset(const std::string& dir, const std::string& split, int64_t vocab_size,
-               int64_t seq_length, uint64_t seed);
+               int64_t seq_length, uint64_t seed, const Storage& storage = Storage::defaults());
 
   int64_t num_tokens() const override { return num_tokens_; }
   int64_t num_windows() const { return window_offsets_.empty() ? 0 : window_offsets_.back(); }
@@ -42,6 +43,6 @@ class TokenDataset final : public TokenSource {
 };
 
 // The vocabulary size recorded in "<dir>/meta.json" by prepare-text, if the file exists.
-std::optional<int64_t> read_data_vocab_size(const std::string& dir);
+std::optional<int64_t> read_data_vocab_size(const std::string& dir, const Storage& storage = Storage::defaults());
 
 }  // namespace kiln
