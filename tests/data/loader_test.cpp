@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -111,6 +112,36 @@ TEST(DataLoader, WorkersHideSlowReads) {
   const double synchronous = waited(0), prefetched = waited(4);
   std::printf("20 batches: %.0f ms synchronous, %.0f ms with 4 workers\n", synchronous, prefetched);
   EXPECT_LT(prefetched, 0.75 * synchronous);
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST(DataLoader, RanksReadDisjointStridedShardsOfTheGlobalStream) {
+  // DistributedSampler's partition: rank r gets global samples r, r + W, r + 2W, ...
+  CountingSource source;
+  constexpr int64_t kWorld = 3, kBatch = 2, kBatches = 4;
+  std::vector<int32_t> first_tokens_seen;
+  for (int64_t rank = 0; rank < kWorld; ++rank) {
+    LoaderOptions options{2, 2, 0, rank, kWorld};
+    DataLoader loader(source, kBatch, options);
+    for (int64_t b = 0; b < kBatches; ++b) {
+      std::vector<int32_t> tokens(kBatch * 4), targets(kBatch * 4);
+      loader.next_into(b * kBatch, tokens, targets);
+      for (int64_t row = 0; row < kBatch; ++row) {
+        const int32_t sample = tokens[static_cast<size_t>(row * 4)] / 10;
+        EXPECT_EQ(sample, (b * kBatch + row) * kWorld + rank);
+        first_tokens_seen.push_back(sample);
+      }
+    }
+  }
+  std::sort(first_tokens_seen.begin(), first_tokens_seen.end());
+  for (size_t i = 0; i < first_tokens_seen.size(); ++i) EXPECT_EQ(first_tokens_seen[i], static_cast<int32_t>(i));
+  EXPECT_NE(error_of([&] { DataLoader(source, 2, LoaderOptions{0, 1, 0, 3, 3}); }).find("rank 3 is outside world size 3"),
+            std::string::npos);
 }
 
 }  // namespace

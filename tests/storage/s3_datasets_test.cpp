@@ -2,6 +2,10 @@
 // copy, with and without a cache directory: Megatron indexed data, llm.c shards, classification CSV.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include "kiln/data/classification_csv.h"
@@ -124,6 +128,50 @@ TEST_F(S3Datasets, ClassificationCsvMatchesTheLocalCopy) {
   }
   const std::string message = error_of([&] { ClassificationDataset(remote + "-missing", Storage(options())); });
   EXPECT_NE(message.find("metadata.json"), std::string::npos) << message;
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// `kiln train --data-path s3://...` as a user runs it: credentials and endpoint from the standard
+// environment variables, the cache folder filled on the first run and enough for a second.
+TEST_F(S3Datasets, KilnTrainsFromS3WithTheCacheDirectory) {
+  TempDir local, cache, run;
+  testing::write_toy_dataset(local.path(), 61, 6000, 1000);
+  const std::string remote = upload(local.path(), "train-data");
+  const std::string binary = std::getenv("KILN_BINARY") ? std::getenv("KILN_BINARY") : KILN_BINARY;
+  const std::string environment = "AWS_ENDPOINT_URL=" + server_->endpoint() +
+                                  " AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=kiln-secret-never-printed AWS_REGION=us-east-1 ";
+  const std::string command = environment + binary + " train --data-path " + remote + " --cache-dir " + cache.path() +
+                              " --num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 16"
+                              " --micro-batch-size 2 --train-iters 3 --eval-iters 1 --log-interval 1 2>&1";
+  const auto run_command = [&](const std::string& text) {
+    std::string output;
+    FILE* pipe = ::popen(text.c_str(), "r");
+    char buffer[4096];
+    size_t got = 0;
+    while ((got = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, got);
+    const int status = ::pclose(pipe);
+    return std::make_pair(WIFEXITED(status) ? WEXITSTATUS(status) : -1, output);
+  };
+  const auto [code, output] = run_command(command);
+  ASSERT_EQ(code, 0) << output;
+  EXPECT_NE(output.find("iteration        3/       3"), std::string::npos) << output;
+  EXPECT_EQ(output.find("kiln-secret-never-printed"), std::string::npos) << output;
+  EXPECT_EQ(output.find("AWS4-HMAC"), std::string::npos) << output;
+  EXPECT_TRUE(std::filesystem::exists(cache / "objects"));
+
+  // Without credentials the server refuses, and the error names the object.
+  const auto [denied_code, denied] =
+      run_command("AWS_ENDPOINT_URL=" + server_->endpoint() + " AWS_ACCESS_KEY_ID=WRONG AWS_SECRET_ACCESS_KEY=kiln-secret-never-printed " +
+                  binary + " train --data-path " + remote + " --vocab-size 61 --train-iters 1 2>&1");
+  EXPECT_EQ(denied_code, 1) << denied;
+  EXPECT_NE(denied.find("access denied"), std::string::npos) << denied;
+  EXPECT_NE(denied.find(remote), std::string::npos) << denied;
+  EXPECT_EQ(denied.find("kiln-secret-never-printed"), std::string::npos) << denied;
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "kiln/backend/batch_stager.h"
 #include "kiln/backend/ops.h"
 
 namespace kiln {
@@ -49,6 +50,8 @@ class Backend {
   // so training never allocates after the first step; returns the bytes the back-end holds as
   // workspace.
   virtual size_t reserve_workspace(int64_t max_positions) = 0;
+  // Input batches to the device, overlapped with compute (batch_stager.h).
+  virtual std::unique_ptr<BatchStager> make_batch_stager(const StagerOptions& options) = 0;
 
   // Benchmark hook for `kiln bench gemm`: median milliseconds of C[M,N] = A[M,K] B[K,N] on random
   // data, with inputs in `dtype` (F32, BF16 or F16) and fp32 accumulation; `tf32` selects TF32

@@ -13,6 +13,8 @@ DataLoader::DataLoader(const TokenSource& source, int64_t batch_size, const Load
   KILN_CHECK(options.prefetch_factor > 0, "config key 'prefetch_factor' must be positive, got {}",
              options.prefetch_factor);
   KILN_CHECK(options.cache_samples >= 0, "config key 'data_cache_samples' must be >= 0, got {}", options.cache_samples);
+  KILN_CHECK(options.world_size >= 1 && options.rank >= 0 && options.rank < options.world_size,
+             "loader: rank {} is outside world size {}", options.rank, options.world_size);
   for (int w = 0; w < options.num_workers; ++w) workers_.emplace_back([this] { worker_loop(); });
 }
 
@@ -25,7 +27,8 @@ DataLoader::~DataLoader() {
   for (std::thread& worker : workers_) worker.join();
 }
 
-void DataLoader::read_sample(int64_t index, std::span<int32_t> tokens, std::span<int32_t> targets) {
+void DataLoader::read_sample(int64_t local_index, std::span<int32_t> tokens, std::span<int32_t> targets) {
+  const int64_t index = local_index * options_.world_size + options_.rank;  // DistributedSampler's stride
   if (options_.cache_samples == 0) {
     source_.sample(index, tokens, targets);
     return;
@@ -125,6 +128,15 @@ void DataLoader::next(int64_t first, std::vector<int32_t>& tokens, std::vector<i
   work_ready_.notify_all();
   tokens = std::move(batch.tokens);
   targets = std::move(batch.targets);
+}
+
+void DataLoader::next_into(int64_t first, std::span<int32_t> tokens, std::span<int32_t> targets) {
+  next(first, scratch_tokens_, scratch_targets_);
+  KILN_CHECK(tokens.size() == scratch_tokens_.size() && targets.size() == scratch_targets_.size(),
+             "loader: buffers of {} and {} values for a batch of {}", tokens.size(), targets.size(),
+             scratch_tokens_.size());
+  std::copy(scratch_tokens_.begin(), scratch_tokens_.end(), tokens.begin());
+  std::copy(scratch_targets_.begin(), scratch_targets_.end(), targets.begin());
 }
 
 double DataLoader::take_wait_ms() {

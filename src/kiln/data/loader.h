@@ -6,6 +6,9 @@
 // their indices, so the result is identical for any worker count (tested). Errors raised while a
 // worker reads are re-raised in next(). With cache_samples > 0, decoded samples are kept in a
 // bounded LRU cache shared by the workers. num_workers = 0 reads synchronously in next().
+// Sharding (rank, world_size) follows torch's DistributedSampler: rank r reads every world_size-th
+// sample of the global order starting at r, so local sample i is global sample i * world_size + r;
+// the ranks' batches are disjoint and together cover the global stream.
 // One consumer thread; destruction stops and joins the workers.
 #pragma once
 
@@ -27,6 +30,7 @@ struct LoaderOptions {
   int num_workers = 2;
   int prefetch_factor = 2;
   int64_t cache_samples = 0;
+  int64_t rank = 0, world_size = 1;
 };
 
 class DataLoader {
@@ -38,6 +42,8 @@ class DataLoader {
 
   // Fills tokens/targets (batch_size x seq_length each) with samples first .. first + batch - 1.
   void next(int64_t first, std::vector<int32_t>& tokens, std::vector<int32_t>& targets);
+  // The same, copied into caller-owned memory (a pinned staging slot) of batch x seq_length each.
+  void next_into(int64_t first, std::span<int32_t> tokens, std::span<int32_t> targets);
   // Milliseconds next() spent waiting for a batch since the last call of this (the data stall).
   double take_wait_ms();
 
@@ -70,6 +76,7 @@ class DataLoader {
   std::mutex cache_mutex_;
   std::list<CachedSample> lru_;
   std::unordered_map<int64_t, std::list<CachedSample>::iterator> cache_;
+  std::vector<int32_t> scratch_tokens_, scratch_targets_;  // next_into()'s batch
 };
 
 }  // namespace kiln

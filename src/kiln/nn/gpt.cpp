@@ -83,7 +83,7 @@ void Gpt::allocate_activations(int64_t max_batch, int64_t max_seq, const Recompu
 void Gpt::zero_grads() { backend_.fill({grads_, 0.0f}); }
 
 double Gpt::forward(std::span<const int32_t> tokens, std::span<const int32_t> targets,
-                    int64_t batch, int64_t seq, bool prepare_backward, float loss_scale) {
+                    int64_t batch, int64_t seq, bool prepare_backward, float loss_scale, GptStagedInputs staged) {
   KILN_CHECK(arena_ != nullptr, "Gpt::forward before allocate_activations");
   KILN_CHECK(batch > 0 && seq > 0 && batch <= max_batch_ && seq <= max_seq_,
              "batch {} x sequence {} exceeds the planned {} x {}", batch, seq, max_batch_, max_seq_);
@@ -101,8 +101,15 @@ double Gpt::forward(std::span<const int32_t> tokens, std::span<const int32_t> ta
     KILN_CHECK(tokens[i] >= 0 && tokens[i] < config_.vocab_size,
                "token id {} at position {} is outside the vocabulary [0, {})", tokens[i], i,
                config_.vocab_size);
-  backend_.copy_to_device(acts_.tokens.data, tokens.data(), positions * sizeof(int32_t));
-  backend_.embedding_forward({acts_.embedded, acts_.tokens, weights_.wte, weights_.wpe});
+  KILN_CHECK((staged.tokens == nullptr) == (staged.targets == nullptr),
+             "staged inputs carry both tokens and targets, or neither");
+  tokens_in_use_ = acts_.tokens;
+  if (staged.tokens) {
+    tokens_in_use_.data = const_cast<int32_t*>(staged.tokens);  // read only by the ops
+  } else {
+    backend_.copy_to_device(acts_.tokens.data, tokens.data(), positions * sizeof(int32_t));
+  }
+  backend_.embedding_forward({acts_.embedded, tokens_in_use_, weights_.wte, weights_.wpe});
   Tensor residual = acts_.embedded;
   for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
     const BlockActivations& block = acts_.blocks[static_cast<size_t>(layer)];
@@ -123,9 +130,14 @@ double Gpt::forward(std::span<const int32_t> tokens, std::span<const int32_t> ta
                "target id {} at position {} is outside the vocabulary [0, {})", target, i, config_.vocab_size);
     counted += target != ignore_index();
   }
-  backend_.copy_to_device(acts_.targets.data, targets.data(), positions * sizeof(int32_t));
+  Tensor targets_in_use = acts_.targets;
+  if (staged.targets) {
+    targets_in_use.data = const_cast<int32_t*>(staged.targets);
+  } else {
+    backend_.copy_to_device(acts_.targets.data, targets.data(), positions * sizeof(int32_t));
+  }
   const float per_token_scale = counted ? loss_scale / static_cast<float>(counted) : 0.0f;
-  backend_.softmax_cross_entropy({acts_.logits, acts_.losses, acts_.targets.reshaped({batch * seq}),
+  backend_.softmax_cross_entropy({acts_.logits, acts_.losses, targets_in_use.reshaped({batch * seq}),
                                   config_.vocab_size, ignore_index(), per_token_scale,
                                   prepare_backward});
   std::vector<float> losses(positions);
@@ -166,7 +178,7 @@ void Gpt::backward() {
     block_backward(backend_, config_, weights_.blocks[index], weight_grads_.blocks[index], input_of(layer),
                    acts_.blocks[index], scratch, acts_.d_residual);
   }
-  backend_.embedding_backward({weight_grads_.wte, weight_grads_.wpe, acts_.d_residual, acts_.tokens});
+  backend_.embedding_backward({weight_grads_.wte, weight_grads_.wpe, acts_.d_residual, tokens_in_use_});
 }
 
 std::vector<float> Gpt::logits_at(int64_t batch_index, int64_t position) const {

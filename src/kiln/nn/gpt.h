@@ -21,6 +21,12 @@
 
 namespace kiln {
 
+// Inputs already on the device for Gpt::forward (a BatchStager slot); null: copy from the host.
+struct GptStagedInputs {
+  const int32_t* tokens = nullptr;
+  const int32_t* targets = nullptr;
+};
+
 class Gpt {
  public:
   Gpt(const GptConfig& config, Backend& backend);
@@ -45,9 +51,11 @@ class Gpt {
   // Runs the model on tokens [batch * seq] (host, row-major). With targets, returns the mean
   // loss over counted positions (target != ignore_index) and, when `prepare_backward`, leaves
   // d(loss_scale * sum of losses)/d logits in the logits buffer for backward(). Without targets
-  // returns 0 and only computes logits.
+  // returns 0 and only computes logits. `staged`: the same tokens and targets already on their
+  // way to the device (a BatchStager slot; the host copies are still checked), used instead of
+  // copying; they must stay in place until backward() returns.
   double forward(std::span<const int32_t> tokens, std::span<const int32_t> targets, int64_t batch,
-                 int64_t seq, bool prepare_backward = false, float loss_scale = 1.0f);
+                 int64_t seq, bool prepare_backward = false, float loss_scale = 1.0f, GptStagedInputs staged = {});
   // Adds this micro-batch's parameter gradients to grads(); requires forward(prepare_backward).
   void backward();
   void zero_grads();
@@ -69,6 +77,7 @@ class Gpt {
   RecomputePolicy recompute_;
   size_t workspace_bytes_ = 0;
   GptActivations acts_;
+  Tensor tokens_in_use_;  // acts_.tokens, or the staged tokens of the current micro-batch
   bool backward_ready_ = false;
 };
 

@@ -55,11 +55,17 @@ const std::vector<ConfigField>& config_fields() {
       {"eval_interval", &Config::eval_interval, "iterations between validations (0: only at the end)"},
       {"eval_iters", &Config::eval_iters, "batches per validation (0: no validation)"},
       {"data_path", &Config::data_path,
-       "folder of token shards (train_*.bin, val_*.bin), or Megatron indexed data: PREFIX or '0.3 A 0.7 B'"},
+       "folder of token shards (train_*.bin, val_*.bin), or Megatron indexed data: PREFIX or '0.3 A 0.7 B'; "
+       "local paths or s3://bucket/key"},
       {"split", &Config::split, "train,validation,test weights of indexed datasets' documents"},
       {"num_workers", &Config::num_workers, "data loader threads preparing batches ahead (0: synchronous)"},
       {"prefetch_factor", &Config::prefetch_factor, "batches queued ahead per worker"},
       {"data_cache_samples", &Config::data_cache_samples, "decoded samples kept in an in-memory LRU cache"},
+      {"pin_memory", &Config::pin_memory, "stage batches in page-locked host memory (CUDA)"},
+      {"h2d_stream", &Config::h2d_stream, "copy batches to the GPU on their own stream, overlapping compute (CUDA)"},
+      {"data_io", &Config::data_io, "how local data files are read: mmap or pread"},
+      {"cache_dir", &Config::cache_dir, "local folder caching s3:// data on first read (an NVMe scratch disk)"},
+      {"s3_addressing", &Config::s3_addressing, "S3 URLs: auto (path-style for AWS_ENDPOINT_URL), path or virtual"},
       {"mock_data", &Config::mock_data, "train on random tokens (needs vocab_size), for benchmarks"},
       {"save", &Config::save, "checkpoint folder"},
       {"save_interval", &Config::save_interval, "iterations between checkpoints (0: only at the end)"},
@@ -225,6 +231,7 @@ void Config::validate() const {
   KILN_CHECK(num_workers >= 0 && num_workers <= 256, "config key 'num_workers' must be in [0, 256], got {}", num_workers);
   KILN_CHECK(prefetch_factor > 0, "config key 'prefetch_factor' must be positive, got {}", prefetch_factor);
   KILN_CHECK(data_cache_samples >= 0, "config key 'data_cache_samples' must be >= 0, got {}", data_cache_samples);
+  storage_options();  // data_io and s3_addressing name their key when malformed
   KILN_CHECK(adam_beta1 >= 0 && adam_beta1 < 1, "config key 'adam_beta1' must be in [0, 1), got {}", adam_beta1);
   KILN_CHECK(adam_beta2 >= 0 && adam_beta2 < 1, "config key 'adam_beta2' must be in [0, 1), got {}", adam_beta2);
   KILN_CHECK(adam_eps > 0, "config key 'adam_eps' must be positive, got {}", adam_eps);
@@ -280,6 +287,18 @@ LossScalerConfig Config::loss_scaler() const {
   scaler.growth_interval = loss_scale_window;
   scaler.hysteresis = hysteresis;
   return scaler;
+}
+
+StorageOptions Config::storage_options() const {
+  StorageOptions options;
+  options.local_io = parse_local_io(data_io);
+  options.cache_dir = cache_dir;
+  try {
+    options.s3_addressing = parse_s3_addressing(s3_addressing);
+  } catch (const Error& error) {
+    fail("config key 's3_addressing': {}", error.what());
+  }
+  return options;
 }
 
 }  // namespace kiln

@@ -22,6 +22,7 @@
 #include "kiln/nn/recompute.h"
 #include "kiln/optim/adamw.h"
 #include "kiln/optim/loss_scaler.h"
+#include "kiln/storage/storage.h"
 #include "kiln/optim/lr_schedule.h"
 
 namespace kiln {
@@ -79,6 +80,11 @@ struct Config {
   int64_t num_workers = 2;  // data loader threads (0: read in the training thread)
   int64_t prefetch_factor = 2;
   int64_t data_cache_samples = 0;
+  bool pin_memory = true;   // batches staged in page-locked host memory (CUDA)
+  bool h2d_stream = true;   // host-to-device copies on their own stream, handed over with events (CUDA)
+  std::string data_io = "mmap";     // local files: mmap or pread
+  std::string cache_dir;            // local cache of S3 data (an NVMe scratch disk); empty: none
+  std::string s3_addressing = "auto";  // auto, path or virtual
   std::string save;
   int64_t save_interval = 0;
   std::string load;
@@ -94,6 +100,7 @@ struct Config {
   LrSchedule lr_schedule() const;
   AdamwConfig adamw() const;
   LossScalerConfig loss_scaler() const;
+  StorageOptions storage_options() const;
   std::string precision_name() const { return fp16 ? "fp16" : bf16 ? "bf16" : tf32 ? "tf32" : "fp32"; }
 };
 

@@ -21,16 +21,17 @@ double mib(size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0)
 
 Config resolve_config(Config config) {
   config.resolve();
+  const Storage storage(config.storage_options());
   if (config.vocab_size == 0 && config.mock_data) {
     fail("config key 'vocab_size' must be set with mock_data (there is no data to read it from)");
   }
   if (config.vocab_size == 0) {
-    KILN_CHECK(config.data_path.empty() || !is_indexed_data_path(config.data_path),
+    KILN_CHECK(config.data_path.empty() || !is_indexed_data_path(config.data_path, storage),
                "config key 'vocab_size' is 0 and data_path names Megatron indexed data, which does not record it; "
                "set --vocab-size (50257 for GPT-2 tokens)");
     KILN_CHECK(!config.data_path.empty(),
                "config key 'vocab_size' is 0 (take it from the data) but no data_path is set");
-    const auto from_data = read_data_vocab_size(config.data_path);
+    const auto from_data = read_data_vocab_size(config.data_path, storage);
     KILN_CHECK(from_data.has_value(),
                "config key 'vocab_size' is 0 and '{}/meta.json' does not exist; set --vocab-size",
                config.data_path);
@@ -57,23 +58,25 @@ Trainer::Trainer(const Config& config)
   backend_ = make_backend(config_.device, BackendOptions{config_.tf32});
   const GptConfig gpt = config_.gpt();
   const auto seed = static_cast<uint64_t>(config_.seed);
+  const Storage storage(config_.storage_options());
   if (config_.mock_data) {
     train_data_ = std::make_unique<MockTokens>(gpt.vocab_size, config_.seq_length, seed);
     if (config_.eval_iters > 0)
       val_data_ = std::make_unique<MockTokens>(gpt.vocab_size, config_.seq_length, seed ^ kValidationSeedSalt);
-  } else if (is_indexed_data_path(config_.data_path)) {
+  } else if (is_indexed_data_path(config_.data_path, storage)) {
     train_data_ = make_gpt_data(config_.data_path, config_.split, DataSplit::Train, gpt.vocab_size, config_.seq_length,
-                                config_.train_iters * config_.global_batch_size, seed);
+                                config_.train_iters * config_.global_batch_size, seed, storage);
     if (config_.eval_iters > 0)  // every validation reads the same eval_iters micro-batches
       val_data_ = make_gpt_data(config_.data_path, config_.split, DataSplit::Validation, gpt.vocab_size,
-                                config_.seq_length, config_.eval_iters * config_.micro_batch_size, seed);
+                                config_.seq_length, config_.eval_iters * config_.micro_batch_size, seed, storage);
   } else {
-    auto train = std::make_unique<TokenDataset>(config_.data_path, "train", gpt.vocab_size, config_.seq_length, seed);
+    auto train = std::make_unique<TokenDataset>(config_.data_path, "train", gpt.vocab_size, config_.seq_length, seed,
+                                                storage);
     train_shards_ = train->num_shards();
     train_data_ = std::move(train);
     if (config_.eval_iters > 0)
       val_data_ = std::make_unique<TokenDataset>(config_.data_path, "val", gpt.vocab_size, config_.seq_length,
-                                                 seed ^ kValidationSeedSalt);
+                                                 seed ^ kValidationSeedSalt, storage);
   }
   const LoaderOptions loader{static_cast<int>(config_.num_workers), static_cast<int>(config_.prefetch_factor),
                              config_.data_cache_samples};
@@ -82,6 +85,11 @@ Trainer::Trainer(const Config& config)
   check_memory_fits(gpt);
   model_ = std::make_unique<Gpt>(gpt, *backend_);
   model_->allocate_activations(config_.micro_batch_size, config_.seq_length, config_.recompute_policy());
+  StagerOptions staging;
+  staging.ints_per_batch = 2 * static_cast<size_t>(config_.micro_batch_size * config_.seq_length);
+  staging.pinned = config_.pin_memory;
+  staging.own_stream = config_.h2d_stream;
+  stager_ = backend_->make_batch_stager(staging);
   optimizer_ = std::make_unique<AdamW>(*backend_, model_->layout(), model_->params(), config_.adamw());
   scaler_ = LossScaler(config_.loss_scaler());
   if (!config_.load.empty()) {
@@ -117,8 +125,8 @@ void Trainer::check_memory_fits(const GptConfig& gpt) const {
 std::string Trainer::memory_summary() const {
   const size_t param_bytes = model_->params().bytes();
   const size_t moment_bytes = optimizer_->state_bytes() / 2;
-  const size_t data_bytes = 2 * static_cast<size_t>(config_.micro_batch_size * config_.seq_length) * sizeof(int32_t);
-  const size_t total = 2 * param_bytes + 2 * moment_bytes + model_->activation_bytes() + model_->workspace_bytes();
+  const size_t total = 2 * param_bytes + 2 * moment_bytes + model_->activation_bytes() + model_->workspace_bytes() +
+                       stager_->device_bytes();
   std::string table = fmt::format("memory plan on {} (allocated once, before the first step):\n", backend_->description());
   const auto row = [&](const char* category, double bytes, const std::string& note) {
     table += fmt::format("  {:<22}{:>12.2f} MiB  {}\n", category, mib(static_cast<size_t>(bytes)), note);
@@ -129,8 +137,12 @@ std::string Trainer::memory_summary() const {
   row("Adam second moment", moment_bytes, "fp32");
   row("activations", model_->activation_bytes(), "recompute: " + config_.recompute_policy().describe());
   row("workspace", model_->workspace_bytes(), "op scratch");
+  if (stager_->device_bytes() > 0) row("batch slots", stager_->device_bytes(), "2 micro-batches in flight");
   row("total on the device", total, "");
-  row("data buffers (host)", data_bytes, "tokens and targets of one micro-batch");
+  row("data buffers (host)", stager_->host_bytes(),
+      backend_->device() == Device::CPU ? "2 micro-batch slots"
+      : config_.pin_memory              ? "2 micro-batch slots, page-locked"
+                                        : "2 micro-batch slots, pageable");
   table.pop_back();
   return table;
 }
@@ -142,11 +154,18 @@ IterationStats Trainer::train_step() {
   const float scale = scaler_.scale();
   model_->zero_grads();
   double loss_sum = 0.0;
+  // Micro-batch k+1 is read and its copy queued before micro-batch k is computed, so the copy
+  // overlaps the compute (batch_stager.h).
+  StagedBatch current = stage(state_.consumed_samples);
   for (int64_t step = 0; step < accumulation; ++step) {
-    train_loader_->next(state_.consumed_samples + step * micro, tokens_, targets_);
-    loss_sum += model_->forward(tokens_, targets_, micro, seq, /*prepare_backward=*/true,
-                                scale / static_cast<float>(accumulation));
+    const StagedBatch next = step + 1 < accumulation ? stage(state_.consumed_samples + (step + 1) * micro) : StagedBatch{};
+    stager_->wait_for_copy(current.device);
+    const GptStagedInputs device{current.device, current.device + current.tokens.size()};
+    loss_sum += model_->forward(current.tokens, current.targets, micro, seq, /*prepare_backward=*/true,
+                                scale / static_cast<float>(accumulation), device);
     model_->backward();
+    stager_->release(current.device);
+    current = next;
   }
   const double lm_loss = loss_sum / static_cast<double>(accumulation);
   const double grad_norm = std::sqrt(backend_->sum_of_squares({model_->grads()})) / scale;
@@ -188,6 +207,15 @@ IterationStats Trainer::train_step() {
   stats.nan_iterations = state_.nan_iterations;
   stats.skipped = skip;
   return stats;
+}
+
+Trainer::StagedBatch Trainer::stage(int64_t first_sample) {
+  const std::span<int32_t> slot = stager_->next_host_slot();
+  const size_t half = slot.size() / 2;
+  StagedBatch batch{slot.first(half), slot.subspan(half), nullptr};
+  train_loader_->next_into(first_sample, batch.tokens, batch.targets);
+  batch.device = stager_->submit();
+  return batch;
 }
 
 double Trainer::evaluate() {

@@ -52,6 +52,12 @@ class Trainer {
   void validate(bool at_end);
   // Fails before anything is allocated when the plan cannot fit in the device's free memory.
   void check_memory_fits(const GptConfig& gpt) const;
+  // A micro-batch in a stager slot: host copy (checked by the model) and device address.
+  struct StagedBatch {
+    std::span<int32_t> tokens, targets;
+    const int32_t* device = nullptr;
+  };
+  StagedBatch stage(int64_t first_sample);
 
   Config config_;
   LrSchedule schedule_;        // parsed once from config_
@@ -63,6 +69,7 @@ class Trainer {
   TrainerState state_;
   std::unique_ptr<TokenSource> train_data_, val_data_;
   std::unique_ptr<DataLoader> train_loader_, val_loader_;  // over train_data_, val_data_
+  std::unique_ptr<BatchStager> stager_;  // training micro-batches to the device
   size_t train_shards_ = 0;
   std::vector<TrainObserver*> observers_;
   std::vector<int32_t> tokens_, targets_;

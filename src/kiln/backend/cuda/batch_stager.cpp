@@ -1,0 +1,110 @@
+// The CUDA back-end's BatchStager (batch_stager.h): page-locked host slots (cudaHostAlloc) or
+// pageable ones, device slots from cudaMalloc, and per slot two events: `copied` (recorded on the
+// copy stream after the slot's host-to-device copy) and `free` (recorded on the compute stream
+// after the last kernel that read the slot). The copy stream is created non-blocking, so it never
+// synchronises implicitly with the legacy default stream the ops run on; the events order them.
+#include <cuda_runtime_api.h>
+
+#include <cstdlib>
+#include <vector>
+
+#include "kiln/backend/cuda/cuda_backend.h"
+#include "kiln/core/error.h"
+
+namespace kiln {
+namespace {
+
+void check(cudaError_t status, const char* what) {
+  KILN_CHECK(status == cudaSuccess, "CUDA error in batch stager {}: {}", what, cudaGetErrorString(status));
+}
+
+class CudaBatchStager final : public BatchStager {
+ public:
+  explicit CudaBatchStager(const StagerOptions& options) : options_(options) {
+    KILN_CHECK(options.slots >= 2, "batch stager: needs at least 2 slots, got {}", options.slots);
+    const size_t bytes = options.ints_per_batch * sizeof(int32_t);
+    if (options.own_stream) check(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking), "stream");
+    slots_.resize(static_cast<size_t>(options.slots));
+    for (Slot& slot : slots_) {
+      if (options.pinned) {
+        check(cudaHostAlloc(reinterpret_cast<void**>(&slot.host), bytes ? bytes : 1, cudaHostAllocDefault),
+              "pinned host allocation");
+      } else {
+        slot.host = static_cast<int32_t*>(std::malloc(bytes ? bytes : 1));
+        KILN_CHECK(slot.host != nullptr, "out of host memory: {} bytes for a batch slot", bytes);
+      }
+      check(cudaMalloc(reinterpret_cast<void**>(&slot.device), bytes ? bytes : 1), "device allocation");
+      check(cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming), "event");
+      check(cudaEventCreateWithFlags(&slot.free, cudaEventDisableTiming), "event");
+    }
+  }
+  ~CudaBatchStager() override {
+    if (copy_stream_) cudaStreamSynchronize(copy_stream_);
+    cudaDeviceSynchronize();
+    for (Slot& slot : slots_) {
+      if (options_.pinned) {
+        cudaFreeHost(slot.host);
+      } else {
+        std::free(slot.host);
+      }
+      cudaFree(slot.device);
+      cudaEventDestroy(slot.copied);
+      cudaEventDestroy(slot.free);
+    }
+    if (copy_stream_) cudaStreamDestroy(copy_stream_);
+  }
+
+  std::span<int32_t> next_host_slot() override {
+    current_ = (current_ + 1) % slots_.size();
+    Slot& slot = slots_[current_];
+    if (slot.used) check(cudaEventSynchronize(slot.copied), "wait for the slot's last copy");
+    return {slot.host, options_.ints_per_batch};
+  }
+
+  const int32_t* submit() override {
+    Slot& slot = slots_[current_];
+    cudaStream_t stream = copy_stream_ ? copy_stream_ : cudaStream_t{};
+    if (slot.used && copy_stream_) check(cudaStreamWaitEvent(copy_stream_, slot.free, 0), "wait for a free slot");
+    check(cudaMemcpyAsync(slot.device, slot.host, options_.ints_per_batch * sizeof(int32_t), cudaMemcpyHostToDevice,
+                          stream),
+          "host-to-device copy");
+    check(cudaEventRecord(slot.copied, stream), "event record");
+    slot.used = true;
+    return slot.device;
+  }
+
+  void wait_for_copy(const int32_t* device) override {
+    if (copy_stream_) check(cudaStreamWaitEvent(cudaStream_t{}, find(device).copied, 0), "wait for a copy");
+  }
+
+  void release(const int32_t* device) override { check(cudaEventRecord(find(device).free, cudaStream_t{}), "event record"); }
+
+  size_t host_bytes() const override { return slots_.size() * options_.ints_per_batch * sizeof(int32_t); }
+  size_t device_bytes() const override { return host_bytes(); }
+
+ private:
+  struct Slot {
+    int32_t* host = nullptr;
+    int32_t* device = nullptr;
+    cudaEvent_t copied = nullptr, free = nullptr;
+    bool used = false;
+  };
+  Slot& find(const int32_t* device) {
+    for (Slot& slot : slots_)
+      if (slot.device == device) return slot;
+    fail("batch stager: {} is not one of its device slots", static_cast<const void*>(device));
+  }
+
+  StagerOptions options_;
+  cudaStream_t copy_stream_ = nullptr;
+  std::vector<Slot> slots_;
+  size_t current_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<BatchStager> CudaBackend::make_batch_stager(const StagerOptions& options) {
+  return std::make_unique<CudaBatchStager>(options);
+}
+
+}  // namespace kiln
