@@ -107,11 +107,17 @@ TEST(DataLoader, WorkersHideSlowReads) {
       loader.next(4 * b, tokens, targets);
       std::this_thread::sleep_for(std::chrono::milliseconds(8));
     }
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    const double stall = loader.take_wait_ms();
+    return std::make_pair(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count(),
+                          stall);
   };
-  const double synchronous = waited(0), prefetched = waited(4);
-  std::printf("20 batches: %.0f ms synchronous, %.0f ms with 4 workers\n", synchronous, prefetched);
+  const auto [synchronous, synchronous_stall] = waited(0);
+  const auto [prefetched, prefetched_stall] = waited(4);
+  std::printf("20 batches: %.0f ms synchronous (%.0f ms waiting), %.0f ms with 4 workers (%.0f ms waiting)\n",
+              synchronous, synchronous_stall, prefetched, prefetched_stall);
   EXPECT_LT(prefetched, 0.75 * synchronous);
+  EXPECT_GE(synchronous_stall, 20 * 4 * 2.0) << "reading in the consumer's thread is all data wait";
+  EXPECT_LT(prefetched_stall, 0.5 * synchronous_stall);
 }
 
 }  // namespace

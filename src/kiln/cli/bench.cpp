@@ -1,4 +1,4 @@
-// `kiln bench train` and `kiln bench gemm`: measured numbers, a table for people and --json for
+// `kiln bench train` and `kiln bench gemm` (`kiln bench loader` is bench_loader.cpp): measured numbers, a table for people and --json for
 // machines (nccl-tests style: warm-up first, then timed iterations, medians reported).
 //
 // bench train runs the real Trainer on random tokens (Megatron's --mock-data) and reports the
@@ -17,9 +17,6 @@
 #include "kiln/cli/commands.h"
 #include "kiln/cli/config_flags.h"
 #include "kiln/core/error.h"
-#include "kiln/data/gpt_dataset.h"
-#include "kiln/data/loader.h"
-#include "kiln/data/token_dataset.h"
 #include "kiln/perf/gpu_specs.h"
 #include "kiln/train/trainer.h"
 
@@ -165,65 +162,6 @@ void bench_gemm(const BenchGemmOptions& options) {
   }
 }
 
-struct BenchLoaderOptions {
-  std::string data_path;
-  std::string split = "969,30,1";
-  int64_t vocab_size = 0, seq_length = 1024, micro_batch_size = 8, batches = 200;
-  std::vector<int> workers = {0, 1, 2, 4};
-  std::vector<int64_t> cache = {0};
-  int prefetch_factor = 2;
-  bool json = false;
-};
-
-// Reads `batches` batches as fast as the loader delivers them (no model), for each combination
-// of worker count and cache size, twice over the same samples so a cache can show its effect.
-void bench_loader(const BenchLoaderOptions& o) {
-  KILN_CHECK(!o.data_path.empty(), "--data-path is required");
-  KILN_CHECK(o.batches > 0 && o.micro_batch_size > 0 && o.seq_length > 0, "--batches, --micro-batch-size and "
-             "--seq-length must be positive");
-  std::unique_ptr<TokenSource> source;
-  if (is_indexed_data_path(o.data_path)) {
-    KILN_CHECK(o.vocab_size > 0, "--vocab-size is required for indexed data");
-    source = make_gpt_data(o.data_path, o.split, DataSplit::Train, o.vocab_size, o.seq_length,
-                           o.batches * o.micro_batch_size, 1234);
-  } else {
-    const auto vocab = o.vocab_size > 0 ? std::optional<int64_t>(o.vocab_size) : read_data_vocab_size(o.data_path);
-    KILN_CHECK(vocab.has_value(), "--vocab-size is required ({}/meta.json not found)", o.data_path);
-    source = std::make_unique<TokenDataset>(o.data_path, "train", *vocab, o.seq_length, 1234);
-  }
-  if (!o.json) {
-    fmt::print("# kiln bench loader | {} | local storage | batches of {} x {} tokens | {} batches read twice\n",
-               o.data_path, o.micro_batch_size, o.seq_length, o.batches);
-    fmt::print("#{:>8} {:>10} {:>10} {:>14} {:>12} {:>14} {:>12}\n", "workers", "prefetch", "cache", "pass 1 samp/s",
-               "MB/s", "pass 2 samp/s", "MB/s");
-  }
-  const double bytes_per_batch = static_cast<double>(o.micro_batch_size * o.seq_length) * 2 * sizeof(int32_t);
-  std::vector<int32_t> tokens, targets;
-  for (int64_t cache : o.cache) {
-    for (int workers : o.workers) {
-      DataLoader loader(*source, o.micro_batch_size, {workers, o.prefetch_factor, cache});
-      double seconds[2];
-      for (int pass = 0; pass < 2; ++pass) {
-        const auto start = std::chrono::steady_clock::now();
-        for (int64_t b = 0; b < o.batches; ++b) loader.next(b * o.micro_batch_size, tokens, targets);
-        seconds[pass] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      }
-      const double samples = static_cast<double>(o.batches * o.micro_batch_size);
-      const double mb = static_cast<double>(o.batches) * bytes_per_batch / 1e6;
-      if (o.json) {
-        fmt::print("{}\n", nlohmann::json{{"data_path", o.data_path}, {"workers", workers}, {"prefetch_factor", o.prefetch_factor},
-                                          {"cache_samples", cache}, {"pass1_samples_per_second", samples / seconds[0]},
-                                          {"pass2_samples_per_second", samples / seconds[1]},
-                                          {"pass1_mb_per_second", mb / seconds[0]}, {"pass2_mb_per_second", mb / seconds[1]}}
-                                .dump());
-      } else {
-        fmt::print(" {:>8} {:>10} {:>10} {:>14.0f} {:>12.1f} {:>14.0f} {:>12.1f}\n", workers, o.prefetch_factor, cache,
-                   samples / seconds[0], mb / seconds[0], samples / seconds[1], mb / seconds[1]);
-      }
-    }
-  }
-}
-
 }  // namespace
 
 void add_bench_command(CLI::App& root) {
@@ -251,19 +189,7 @@ void add_bench_command(CLI::App& root) {
   gemm->add_flag("--json", gemm_options->json, "JSON lines instead of the table");
   gemm->callback([gemm_options] { bench_gemm(*gemm_options); });
 
-  auto loader_options = std::make_shared<BenchLoaderOptions>();
-  CLI::App* loader = bench->add_subcommand("loader", "measure data-loading throughput: workers x cache");
-  loader->add_option("--data-path", loader_options->data_path, "shard folder or Megatron prefix/blend")->required();
-  loader->add_option("--vocab-size", loader_options->vocab_size, "vocabulary (default: the shards' meta.json)");
-  loader->add_option("--split", loader_options->split, "document split for indexed data");
-  loader->add_option("--seq-length", loader_options->seq_length, "tokens per sample");
-  loader->add_option("--micro-batch-size", loader_options->micro_batch_size, "samples per batch");
-  loader->add_option("--batches", loader_options->batches, "batches per pass");
-  loader->add_option("--workers", loader_options->workers, "worker counts to sweep")->delimiter(',');
-  loader->add_option("--cache", loader_options->cache, "cache sizes (samples) to sweep")->delimiter(',');
-  loader->add_option("--prefetch-factor", loader_options->prefetch_factor, "batches queued per worker");
-  loader->add_flag("--json", loader_options->json, "JSON lines instead of the table");
-  loader->callback([loader_options] { bench_loader(*loader_options); });
+  add_bench_loader_command(*bench);
 }
 
 }  // namespace kiln::cli

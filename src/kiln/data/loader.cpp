@@ -94,14 +94,16 @@ void DataLoader::worker_loop() {
 }
 
 void DataLoader::next(int64_t first, std::vector<int32_t>& tokens, std::vector<int32_t>& targets) {
-  if (workers_.empty()) {
+  const auto start = std::chrono::steady_clock::now();
+  if (workers_.empty()) {  // reading in the consumer's thread: all of it is waiting for data
     Batch batch;
     read_batch(first, batch);
     tokens = std::move(batch.tokens);
     targets = std::move(batch.targets);
+    std::lock_guard lock(mutex_);
+    wait_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     return;
   }
-  const auto start = std::chrono::steady_clock::now();
   std::unique_lock lock(mutex_);
   if (first != expected_) {  // not the continuation: restart the pipeline here
     ++generation_;
