@@ -21,23 +21,9 @@ namespace {
 using testing::error_of;
 using testing::TempDir;
 
-class S3Datasets : public ::testing::Test {
+class S3Datasets : public testing::S3rverTest {
  protected:
-  static void SetUpTestSuite() { server_ = new testing::S3rver(); }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-  void SetUp() override {
-    if (!server_->available()) GTEST_SKIP() << server_->reason();
-  }
-  StorageOptions options(const std::string& cache_dir = "") const {
-    StorageOptions options;
-    options.s3 = server_->settings();
-    options.cache_dir = cache_dir;
-    options.cache_chunk_bytes = 4096;
-    return options;
-  }
+  StorageOptions options(const std::string& cache_dir = "") const { return storage_options(cache_dir, 4096); }
   // Uploads every file of a local folder under s3://kiln-test/<prefix>/ and returns that URI.
   std::string upload(const std::string& dir, const std::string& prefix) const {
     const S3Client client(server_->settings());
@@ -48,10 +34,7 @@ class S3Datasets : public ::testing::Test {
     }
     return std::string("s3://") + testing::S3rver::kBucket + "/" + prefix;
   }
-
-  static testing::S3rver* server_;
 };
-testing::S3rver* S3Datasets::server_ = nullptr;
 
 std::vector<int32_t> samples_of(const TokenSource& source, int64_t count) {
   std::vector<int32_t> all, tokens(static_cast<size_t>(source.seq_length())), targets(tokens.size());

@@ -30,29 +30,18 @@ std::string random_bytes(size_t count, uint64_t seed) {
 
 std::string s3_uri(const std::string& key) { return std::string("s3://") + testing::S3rver::kBucket + "/" + key; }
 
-class S3 : public ::testing::Test {
+class S3 : public testing::S3rverTest {
  protected:
-  static void SetUpTestSuite() { server_ = new testing::S3rver(); }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
   void SetUp() override {
-    if (!server_->available()) GTEST_SKIP() << server_->reason();
-    client_ = std::make_shared<S3Client>(server_->settings());
+    S3rverTest::SetUp();
+    if (!IsSkipped()) client_ = std::make_shared<S3Client>(server_->settings());
   }
   StorageOptions storage_options(const std::string& cache_dir = "") const {
-    StorageOptions options;
-    options.s3 = server_->settings();
-    options.cache_dir = cache_dir;
-    options.cache_chunk_bytes = 64 * 1024;
-    return options;
+    return S3rverTest::storage_options(cache_dir, 64 * 1024);
   }
 
-  static testing::S3rver* server_;
   std::shared_ptr<S3Client> client_;
 };
-testing::S3rver* S3::server_ = nullptr;
 
 TEST_F(S3, PutHeadGetAndRangedReadsInFlightTogether) {
   const std::string object = random_bytes(300000, 1);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -18,6 +19,7 @@
 #include <thread>
 
 #include "kiln/storage/s3_client.h"
+#include "kiln/storage/storage.h"
 #include "support/temp_dir.h"
 
 namespace kiln::testing {
@@ -114,6 +116,29 @@ class S3rver {
   int port_ = 0;
   pid_t pid_ = -1;
   std::string reason_;
+};
+
+// A fixture with one s3rver for the whole suite; its tests skip (with the reason) without one.
+class S3rverTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { server_ = new S3rver(); }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override {
+    if (!server_->available()) GTEST_SKIP() << server_->reason();
+  }
+  // Storage reading from this server, with an optional cache folder of small chunks.
+  StorageOptions storage_options(const std::string& cache_dir, uint64_t chunk_bytes) const {
+    StorageOptions options;
+    options.s3 = server_->settings();
+    options.cache_dir = cache_dir;
+    options.cache_chunk_bytes = chunk_bytes;
+    return options;
+  }
+
+  static inline S3rver* server_ = nullptr;
 };
 
 }  // namespace kiln::testing
