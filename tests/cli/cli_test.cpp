@@ -138,6 +138,22 @@ TEST(Cli, BenchCommandsOnTheCpu) {
     ++rows;
   }
   EXPECT_EQ(rows, 4);  // 2 worker counts x 2 cache sizes
+
+  // A classification CSV folder: every row decoded per pass, for each worker count.
+  ASSERT_EQ(run_kiln("data synth -o " + dir / "cls" + " --files 3 --seq-length 8").exit_code, 0);
+  const Result csv = run_kiln("bench loader --data-path " + dir / "cls" + " --workers 0,2 --json");
+  ASSERT_EQ(csv.exit_code, 0) << csv.output;
+  std::istringstream csv_lines(csv.output);
+  int csv_rows = 0;
+  for (std::string line; std::getline(csv_lines, line); ++csv_rows) {
+    const auto row = nlohmann::json::parse(line);
+    EXPECT_EQ(row["format"], "csv");
+    EXPECT_GT(row["pass2_samples_per_second"].get<double>(), 0.0);
+  }
+  EXPECT_EQ(csv_rows, 2);
+  const Result no_s3 = run_kiln("bench loader --data-path " + dir.path() + " --storage s3");
+  EXPECT_EQ(no_s3.exit_code, 1);
+  EXPECT_NE(no_s3.output.find("--storage s3 needs --s3-path"), std::string::npos) << no_s3.output;
 }
 
 TEST(Cli, EstimateGpt3) {

@@ -5,9 +5,14 @@
 // in BatchStager slots of the chosen device, so on CUDA `--pin-memory 0,1` also sweeps pinned vs
 // pageable staging with the copy to the GPU included. With `--model-iters N` it then trains a
 // small GPT for N steps per setting and reports the share of step time spent waiting for data.
+// A sequence-classification folder (metadata.json, `kiln data synth`) is measured by decoding
+// every row once per pass with the workers splitting the rows, as torch's DataLoader does with the
+// same worker count (bench/peers/pytorch_loader.py).
 #include <fmt/format.h>
 
+#include <atomic>
 #include <chrono>
+#include <thread>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -16,6 +21,7 @@
 #include "kiln/backend/registry.h"
 #include "kiln/cli/commands.h"
 #include "kiln/core/error.h"
+#include "kiln/data/classification_csv.h"
 #include "kiln/data/gpt_dataset.h"
 #include "kiln/data/loader.h"
 #include "kiln/data/token_dataset.h"
@@ -101,8 +107,54 @@ double data_wait_share(const BenchLoaderOptions& o, const StorageChoice& choice,
   return total > 0 ? waited / total : 0.0;
 }
 
+// Rows decoded per second by `workers` threads (0: the calling thread) over the whole set, each
+// thread taking batches of micro_batch_size rows in turn.
+double csv_rows_per_second(const ClassificationDataset& data, int workers, int64_t batch) {
+  std::atomic<int64_t> next{0};
+  std::atomic<int64_t> checksum{0};  // keeps the decoding from being optimised away
+  const auto work = [&] {
+    int64_t sum = 0;
+    for (int64_t first; (first = next.fetch_add(batch)) < data.size();)
+      for (int64_t row = first; row < std::min(first + batch, data.size()); ++row) {
+        const ClassificationSample sample = data.sample(row);
+        sum += sample.label + sample.input_ids.front();
+      }
+    checksum += sum;
+  };
+  const auto start = std::chrono::steady_clock::now();
+  if (workers == 0) {
+    work();
+  } else {
+    std::vector<std::thread> threads;
+    for (int w = 0; w < workers; ++w) threads.emplace_back(work);
+    for (std::thread& thread : threads) thread.join();
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return static_cast<double>(data.size()) / seconds;
+}
+
+void bench_csv(const BenchLoaderOptions& o) {
+  const ClassificationDataset data(o.data_path);
+  if (!o.json)
+    fmt::print("# kiln bench loader | {} | classification CSV, {} rows of {} tokens | every row decoded per pass\n"
+               "#{:>8} {:>16} {:>16}\n",
+               o.data_path, data.size(), data.seq_length(), "workers", "pass 1 rows/s", "pass 2 rows/s");
+  for (int workers : o.workers) {
+    const double first = csv_rows_per_second(data, workers, o.micro_batch_size);
+    const double second = csv_rows_per_second(data, workers, o.micro_batch_size);
+    if (o.json) {
+      fmt::print("{}\n", nlohmann::json{{"data_path", o.data_path}, {"format", "csv"}, {"workers", workers},
+                                        {"pass1_samples_per_second", first}, {"pass2_samples_per_second", second}}
+                             .dump());
+    } else {
+      fmt::print(" {:>8} {:>16.0f} {:>16.0f}\n", workers, first, second);
+    }
+  }
+}
+
 void bench_loader(const BenchLoaderOptions& o) {
   KILN_CHECK(!o.data_path.empty(), "--data-path is required");
+  if (Storage::defaults().exists(o.data_path + "/metadata.json")) return bench_csv(o);
   KILN_CHECK(o.batches > 0 && o.micro_batch_size > 0 && o.seq_length > 0,
              "--batches, --micro-batch-size and --seq-length must be positive");
   const std::unique_ptr<Backend> backend = make_backend(o.device, {});
@@ -168,7 +220,8 @@ void bench_loader(const BenchLoaderOptions& o) {
 void add_bench_loader_command(CLI::App& bench) {
   auto o = std::make_shared<BenchLoaderOptions>();
   CLI::App* loader = bench.add_subcommand("loader", "measure data loading: storage x cache x workers x prefetch x pin");
-  loader->add_option("--data-path", o->data_path, "shard folder or Megatron prefix (local)")->required();
+  loader->add_option("--data-path", o->data_path, "shard folder, Megatron prefix or classification CSV folder (local)")
+      ->required();
   loader->add_option("--s3-path", o->s3_path, "the same data on S3 (s3://bucket/key), for --storage s3, s3-cache");
   loader->add_option("--cache-dir", o->cache_dir, "cache folder for --storage s3-cache");
   loader->add_option("--storage", o->storage, "storages to sweep: mmap, pread, s3, s3-cache")->delimiter(',');
