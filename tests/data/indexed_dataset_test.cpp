@@ -94,6 +94,17 @@ TEST(IndexedDataset, MalformedFilesNameTheCulprit) {
   std::memcpy(boundaries.data() + 34 + 12 + 24 + 16, &decreasing, 8);
   expect(boundaries, bin, "document boundary 2 decreases");
   expect(idx, bin, "token 40000 at byte offset 8 (sequence 2) is outside the vocabulary [0, 30000)", 30000);
+  // Read through pread (as remote files are), the .bin is not scanned on open; the bad token is
+  // named when its sequence is read, and the good ones still read.
+  const Storage pread_storage(StorageOptions{LocalIo::Pread});
+  const IndexedDataset unscanned(dir / "x", 30000, pread_storage);
+  std::vector<int32_t> tokens;
+  unscanned.read(0, 0, unscanned.sequence_length(0), tokens);
+  EXPECT_EQ(tokens.size(), 3u);
+  const std::string on_read = error_of([&] { unscanned.read(2, 0, unscanned.sequence_length(2), tokens); });
+  EXPECT_NE(on_read.find("x.bin: token 40000 at byte offset 8 (sequence 2) is outside the vocabulary [0, 30000)"),
+            std::string::npos)
+      << on_read;
   EXPECT_NE(error_of([&] { IndexedDataset dataset(dir / "missing", 10); }).find("missing.bin"), std::string::npos);
 }
 

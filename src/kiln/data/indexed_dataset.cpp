@@ -109,7 +109,16 @@ IndexedDataset::IndexedDataset(const std::string& prefix, int64_t vocab_size, co
   for (size_t i = 0; i < sequences; ++i) {
     tokens.clear();
     read(static_cast<int64_t>(i), 0, lengths_[i], tokens);
+    check_vocabulary(tokens, static_cast<int64_t>(i), static_cast<uint64_t>(pointers_[i]));
   }
+}
+
+void IndexedDataset::check_vocabulary(std::span<const int32_t> tokens, int64_t index, uint64_t byte_offset) const {
+  const size_t size = element_size(dtype_);
+  for (size_t t = 0; t < tokens.size(); ++t)
+    KILN_CHECK(tokens[t] >= 0 && tokens[t] < vocab_size_,
+               "{}: token {} at byte offset {} (sequence {}) is outside the vocabulary [0, {})", bin_->name(), tokens[t],
+               byte_offset + t * size, index, vocab_size_);
 }
 
 void IndexedDataset::read(int64_t index, int64_t offset, int64_t count, std::vector<int32_t>& out) const {
@@ -131,11 +140,8 @@ void IndexedDataset::read(int64_t index, int64_t offset, int64_t count, std::vec
   for (int64_t t = 0; t < count; ++t)
     out.push_back(dtype_ == IndexedDType::UInt16 ? read_at<uint16_t>(base, static_cast<size_t>(t) * 2)
                                                  : read_at<int32_t>(base, static_cast<size_t>(t) * 4));
-  if (vocab_size_ <= 0) return;
-  for (size_t t = first; t < out.size(); ++t)
-    KILN_CHECK(out[t] >= 0 && out[t] < vocab_size_,
-               "{}: token {} at byte offset {} (sequence {}) is outside the vocabulary [0, {})", bin_->name(), out[t],
-               start + (t - first) * size, index, vocab_size_);
+  if (vocab_size_ > 0 && bin_->mapped() == nullptr)  // a mapped .bin was checked whole on open
+    check_vocabulary(std::span<const int32_t>(out).subspan(first), index, start);
 }
 
 }  // namespace kiln

@@ -55,6 +55,9 @@ class IndexedDataset {
   void read(int64_t index, int64_t offset, int64_t count, std::vector<int32_t>& out) const;
 
  private:
+  // Every token below vocab_size_, else an error naming .bin, the byte offset and the sequence.
+  void check_vocabulary(std::span<const int32_t> tokens, int64_t index, uint64_t byte_offset) const;
+
   std::unique_ptr<RandomAccessFile> bin_;
   int64_t vocab_size_ = 0;
   IndexedDType dtype_ = IndexedDType::UInt16;

@@ -15,6 +15,7 @@
 #include "kiln/core/atomic_file.h"
 #include "kiln/core/error.h"
 #include "kiln/core/rng.h"
+#include "kiln/storage/mapped_file.h"
 
 namespace kiln {
 namespace {
@@ -25,14 +26,8 @@ bool read_from_chunk_file(const std::string& path, uint64_t chunk_bytes, uint64_
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   struct stat info {};
-  bool ok = ::fstat(fd, &info) == 0 && static_cast<uint64_t>(info.st_size) == chunk_bytes;
-  size_t done = 0;
-  while (ok && done < out.size()) {
-    const ssize_t got = ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(within + done));
-    if (got < 0 && errno == EINTR) continue;
-    ok = got > 0;
-    if (ok) done += static_cast<size_t>(got);
-  }
+  const bool ok = ::fstat(fd, &info) == 0 && static_cast<uint64_t>(info.st_size) == chunk_bytes &&
+                  pread_fully(fd, out, within);
   ::close(fd);
   return ok;
 }

@@ -57,7 +57,19 @@ struct Transfer {
   curl_slist* headers = nullptr;
   char error[CURL_ERROR_SIZE] = {};
   bool overflow = false;
+  bool in_multi = false;
 };
+
+// Returns a transfer's handle to the thread's pool, also when an error unwinds mid-batch, so the
+// multi handle never keeps a transfer whose buffers are gone.
+void finish(ThreadCurl& curl, Transfer& transfer) {
+  if (!transfer.in_multi) return;
+  curl_multi_remove_handle(curl.multi, transfer.easy);
+  curl_slist_free_all(transfer.headers);
+  transfer.headers = nullptr;
+  curl.idle.push_back(transfer.easy);
+  transfer.in_multi = false;
+}
 
 size_t on_body(char* data, size_t size, size_t count, void* user) {
   auto& transfer = *static_cast<Transfer*>(user);
@@ -138,6 +150,13 @@ std::vector<HttpResponse> http_perform(std::span<const HttpRequest> requests, in
   ThreadCurl& curl = thread_curl();
   std::vector<HttpResponse> responses(requests.size());
   std::vector<Transfer> transfers(requests.size());
+  struct Cleanup {
+    ThreadCurl& curl;
+    std::vector<Transfer>& transfers;
+    ~Cleanup() {
+      for (Transfer& transfer : transfers) finish(curl, transfer);
+    }
+  } cleanup{curl, transfers};
   size_t next = 0, running = 0;
   const auto start_next = [&] {
     Transfer& transfer = transfers[next];
@@ -146,6 +165,7 @@ std::vector<HttpResponse> http_perform(std::span<const HttpRequest> requests, in
     transfer.easy = curl.take();
     configure(transfer, timeouts);
     curl_multi_add_handle(curl.multi, transfer.easy);
+    transfer.in_multi = true;
     ++next;
     ++running;
   };
@@ -169,10 +189,7 @@ std::vector<HttpResponse> http_perform(std::span<const HttpRequest> requests, in
                                    : transfer->error[0] ? std::string(transfer->error)
                                                         : std::string(curl_easy_strerror(message->data.result));
       }
-      curl_multi_remove_handle(curl.multi, transfer->easy);
-      curl_slist_free_all(transfer->headers);
-      transfer->headers = nullptr;
-      curl.idle.push_back(transfer->easy);
+      finish(curl, *transfer);
       --running;
       if (next < requests.size()) start_next();
     }

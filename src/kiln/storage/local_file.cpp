@@ -1,14 +1,12 @@
 #include "kiln/storage/local_file.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
 #include "kiln/core/error.h"
-#include "kiln/data/mapped_file.h"
+#include "kiln/storage/mapped_file.h"
 
 namespace kiln {
 
@@ -23,15 +21,9 @@ namespace {
 class PreadFile final : public RandomAccessFile {
  public:
   explicit PreadFile(const std::string& path) : path_(path) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    KILN_CHECK(fd_ >= 0, "cannot open '{}': {}", path, std::strerror(errno));
-    struct stat info {};
-    if (::fstat(fd_, &info) != 0) {
-      const int saved = errno;
-      ::close(fd_);
-      fail("cannot stat '{}': {}", path, std::strerror(saved));
-    }
-    size_ = static_cast<uint64_t>(info.st_size);
+    const ReadOnlyFile file = open_read_only(path);
+    fd_ = file.fd;
+    size_ = file.size;
   }
   ~PreadFile() override { ::close(fd_); }
 
@@ -39,14 +31,9 @@ class PreadFile final : public RandomAccessFile {
   uint64_t size() const override { return size_; }
   void read(uint64_t offset, std::span<uint8_t> out) const override {
     check_range(offset, out.size());
-    size_t done = 0;
-    while (done < out.size()) {
-      const ssize_t got = ::pread(fd_, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
-      if (got < 0 && errno == EINTR) continue;
-      KILN_CHECK(got > 0, "{}: read of {} bytes at offset {} failed: {}", path_, out.size(), offset,
-                 got == 0 ? "unexpected end of file (truncated while open?)" : std::strerror(errno));
-      done += static_cast<size_t>(got);
-    }
+    errno = 0;
+    KILN_CHECK(pread_fully(fd_, out, offset), "{}: read of {} bytes at offset {} failed: {}", path_, out.size(), offset,
+               errno == 0 ? "unexpected end of file (truncated while open?)" : std::strerror(errno));
   }
 
  private:

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "kiln/core/tensor.h"
-#include "kiln/data/mapped_file.h"
+#include "kiln/storage/mapped_file.h"
 
 namespace kiln {
 

@@ -1,4 +1,4 @@
-#include "kiln/data/mapped_file.h"
+#include "kiln/storage/mapped_file.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -12,7 +12,7 @@
 
 namespace kiln {
 
-MappedFile::MappedFile(const std::string& path) : path_(path) {
+ReadOnlyFile open_read_only(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   KILN_CHECK(fd >= 0, "cannot open '{}': {}", path, std::strerror(errno));
   struct stat info {};
@@ -21,7 +21,23 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
     ::close(fd);
     fail("cannot stat '{}': {}", path, std::strerror(saved));
   }
-  size_ = static_cast<size_t>(info.st_size);
+  return {fd, static_cast<uint64_t>(info.st_size)};
+}
+
+bool pread_fully(int fd, std::span<uint8_t> out, uint64_t offset) {
+  size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t got = ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    done += static_cast<size_t>(got);
+  }
+  return true;
+}
+
+MappedFile::MappedFile(const std::string& path) : path_(path) {
+  const auto [fd, size] = open_read_only(path);
+  size_ = static_cast<size_t>(size);
   if (size_ > 0) {
     void* mapped = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
     const int saved = errno;
