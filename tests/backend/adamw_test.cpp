@@ -1,4 +1,5 @@
-// AdamW, sum of squares and argument validation on every back-end, against double references.
+// AdamW, sum of squares, dtype conversion and fill, and argument validation on every back-end,
+// against double references and the host's conversions (core/dtype.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,6 +8,7 @@
 #include "kiln/core/error.h"
 #include "support/backends.h"
 #include "support/device_tensors.h"
+#include "support/error_of.h"
 
 namespace kiln::testing {
 namespace {
@@ -88,6 +90,64 @@ TEST_P(BackendTest, ShapeMismatchIsAnErrorNamingTheArgument) {
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("'out'"), std::string::npos) << error.what();
   }
+}
+
+// Rounding cases: ties, subnormals of both 16-bit formats, fp16 overflow, infinities and NaN.
+std::vector<float> conversion_cases() {
+  Rng rng(21);
+  std::vector<float> values = random_floats(300, rng, 10.0f);
+  for (float value : {0.0f, -0.0f, 1.0f + 0x1.0p-8f, 1.0f + 0x1.0p-11f, 1.0f + 3 * 0x1.0p-11f, 0x1.0p-20f,
+                      -0x1.8p-126f, 0x1.0p-135f, 65504.0f, 65520.0f, 1e30f, -1e38f, INFINITY, -INFINITY, NAN})
+    values.push_back(value);
+  return values;
+}
+
+TEST_P(BackendTest, ConvertRoundsLikeTheHostBetweenEveryFloatDtype) {
+  const std::vector<float> values = conversion_cases();
+  const auto count = static_cast<int64_t>(values.size());
+  for (DType from : {DType::F32, DType::BF16, DType::F16}) {
+    for (DType to : {DType::F32, DType::BF16, DType::F16}) {
+      DeviceTensors source(*backend_, from), target(*backend_, to);
+      const Tensor in = source.acts(values, {count});
+      const Tensor out = target.poisoned_acts({count});
+      backend_->convert({out, in});
+      const std::vector<float> expected = rounded_to(to, rounded_to(from, values));
+      const std::vector<float> actual = target.download(out);
+      for (size_t i = 0; i < values.size(); ++i) {
+        if (std::isnan(expected[i])) {
+          EXPECT_TRUE(std::isnan(actual[i])) << dtype_name(from) << " -> " << dtype_name(to) << " at " << i;
+        } else {
+          EXPECT_EQ(actual[i], expected[i]) << dtype_name(from) << " -> " << dtype_name(to) << " of " << values[i];
+        }
+      }
+    }
+  }
+}
+
+TEST_P(BackendTest, FillWritesEveryFloatDtype) {
+  for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
+    DeviceTensors t(*backend_, dtype);
+    const Tensor out = t.poisoned_acts({1000});
+    backend_->fill({out, 0.1f});
+    for (float value : t.download(out)) ASSERT_EQ(value, rounded_to(dtype, {0.1f})[0]) << dtype_name(dtype);
+  }
+}
+
+TEST_P(BackendTest, MixedDtypesInOneOpAreAnErrorNamingTheArgument) {
+  DeviceTensors bf16(*backend_, DType::BF16);
+  DeviceTensors fp32(*backend_);
+  const std::string message = error_of([&] {
+    backend_->matmul_forward({bf16.poisoned_acts({4, 6}), bf16.poisoned_acts({4, 3}), fp32.poisoned({3, 6}), Tensor{},
+                              WeightLayout::InOut});
+  });
+  EXPECT_NE(message.find("matmul_forward: argument 'weight' has dtype fp32, expected bf16"), std::string::npos)
+      << message;
+  // Parameter gradients stay fp32 under mixed precision.
+  const std::string gradient = error_of([&] {
+    backend_->matmul_backward({Tensor{}, bf16.poisoned_acts({3, 6}), Tensor{}, bf16.poisoned_acts({4, 6}),
+                               bf16.poisoned_acts({4, 3}), bf16.poisoned_acts({3, 6}), WeightLayout::InOut});
+  });
+  EXPECT_NE(gradient.find("argument 'dweight' has dtype bf16, expected fp32"), std::string::npos) << gradient;
 }
 
 TEST_P(BackendTest, CrossEntropyRejectsTargetsOutsideVocabulary) {

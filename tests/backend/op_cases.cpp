@@ -27,11 +27,11 @@ OpCase matmul_case(int64_t M, int64_t K, int64_t N, bool bias, WeightLayout layo
   op.inputs = {random_floats(static_cast<size_t>(M * K), rng), random_floats(static_cast<size_t>(K * N), rng)};
   if (bias) op.inputs.push_back(random_floats(static_cast<size_t>(N), rng));
   op.differentiable = bias ? std::vector<size_t>{0, 1, 2} : std::vector<size_t>{0, 1};
-  op.forward = [=](Backend& backend, const FloatInputs& in) {
-    DeviceTensors t(backend);
-    Tensor out = t.poisoned({M, N});
-    backend.matmul_forward({out, t.floats(in[0], {M, K}), t.floats(in[1], weight_shape),
-                            bias ? t.floats(in[2], {N}) : Tensor{}, layout});
+  op.forward = [=](Backend& backend, DType dtype, const FloatInputs& in) {
+    DeviceTensors t(backend, dtype);
+    Tensor out = t.poisoned_acts({M, N});
+    backend.matmul_forward({out, t.acts(in[0], {M, K}), t.acts(in[1], weight_shape),
+                            bias ? t.acts(in[2], {N}) : Tensor{}, layout});
     return t.download(out);
   };
   op.reference = [=](const DoubleInputs& in) {
@@ -44,16 +44,16 @@ OpCase matmul_case(int64_t M, int64_t K, int64_t N, bool bias, WeightLayout layo
       }
     return out;
   };
-  op.backward = [=](Backend& backend, const FloatInputs& in, const std::vector<float>& dout) {
-    DeviceTensors t(backend);
+  op.backward = [=](Backend& backend, DType dtype, const FloatInputs& in, const std::vector<float>& dout) {
+    DeviceTensors t(backend, dtype);
     Rng seed_rng(7);
     const std::vector<float> dweight_seed = random_floats(in[1].size(), seed_rng);
     const std::vector<float> dbias_seed = random_floats(static_cast<size_t>(N), seed_rng);
-    Tensor din = t.poisoned({M, K});
+    Tensor din = t.poisoned_acts({M, K});
     Tensor dweight = t.floats(dweight_seed, weight_shape);
     Tensor dbias = bias ? t.floats(dbias_seed, {N}) : Tensor{};
-    backend.matmul_backward({din, dweight, dbias, t.floats(dout, {M, N}), t.floats(in[0], {M, K}),
-                             t.floats(in[1], weight_shape), layout});
+    backend.matmul_backward({din, dweight, dbias, t.acts(dout, {M, N}), t.acts(in[0], {M, K}),
+                             t.acts(in[1], weight_shape), layout});
     FloatInputs grads = {t.download(din), subtract(t.download(dweight), dweight_seed)};
     if (bias) grads.push_back(subtract(t.download(dbias), dbias_seed));
     return grads;
@@ -70,11 +70,11 @@ OpCase layernorm_case(int64_t M, int64_t C, Rng& rng) {
   op.inputs = {in, random_floats(static_cast<size_t>(C), rng), random_floats(static_cast<size_t>(C), rng)};
   op.differentiable = {0, 1, 2};
   constexpr float kEps = 1e-5f;
-  op.forward = [=](Backend& backend, const FloatInputs& x) {
-    DeviceTensors t(backend);
-    Tensor out = t.poisoned({M, C});
-    backend.layernorm_forward({out, t.poisoned({M}), t.poisoned({M}), t.floats(x[0], {M, C}),
-                               t.floats(x[1], {C}), t.floats(x[2], {C}), kEps});
+  op.forward = [=](Backend& backend, DType dtype, const FloatInputs& x) {
+    DeviceTensors t(backend, dtype);
+    Tensor out = t.poisoned_acts({M, C});
+    backend.layernorm_forward({out, t.poisoned({M}), t.poisoned({M}), t.acts(x[0], {M, C}),
+                               t.acts(x[1], {C}), t.acts(x[2], {C}), kEps});
     return t.download(out);
   };
   op.reference = [=](const DoubleInputs& x) {
@@ -88,17 +88,17 @@ OpCase layernorm_case(int64_t M, int64_t C, Rng& rng) {
     }
     return out;
   };
-  op.backward = [=](Backend& backend, const FloatInputs& x, const std::vector<float>& dout) {
-    DeviceTensors t(backend);
+  op.backward = [=](Backend& backend, DType dtype, const FloatInputs& x, const std::vector<float>& dout) {
+    DeviceTensors t(backend, dtype);
     Rng seed_rng(11);
-    const std::vector<float> din_seed = random_floats(x[0].size(), seed_rng);  // din is "+="
+    const std::vector<float> din_seed = rounded_to(dtype, random_floats(x[0].size(), seed_rng));  // din is "+="
     const std::vector<float> dw_seed = random_floats(static_cast<size_t>(C), seed_rng);
     const std::vector<float> db_seed = random_floats(static_cast<size_t>(C), seed_rng);
     Tensor mean = t.poisoned({M}), rstd = t.poisoned({M});
-    Tensor in = t.floats(x[0], {M, C}), weight = t.floats(x[1], {C});
-    backend.layernorm_forward({t.poisoned({M, C}), mean, rstd, in, weight, t.floats(x[2], {C}), kEps});
-    Tensor din = t.floats(din_seed, {M, C}), dw = t.floats(dw_seed, {C}), db = t.floats(db_seed, {C});
-    backend.layernorm_backward({din, dw, db, t.floats(dout, {M, C}), in, weight, mean, rstd});
+    Tensor in = t.acts(x[0], {M, C}), weight = t.acts(x[1], {C});
+    backend.layernorm_forward({t.poisoned_acts({M, C}), mean, rstd, in, weight, t.acts(x[2], {C}), kEps});
+    Tensor din = t.acts(din_seed, {M, C}), dw = t.floats(dw_seed, {C}), db = t.floats(db_seed, {C});
+    backend.layernorm_backward({din, dw, db, t.acts(dout, {M, C}), in, weight, mean, rstd});
     return FloatInputs{subtract(t.download(din), din_seed), subtract(t.download(dw), dw_seed),
                        subtract(t.download(db), db_seed)};
   };
@@ -111,10 +111,10 @@ OpCase gelu_case(int64_t count, Rng& rng) {
   op.name = fmt::format("gelu_N{}", count);
   op.inputs = {random_floats(static_cast<size_t>(count), rng, 2.0f)};
   op.differentiable = {0};
-  op.forward = [=](Backend& backend, const FloatInputs& x) {
-    DeviceTensors t(backend);
-    Tensor out = t.poisoned({count});
-    backend.gelu_forward({out, t.floats(x[0], {count})});
+  op.forward = [=](Backend& backend, DType dtype, const FloatInputs& x) {
+    DeviceTensors t(backend, dtype);
+    Tensor out = t.poisoned_acts({count});
+    backend.gelu_forward({out, t.acts(x[0], {count})});
     return t.download(out);
   };
   op.reference = [](const DoubleInputs& x) {
@@ -125,10 +125,10 @@ OpCase gelu_case(int64_t count, Rng& rng) {
     }
     return out;
   };
-  op.backward = [=](Backend& backend, const FloatInputs& x, const std::vector<float>& dout) {
-    DeviceTensors t(backend);
-    Tensor din = t.poisoned({count});
-    backend.gelu_backward({din, t.floats(x[0], {count}), t.floats(dout, {count})});
+  op.backward = [=](Backend& backend, DType dtype, const FloatInputs& x, const std::vector<float>& dout) {
+    DeviceTensors t(backend, dtype);
+    Tensor din = t.poisoned_acts({count});
+    backend.gelu_backward({din, t.acts(x[0], {count}), t.acts(dout, {count})});
     return FloatInputs{t.download(din)};
   };
   return op;
@@ -139,10 +139,10 @@ OpCase residual_case(int64_t count, Rng& rng) {
   OpCase op;
   op.name = fmt::format("residual_N{}", count);
   op.inputs = {random_floats(static_cast<size_t>(count), rng), random_floats(static_cast<size_t>(count), rng)};
-  op.forward = [=](Backend& backend, const FloatInputs& x) {
-    DeviceTensors t(backend);
-    Tensor out = t.poisoned({count});
-    backend.residual_forward({out, t.floats(x[0], {count}), t.floats(x[1], {count})});
+  op.forward = [=](Backend& backend, DType dtype, const FloatInputs& x) {
+    DeviceTensors t(backend, dtype);
+    Tensor out = t.poisoned_acts({count});
+    backend.residual_forward({out, t.acts(x[0], {count}), t.acts(x[1], {count})});
     return t.download(out);
   };
   op.reference = [](const DoubleInputs& x) {
@@ -162,10 +162,10 @@ OpCase embedding_case(int64_t B, int64_t T, int64_t C, int64_t rows, int64_t pos
   tokens[0] = tokens[1] = tokens.back();  // repeated ids must accumulate in dwte
   op.inputs = {random_floats(static_cast<size_t>(rows * C), rng), random_floats(static_cast<size_t>(positions * C), rng)};
   op.differentiable = {0, 1};
-  op.forward = [=](Backend& backend, const FloatInputs& x) {
-    DeviceTensors t(backend);
-    Tensor out = t.poisoned({B, T, C});
-    backend.embedding_forward({out, t.ints(tokens, {B, T}), t.floats(x[0], {rows, C}), t.floats(x[1], {positions, C})});
+  op.forward = [=](Backend& backend, DType dtype, const FloatInputs& x) {
+    DeviceTensors t(backend, dtype);
+    Tensor out = t.poisoned_acts({B, T, C});
+    backend.embedding_forward({out, t.ints(tokens, {B, T}), t.acts(x[0], {rows, C}), t.acts(x[1], {positions, C})});
     return t.download(out);
   };
   op.reference = [=](const DoubleInputs& x) {
@@ -174,13 +174,13 @@ OpCase embedding_case(int64_t B, int64_t T, int64_t C, int64_t rows, int64_t pos
       for (int64_t c = 0; c < C; ++c) out[i * C + c] = x[0][tokens[i] * C + c] + x[1][(i % T) * C + c];
     return out;
   };
-  op.backward = [=](Backend& backend, const FloatInputs& x, const std::vector<float>& dout) {
-    DeviceTensors t(backend);
+  op.backward = [=](Backend& backend, DType dtype, const FloatInputs& x, const std::vector<float>& dout) {
+    DeviceTensors t(backend, dtype);
     Rng seed_rng(13);
     const std::vector<float> dwte_seed = random_floats(x[0].size(), seed_rng);
     const std::vector<float> dwpe_seed = random_floats(x[1].size(), seed_rng);
     Tensor dwte = t.floats(dwte_seed, {rows, C}), dwpe = t.floats(dwpe_seed, {positions, C});
-    backend.embedding_backward({dwte, dwpe, t.floats(dout, {B, T, C}), t.ints(tokens, {B, T})});
+    backend.embedding_backward({dwte, dwpe, t.acts(dout, {B, T, C}), t.ints(tokens, {B, T})});
     return FloatInputs{subtract(t.download(dwte), dwte_seed), subtract(t.download(dwpe), dwpe_seed)};
   };
   return op;
@@ -212,15 +212,15 @@ OpCase attention_case(int64_t B, int64_t T, int64_t NH, int64_t HS, AttentionMas
   op.differentiable = {0};
   auto run_forward = [=](Backend& backend, DeviceTensors& t, const std::vector<float>& qkv_host,
                          Tensor& qkv, Tensor& probs) {
-    Tensor out = t.poisoned({B, T, C});
-    probs = t.poisoned({B, NH, T, T});
-    qkv = t.floats(qkv_host, {B, T, 3 * C});
+    Tensor out = t.poisoned_acts({B, T, C});
+    probs = t.poisoned_acts({B, NH, T, T});
+    qkv = t.acts(qkv_host, {B, T, 3 * C});
     backend.attention_forward({out, probs, qkv, padded ? t.ints(key_mask, {B, T}) : Tensor{},
                                static_cast<int>(NH), mask});
     return out;
   };
-  op.forward = [=](Backend& backend, const FloatInputs& x) {
-    DeviceTensors t(backend);
+  op.forward = [=](Backend& backend, DType dtype, const FloatInputs& x) {
+    DeviceTensors t(backend, dtype);
     Tensor qkv, probs;
     return t.download(run_forward(backend, t, x[0], qkv, probs));
   };
@@ -249,12 +249,12 @@ OpCase attention_case(int64_t B, int64_t T, int64_t NH, int64_t HS, AttentionMas
         }
     return out;
   };
-  op.backward = [=](Backend& backend, const FloatInputs& x, const std::vector<float>& dout) {
-    DeviceTensors t(backend);
+  op.backward = [=](Backend& backend, DType dtype, const FloatInputs& x, const std::vector<float>& dout) {
+    DeviceTensors t(backend, dtype);
     Tensor qkv, probs;
     run_forward(backend, t, x[0], qkv, probs);
-    Tensor dqkv = t.poisoned({B, T, 3 * C});
-    backend.attention_backward({dqkv, t.poisoned({B, NH, T, T}), t.floats(dout, {B, T, C}), qkv, probs,
+    Tensor dqkv = t.poisoned_acts({B, T, 3 * C});
+    backend.attention_backward({dqkv, t.poisoned_acts({B, NH, T, T}), t.acts(dout, {B, T, C}), qkv, probs,
                                 static_cast<int>(NH)});
     return FloatInputs{t.download(dqkv)};
   };
@@ -272,16 +272,18 @@ OpCase cross_entropy_case(int64_t M, int64_t V, int64_t Vp, Rng& rng) {
   op.inputs = {random_floats(static_cast<size_t>(M * Vp), rng, 3.0f)};
   op.differentiable = {0};
   op.uniform_dout = true;
-  auto run = [=](Backend& backend, const std::vector<float>& logits_host, bool grad, float scale,
+  auto run = [=](Backend& backend, DType dtype, const std::vector<float>& logits_host, bool grad, float scale,
                  std::vector<float>* logits_after) {
-    DeviceTensors t(backend);
-    Tensor logits = t.floats(logits_host, {M, Vp});
+    DeviceTensors t(backend, dtype);
+    Tensor logits = t.acts(logits_host, {M, Vp});
     Tensor losses = t.poisoned({M});
     backend.softmax_cross_entropy({logits, losses, t.ints(targets, {M}), V, kIgnore, scale, grad});
     if (logits_after) *logits_after = t.download(logits);
     return t.download(losses);
   };
-  op.forward = [=](Backend& backend, const FloatInputs& x) { return run(backend, x[0], false, 1.0f, nullptr); };
+  op.forward = [=](Backend& backend, DType dtype, const FloatInputs& x) {
+    return run(backend, dtype, x[0], false, 1.0f, nullptr);
+  };
   op.reference = [=](const DoubleInputs& x) {
     std::vector<double> losses(static_cast<size_t>(M), 0.0);
     for (int64_t m = 0; m < M; ++m) {
@@ -293,9 +295,9 @@ OpCase cross_entropy_case(int64_t M, int64_t V, int64_t Vp, Rng& rng) {
     }
     return losses;
   };
-  op.backward = [=](Backend& backend, const FloatInputs& x, const std::vector<float>& dout) {
+  op.backward = [=](Backend& backend, DType dtype, const FloatInputs& x, const std::vector<float>& dout) {
     std::vector<float> grad;
-    run(backend, x[0], true, dout[0], &grad);
+    run(backend, dtype, x[0], true, dout[0], &grad);
     return FloatInputs{grad};
   };
   return op;

@@ -187,7 +187,7 @@ TEST(Cli, BadInputGivesOneLineErrorAndNonZeroExit) {
   expect_error(run_kiln("train --hidden-size abc" + data), "--hidden-size: 'hidden_size' expects an integer");
   expect_error(run_kiln("train --micro-batch-size 3 --global-batch-size 10" + data), "'global_batch_size'");
   expect_error(run_kiln("train --data-path " + (dir / "nowhere") + " --vocab-size 29"), "is not a folder");
-  expect_error(run_kiln("train --bf16" + data + tiny_model_flags()), "fp32 only");
+  expect_error(run_kiln("train --bf16 --fp16" + data + tiny_model_flags()), "'fp16' and 'bf16' are both set");
 
   // A shard whose header disagrees with its size.
   TempDir cut;

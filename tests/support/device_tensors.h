@@ -11,10 +11,22 @@
 
 namespace kiln::testing {
 
-// Owns back-end buffers for the duration of one op call; hands out Tensor views.
+// `values` rounded to `dtype` (fp32, bf16 or fp16) and back: what a tensor of that dtype holds.
+inline std::vector<float> rounded_to(DType dtype, std::vector<float> values) {
+  std::vector<char> stored(values.size() * dtype_size(dtype));
+  const auto count = static_cast<int64_t>(values.size());
+  narrow_from_fp32(values.data(), dtype, stored.data(), count);
+  widen_to_fp32(stored.data(), dtype, values.data(), count);
+  return values;
+}
+
+// Owns back-end buffers for the duration of one op call; hands out Tensor views. Activations
+// (acts, poisoned_acts) are stored in the op's compute dtype; floats and poisoned are always fp32
+// (parameter gradients, statistics, losses).
 class DeviceTensors {
  public:
-  explicit DeviceTensors(Backend& backend) : backend_(backend) {}
+  explicit DeviceTensors(Backend& backend, DType activations = DType::F32)
+      : backend_(backend), activations_(activations) {}
 
   template <typename T>
   Tensor upload(const std::vector<T>& host, Shape shape, DType dtype) {
@@ -24,18 +36,31 @@ class DeviceTensors {
   }
   Tensor floats(const std::vector<float>& host, Shape shape) { return upload(host, shape, DType::F32); }
   Tensor ints(const std::vector<int32_t>& host, Shape shape) { return upload(host, shape, DType::I32); }
-  // An output buffer filled with NaN, so elements the op forgets to write are caught.
+  Tensor acts(const std::vector<float>& host, Shape shape) {
+    std::vector<char> stored(host.size() * dtype_size(activations_));
+    narrow_from_fp32(host.data(), activations_, stored.data(), static_cast<int64_t>(host.size()));
+    return upload(stored, shape, activations_);
+  }
+  // Output buffers filled with NaN, so elements the op forgets to write are caught.
   Tensor poisoned(Shape shape) {
     return floats(std::vector<float>(static_cast<size_t>(shape.numel()), std::numeric_limits<float>::quiet_NaN()), shape);
   }
+  Tensor poisoned_acts(Shape shape) {
+    return acts(std::vector<float>(static_cast<size_t>(shape.numel()), std::numeric_limits<float>::quiet_NaN()), shape);
+  }
+  // Any floating tensor, widened to fp32.
   std::vector<float> download(const Tensor& tensor) {
+    std::vector<char> stored(tensor.bytes());
+    backend_.copy_to_host(stored.data(), tensor.data, tensor.bytes());
     std::vector<float> host(static_cast<size_t>(tensor.numel()));
-    backend_.copy_to_host(host.data(), tensor.data, tensor.bytes());
+    widen_to_fp32(stored.data(), tensor.dtype, host.data(), tensor.numel());
     return host;
   }
+  DType activations() const { return activations_; }
 
  private:
   Backend& backend_;
+  DType activations_;
   std::vector<std::unique_ptr<DeviceBuffer>> buffers_;
 };
 

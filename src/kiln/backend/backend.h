@@ -74,6 +74,7 @@ class Backend {
   virtual void adamw_step(const AdamwStep& args) = 0;
   virtual double sum_of_squares(const SumOfSquares& args) = 0;
   virtual void fill(const Fill& args) = 0;
+  virtual void convert(const Convert& args) = 0;
 };
 
 }  // namespace kiln

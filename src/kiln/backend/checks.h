@@ -17,6 +17,17 @@ inline void require(const Tensor& tensor, DType dtype, Device device, const char
              dtype_name(tensor.dtype), dtype_name(dtype));
 }
 
+inline bool is_floating(DType dtype) { return dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16; }
+
+// The op's compute dtype, read from its leading activation `tensor`: fp32, bf16 or fp16.
+inline DType compute_dtype(const Tensor& tensor, Device device, const char* op, const char* arg) {
+  KILN_CHECK(!tensor.empty(), "{}: argument '{}' is missing", op, arg);
+  KILN_CHECK(is_floating(tensor.dtype), "{}: argument '{}' has dtype {}, expected fp32, bf16 or fp16", op, arg,
+             dtype_name(tensor.dtype));
+  require(tensor, tensor.dtype, device, op, arg);
+  return tensor.dtype;
+}
+
 inline void require_numel(const Tensor& tensor, int64_t numel, const char* op, const char* arg) {
   KILN_CHECK(tensor.numel() == numel, "{}: argument '{}' has {} elements {}, expected {}", op, arg,
              tensor.numel(), tensor.shape.to_string(), numel);

@@ -4,10 +4,10 @@ namespace kiln::checks {
 
 EmbeddingDims embedding_forward(const EmbeddingForward& a, Device device) {
   constexpr const char* op = "embedding_forward";
-  require(a.out, DType::F32, device, op, "out");
+  const DType dtype = compute_dtype(a.out, device, op, "out");
   require(a.tokens, DType::I32, device, op, "tokens");
-  require(a.wte, DType::F32, device, op, "wte");
-  require(a.wpe, DType::F32, device, op, "wpe");
+  require(a.wte, dtype, device, op, "wte");
+  require(a.wpe, dtype, device, op, "wpe");
   const EmbeddingDims dims{a.tokens.shape[0], a.tokens.shape[1], a.wte.shape[1]};
   KILN_CHECK(dims.T <= a.wpe.shape[0], "{}: sequence {} exceeds {} positions", op, dims.T, a.wpe.shape[0]);
   require_numel(a.out, dims.B * dims.T * dims.C, op, "out");
@@ -18,7 +18,7 @@ EmbeddingDims embedding_backward(const EmbeddingBackward& a, Device device) {
   constexpr const char* op = "embedding_backward";
   require(a.dwte, DType::F32, device, op, "dwte");
   require(a.dwpe, DType::F32, device, op, "dwpe");
-  require(a.dout, DType::F32, device, op, "dout");
+  compute_dtype(a.dout, device, op, "dout");
   require(a.tokens, DType::I32, device, op, "tokens");
   const EmbeddingDims dims{a.tokens.shape[0], a.tokens.shape[1], a.dwte.shape[1]};
   require_numel(a.dout, dims.B * dims.T * dims.C, op, "dout");
@@ -27,9 +27,11 @@ EmbeddingDims embedding_backward(const EmbeddingBackward& a, Device device) {
 
 RowsDims layernorm_forward(const LayerNormForward& a, Device device) {
   constexpr const char* op = "layernorm_forward";
-  for (auto [tensor, name] : {std::pair{&a.out, "out"}, {&a.mean, "mean"}, {&a.rstd, "rstd"}, {&a.in, "in"},
-                              {&a.weight, "weight"}, {&a.bias, "bias"}})
-    require(*tensor, DType::F32, device, op, name);
+  const DType dtype = compute_dtype(a.in, device, op, "in");
+  for (auto [tensor, name] : {std::pair{&a.out, "out"}, {&a.weight, "weight"}, {&a.bias, "bias"}})
+    require(*tensor, dtype, device, op, name);
+  require(a.mean, DType::F32, device, op, "mean");
+  require(a.rstd, DType::F32, device, op, "rstd");
   const int64_t C = a.weight.numel(), M = a.in.numel() / C;
   require_numel(a.in, M * C, op, "in");
   require_numel(a.out, M * C, op, "out");
@@ -41,8 +43,10 @@ RowsDims layernorm_forward(const LayerNormForward& a, Device device) {
 
 RowsDims layernorm_backward(const LayerNormBackward& a, Device device) {
   constexpr const char* op = "layernorm_backward";
-  for (auto [tensor, name] : {std::pair{&a.din, "din"}, {&a.dweight, "dweight"}, {&a.dbias, "dbias"},
-                              {&a.dout, "dout"}, {&a.in, "in"}, {&a.weight, "weight"}, {&a.mean, "mean"},
+  const DType dtype = compute_dtype(a.in, device, op, "in");
+  for (auto [tensor, name] : {std::pair{&a.din, "din"}, {&a.dout, "dout"}, {&a.weight, "weight"}})
+    require(*tensor, dtype, device, op, name);
+  for (auto [tensor, name] : {std::pair{&a.dweight, "dweight"}, {&a.dbias, "dbias"}, {&a.mean, "mean"},
                               {&a.rstd, "rstd"}})
     require(*tensor, DType::F32, device, op, name);
   const int64_t C = a.weight.numel(), M = a.in.numel() / C;
@@ -55,13 +59,13 @@ RowsDims layernorm_backward(const LayerNormBackward& a, Device device) {
 
 MatmulDims matmul_forward(const MatmulForward& a, Device device) {
   constexpr const char* op = "matmul_forward";
-  require(a.out, DType::F32, device, op, "out");
-  require(a.in, DType::F32, device, op, "in");
-  require(a.weight, DType::F32, device, op, "weight");
+  const DType dtype = compute_dtype(a.in, device, op, "in");
+  require(a.out, dtype, device, op, "out");
+  require(a.weight, dtype, device, op, "weight");
   const MatmulDims dims = matmul_dims(a.in, a.weight, a.layout, op);
   require_numel(a.out, dims.M * dims.N, op, "out");
   if (!a.bias.empty()) {
-    require(a.bias, DType::F32, device, op, "bias");
+    require(a.bias, dtype, device, op, "bias");
     require_numel(a.bias, dims.N, op, "bias");
   }
   return dims;
@@ -69,16 +73,16 @@ MatmulDims matmul_forward(const MatmulForward& a, Device device) {
 
 MatmulDims matmul_backward(const MatmulBackward& a, Device device) {
   constexpr const char* op = "matmul_backward";
-  require(a.dout, DType::F32, device, op, "dout");
-  require(a.in, DType::F32, device, op, "in");
-  require(a.weight, DType::F32, device, op, "weight");
+  const DType dtype = compute_dtype(a.in, device, op, "in");
+  require(a.dout, dtype, device, op, "dout");
+  require(a.weight, dtype, device, op, "weight");
   require(a.dweight, DType::F32, device, op, "dweight");
   const MatmulDims dims = matmul_dims(a.in, a.weight, a.layout, op);
   require_numel(a.dout, dims.M * dims.N, op, "dout");
   KILN_CHECK(a.dweight.shape == a.weight.shape, "{}: dweight {} differs from weight {}", op,
              a.dweight.shape.to_string(), a.weight.shape.to_string());
   if (!a.din.empty()) {
-    require(a.din, DType::F32, device, op, "din");
+    require(a.din, dtype, device, op, "din");
     require_numel(a.din, dims.M * dims.K, op, "din");
   }
   if (!a.dbias.empty()) {
@@ -89,17 +93,17 @@ MatmulDims matmul_backward(const MatmulBackward& a, Device device) {
 }
 
 int64_t gelu_forward(const GeluForward& a, Device device) {
-  require(a.out, DType::F32, device, "gelu_forward", "out");
-  require(a.in, DType::F32, device, "gelu_forward", "in");
+  const DType dtype = compute_dtype(a.in, device, "gelu_forward", "in");
+  require(a.out, dtype, device, "gelu_forward", "out");
   require_numel(a.out, a.in.numel(), "gelu_forward", "out");
   return a.in.numel();
 }
 
 int64_t gelu_backward(const GeluBackward& a, Device device) {
   constexpr const char* op = "gelu_backward";
-  require(a.din, DType::F32, device, op, "din");
-  require(a.in, DType::F32, device, op, "in");
-  require(a.dout, DType::F32, device, op, "dout");
+  const DType dtype = compute_dtype(a.in, device, op, "in");
+  require(a.din, dtype, device, op, "din");
+  require(a.dout, dtype, device, op, "dout");
   require_numel(a.din, a.in.numel(), op, "din");
   require_numel(a.dout, a.in.numel(), op, "dout");
   return a.in.numel();
@@ -107,9 +111,9 @@ int64_t gelu_backward(const GeluBackward& a, Device device) {
 
 AttentionShape attention_forward(const AttentionForward& a, Device device) {
   constexpr const char* op = "attention_forward";
-  require(a.out, DType::F32, device, op, "out");
-  require(a.probs, DType::F32, device, op, "probs");
-  require(a.qkv, DType::F32, device, op, "qkv");
+  const DType dtype = compute_dtype(a.qkv, device, op, "qkv");
+  require(a.out, dtype, device, op, "out");
+  require(a.probs, dtype, device, op, "probs");
   const AttentionShape s = attention_shape(a.qkv, a.num_heads, op);
   require_numel(a.out, s.B * s.T * s.C, op, "out");
   require_numel(a.probs, s.B * s.NH * s.T * s.T, op, "probs");
@@ -122,11 +126,10 @@ AttentionShape attention_forward(const AttentionForward& a, Device device) {
 
 AttentionShape attention_backward(const AttentionBackward& a, Device device) {
   constexpr const char* op = "attention_backward";
-  require(a.dqkv, DType::F32, device, op, "dqkv");
-  require(a.dprobs, DType::F32, device, op, "dprobs");
-  require(a.dout, DType::F32, device, op, "dout");
-  require(a.qkv, DType::F32, device, op, "qkv");
-  require(a.probs, DType::F32, device, op, "probs");
+  const DType dtype = compute_dtype(a.qkv, device, op, "qkv");
+  for (auto [tensor, name] : {std::pair{&a.dqkv, "dqkv"}, {&a.dprobs, "dprobs"}, {&a.dout, "dout"},
+                              {&a.probs, "probs"}})
+    require(*tensor, dtype, device, op, name);
   const AttentionShape s = attention_shape(a.qkv, a.num_heads, op);
   require_numel(a.dqkv, s.B * s.T * 3 * s.C, op, "dqkv");
   require_numel(a.dprobs, s.B * s.NH * s.T * s.T, op, "dprobs");
@@ -137,7 +140,7 @@ AttentionShape attention_backward(const AttentionBackward& a, Device device) {
 
 RowsDims softmax_cross_entropy(const SoftmaxCrossEntropy& a, Device device) {
   constexpr const char* op = "softmax_cross_entropy";
-  require(a.logits, DType::F32, device, op, "logits");
+  compute_dtype(a.logits, device, op, "logits");
   require(a.losses, DType::F32, device, op, "losses");
   require(a.targets, DType::I32, device, op, "targets");
   KILN_CHECK(a.logits.shape.rank == 2, "{}: logits must be [M, Vp], got {}", op, a.logits.shape.to_string());
@@ -151,9 +154,9 @@ RowsDims softmax_cross_entropy(const SoftmaxCrossEntropy& a, Device device) {
 
 int64_t residual_forward(const ResidualForward& a, Device device) {
   constexpr const char* op = "residual_forward";
-  require(a.out, DType::F32, device, op, "out");
-  require(a.a, DType::F32, device, op, "a");
-  require(a.b, DType::F32, device, op, "b");
+  const DType dtype = compute_dtype(a.out, device, op, "out");
+  require(a.a, dtype, device, op, "a");
+  require(a.b, dtype, device, op, "b");
   require_numel(a.a, a.out.numel(), op, "a");
   require_numel(a.b, a.out.numel(), op, "b");
   return a.out.numel();
@@ -186,7 +189,14 @@ int64_t sum_of_squares(const SumOfSquares& a, Device device) {
 }
 
 int64_t fill(const Fill& a, Device device) {
-  require(a.out, DType::F32, device, "fill", "out");
+  compute_dtype(a.out, device, "fill", "out");
+  return a.out.numel();
+}
+
+int64_t convert(const Convert& a, Device device) {
+  compute_dtype(a.out, device, "convert", "out");
+  compute_dtype(a.in, device, "convert", "in");
+  require_numel(a.in, a.out.numel(), "convert", "in");
   return a.out.numel();
 }
 

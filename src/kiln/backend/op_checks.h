@@ -31,5 +31,6 @@ int64_t residual_forward(const ResidualForward& args, Device device);
 int64_t adamw_step(const AdamwStep& args, Device device);  // parameter count
 int64_t sum_of_squares(const SumOfSquares& args, Device device);
 int64_t fill(const Fill& args, Device device);
+int64_t convert(const Convert& args, Device device);
 
 }  // namespace kiln::checks

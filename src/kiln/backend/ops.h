@@ -8,6 +8,14 @@
 //   - parameter gradients (dweight, dbias, dwte, dwpe) are ADDED to (+=);
 //   - activation gradients are WRITTEN (=), except where an op says it adds: layernorm's input
 //     gradient is added because its input is always the residual stream, which has two readers.
+//
+// Dtypes (the precision policy of mixed-precision training, as Megatron-LM's bf16/fp16 modes):
+// every op has one compute dtype, fp32, bf16 or fp16, that its activations, activation gradients
+// and weights share (the model keeps its parameters in that dtype). Parameter gradients (dweight,
+// dbias, dwte, dwpe), LayerNorm statistics (mean, rstd) and per-token losses are always fp32, so
+// gradients accumulate across micro-batches in fp32. Arithmetic inside an op is fp32 whatever the
+// storage; each output is rounded to its dtype once. The reference meaning of a bf16/fp16 op is
+// therefore: widen the inputs exactly, run the fp32 op, round the outputs (cpu/fp32_scope.h).
 #pragma once
 
 #include <cstdint>
@@ -157,8 +165,14 @@ struct SumOfSquares {
 
 // ---- elementwise utilities ----------------------------------------------------------------------
 struct Fill {
-  Tensor out;
+  Tensor out;  // any floating dtype
   float value = 0.0f;
+};
+// out = in, element by element, between any two floating dtypes (rounded to nearest even when
+// narrowing): fp32 master weights to bf16/fp16 model parameters and back.
+struct Convert {
+  Tensor out;
+  Tensor in;  // same element count as out
 };
 
 }  // namespace kiln

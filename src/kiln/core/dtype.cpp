@@ -2,6 +2,7 @@
 
 #include <bit>
 #include <cmath>
+#include <cstring>
 
 #include "kiln/core/error.h"
 
@@ -83,6 +84,42 @@ float fp16_to_float(uint16_t bits) {
     return sign ? -magnitude : magnitude;
   }
   return std::bit_cast<float>(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+}
+
+void widen_to_fp32(const void* in, DType dtype, float* out, int64_t count) {
+  const auto* bits = static_cast<const uint16_t*>(in);
+  switch (dtype) {
+    case DType::F32:
+      if (count > 0) std::memcpy(out, in, static_cast<size_t>(count) * sizeof(float));
+      return;
+    case DType::BF16:
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < count; ++i) out[i] = bf16_to_float(bits[i]);
+      return;
+    case DType::F16:
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < count; ++i) out[i] = fp16_to_float(bits[i]);
+      return;
+    default: fail("cannot widen {} values to fp32: not a floating dtype", dtype_name(dtype));
+  }
+}
+
+void narrow_from_fp32(const float* in, DType dtype, void* out, int64_t count) {
+  auto* bits = static_cast<uint16_t*>(out);
+  switch (dtype) {
+    case DType::F32:
+      if (count > 0) std::memcpy(out, in, static_cast<size_t>(count) * sizeof(float));
+      return;
+    case DType::BF16:
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < count; ++i) bits[i] = float_to_bf16(in[i]);
+      return;
+    case DType::F16:
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < count; ++i) bits[i] = float_to_fp16(in[i]);
+      return;
+    default: fail("cannot round fp32 values to {}: not a floating dtype", dtype_name(dtype));
+  }
 }
 
 }  // namespace kiln

@@ -21,4 +21,9 @@ float bf16_to_float(uint16_t bits);
 uint16_t float_to_fp16(float value);
 float fp16_to_float(uint16_t bits);
 
+// Whole buffers between fp32 and a floating dtype (fp32, bf16 or fp16); fp32 is a plain copy.
+// Throws for other dtypes.
+void widen_to_fp32(const void* in, DType dtype, float* out, int64_t count);
+void narrow_from_fp32(const float* in, DType dtype, void* out, int64_t count);
+
 }  // namespace kiln

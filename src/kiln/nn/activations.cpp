@@ -3,10 +3,16 @@
 namespace kiln {
 namespace {
 
+// Hands out views from the arena: take() in the compute dtype, stats() in fp32, ints() in int32.
 class Layout {
  public:
-  Layout(Arena& arena, Device device) : arena_(arena), device_(device) {}
-  Tensor take(Shape shape, DType dtype = DType::F32) {
+  Layout(Arena& arena, Device device, DType dtype) : arena_(arena), device_(device), dtype_(dtype) {}
+  Tensor take(Shape shape) { return take_as(shape, dtype_); }
+  Tensor stats(Shape shape) { return take_as(shape, DType::F32); }
+  Tensor ints(Shape shape) { return take_as(shape, DType::I32); }
+
+ private:
+  Tensor take_as(Shape shape, DType dtype) {
     Tensor tensor;
     tensor.shape = shape;
     tensor.dtype = dtype;
@@ -14,24 +20,23 @@ class Layout {
     tensor.data = arena_.allocate(tensor.bytes());
     return tensor;
   }
-
- private:
   Arena& arena_;
   Device device_;
+  DType dtype_;
 };
 
 BlockActivations take_block(Layout& layout, int64_t B, int64_t T, int64_t C, int64_t NH, bool with_probs) {
   BlockActivations block;
   block.ln1 = layout.take({B, T, C});
-  block.ln1_mean = layout.take({B * T});
-  block.ln1_rstd = layout.take({B * T});
+  block.ln1_mean = layout.stats({B * T});
+  block.ln1_rstd = layout.stats({B * T});
   block.qkv = layout.take({B, T, 3 * C});
   block.attn_out = layout.take({B, T, C});
   if (with_probs) block.probs = layout.take({B, NH, T, T});
   block.residual_mid = layout.take({B, T, C});
   block.ln2 = layout.take({B, T, C});
-  block.ln2_mean = layout.take({B * T});
-  block.ln2_rstd = layout.take({B * T});
+  block.ln2_mean = layout.stats({B * T});
+  block.ln2_rstd = layout.stats({B * T});
   block.fc_pre_gelu = layout.take({B, T, 4 * C});
   block.fc_post_gelu = layout.take({B, T, 4 * C});
   block.residual_out = layout.take({B, T, C});
@@ -41,17 +46,17 @@ BlockActivations take_block(Layout& layout, int64_t B, int64_t T, int64_t C, int
 }  // namespace
 
 GptActivations GptActivations::lay_out(Arena& arena, const GptConfig& config, int64_t batch, int64_t seq,
-                                       Device device, const RecomputePolicy& policy) {
+                                       Device device, const RecomputePolicy& policy, DType dtype) {
   const int64_t B = batch, T = seq, C = config.hidden_size, NH = config.num_heads;
   const int64_t Vp = config.padded_vocab_size();
-  Layout layout(arena, device);
+  Layout layout(arena, device, dtype);
   GptActivations acts;
   acts.batch = batch;
   acts.seq = seq;
   acts.recompute = plan_recompute(policy, config.num_layers);
   acts.selective = policy.granularity == RecomputeGranularity::Selective;
-  acts.tokens = layout.take({B, T}, DType::I32);
-  acts.targets = layout.take({B, T}, DType::I32);
+  acts.tokens = layout.ints({B, T});
+  acts.targets = layout.ints({B, T});
   acts.embedded = layout.take({B, T, C});
   std::vector<BlockActivations> slots;
   for (int64_t slot = 0; slot < recompute_scratch_slots(acts.recompute); ++slot)
@@ -70,10 +75,10 @@ GptActivations GptActivations::lay_out(Arena& arena, const GptConfig& config, in
     }
   }
   acts.lnf = layout.take({B, T, C});
-  acts.lnf_mean = layout.take({B * T});
-  acts.lnf_rstd = layout.take({B * T});
+  acts.lnf_mean = layout.stats({B * T});
+  acts.lnf_rstd = layout.stats({B * T});
   acts.logits = layout.take({B * T, Vp});
-  acts.losses = layout.take({B * T});
+  acts.losses = layout.stats({B * T});
   acts.projection_scratch = layout.take({B, T, C});
   acts.d_residual = layout.take({B, T, C});
   acts.d_hidden = layout.take({B, T, C});
@@ -84,9 +89,9 @@ GptActivations GptActivations::lay_out(Arena& arena, const GptConfig& config, in
 }
 
 size_t GptActivations::bytes_needed(const GptConfig& config, int64_t batch, int64_t seq,
-                                    const RecomputePolicy& policy) {
+                                    const RecomputePolicy& policy, DType dtype) {
   Arena measure = Arena::measuring();
-  lay_out(measure, config, batch, seq, Device::CPU, policy);
+  lay_out(measure, config, batch, seq, Device::CPU, policy, dtype);
   return measure.used();
 }
 

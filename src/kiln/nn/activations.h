@@ -11,6 +11,8 @@
 // scratch. Under a recompute policy (recompute.h), recomputed blocks' views point into shared
 // scratch slots (only a chunk's last output is kept, as the next chunk's input), and under
 // selective recomputation all blocks share one probs tensor.
+// Dtypes (ops.h): activations and their gradients in the model's compute dtype; LayerNorm
+// statistics and losses in fp32; token ids int32.
 #pragma once
 
 #include <vector>
@@ -53,11 +55,11 @@ struct GptActivations {
   bool selective = false;                 // probs are shared and recomputed per block
 
   // Lays out every tensor for (batch, seq) in `arena` and returns the views (null data when the
-  // arena is measuring). `device` tags the views.
+  // arena is measuring). `device` tags the views; `dtype` is the compute dtype.
   static GptActivations lay_out(Arena& arena, const GptConfig& config, int64_t batch, int64_t seq,
-                                Device device, const RecomputePolicy& policy = {});
+                                Device device, const RecomputePolicy& policy = {}, DType dtype = DType::F32);
   static size_t bytes_needed(const GptConfig& config, int64_t batch, int64_t seq,
-                             const RecomputePolicy& policy = {});
+                             const RecomputePolicy& policy = {}, DType dtype = DType::F32);
 };
 
 }  // namespace kiln

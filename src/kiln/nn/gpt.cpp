@@ -10,11 +10,11 @@
 namespace kiln {
 namespace {
 
-Tensor flat_view(const DeviceBuffer& buffer, int64_t count, Device device) {
+Tensor flat_view(const DeviceBuffer& buffer, int64_t count, DType dtype, Device device) {
   Tensor tensor;
   tensor.data = buffer.data();
   tensor.shape = Shape{count};
-  tensor.dtype = DType::F32;
+  tensor.dtype = dtype;
   tensor.device = device;
   return tensor;
 }
@@ -25,13 +25,15 @@ bool is_residual_projection(const std::string& name) {
 
 }  // namespace
 
-Gpt::Gpt(const GptConfig& config, Backend& backend)
+Gpt::Gpt(const GptConfig& config, Backend& backend, DType dtype)
     : config_(config), backend_(backend), layout_((config.validate(), config)) {
-  const size_t bytes = static_cast<size_t>(layout_.total()) * sizeof(float);
-  param_buffer_ = backend_.allocate(bytes);
-  grad_buffer_ = backend_.allocate(bytes);
-  params_ = flat_view(*param_buffer_, layout_.total(), backend_.device());
-  grads_ = flat_view(*grad_buffer_, layout_.total(), backend_.device());
+  KILN_CHECK(dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16,
+             "GPT parameters must be fp32, bf16 or fp16, not {}", dtype_name(dtype));
+  const auto count = static_cast<size_t>(layout_.total());
+  param_buffer_ = backend_.allocate(count * dtype_size(dtype));
+  grad_buffer_ = backend_.allocate(count * sizeof(float));
+  params_ = flat_view(*param_buffer_, layout_.total(), dtype, backend_.device());
+  grads_ = flat_view(*grad_buffer_, layout_.total(), DType::F32, backend_.device());
   weights_ = GptWeights::bind(layout_, config_, params_);
   weight_grads_ = GptWeights::bind(layout_, config_, grads_);
   zero_grads();
@@ -60,7 +62,15 @@ void Gpt::init_weights(uint64_t seed) {
                                     : count;
     for (int64_t i = 0; i < initialised; ++i) values[i] = rng.normal(0.0f, stddev);
   }
-  backend_.copy_to_device(params_.data, host.data(), host.size() * sizeof(float));
+  set_parameters(host);
+}
+
+void Gpt::set_parameters(std::span<const float> values) {
+  KILN_CHECK(static_cast<int64_t>(values.size()) == layout_.total(), "{} parameter values given, the model has {}",
+             values.size(), layout_.total());
+  std::vector<char> rounded(params_.bytes());
+  narrow_from_fp32(values.data(), params_.dtype, rounded.data(), layout_.total());
+  backend_.copy_to_device(params_.data, rounded.data(), rounded.size());
 }
 
 void Gpt::allocate_activations(int64_t max_batch, int64_t max_seq, const RecomputePolicy& policy) {
@@ -69,14 +79,14 @@ void Gpt::allocate_activations(int64_t max_batch, int64_t max_seq, const Recompu
   KILN_CHECK(max_seq <= config_.max_position_embeddings,
              "seq_length {} exceeds max_position_embeddings {}", max_seq,
              config_.max_position_embeddings);
-  const size_t bytes = GptActivations::bytes_needed(config_, max_batch, max_seq, policy);
+  const size_t bytes = GptActivations::bytes_needed(config_, max_batch, max_seq, policy, dtype());
   arena_.reset();
   activation_buffer_ = backend_.allocate(bytes);
   arena_ = std::make_unique<Arena>(activation_buffer_->data(), bytes);
   max_batch_ = max_batch;
   max_seq_ = max_seq;
   recompute_ = policy;
-  acts_ = GptActivations::lay_out(*arena_, config_, max_batch, max_seq, backend_.device(), recompute_);
+  acts_ = GptActivations::lay_out(*arena_, config_, max_batch, max_seq, backend_.device(), recompute_, dtype());
   workspace_bytes_ = backend_.reserve_workspace(max_batch * max_seq);
 }
 
@@ -95,7 +105,7 @@ double Gpt::forward(std::span<const int32_t> tokens, std::span<const int32_t> ta
   KILN_CHECK(!prepare_backward || !targets.empty(), "a training forward needs targets");
   if (batch != acts_.batch || seq != acts_.seq) {
     arena_->reset();
-    acts_ = GptActivations::lay_out(*arena_, config_, batch, seq, backend_.device(), recompute_);
+    acts_ = GptActivations::lay_out(*arena_, config_, batch, seq, backend_.device(), recompute_, dtype());
   }
   for (size_t i = 0; i < positions; ++i)
     KILN_CHECK(tokens[i] >= 0 && tokens[i] < config_.vocab_size,
@@ -185,11 +195,12 @@ std::vector<float> Gpt::logits_at(int64_t batch_index, int64_t position) const {
   KILN_CHECK(batch_index >= 0 && batch_index < acts_.batch && position >= 0 && position < acts_.seq,
              "logits_at({}, {}) outside the last forward's {} x {}", batch_index, position,
              acts_.batch, acts_.seq);
-  std::vector<float> row(static_cast<size_t>(config_.vocab_size));
   const int64_t row_index = batch_index * acts_.seq + position;
-  const char* base = static_cast<const char*>(acts_.logits.data) +
-                     row_index * config_.padded_vocab_size() * static_cast<int64_t>(sizeof(float));
-  backend_.copy_to_host(row.data(), base, row.size() * sizeof(float));
+  const Tensor logits = acts_.logits.slice(row_index * config_.padded_vocab_size(), config_.vocab_size);
+  std::vector<char> stored(logits.bytes());
+  backend_.copy_to_host(stored.data(), logits.data, logits.bytes());
+  std::vector<float> row(static_cast<size_t>(config_.vocab_size));
+  widen_to_fp32(stored.data(), logits.dtype, row.data(), logits.numel());
   return row;
 }
 

@@ -4,6 +4,8 @@
 // Ownership: Gpt owns its flat parameter and gradient buffers and its activation arena, all in
 // the back-end's memory; the optimizer owns master weights and moments (optim/adamw.h). Views
 // returned by params()/grads() stay valid for the model's lifetime.
+// Precision: parameters and activations are kept in the compute dtype given at construction
+// (fp32, or bf16/fp16 for mixed precision); gradients are always fp32 (ops.h).
 // Memory: allocate_activations(B, T) sizes the arena once; forward() with any b <= B, t <= T
 // re-lays the views inside it, so steady-state training never allocates.
 // Not thread-safe.
@@ -29,18 +31,21 @@ struct GptStagedInputs {
 
 class Gpt {
  public:
-  Gpt(const GptConfig& config, Backend& backend);
+  Gpt(const GptConfig& config, Backend& backend, DType dtype = DType::F32);
 
   const GptConfig& config() const { return config_; }
+  DType dtype() const { return params_.dtype; }
   const ParameterLayout& layout() const { return layout_; }
-  Tensor params() const { return params_; }
-  Tensor grads() const { return grads_; }
+  Tensor params() const { return params_; }  // compute dtype
+  Tensor grads() const { return grads_; }    // fp32
   int64_t num_parameters() const { return layout_.total(); }
 
   // GPT-2 initialisation from `seed`: N(0, std) for matrices and embeddings, residual output
   // projections (attn.c_proj, mlp.c_proj) scaled by 1/sqrt(2 * layers), zero biases, unit
-  // LayerNorm gains, zero padding rows in wte.
+  // LayerNorm gains, zero padding rows in wte. Values are drawn in fp32, then rounded to dtype().
   void init_weights(uint64_t seed);
+  // Sets every parameter from fp32 values laid out by layout(), rounding to dtype().
+  void set_parameters(std::span<const float> values);
 
   // Plans and allocates activation memory once, for batches up to max_batch x max_seq, keeping
   // or recomputing block activations as `policy` says (recompute.h).

@@ -55,7 +55,7 @@ struct GptWeights {
   std::vector<BlockWeights> blocks;
   Tensor lnf_weight, lnf_bias;
 
-  // Named views into a flat buffer laid out by `layout` (fp32 elements).
+  // Named views into a flat buffer laid out by `layout` (elements of the buffer's dtype).
   static GptWeights bind(const ParameterLayout& layout, const GptConfig& config, Tensor flat);
 };
 

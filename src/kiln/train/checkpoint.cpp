@@ -5,7 +5,6 @@
 
 #include <filesystem>
 #include <fstream>
-#include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -53,21 +52,9 @@ std::vector<float> read_flat(const SafetensorsFile& file, const std::string& pre
     const Shape expected = stored_shape(info, model.config());
     KILN_CHECK(entry.shape == expected, "{}: tensor '{}' has shape {} but the model needs {}",
                file.path(), name, entry.shape.to_string(), expected.to_string());
-    float* out = host.data() + info.offset;
-    const int64_t count = expected.numel();
-    switch (entry.dtype) {
-      case DType::F32: std::memcpy(out, entry.data, static_cast<size_t>(count) * sizeof(float)); break;
-      case DType::BF16:
-      case DType::F16: {
-        const auto* bits = static_cast<const uint16_t*>(entry.data);
-        for (int64_t i = 0; i < count; ++i)
-          out[i] = entry.dtype == DType::BF16 ? bf16_to_float(bits[i]) : fp16_to_float(bits[i]);
-        break;
-      }
-      default:
-        fail("{}: tensor '{}' has dtype {}, expected a floating type", file.path(), name,
-             dtype_name(entry.dtype));
-    }
+    KILN_CHECK(entry.dtype == DType::F32 || entry.dtype == DType::BF16 || entry.dtype == DType::F16,
+               "{}: tensor '{}' has dtype {}, expected a floating type", file.path(), name, dtype_name(entry.dtype));
+    widen_to_fp32(entry.data, entry.dtype, host.data() + info.offset, expected.numel());
   }
   return host;
 }
@@ -107,7 +94,7 @@ nlohmann::json read_state_json(const std::string& checkpoint_dir) {
 
 void write_checkpoint_files(const std::string& temp_dir, const Config& config, const Gpt& model,
                             const AdamW& optimizer, const TrainerState& state, Backend& backend) {
-  const std::vector<float> params = to_host(backend, model.params());
+  const std::vector<float> params = to_host(backend, optimizer.master());  // fp32 even under bf16/fp16
   std::vector<SafetensorsEntry> model_entries;
   append_entries(model_entries, "", model, params);
   write_safetensors(temp_dir + "/" + kModelFile, model_entries, {{"format", "pt"}});
@@ -221,12 +208,15 @@ void load_model_weights(const std::string& checkpoint_dir, Gpt& model, Backend& 
   // Hugging Face transformers' GPT2LMHeadModel files prefix the body with "transformer.".
   const std::string prefix = file.contains("transformer.wte.weight") ? "transformer." : "";
   reject_unknown(file, prefix, model);
-  const std::vector<float> host = read_flat(file, prefix, model);
-  backend.copy_to_device(model.params().data, host.data(), host.size() * sizeof(float));
+  model.set_parameters(read_flat(file, prefix, model));
 }
 
 void load_optimizer_state(const std::string& checkpoint_dir, const Gpt& model, AdamW& optimizer,
                           Backend& backend) {
+  {
+    const SafetensorsFile weights(checkpoint_dir + "/" + kModelFile);
+    optimizer.load_master(read_flat(weights, weights.contains("transformer.wte.weight") ? "transformer." : "", model));
+  }
   const SafetensorsFile file(checkpoint_dir + "/" + kOptimizerFile);
   const std::vector<float> exp_avg = read_flat(file, "exp_avg.", model);
   const std::vector<float> exp_avg_sq = read_flat(file, "exp_avg_sq.", model);

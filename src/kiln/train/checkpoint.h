@@ -4,7 +4,8 @@
 //   SAVE/iter_0000100/model.safetensors      weights under Hugging Face GPT-2 names, Conv1D
 //                                            [in, out] layout, wte trimmed to vocab_size rows
 //   SAVE/iter_0000100/optimizer.safetensors  Adam moments "exp_avg.<name>", "exp_avg_sq.<name>"
-//                                            (the fp32 master weights are the model weights)
+//                                            (the fp32 master weights are the model weights,
+//                                            also when training keeps bf16/fp16 parameters)
 //   SAVE/iter_0000100/trainer_state.json     iteration, consumed samples, optimizer steps,
 //                                            counters, loss-scaler state, data order, config
 //
@@ -44,7 +45,10 @@ std::string resolve_checkpoint_dir(const std::string& load);
 
 Config read_checkpoint_config(const std::string& checkpoint_dir);
 TrainerState read_trainer_state(const std::string& checkpoint_dir);
+// The model's parameters from model.safetensors, rounded to the model's dtype.
 void load_model_weights(const std::string& checkpoint_dir, Gpt& model, Backend& backend);
+// Adam moments, and the fp32 master weights from model.safetensors (exact, not re-widened from
+// rounded parameters), so a bf16/fp16 run resumes bit for bit.
 void load_optimizer_state(const std::string& checkpoint_dir, const Gpt& model, AdamW& optimizer,
                           Backend& backend);
 

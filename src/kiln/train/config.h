@@ -102,6 +102,8 @@ struct Config {
   LossScalerConfig loss_scaler() const;
   StorageOptions storage_options() const;
   std::string precision_name() const { return fp16 ? "fp16" : bf16 ? "bf16" : tf32 ? "tf32" : "fp32"; }
+  // Storage and matmul-input dtype of parameters and activations (TF32 is fp32 storage).
+  DType compute_dtype() const { return fp16 ? DType::F16 : bf16 ? DType::BF16 : DType::F32; }
 };
 
 using ConfigMember = std::variant<int64_t Config::*, double Config::*, bool Config::*,

@@ -51,10 +51,6 @@ Trainer::Trainer(const Config& config)
              "config key 'data_parallel_size' is {}: data parallelism needs the multi-GPU launcher, "
              "which this version does not have",
              config_.data_parallel_size);
-  KILN_CHECK(!config_.fp16 && !config_.bf16,
-             "config key '{}': this version trains in fp32 only (on CUDA also with --tf32); bf16/fp16 mixed "
-             "precision is not implemented yet",
-             config_.fp16 ? "fp16" : "bf16");
   backend_ = make_backend(config_.device, BackendOptions{config_.tf32});
   const GptConfig gpt = config_.gpt();
   const auto seed = static_cast<uint64_t>(config_.seed);
@@ -83,25 +79,27 @@ Trainer::Trainer(const Config& config)
   train_loader_ = std::make_unique<DataLoader>(*train_data_, config_.micro_batch_size, loader);
   if (val_data_) val_loader_ = std::make_unique<DataLoader>(*val_data_, config_.micro_batch_size, loader);
   check_memory_fits(gpt);
-  model_ = std::make_unique<Gpt>(gpt, *backend_);
+  model_ = std::make_unique<Gpt>(gpt, *backend_, config_.compute_dtype());
   model_->allocate_activations(config_.micro_batch_size, config_.seq_length, config_.recompute_policy());
   StagerOptions staging;
   staging.ints_per_batch = 2 * static_cast<size_t>(config_.micro_batch_size * config_.seq_length);
   staging.pinned = config_.pin_memory;
   staging.own_stream = config_.h2d_stream;
   stager_ = backend_->make_batch_stager(staging);
-  optimizer_ = std::make_unique<AdamW>(*backend_, model_->layout(), model_->params(), config_.adamw());
   scaler_ = LossScaler(config_.loss_scaler());
-  if (!config_.load.empty()) {
+  if (config_.load.empty()) {
+    model_->init_weights(static_cast<uint64_t>(config_.seed));
+    // Mixed precision: the master copy starts as the (rounded) initial parameters, as in Megatron.
+    optimizer_ = std::make_unique<AdamW>(*backend_, model_->layout(), model_->params(), config_.adamw());
+  } else {
     const std::string dir = resolve_checkpoint_dir(config_.load);
     load_model_weights(dir, *model_, *backend_);
+    optimizer_ = std::make_unique<AdamW>(*backend_, model_->layout(), model_->params(), config_.adamw());
     load_optimizer_state(dir, *model_, *optimizer_, *backend_);
     state_ = read_trainer_state(dir);
     optimizer_->set_steps_taken(state_.optimizer_steps);
     if (config_.fp16) scaler_.set_state(state_.loss_scaler);
     last_saved_ = state_.iteration;
-  } else {
-    model_->init_weights(static_cast<uint64_t>(config_.seed));
   }
 }
 
@@ -109,33 +107,43 @@ void Trainer::check_memory_fits(const GptConfig& gpt) const {
   const std::optional<Backend::DeviceMemory> memory = backend_->device_memory();
   if (!memory) return;
   const size_t free_bytes = memory->free;
-  const size_t parameter_bytes = static_cast<size_t>(ParameterLayout(gpt).total()) * sizeof(float);
+  const DType dtype = config_.compute_dtype();
+  const auto count = static_cast<size_t>(ParameterLayout(gpt).total());
+  const size_t parameter_bytes = count * dtype_size(dtype);
+  const size_t fp32_bytes = count * sizeof(float);  // gradients, each Adam moment, the master copy
+  const size_t optimizer_bytes = (dtype == DType::F32 ? 2 : 3) * fp32_bytes;
   const size_t activation_bytes = GptActivations::bytes_needed(gpt, config_.micro_batch_size, config_.seq_length,
-                                                                config_.recompute_policy());
-  const size_t total = 4 * parameter_bytes + activation_bytes;  // params, grads, two Adam moments
+                                                                config_.recompute_policy(), dtype);
+  const size_t total = parameter_bytes + fp32_bytes + optimizer_bytes + activation_bytes;
   constexpr double kGiB = 1073741824.0;
   KILN_CHECK(total <= free_bytes,
-             "not enough memory on {}: parameters {:.2f} GiB + gradients {:.2f} GiB + optimizer state {:.2f} GiB + "
-             "activations {:.2f} GiB (micro-batch {} x sequence {}) = {:.2f} GiB, but {:.2f} GiB are free; lower "
-             "--micro-batch-size (activations scale with it) and raise accumulation through --global-batch-size",
-             backend_->description(), parameter_bytes / kGiB, parameter_bytes / kGiB, 2 * parameter_bytes / kGiB,
-             activation_bytes / kGiB, config_.micro_batch_size, config_.seq_length, total / kGiB, free_bytes / kGiB);
+             "not enough memory on {}: parameters {:.2f} GiB ({}) + gradients {:.2f} GiB + optimizer state {:.2f} GiB "
+             "(Adam moments{}) + activations {:.2f} GiB (micro-batch {} x sequence {}) = {:.2f} GiB, but {:.2f} GiB "
+             "are free; lower --micro-batch-size (activations scale with it) and raise accumulation through "
+             "--global-batch-size",
+             backend_->description(), parameter_bytes / kGiB, dtype_name(dtype), fp32_bytes / kGiB,
+             optimizer_bytes / kGiB, dtype == DType::F32 ? "" : " and fp32 master weights", activation_bytes / kGiB,
+             config_.micro_batch_size, config_.seq_length, total / kGiB, free_bytes / kGiB);
 }
 
 std::string Trainer::memory_summary() const {
   const size_t param_bytes = model_->params().bytes();
   const size_t moment_bytes = optimizer_->state_bytes() / 2;
-  const size_t total = 2 * param_bytes + 2 * moment_bytes + model_->activation_bytes() + model_->workspace_bytes() +
-                       stager_->device_bytes();
+  const size_t master_bytes = optimizer_->master_bytes();
+  const size_t total = param_bytes + model_->grads().bytes() + master_bytes + 2 * moment_bytes +
+                       model_->activation_bytes() + model_->workspace_bytes() + stager_->device_bytes();
   std::string table = fmt::format("memory plan on {} (allocated once, before the first step):\n", backend_->description());
   const auto row = [&](const char* category, double bytes, const std::string& note) {
     table += fmt::format("  {:<22}{:>12.2f} MiB  {}\n", category, mib(static_cast<size_t>(bytes)), note);
   };
-  row("parameters", param_bytes, "fp32; also the master weights");
+  const std::string dtype(dtype_name(model_->dtype()));
+  row("parameters", param_bytes, master_bytes ? dtype : dtype + "; also the master weights");
+  if (master_bytes) row("master weights", master_bytes, "fp32, in the optimizer");
   row("gradients", model_->grads().bytes(), "fp32");
   row("Adam first moment", moment_bytes, "fp32");
   row("Adam second moment", moment_bytes, "fp32");
-  row("activations", model_->activation_bytes(), "recompute: " + config_.recompute_policy().describe());
+  row("activations", model_->activation_bytes(),
+      dtype + "; recompute: " + config_.recompute_policy().describe());
   row("workspace", model_->workspace_bytes(), "op scratch");
   if (stager_->device_bytes() > 0) row("batch slots", stager_->device_bytes(), "2 micro-batches in flight");
   row("total on the device", total, "");

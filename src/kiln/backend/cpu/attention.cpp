@@ -38,9 +38,8 @@ void masked_softmax_row(float* row, int64_t T, int64_t last_key, const int32_t* 
   for (int64_t t2 = 0; t2 < T; ++t2) row[t2] *= inverse_sum;
 }
 
-}  // namespace
 
-void CpuBackend::attention_forward(const AttentionForward& args) {
+void attention_forward_fp32(const AttentionForward& args) {
   const auto [B, T, C, NH, HS] = checks::attention_forward(args, Device::CPU);
   const bool causal = args.mask != AttentionMask::KeyPadding;
   const bool padded = args.mask != AttentionMask::Causal;
@@ -64,8 +63,17 @@ void CpuBackend::attention_forward(const AttentionForward& args) {
     }
   }
 }
+}  // namespace
 
-void CpuBackend::attention_backward(const AttentionBackward& args) {
+void CpuBackend::attention_forward(const AttentionForward& args) {
+  checks::attention_forward(args, Device::CPU);
+  Fp32Scope f(scratch_);
+  attention_forward_fp32({f.output(args.out), f.output(args.probs), f.input(args.qkv), args.key_mask, args.num_heads, args.mask});
+  f.write_back();
+}
+
+namespace {
+void attention_backward_fp32(const AttentionBackward& args) {
   const auto [B, T, C, NH, HS] = checks::attention_backward(args, Device::CPU);
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const float* qkv = args.qkv.as<float>();
@@ -95,6 +103,14 @@ void CpuBackend::attention_backward(const AttentionBackward& args) {
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f, p, T, d_o, C, 0.0f, dv, 3 * C);
     }
   }
+}
+}  // namespace
+
+void CpuBackend::attention_backward(const AttentionBackward& args) {
+  checks::attention_backward(args, Device::CPU);
+  Fp32Scope f(scratch_);
+  attention_backward_fp32({f.output(args.dqkv), f.output(args.dprobs), f.input(args.dout), f.input(args.qkv), f.input(args.probs), args.num_heads});
+  f.write_back();
 }
 
 }  // namespace kiln

@@ -4,12 +4,14 @@
 //
 // Determinism: every reduction has a fixed order that does not depend on the thread count
 // (column-parallel sums for parameter gradients, fixed-size chunks for norms), so two runs with
-// the same inputs give the same bits. Activations are fp32; AdamW can emit bf16/fp16 copies.
+// the same inputs give the same bits. Ops are written in fp32; bf16/fp16 calls run the same code on
+// widened copies and round the outputs (fp32_scope.h), which is the reference for low precision.
 // Op definitions live one family per file: embedding.cpp, layernorm.cpp, matmul.cpp, gelu.cpp,
 // attention.cpp, cross_entropy.cpp, elementwise.cpp, adamw.cpp.
 #pragma once
 
 #include "kiln/backend/backend.h"
+#include "kiln/backend/cpu/fp32_scope.h"
 #include "kiln/backend/memory_tracker.h"
 
 namespace kiln {
@@ -45,10 +47,12 @@ class CpuBackend final : public Backend {
   void adamw_step(const AdamwStep& args) override;
   double sum_of_squares(const SumOfSquares& args) override;
   void fill(const Fill& args) override;
+  void convert(const Convert& args) override;
 
  private:
   // Shared with the buffers, which report their release to it.
   std::shared_ptr<MemoryTracker> memory_ = std::make_shared<MemoryTracker>();
+  ConversionScratch scratch_;  // fp32 copies of bf16/fp16 arguments
 };
 
 }  // namespace kiln

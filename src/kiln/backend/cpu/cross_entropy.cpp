@@ -9,7 +9,8 @@
 
 namespace kiln {
 
-void CpuBackend::softmax_cross_entropy(const SoftmaxCrossEntropy& args) {
+namespace {
+void softmax_cross_entropy_fp32(const SoftmaxCrossEntropy& args) {
   const auto [M, Vp] = checks::softmax_cross_entropy(args, Device::CPU);
   const int64_t V = args.vocab_size;
   const int32_t* targets = args.targets.as<int32_t>();
@@ -40,6 +41,14 @@ void CpuBackend::softmax_cross_entropy(const SoftmaxCrossEntropy& args) {
     }
     for (int64_t v = V; v < Vp; ++v) row[v] = 0.0f;
   }
+}
+}  // namespace
+
+void CpuBackend::softmax_cross_entropy(const SoftmaxCrossEntropy& args) {
+  checks::softmax_cross_entropy(args, Device::CPU);
+  Fp32Scope f(scratch_);
+  softmax_cross_entropy_fp32({args.write_grad ? f.accumulated(args.logits) : f.input(args.logits), args.losses, args.targets, args.vocab_size, args.ignore_index, args.loss_scale, args.write_grad});
+  f.write_back();
 }
 
 }  // namespace kiln

@@ -1,10 +1,11 @@
-// Residual add and fill.
+// Residual add, fill (any floating dtype, written directly) and dtype conversion.
 #include "kiln/backend/op_checks.h"
 #include "kiln/backend/cpu/cpu_backend.h"
 
 namespace kiln {
 
-void CpuBackend::residual_forward(const ResidualForward& args) {
+namespace {
+void residual_forward_fp32(const ResidualForward& args) {
   const int64_t count = checks::residual_forward(args, Device::CPU);
   const float* a = args.a.as<float>();
   const float* b = args.b.as<float>();
@@ -12,12 +13,40 @@ void CpuBackend::residual_forward(const ResidualForward& args) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < count; ++i) out[i] = a[i] + b[i];
 }
+}  // namespace
+
+void CpuBackend::residual_forward(const ResidualForward& args) {
+  checks::residual_forward(args, Device::CPU);
+  Fp32Scope f(scratch_);
+  residual_forward_fp32({f.output(args.out), f.input(args.a), f.input(args.b)});
+  f.write_back();
+}
 
 void CpuBackend::fill(const Fill& args) {
   const int64_t count = checks::fill(args, Device::CPU);
-  float* out = args.out.as<float>();
+  if (args.out.dtype == DType::F32) {
+    float* out = args.out.as<float>();
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < count; ++i) out[i] = args.value;
+    for (int64_t i = 0; i < count; ++i) out[i] = args.value;
+    return;
+  }
+  const uint16_t bits = args.out.dtype == DType::BF16 ? float_to_bf16(args.value) : float_to_fp16(args.value);
+  uint16_t* out = args.out.as<uint16_t>();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < count; ++i) out[i] = bits;
+}
+
+void CpuBackend::convert(const Convert& args) {
+  const int64_t count = checks::convert(args, Device::CPU);
+  const DType from = args.in.dtype, to = args.out.dtype;
+  if (from == to) {
+    copy_to_device(args.out.data, args.in.data, args.in.bytes());
+  } else if (to == DType::F32) {
+    widen_to_fp32(args.in.data, from, args.out.as<float>(), count);
+  } else {  // from fp32, or between bf16 and fp16 through fp32
+    Fp32Scope f(scratch_);
+    narrow_from_fp32(f.input(args.in).as<float>(), to, args.out.data, count);
+  }
 }
 
 }  // namespace kiln

@@ -5,7 +5,8 @@
 
 namespace kiln {
 
-void CpuBackend::embedding_forward(const EmbeddingForward& args) {
+namespace {
+void embedding_forward_fp32(const EmbeddingForward& args) {
   const auto [B, T, C] = checks::embedding_forward(args, Device::CPU);
   const int64_t rows = args.wte.shape[0];
   const int32_t* tokens = args.tokens.as<int32_t>();
@@ -23,8 +24,17 @@ void CpuBackend::embedding_forward(const EmbeddingForward& args) {
     for (int64_t c = 0; c < C; ++c) out_row[c] = token_row[c] + position_row[c];
   }
 }
+}  // namespace
 
-void CpuBackend::embedding_backward(const EmbeddingBackward& args) {
+void CpuBackend::embedding_forward(const EmbeddingForward& args) {
+  checks::embedding_forward(args, Device::CPU);
+  Fp32Scope f(scratch_);
+  embedding_forward_fp32({f.output(args.out), args.tokens, f.input(args.wte), f.input(args.wpe)});
+  f.write_back();
+}
+
+namespace {
+void embedding_backward_fp32(const EmbeddingBackward& args) {
   const auto [B, T, C] = checks::embedding_backward(args, Device::CPU);
   const int32_t* tokens = args.tokens.as<int32_t>();
   const float* dout = args.dout.as<float>();
@@ -44,6 +54,14 @@ void CpuBackend::embedding_backward(const EmbeddingBackward& args) {
       }
     }
   }
+}
+}  // namespace
+
+void CpuBackend::embedding_backward(const EmbeddingBackward& args) {
+  checks::embedding_backward(args, Device::CPU);
+  Fp32Scope f(scratch_);
+  embedding_backward_fp32({args.dwte, args.dwpe, f.input(args.dout), args.tokens});
+  f.write_back();
 }
 
 }  // namespace kiln

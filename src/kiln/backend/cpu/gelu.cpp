@@ -17,9 +17,8 @@ inline float fast_tanh(float u) {
   const float e = std::exp(-2.0f * std::fabs(u));
   return std::copysign((1.0f - e) / (1.0f + e), u);
 }
-}  // namespace
 
-void CpuBackend::gelu_forward(const GeluForward& args) {
+void gelu_forward_fp32(const GeluForward& args) {
   const int64_t count = checks::gelu_forward(args, Device::CPU);
   const float* in = args.in.as<float>();
   float* out = args.out.as<float>();
@@ -29,8 +28,17 @@ void CpuBackend::gelu_forward(const GeluForward& args) {
     out[i] = 0.5f * x * (1.0f + fast_tanh(kSqrt2OverPi * (x + kCubic * x * x * x)));
   }
 }
+}  // namespace
 
-void CpuBackend::gelu_backward(const GeluBackward& args) {
+void CpuBackend::gelu_forward(const GeluForward& args) {
+  checks::gelu_forward(args, Device::CPU);
+  Fp32Scope f(scratch_);
+  gelu_forward_fp32({f.output(args.out), f.input(args.in)});
+  f.write_back();
+}
+
+namespace {
+void gelu_backward_fp32(const GeluBackward& args) {
   const int64_t count = checks::gelu_backward(args, Device::CPU);
   const float* in = args.in.as<float>();
   const float* dout = args.dout.as<float>();
@@ -45,6 +53,14 @@ void CpuBackend::gelu_backward(const GeluBackward& args) {
                         0.5f * x * sech_squared * kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
     din[i] = local * dout[i];
   }
+}
+}  // namespace
+
+void CpuBackend::gelu_backward(const GeluBackward& args) {
+  checks::gelu_backward(args, Device::CPU);
+  Fp32Scope f(scratch_);
+  gelu_backward_fp32({f.output(args.din), f.input(args.in), f.input(args.dout)});
+  f.write_back();
 }
 
 }  // namespace kiln

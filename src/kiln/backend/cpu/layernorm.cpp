@@ -8,7 +8,8 @@
 
 namespace kiln {
 
-void CpuBackend::layernorm_forward(const LayerNormForward& args) {
+namespace {
+void layernorm_forward_fp32(const LayerNormForward& args) {
   const auto [M, C] = checks::layernorm_forward(args, Device::CPU);
   const float* in = args.in.as<float>();
   const float* weight = args.weight.as<float>();
@@ -29,8 +30,17 @@ void CpuBackend::layernorm_forward(const LayerNormForward& args) {
     args.rstd.as<float>()[m] = rstd;
   }
 }
+}  // namespace
 
-void CpuBackend::layernorm_backward(const LayerNormBackward& args) {
+void CpuBackend::layernorm_forward(const LayerNormForward& args) {
+  checks::layernorm_forward(args, Device::CPU);
+  Fp32Scope f(scratch_);
+  layernorm_forward_fp32({f.output(args.out), args.mean, args.rstd, f.input(args.in), f.input(args.weight), f.input(args.bias), args.eps});
+  f.write_back();
+}
+
+namespace {
+void layernorm_backward_fp32(const LayerNormBackward& args) {
   const auto [M, C] = checks::layernorm_backward(args, Device::CPU);
   const float* in = args.in.as<float>();
   const float* dout = args.dout.as<float>();
@@ -71,6 +81,14 @@ void CpuBackend::layernorm_backward(const LayerNormBackward& args) {
     dweight[c] += weight_sum;
     dbias[c] += bias_sum;
   }
+}
+}  // namespace
+
+void CpuBackend::layernorm_backward(const LayerNormBackward& args) {
+  checks::layernorm_backward(args, Device::CPU);
+  Fp32Scope f(scratch_);
+  layernorm_backward_fp32({f.accumulated(args.din), args.dweight, args.dbias, f.input(args.dout), f.input(args.in), f.input(args.weight), args.mean, args.rstd});
+  f.write_back();
 }
 
 }  // namespace kiln

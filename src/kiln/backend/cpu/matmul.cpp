@@ -9,7 +9,8 @@
 
 namespace kiln {
 
-void CpuBackend::matmul_forward(const MatmulForward& args) {
+namespace {
+void matmul_forward_fp32(const MatmulForward& args) {
   const auto [M, K, N] = checks::matmul_forward(args, Device::CPU);
   float* out = args.out.as<float>();
   float beta = 0.0f;
@@ -24,8 +25,17 @@ void CpuBackend::matmul_forward(const MatmulForward& args) {
   cblas_sgemm(CblasRowMajor, CblasNoTrans, transposed ? CblasTrans : CblasNoTrans, M, N, K, 1.0f,
               args.in.as<float>(), K, args.weight.as<float>(), transposed ? K : N, beta, out, N);
 }
+}  // namespace
 
-void CpuBackend::matmul_backward(const MatmulBackward& args) {
+void CpuBackend::matmul_forward(const MatmulForward& args) {
+  checks::matmul_forward(args, Device::CPU);
+  Fp32Scope f(scratch_);
+  matmul_forward_fp32({f.output(args.out), f.input(args.in), f.input(args.weight), f.input(args.bias), args.layout});
+  f.write_back();
+}
+
+namespace {
+void matmul_backward_fp32(const MatmulBackward& args) {
   const auto [M, K, N] = checks::matmul_backward(args, Device::CPU);
   const float* dout = args.dout.as<float>();
   const float* in = args.in.as<float>();
@@ -55,6 +65,14 @@ void CpuBackend::matmul_backward(const MatmulBackward& args) {
       for (int64_t n = n0; n < n1; ++n) dbias[n] += sums[n - n0];
     }
   }
+}
+}  // namespace
+
+void CpuBackend::matmul_backward(const MatmulBackward& args) {
+  checks::matmul_backward(args, Device::CPU);
+  Fp32Scope f(scratch_);
+  matmul_backward_fp32({f.output(args.din), args.dweight, args.dbias, f.input(args.dout), f.input(args.in), f.input(args.weight), args.layout});
+  f.write_back();
 }
 
 }  // namespace kiln

@@ -49,23 +49,63 @@ class CudaBuffer final : public DeviceBuffer {
   std::shared_ptr<MemoryTracker> memory_;
 };
 
-// Row-major C[M,N] = alpha op(A)[M,K] op(B)[K,N] + beta C with row strides lda, ldb, ldc, as the
-// column-major product C^T = op(B)^T op(A)^T that cuBLAS computes.
-void gemm(cublasHandle_t handle, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+int element_kind(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return cuda::kFp32;
+    case DType::BF16: return cuda::kBf16;
+    case DType::F16: return cuda::kFp16;
+    default: fail("the CUDA kernels take fp32, bf16 or fp16, not {}", dtype_name(dtype));
+  }
+}
+
+cudaDataType cuda_data_type(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return CUDA_R_32F;
+    case DType::BF16: return CUDA_R_16BF;
+    case DType::F16: return CUDA_R_16F;
+    default: fail("cuBLAS is given fp32, bf16 or fp16, not {}", dtype_name(dtype));
+  }
+}
+
+// `elements` further into a tensor of `dtype` elements.
+const void* at(const void* data, int64_t elements, DType dtype) {
+  return static_cast<const char*>(data) + elements * static_cast<int64_t>(dtype_size(dtype));
+}
+void* at(void* data, int64_t elements, DType dtype) {
+  return static_cast<char*>(data) + elements * static_cast<int64_t>(dtype_size(dtype));
+}
+
+// Types of one matrix product: A and B in `inputs`, C in `output` (the same, or fp32 for
+// parameter gradients), accumulation in fp32 (TF32 tensor cores for fp32 inputs when `tf32`).
+struct GemmTypes {
+  DType inputs = DType::F32, output = DType::F32;
+  bool tf32 = false;
+};
+
+// Row-major C[M,N] = alpha op(A)[M,K] op(B)[K,N] + beta C with row strides lda, ldb, ldc (and
+// element strides between batch entries), as the column-major product C^T = op(B)^T op(A)^T that
+// cuBLAS computes.
+void gemm(cublasHandle_t handle, GemmTypes types, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+          float alpha, const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C, int64_t ldc,
           int64_t batch = 1, int64_t stride_a = 0, int64_t stride_b = 0, int64_t stride_c = 0) {
-  check_cublas(cublasSgemmStridedBatched(handle, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                         trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(N),
-                                         static_cast<int>(M), static_cast<int>(K), &alpha, B,
-                                         static_cast<int>(ldb), stride_b, A, static_cast<int>(lda), stride_a,
-                                         &beta, C, static_cast<int>(ldc), stride_c, static_cast<int>(batch)),
-               "sgemm");
+  const cudaDataType input_type = cuda_data_type(types.inputs);
+  const cublasComputeType_t compute = types.inputs != DType::F32 ? CUBLAS_COMPUTE_32F
+                                      : types.tf32               ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                                 : CUBLAS_COMPUTE_32F_PEDANTIC;
+  check_cublas(cublasGemmStridedBatchedEx(handle, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                          static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &alpha, B,
+                                          input_type, static_cast<int>(ldb), stride_b, A, input_type,
+                                          static_cast<int>(lda), stride_a, &beta, C, cuda_data_type(types.output),
+                                          static_cast<int>(ldc), stride_c, static_cast<int>(batch), compute,
+                                          CUBLAS_GEMM_DEFAULT),
+               "cublasGemmStridedBatchedEx");
 }
 
 }  // namespace
 
 struct CudaBackend::Handles {
   cublasHandle_t blas = nullptr;
+  bool tf32 = false;
   std::unique_ptr<DeviceBuffer> sum_scratch;  // kSumBlocks partials + the result
   // Scratch of ops that need it (embedding backward's sort), sized by reserve_workspace().
   std::unique_ptr<DeviceBuffer> workspace;
@@ -73,6 +113,7 @@ struct CudaBackend::Handles {
 
 CudaBackend::CudaBackend(bool tf32) : handles_(std::make_unique<Handles>()) {
   check_cublas(cublasCreate(&handles_->blas), "cublasCreate");
+  handles_->tf32 = tf32;
   // fp32 means fp32: TF32 tensor cores only when the precision policy asks for them.
   check_cublas(cublasSetMathMode(handles_->blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH),
                "cublasSetMathMode");
@@ -112,8 +153,8 @@ double CudaBackend::time_gemm_ms(DType dtype, bool tf32, int64_t M, int64_t N, i
              "gemm benchmark: dtype {} is not a floating type", dtype_name(dtype));
   KILN_CHECK(M > 0 && N > 0 && K > 0 && iterations > 0, "gemm sizes and iterations must be positive");
   KILN_CHECK(!tf32 || dtype == DType::F32, "gemm benchmark: tf32 applies to fp32 inputs only");
-  const int kind = dtype == DType::F32 ? 0 : dtype == DType::BF16 ? 1 : 2;
-  const cudaDataType type = kind == 0 ? CUDA_R_32F : kind == 1 ? CUDA_R_16BF : CUDA_R_16F;
+  const int kind = element_kind(dtype);
+  const cudaDataType type = cuda_data_type(dtype);
   const size_t element = dtype_size(dtype);
   auto a = allocate(static_cast<size_t>(M * K) * element);
   auto b = allocate(static_cast<size_t>(K * N) * element);
@@ -121,7 +162,7 @@ double CudaBackend::time_gemm_ms(DType dtype, bool tf32, int64_t M, int64_t N, i
   check_cuda(cuda::fill_random(a->data(), kind, M * K, 1), "fill_random");
   check_cuda(cuda::fill_random(b->data(), kind, K * N, 2), "fill_random");
   const cublasComputeType_t compute =
-      kind == 0 ? (tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F_PEDANTIC) : CUBLAS_COMPUTE_32F;
+      dtype == DType::F32 ? (tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F_PEDANTIC) : CUBLAS_COMPUTE_32F;
   const float alpha = 1.0f, beta = 0.0f;
   cudaEvent_t start = nullptr, stop = nullptr;
   check_cuda(cudaEventCreate(&start), "cudaEventCreate");
@@ -158,135 +199,146 @@ void CudaBackend::copy_to_host(void* host_dst, const void* device_src, size_t by
 void CudaBackend::synchronize() { check_cuda(cudaDeviceSynchronize(), "synchronize"); }
 
 void CudaBackend::embedding_forward(const EmbeddingForward& a) {
-  constexpr const char* op = "embedding_forward";
   const auto [B, T, C] = checks::embedding_forward(a, kCuda);
-  check_cuda(cuda::embedding_forward(a.out.as<float>(), a.tokens.as<int32_t>(), a.wte.as<float>(),
-                                     a.wpe.as<float>(), B, T, C), op);
+  check_cuda(cuda::embedding_forward(a.out.data, a.tokens.as<int32_t>(), a.wte.data, a.wpe.data,
+                                     element_kind(a.out.dtype), B, T, C),
+             "embedding_forward");
 }
 
 void CudaBackend::embedding_backward(const EmbeddingBackward& a) {
-  constexpr const char* op = "embedding_backward";
   const auto [B, T, C] = checks::embedding_backward(a, kCuda);
   reserve_workspace(B * T);  // a no-op once Gpt::allocate_activations has reserved it
-  check_cuda(cuda::embedding_backward(a.dwte.as<float>(), a.dwpe.as<float>(), a.dout.as<float>(),
+  check_cuda(cuda::embedding_backward(a.dwte.as<float>(), a.dwpe.as<float>(), a.dout.data, element_kind(a.dout.dtype),
                                       a.tokens.as<int32_t>(), B, T, C, handles_->workspace->data(),
                                       handles_->workspace->bytes()),
-             op);
+             "embedding_backward");
 }
 
 void CudaBackend::layernorm_forward(const LayerNormForward& a) {
   const auto [M, C] = checks::layernorm_forward(a, kCuda);
-  check_cuda(cuda::layernorm_forward(a.out.as<float>(), a.mean.as<float>(), a.rstd.as<float>(), a.in.as<float>(),
-                                     a.weight.as<float>(), a.bias.as<float>(), M, C, a.eps),
+  check_cuda(cuda::layernorm_forward(a.out.data, a.mean.as<float>(), a.rstd.as<float>(), a.in.data, a.weight.data,
+                                     a.bias.data, element_kind(a.in.dtype), M, C, a.eps),
              "layernorm_forward");
 }
 
 void CudaBackend::layernorm_backward(const LayerNormBackward& a) {
   const auto [M, C] = checks::layernorm_backward(a, kCuda);
-  check_cuda(cuda::layernorm_backward(a.din.as<float>(), a.dweight.as<float>(), a.dbias.as<float>(),
-                                      a.dout.as<float>(), a.in.as<float>(), a.weight.as<float>(),
-                                      a.mean.as<float>(), a.rstd.as<float>(), M, C),
+  check_cuda(cuda::layernorm_backward(a.din.data, a.dweight.as<float>(), a.dbias.as<float>(), a.dout.data, a.in.data,
+                                      a.weight.data, element_kind(a.in.dtype), a.mean.as<float>(), a.rstd.as<float>(),
+                                      M, C),
              "layernorm_backward");
 }
 
 void CudaBackend::matmul_forward(const MatmulForward& a) {
   const auto [M, K, N] = checks::matmul_forward(a, kCuda);
+  const DType dtype = a.in.dtype;
   float beta = 0.0f;
   if (!a.bias.empty()) {
-    check_cuda(cuda::broadcast_rows(a.out.as<float>(), a.bias.as<float>(), M, N), "matmul_forward");
+    check_cuda(cuda::broadcast_rows(a.out.data, a.bias.data, element_kind(dtype), M, N), "matmul_forward");
     beta = 1.0f;
   }
   const bool out_in = a.layout == WeightLayout::OutIn;
-  gemm(handles_->blas, false, out_in, M, N, K, 1.0f, a.in.as<float>(), K, a.weight.as<float>(), out_in ? K : N,
-       beta, a.out.as<float>(), N);
+  gemm(handles_->blas, {dtype, dtype, handles_->tf32}, false, out_in, M, N, K, 1.0f, a.in.data, K, a.weight.data,
+       out_in ? K : N, beta, a.out.data, N);
 }
 
 void CudaBackend::matmul_backward(const MatmulBackward& a) {
   const auto [M, K, N] = checks::matmul_backward(a, kCuda);
+  const DType dtype = a.in.dtype;
   const bool in_out = a.layout == WeightLayout::InOut;
   if (!a.din.empty()) {
-    gemm(handles_->blas, false, in_out, M, K, N, 1.0f, a.dout.as<float>(), N, a.weight.as<float>(), in_out ? N : K,
-         0.0f, a.din.as<float>(), K);
+    gemm(handles_->blas, {dtype, dtype, handles_->tf32}, false, in_out, M, K, N, 1.0f, a.dout.data, N, a.weight.data,
+         in_out ? N : K, 0.0f, a.din.data, K);
   }
+  const GemmTypes to_fp32{dtype, DType::F32, handles_->tf32};  // parameter gradients accumulate in fp32
   if (in_out) {
-    gemm(handles_->blas, true, false, K, N, M, 1.0f, a.in.as<float>(), K, a.dout.as<float>(), N, 1.0f,
-         a.dweight.as<float>(), N);
+    gemm(handles_->blas, to_fp32, true, false, K, N, M, 1.0f, a.in.data, K, a.dout.data, N, 1.0f, a.dweight.data, N);
   } else {
-    gemm(handles_->blas, true, false, N, K, M, 1.0f, a.dout.as<float>(), N, a.in.as<float>(), K, 1.0f,
-         a.dweight.as<float>(), K);
+    gemm(handles_->blas, to_fp32, true, false, N, K, M, 1.0f, a.dout.data, N, a.in.data, K, 1.0f, a.dweight.data, K);
   }
   if (!a.dbias.empty())
-    check_cuda(cuda::column_sums_add(a.dbias.as<float>(), a.dout.as<float>(), M, N), "matmul_backward");
+    check_cuda(cuda::column_sums_add(a.dbias.as<float>(), a.dout.data, element_kind(dtype), M, N), "matmul_backward");
 }
 
 void CudaBackend::gelu_forward(const GeluForward& a) {
   const int64_t count = checks::gelu_forward(a, kCuda);
-  check_cuda(cuda::gelu_forward(a.out.as<float>(), a.in.as<float>(), count), "gelu_forward");
+  check_cuda(cuda::gelu_forward(a.out.data, a.in.data, element_kind(a.in.dtype), count), "gelu_forward");
 }
 
 void CudaBackend::gelu_backward(const GeluBackward& a) {
   const int64_t count = checks::gelu_backward(a, kCuda);
-  check_cuda(cuda::gelu_backward(a.din.as<float>(), a.in.as<float>(), a.dout.as<float>(), count), "gelu_backward");
+  check_cuda(cuda::gelu_backward(a.din.data, a.in.data, a.dout.data, element_kind(a.in.dtype), count),
+             "gelu_backward");
 }
 
+// Scores and probabilities are stored in the compute dtype (products accumulate in fp32; the
+// softmax reads the stored scores into fp32), as eager PyTorch's math attention does.
 void CudaBackend::attention_forward(const AttentionForward& a) {
   constexpr const char* op = "attention_forward";
   const auto [B, T, C, NH, HS] = checks::attention_forward(a, kCuda);
+  const DType dtype = a.qkv.dtype;
+  const GemmTypes types{dtype, dtype, handles_->tf32};
   const bool padded = a.mask != AttentionMask::Causal;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   for (int64_t b = 0; b < B; ++b) {  // heads batched: consecutive heads are HS apart in qkv
-    const float* q = a.qkv.as<float>() + b * T * 3 * C;
-    float* p = a.probs.as<float>() + b * NH * T * T;
-    gemm(handles_->blas, false, true, T, T, HS, scale, q, 3 * C, q + C, 3 * C, 0.0f, p, T, NH, HS, HS, T * T);
+    const void* q = at(a.qkv.data, b * T * 3 * C, dtype);
+    gemm(handles_->blas, types, false, true, T, T, HS, scale, q, 3 * C, at(q, C, dtype), 3 * C, 0.0f,
+         at(a.probs.data, b * NH * T * T, dtype), T, NH, HS, HS, T * T);
   }
-  check_cuda(cuda::masked_softmax(a.probs.as<float>(), padded ? a.key_mask.as<int32_t>() : nullptr, B, NH, T,
-                                  a.mask != AttentionMask::KeyPadding), op);
+  check_cuda(cuda::masked_softmax(a.probs.data, element_kind(dtype), padded ? a.key_mask.as<int32_t>() : nullptr, B,
+                                  NH, T, a.mask != AttentionMask::KeyPadding),
+             op);
   for (int64_t b = 0; b < B; ++b) {
-    const float* v = a.qkv.as<float>() + b * T * 3 * C + 2 * C;
-    gemm(handles_->blas, false, false, T, HS, T, 1.0f, a.probs.as<float>() + b * NH * T * T, T, v, 3 * C, 0.0f,
-         a.out.as<float>() + b * T * C, C, NH, T * T, HS, HS);
+    const void* v = at(a.qkv.data, b * T * 3 * C + 2 * C, dtype);
+    gemm(handles_->blas, types, false, false, T, HS, T, 1.0f, at(a.probs.data, b * NH * T * T, dtype), T, v, 3 * C,
+         0.0f, at(a.out.data, b * T * C, dtype), C, NH, T * T, HS, HS);
   }
 }
 
 void CudaBackend::attention_backward(const AttentionBackward& a) {
   constexpr const char* op = "attention_backward";
   const auto [B, T, C, NH, HS] = checks::attention_backward(a, kCuda);
+  const DType dtype = a.qkv.dtype;
+  const GemmTypes types{dtype, dtype, handles_->tf32};
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   cublasHandle_t blas = handles_->blas;
   for (int64_t b = 0; b < B; ++b) {  // dP = dO v^T
-    const float* v = a.qkv.as<float>() + b * T * 3 * C + 2 * C;
-    gemm(blas, false, true, T, T, HS, 1.0f, a.dout.as<float>() + b * T * C, C, v, 3 * C, 0.0f,
-         a.dprobs.as<float>() + b * NH * T * T, T, NH, HS, HS, T * T);
+    const void* v = at(a.qkv.data, b * T * 3 * C + 2 * C, dtype);
+    gemm(blas, types, false, true, T, T, HS, 1.0f, at(a.dout.data, b * T * C, dtype), C, v, 3 * C, 0.0f,
+         at(a.dprobs.data, b * NH * T * T, dtype), T, NH, HS, HS, T * T);
   }
-  check_cuda(cuda::softmax_backward(a.dprobs.as<float>(), a.probs.as<float>(), B * NH * T, T, scale), op);
+  check_cuda(cuda::softmax_backward(a.dprobs.data, a.probs.data, element_kind(dtype), B * NH * T, T, scale), op);
   for (int64_t b = 0; b < B; ++b) {
-    const float* q = a.qkv.as<float>() + b * T * 3 * C;
-    float* dq = a.dqkv.as<float>() + b * T * 3 * C;
-    const float* ds = a.dprobs.as<float>() + b * NH * T * T;
-    const float* p = a.probs.as<float>() + b * NH * T * T;
-    const float* d_o = a.dout.as<float>() + b * T * C;
-    gemm(blas, false, false, T, HS, T, 1.0f, ds, T, q + C, 3 * C, 0.0f, dq, 3 * C, NH, T * T, HS, HS);
-    gemm(blas, true, false, T, HS, T, 1.0f, ds, T, q, 3 * C, 0.0f, dq + C, 3 * C, NH, T * T, HS, HS);
-    gemm(blas, true, false, T, HS, T, 1.0f, p, T, d_o, C, 0.0f, dq + 2 * C, 3 * C, NH, T * T, HS, HS);
+    const void* q = at(a.qkv.data, b * T * 3 * C, dtype);
+    void* dq = at(a.dqkv.data, b * T * 3 * C, dtype);
+    const void* ds = at(a.dprobs.data, b * NH * T * T, dtype);
+    const void* p = at(a.probs.data, b * NH * T * T, dtype);
+    const void* d_o = at(a.dout.data, b * T * C, dtype);
+    gemm(blas, types, false, false, T, HS, T, 1.0f, ds, T, at(q, C, dtype), 3 * C, 0.0f, dq, 3 * C, NH, T * T, HS, HS);
+    gemm(blas, types, true, false, T, HS, T, 1.0f, ds, T, q, 3 * C, 0.0f, at(dq, C, dtype), 3 * C, NH, T * T, HS, HS);
+    gemm(blas, types, true, false, T, HS, T, 1.0f, p, T, d_o, C, 0.0f, at(dq, 2 * C, dtype), 3 * C, NH, T * T, HS,
+         HS);
   }
 }
 
 void CudaBackend::softmax_cross_entropy(const SoftmaxCrossEntropy& a) {
   const auto [M, Vp] = checks::softmax_cross_entropy(a, kCuda);
-  check_cuda(cuda::softmax_cross_entropy(a.logits.as<float>(), a.losses.as<float>(), a.targets.as<int32_t>(), M,
-                                         a.vocab_size, Vp, a.ignore_index, a.loss_scale, a.write_grad),
+  check_cuda(cuda::softmax_cross_entropy(a.logits.data, element_kind(a.logits.dtype), a.losses.as<float>(),
+                                         a.targets.as<int32_t>(), M, a.vocab_size, Vp, a.ignore_index, a.loss_scale,
+                                         a.write_grad),
              "softmax_cross_entropy");
 }
 
 void CudaBackend::residual_forward(const ResidualForward& a) {
   const int64_t count = checks::residual_forward(a, kCuda);
-  check_cuda(cuda::residual_forward(a.out.as<float>(), a.a.as<float>(), a.b.as<float>(), count), "residual_forward");
+  check_cuda(cuda::residual_forward(a.out.data, a.a.data, a.b.data, element_kind(a.out.dtype), count),
+             "residual_forward");
 }
 
 void CudaBackend::adamw_step(const AdamwStep& a) {
   checks::adamw_step(a, kCuda);
   const DType out = a.param_out.dtype;
-  const int out_kind = out == DType::F32 ? 0 : out == DType::BF16 ? 1 : 2;
+  const int out_kind = element_kind(out);
   const float bias_correction1 = 1.0f - std::pow(a.beta1, static_cast<float>(a.step));
   const float bias_correction2 = 1.0f - std::pow(a.beta2, static_cast<float>(a.step));
   for (const AdamwSegment& segment : a.segments) {
@@ -310,7 +362,13 @@ double CudaBackend::sum_of_squares(const SumOfSquares& a) {
 
 void CudaBackend::fill(const Fill& a) {
   const int64_t count = checks::fill(a, kCuda);
-  check_cuda(cuda::fill(a.out.as<float>(), a.value, count), "fill");
+  check_cuda(cuda::fill(a.out.data, element_kind(a.out.dtype), a.value, count), "fill");
+}
+
+void CudaBackend::convert(const Convert& a) {
+  const int64_t count = checks::convert(a, kCuda);
+  check_cuda(cuda::convert(a.out.data, element_kind(a.out.dtype), a.in.data, element_kind(a.in.dtype), count),
+             "convert");
 }
 
 }  // namespace kiln

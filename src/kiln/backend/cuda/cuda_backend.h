@@ -1,7 +1,9 @@
-// The CUDA back-end, first version: every op on the GPU in fp32, proven against the CPU reference
-// by the op table. Matrix products use cuBLAS (fp32, no TF32); the rest are kernels.cu's plain
-// kernels. Attention materialises the T x T probabilities like the CPU reference (a fused
-// flash-attention kernel is the next step). Everything runs on the default stream; copies are
+// The CUDA back-end, first version: every op on the GPU in fp32, bf16 and fp16 (ops.h dtypes),
+// proven against the CPU reference by the op table. Matrix products use cuBLAS
+// (cublasGemmStridedBatchedEx, fp32 accumulation; TF32 tensor cores for fp32 inputs only when
+// constructed with tf32; parameter gradients written in fp32 from bf16/fp16 inputs); the rest are
+// kernels.cu's plain kernels, templated on the storage type. Attention materialises the T x T
+// probabilities like the CPU reference (a fused flash-attention kernel is the next step). Everything runs on the default stream; copies are
 // synchronous. Compiled only in CUDA builds.
 //
 // Values inside device memory (token ids, targets) are not range-checked here: that would need a
@@ -49,6 +51,7 @@ class CudaBackend final : public Backend {
   void adamw_step(const AdamwStep& args) override;
   double sum_of_squares(const SumOfSquares& args) override;
   void fill(const Fill& args) override;
+  void convert(const Convert& args) override;
 
  private:
   struct Handles;

@@ -1,6 +1,8 @@
 // Kernels of the CUDA back-end, first version: correct and deterministic, written plainly.
 // Each launcher mirrors the CPU reference op of the same name; the op table (tests/backend)
-// checks one against the other. Speed work (fusion, flash attention) replaces these later.
+// checks one against the other in fp32, bf16 and fp16. Every kernel is a template over the
+// storage type of its activations and computes in fp32 (kernels.h). Speed work (fusion, flash
+// attention) replaces these later.
 #include <cub/device/device_radix_sort.cuh>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -58,34 +60,63 @@ __device__ float block_max(float value) {
 #define GRID_STRIDE(i, count) \
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (count); i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
+// ---- element access: fp32 arithmetic on any storage type ------------------------------------
+__device__ __forceinline__ float to_float(float value) { return value; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 value) { return __bfloat162float(value); }
+__device__ __forceinline__ float to_float(__half value) { return __half2float(value); }
+
+template <typename T>
+__device__ __forceinline__ T from_float(float value);
+template <>
+__device__ __forceinline__ float from_float<float>(float value) { return value; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float value) { return __float2bfloat16_rn(value); }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float value) { return __float2half_rn(value); }
+
+// Calls launch(T{}) with T the storage type of `kind`; returns its status.
+template <typename Launch>
+int dispatch(int kind, Launch launch) {
+  switch (kind) {
+    case kFp32: return launch(float{});
+    case kBf16: return launch(__nv_bfloat16{});
+    case kFp16: return launch(__half{});
+  }
+  return static_cast<int>(cudaErrorInvalidValue);
+}
+
 // ---- embedding -------------------------------------------------------------------------------
-__global__ void embedding_forward_kernel(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                                         int64_t T, int64_t C, int64_t count) {
+template <typename T>
+__global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t T_,
+                                         int64_t C, int64_t count) {
   GRID_STRIDE(i, count) {
     const int64_t position = i / C, c = i % C;
-    out[i] = wte[tokens[position] * C + c] + wpe[(position % T) * C + c];
+    out[i] = from_float<T>(to_float(wte[tokens[position] * C + c]) + to_float(wpe[(position % T_) * C + c]));
   }
 }
 
 // dwte without atomics: positions arrive sorted by token (stable, so in position order within a
 // token); the block that starts a run of equal tokens adds the run's rows in order.
-__global__ void embedding_backward_tokens_kernel(float* dwte, const float* dout, const int32_t* sorted_tokens,
+template <typename T>
+__global__ void embedding_backward_tokens_kernel(float* dwte, const T* dout, const int32_t* sorted_tokens,
                                                  const int32_t* sorted_positions, int64_t positions, int64_t C) {
   const int64_t start = blockIdx.x;
   if (start >= positions || (start > 0 && sorted_tokens[start] == sorted_tokens[start - 1])) return;
   const int32_t token = sorted_tokens[start];
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
     float sum = 0.0f;
-    for (int64_t i = start; i < positions && sorted_tokens[i] == token; ++i) sum += dout[sorted_positions[i] * C + c];
+    for (int64_t i = start; i < positions && sorted_tokens[i] == token; ++i)
+      sum += to_float(dout[sorted_positions[i] * C + c]);
     dwte[token * C + c] += sum;
   }
 }
 
 // dwpe[t] += sum over the batch of dout[b, t], in batch order.
-__global__ void embedding_backward_positions_kernel(float* dwpe, const float* dout, int64_t B, int64_t T, int64_t C) {
-  GRID_STRIDE(i, T * C) {
+template <typename T>
+__global__ void embedding_backward_positions_kernel(float* dwpe, const T* dout, int64_t B, int64_t T_, int64_t C) {
+  GRID_STRIDE(i, T_ * C) {
     float sum = 0.0f;
-    for (int64_t b = 0; b < B; ++b) sum += dout[b * T * C + i];
+    for (int64_t b = 0; b < B; ++b) sum += to_float(dout[b * T_ * C + i]);
     dwpe[i] += sum;
   }
 }
@@ -95,46 +126,53 @@ __global__ void iota_kernel(int32_t* out, int64_t count) {
 }
 
 // ---- layernorm: one block per row ---------------------------------------------------------------
-__global__ void layernorm_forward_kernel(float* out, float* mean_out, float* rstd_out, const float* in,
-                                         const float* weight, const float* bias, int64_t C, float eps) {
+template <typename T>
+__global__ void layernorm_forward_kernel(T* out, float* mean_out, float* rstd_out, const T* in, const T* weight,
+                                         const T* bias, int64_t C, float eps) {
   const int64_t row = blockIdx.x;
-  const float* x = in + row * C;
+  const T* x = in + row * C;
   float sum = 0.0f;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) sum += x[c];
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) sum += to_float(x[c]);
   const float mean = block_sum(sum) / static_cast<float>(C);
   float squares = 0.0f;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) squares += (x[c] - mean) * (x[c] - mean);
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    const float centred = to_float(x[c]) - mean;
+    squares += centred * centred;
+  }
   const float rstd = rsqrtf(block_sum(squares) / static_cast<float>(C) + eps);
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) out[row * C + c] = (x[c] - mean) * rstd * weight[c] + bias[c];
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
+    out[row * C + c] = from_float<T>((to_float(x[c]) - mean) * rstd * to_float(weight[c]) + to_float(bias[c]));
   if (threadIdx.x == 0) {
     mean_out[row] = mean;
     rstd_out[row] = rstd;
   }
 }
 
-__global__ void layernorm_backward_input_kernel(float* din, const float* dout, const float* in, const float* weight,
+template <typename T>
+__global__ void layernorm_backward_input_kernel(T* din, const T* dout, const T* in, const T* weight,
                                                 const float* means, const float* rstds, int64_t C) {
   const int64_t row = blockIdx.x;
   const float mean = means[row], rstd = rstds[row];
-  const float* x = in + row * C;
-  const float* g = dout + row * C;
+  const T* x = in + row * C;
+  const T* g = dout + row * C;
   float grad_sum = 0.0f, grad_dot = 0.0f;
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-    const float gw = g[c] * weight[c];
+    const float gw = to_float(g[c]) * to_float(weight[c]);
     grad_sum += gw;
-    grad_dot += gw * (x[c] - mean) * rstd;
+    grad_dot += gw * (to_float(x[c]) - mean) * rstd;
   }
   const float grad_mean = block_sum(grad_sum) / static_cast<float>(C);
   const float grad_dot_mean = block_sum(grad_dot) / static_cast<float>(C);
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-    const float xhat = (x[c] - mean) * rstd;
-    din[row * C + c] += rstd * (g[c] * weight[c] - grad_mean - xhat * grad_dot_mean);
+    const float xhat = (to_float(x[c]) - mean) * rstd;
+    const float delta = rstd * (to_float(g[c]) * to_float(weight[c]) - grad_mean - xhat * grad_dot_mean);
+    din[row * C + c] = from_float<T>(to_float(din[row * C + c]) + delta);
   }
 }
 
 // Column sums without atomics, in a fixed order: a block owns 32 columns; its kRowGroups warps
-// stride over the rows (coalesced 128-byte reads per row), then the partial sums are added in
-// row-group order through shared memory.
+// stride over the rows (coalesced reads per row), then the partial sums are added in row-group
+// order through shared memory.
 constexpr int kRowGroups = 32;
 
 template <typename Term>
@@ -162,107 +200,121 @@ __device__ void column_sums(float* sums_a, float* sums_b, int64_t M, int64_t N, 
   }
 }
 
-__global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, const float* dout, const float* in,
+template <typename T>
+__global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, const T* dout, const T* in,
                                                  const float* means, const float* rstds, int64_t M, int64_t C) {
   column_sums(dweight, dbias, M, C, [=] __device__(int64_t m, int64_t c) {
-    const float g = dout[m * C + c];
-    return make_float2(g * (in[m * C + c] - means[m]) * rstds[m], g);
+    const float g = to_float(dout[m * C + c]);
+    return make_float2(g * (to_float(in[m * C + c]) - means[m]) * rstds[m], g);
   });
 }
 
 // ---- bias helpers, elementwise ----------------------------------------------------------------------
-__global__ void broadcast_rows_kernel(float* out, const float* row, int64_t N, int64_t count) {
+template <typename T>
+__global__ void broadcast_rows_kernel(T* out, const T* row, int64_t N, int64_t count) {
   GRID_STRIDE(i, count) out[i] = row[i % N];
 }
 
-__global__ void column_sums_add_kernel(float* sums, const float* in, int64_t M, int64_t N) {
-  column_sums(sums, nullptr, M, N, [=] __device__(int64_t m, int64_t n) { return make_float2(in[m * N + n], 0.0f); });
+template <typename T>
+__global__ void column_sums_add_kernel(float* sums, const T* in, int64_t M, int64_t N) {
+  column_sums(sums, nullptr, M, N,
+              [=] __device__(int64_t m, int64_t n) { return make_float2(to_float(in[m * N + n]), 0.0f); });
 }
 
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kCubic = 0.044715f;
 
-__global__ void gelu_forward_kernel(float* out, const float* in, int64_t count) {
+template <typename T>
+__global__ void gelu_forward_kernel(T* out, const T* in, int64_t count) {
   GRID_STRIDE(i, count) {
-    const float x = in[i];
-    out[i] = 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + kCubic * x * x * x)));
+    const float x = to_float(in[i]);
+    out[i] = from_float<T>(0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + kCubic * x * x * x))));
   }
 }
 
-__global__ void gelu_backward_kernel(float* din, const float* in, const float* dout, int64_t count) {
+template <typename T>
+__global__ void gelu_backward_kernel(T* din, const T* in, const T* dout, int64_t count) {
   GRID_STRIDE(i, count) {
-    const float x = in[i];
+    const float x = to_float(in[i]);
     const float tanh_inner = tanhf(kSqrt2OverPi * (x + kCubic * x * x * x));
     const float sech_squared = 1.0f - tanh_inner * tanh_inner;
     const float local = 0.5f * (1.0f + tanh_inner) + 0.5f * x * sech_squared * kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
-    din[i] = local * dout[i];
+    din[i] = from_float<T>(local * to_float(dout[i]));
   }
 }
 
-__global__ void residual_kernel(float* out, const float* a, const float* b, int64_t count) {
-  GRID_STRIDE(i, count) out[i] = a[i] + b[i];
+template <typename T>
+__global__ void residual_kernel(T* out, const T* a, const T* b, int64_t count) {
+  GRID_STRIDE(i, count) out[i] = from_float<T>(to_float(a[i]) + to_float(b[i]));
 }
 
-__global__ void fill_kernel(float* out, float value, int64_t count) {
-  GRID_STRIDE(i, count) out[i] = value;
+template <typename T>
+__global__ void fill_kernel(T* out, float value, int64_t count) {
+  GRID_STRIDE(i, count) out[i] = from_float<T>(value);
+}
+
+template <typename Out, typename In>
+__global__ void convert_kernel(Out* out, const In* in, int64_t count) {
+  GRID_STRIDE(i, count) out[i] = from_float<Out>(to_float(in[i]));
 }
 
 // ---- attention softmax: one block per row of scores -------------------------------------------------
-__global__ void masked_softmax_kernel(float* scores, const int32_t* key_mask, int64_t NH, int64_t T, bool causal) {
+template <typename T>
+__global__ void masked_softmax_kernel(T* scores, const int32_t* key_mask, int64_t NH, int64_t T_, bool causal) {
   const int64_t row = blockIdx.x;  // (b * NH + h) * T + t
-  const int64_t t = row % T, b = row / (NH * T);
-  float* s = scores + row * T;
-  const int64_t last_key = causal ? t : T - 1;
+  const int64_t t = row % T_, b = row / (NH * T_);
+  T* s = scores + row * T_;
+  const int64_t last_key = causal ? t : T_ - 1;
+  const auto visible = [&](int64_t k) { return k <= last_key && (key_mask == nullptr || key_mask[b * T_ + k] != 0); };
   float max_score = -INFINITY;
-  for (int64_t k = threadIdx.x; k < T; k += blockDim.x) {
-    const bool visible = k <= last_key && (key_mask == nullptr || key_mask[b * T + k] != 0);
-    if (!visible) s[k] = -INFINITY;
-    max_score = fmaxf(max_score, s[k]);
-  }
+  for (int64_t k = threadIdx.x; k < T_; k += blockDim.x)
+    if (visible(k)) max_score = fmaxf(max_score, to_float(s[k]));
   max_score = block_max(max_score);
   if (max_score == -INFINITY) {
-    for (int64_t k = threadIdx.x; k < T; k += blockDim.x) s[k] = 0.0f;
+    for (int64_t k = threadIdx.x; k < T_; k += blockDim.x) s[k] = from_float<T>(0.0f);
     return;
   }
   float sum = 0.0f;
-  for (int64_t k = threadIdx.x; k < T; k += blockDim.x) {
-    s[k] = expf(s[k] - max_score);
-    sum += s[k];
-  }
+  for (int64_t k = threadIdx.x; k < T_; k += blockDim.x)
+    if (visible(k)) sum += expf(to_float(s[k]) - max_score);
   const float inverse_sum = 1.0f / block_sum(sum);
-  for (int64_t k = threadIdx.x; k < T; k += blockDim.x) s[k] *= inverse_sum;
+  for (int64_t k = threadIdx.x; k < T_; k += blockDim.x)
+    s[k] = from_float<T>(visible(k) ? expf(to_float(s[k]) - max_score) * inverse_sum : 0.0f);
 }
 
-__global__ void softmax_backward_kernel(float* dscores, const float* probs, int64_t T, float scale) {
+template <typename T>
+__global__ void softmax_backward_kernel(T* dscores, const T* probs, int64_t T_, float scale) {
   const int64_t row = blockIdx.x;
-  float* ds = dscores + row * T;
-  const float* p = probs + row * T;
+  T* ds = dscores + row * T_;
+  const T* p = probs + row * T_;
   float weighted = 0.0f;
-  for (int64_t k = threadIdx.x; k < T; k += blockDim.x) weighted += p[k] * ds[k];
+  for (int64_t k = threadIdx.x; k < T_; k += blockDim.x) weighted += to_float(p[k]) * to_float(ds[k]);
   weighted = block_sum(weighted);
-  for (int64_t k = threadIdx.x; k < T; k += blockDim.x) ds[k] = p[k] * (ds[k] - weighted) * scale;
+  for (int64_t k = threadIdx.x; k < T_; k += blockDim.x)
+    ds[k] = from_float<T>(to_float(p[k]) * (to_float(ds[k]) - weighted) * scale);
 }
 
 // ---- cross-entropy: one block per row ---------------------------------------------------------------
-__global__ void cross_entropy_kernel(float* logits, float* losses, const int32_t* targets, int64_t V, int64_t Vp,
+template <typename T>
+__global__ void cross_entropy_kernel(T* logits, float* losses, const int32_t* targets, int64_t V, int64_t Vp,
                                      int32_t ignore_index, float loss_scale, bool write_grad) {
   const int64_t row = blockIdx.x;
-  float* x = logits + row * Vp;
+  T* x = logits + row * Vp;
   const int32_t target = targets[row];
   const bool ignored = target == ignore_index;
   float max_logit = -INFINITY;
-  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) max_logit = fmaxf(max_logit, x[v]);
+  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) max_logit = fmaxf(max_logit, to_float(x[v]));
   max_logit = block_max(max_logit);
   float sum = 0.0f;
-  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) sum += expf(x[v] - max_logit);
+  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) sum += expf(to_float(x[v]) - max_logit);
   const float log_sum = logf(block_sum(sum)) + max_logit;
-  if (threadIdx.x == 0) losses[row] = ignored ? 0.0f : log_sum - x[target];
+  if (threadIdx.x == 0) losses[row] = ignored ? 0.0f : log_sum - to_float(x[target]);
   if (!write_grad) return;
   __syncthreads();  // the loss read x[target] before it is overwritten
   for (int64_t v = threadIdx.x; v < Vp; v += blockDim.x) {
     float grad = 0.0f;
-    if (!ignored && v < V) grad = (expf(x[v] - log_sum) - (v == target ? 1.0f : 0.0f)) * loss_scale;
-    x[v] = grad;
+    if (!ignored && v < V) grad = (expf(to_float(x[v]) - log_sum) - (v == target ? 1.0f : 0.0f)) * loss_scale;
+    x[v] = from_float<T>(grad);
   }
 }
 
@@ -278,9 +330,9 @@ __global__ void adamw_kernel(float* master, void* param_out, int out_kind, const
     const float m_hat = m[i] / bias_correction1;
     const float v_hat = v[i] / bias_correction2;
     master[i] -= lr * (m_hat / (sqrtf(v_hat) + eps) + weight_decay * master[i]);
-    if (out_kind == 0) static_cast<float*>(param_out)[i] = master[i];
-    if (out_kind == 1) static_cast<__nv_bfloat16*>(param_out)[i] = __float2bfloat16_rn(master[i]);
-    if (out_kind == 2) static_cast<__half*>(param_out)[i] = __float2half_rn(master[i]);
+    if (out_kind == kFp32) static_cast<float*>(param_out)[i] = master[i];
+    if (out_kind == kBf16) static_cast<__nv_bfloat16*>(param_out)[i] = __float2bfloat16_rn(master[i]);
+    if (out_kind == kFp16) static_cast<__half*>(param_out)[i] = __float2half_rn(master[i]);
   }
 }
 
@@ -292,9 +344,9 @@ __global__ void fill_random_kernel(void* out, int kind, int64_t count, uint64_t 
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     z ^= z >> 31;
     const float value = static_cast<float>(z >> 40) * 0x1.0p-23f - 1.0f;
-    if (kind == 0) static_cast<float*>(out)[i] = value;
-    if (kind == 1) static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(value);
-    if (kind == 2) static_cast<__half*>(out)[i] = __float2half_rn(value);
+    if (kind == kFp32) static_cast<float*>(out)[i] = value;
+    if (kind == kBf16) static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(value);
+    if (kind == kFp16) static_cast<__half*>(out)[i] = __float2half_rn(value);
   }
 }
 
@@ -321,10 +373,14 @@ __global__ void sum_partials_kernel(const double* partials, int count, double* r
 
 }  // namespace
 
-int embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B, int64_t T,
-                      int64_t C) {
-  embedding_forward_kernel<<<blocks_for(B * T * C), kThreads>>>(out, tokens, wte, wpe, T, C, B * T * C);
-  return launch_status();
+int embedding_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe, int kind, int64_t B,
+                      int64_t T, int64_t C) {
+  return dispatch(kind, [&](auto tag) {
+    using E = decltype(tag);
+    embedding_forward_kernel<<<blocks_for(B * T * C), kThreads>>>(static_cast<E*>(out), tokens, static_cast<const E*>(wte),
+                                                                  static_cast<const E*>(wpe), T, C, B * T * C);
+    return launch_status();
+  });
 }
 
 size_t embedding_backward_workspace_bytes(int64_t positions) {
@@ -335,8 +391,8 @@ size_t embedding_backward_workspace_bytes(int64_t positions) {
   return 3 * static_cast<size_t>(positions) * sizeof(int32_t) + sort_bytes + 256;
 }
 
-int embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
-                       int64_t C, void* workspace, size_t workspace_bytes) {
+int embedding_backward(float* dwte, float* dwpe, const void* dout, int kind, const int32_t* tokens, int64_t B,
+                       int64_t T, int64_t C, void* workspace, size_t workspace_bytes) {
   const int64_t positions = B * T;
   auto* positions_in = static_cast<int32_t*>(workspace);
   int32_t* sorted_tokens = positions_in + positions;
@@ -346,76 +402,134 @@ int embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_
   iota_kernel<<<blocks_for(positions), kThreads>>>(positions_in, positions);
   cub::DeviceRadixSort::SortPairs(sort_storage, sort_bytes, tokens, sorted_tokens, positions_in, sorted_positions,
                                   static_cast<int>(positions));
-  embedding_backward_tokens_kernel<<<static_cast<unsigned>(positions), kThreads>>>(dwte, dout, sorted_tokens,
-                                                                                  sorted_positions, positions, C);
-  embedding_backward_positions_kernel<<<blocks_for(T * C), kThreads>>>(dwpe, dout, B, T, C);
-  return launch_status();
+  return dispatch(kind, [&](auto tag) {
+    using E = decltype(tag);
+    const E* grad = static_cast<const E*>(dout);
+    embedding_backward_tokens_kernel<<<static_cast<unsigned>(positions), kThreads>>>(dwte, grad, sorted_tokens,
+                                                                                    sorted_positions, positions, C);
+    embedding_backward_positions_kernel<<<blocks_for(T * C), kThreads>>>(dwpe, grad, B, T, C);
+    return launch_status();
+  });
 }
 
-int layernorm_forward(float* out, float* mean, float* rstd, const float* in, const float* weight, const float* bias,
-                      int64_t M, int64_t C, float eps) {
+int layernorm_forward(void* out, float* mean, float* rstd, const void* in, const void* weight, const void* bias,
+                      int kind, int64_t M, int64_t C, float eps) {
   if (M == 0) return 0;
-  layernorm_forward_kernel<<<static_cast<unsigned>(M), kThreads>>>(out, mean, rstd, in, weight, bias, C, eps);
-  return launch_status();
+  return dispatch(kind, [&](auto tag) {
+    using E = decltype(tag);
+    layernorm_forward_kernel<<<static_cast<unsigned>(M), kThreads>>>(
+        static_cast<E*>(out), mean, rstd, static_cast<const E*>(in), static_cast<const E*>(weight),
+        static_cast<const E*>(bias), C, eps);
+    return launch_status();
+  });
 }
 
-int layernorm_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
-                       const float* weight, const float* mean, const float* rstd, int64_t M, int64_t C) {
+int layernorm_backward(void* din, float* dweight, float* dbias, const void* dout, const void* in, const void* weight,
+                       int kind, const float* mean, const float* rstd, int64_t M, int64_t C) {
   if (M == 0) return 0;
-  layernorm_backward_input_kernel<<<static_cast<unsigned>(M), kThreads>>>(din, dout, in, weight, mean, rstd, C);
-  layernorm_backward_params_kernel<<<static_cast<unsigned>((C + 31) / 32), dim3(32, kRowGroups)>>>(
-      dweight, dbias, dout, in, mean, rstd, M, C);
-  return launch_status();
+  return dispatch(kind, [&](auto tag) {
+    using E = decltype(tag);
+    const E* grad = static_cast<const E*>(dout);
+    const E* x = static_cast<const E*>(in);
+    layernorm_backward_input_kernel<<<static_cast<unsigned>(M), kThreads>>>(
+        static_cast<E*>(din), grad, x, static_cast<const E*>(weight), mean, rstd, C);
+    layernorm_backward_params_kernel<<<static_cast<unsigned>((C + 31) / 32), dim3(32, kRowGroups)>>>(
+        dweight, dbias, grad, x, mean, rstd, M, C);
+    return launch_status();
+  });
 }
 
-int broadcast_rows(float* out, const float* row, int64_t M, int64_t N) {
-  broadcast_rows_kernel<<<blocks_for(M * N), kThreads>>>(out, row, N, M * N);
-  return launch_status();
+int broadcast_rows(void* out, const void* row, int kind, int64_t M, int64_t N) {
+  return dispatch(kind, [&](auto tag) {
+    using E = decltype(tag);
+    broadcast_rows_kernel<<<blocks_for(M * N), kThreads>>>(static_cast<E*>(out), static_cast<const E*>(row), N, M * N);
+    return launch_status();
+  });
 }
 
-int column_sums_add(float* sums, const float* in, int64_t M, int64_t N) {
-  column_sums_add_kernel<<<static_cast<unsigned>((N + 31) / 32), dim3(32, kRowGroups)>>>(sums, in, M, N);
-  return launch_status();
+int column_sums_add(float* sums, const void* in, int kind, int64_t M, int64_t N) {
+  return dispatch(kind, [&](auto tag) {
+    using E = decltype(tag);
+    column_sums_add_kernel<<<static_cast<unsigned>((N + 31) / 32), dim3(32, kRowGroups)>>>(
+        sums, static_cast<const E*>(in), M, N);
+    return launch_status();
+  });
 }
 
-int gelu_forward(float* out, const float* in, int64_t count) {
-  gelu_forward_kernel<<<blocks_for(count), kThreads>>>(out, in, count);
-  return launch_status();
+int gelu_forward(void* out, const void* in, int kind, int64_t count) {
+  return dispatch(kind, [&](auto tag) {
+    using E = decltype(tag);
+    gelu_forward_kernel<<<blocks_for(count), kThreads>>>(static_cast<E*>(out), static_cast<const E*>(in), count);
+    return launch_status();
+  });
 }
 
-int gelu_backward(float* din, const float* in, const float* dout, int64_t count) {
-  gelu_backward_kernel<<<blocks_for(count), kThreads>>>(din, in, dout, count);
-  return launch_status();
+int gelu_backward(void* din, const void* in, const void* dout, int kind, int64_t count) {
+  return dispatch(kind, [&](auto tag) {
+    using E = decltype(tag);
+    gelu_backward_kernel<<<blocks_for(count), kThreads>>>(static_cast<E*>(din), static_cast<const E*>(in),
+                                                          static_cast<const E*>(dout), count);
+    return launch_status();
+  });
 }
 
-int residual_forward(float* out, const float* a, const float* b, int64_t count) {
-  residual_kernel<<<blocks_for(count), kThreads>>>(out, a, b, count);
-  return launch_status();
+int residual_forward(void* out, const void* a, const void* b, int kind, int64_t count) {
+  return dispatch(kind, [&](auto tag) {
+    using E = decltype(tag);
+    residual_kernel<<<blocks_for(count), kThreads>>>(static_cast<E*>(out), static_cast<const E*>(a),
+                                                     static_cast<const E*>(b), count);
+    return launch_status();
+  });
 }
 
-int fill(float* out, float value, int64_t count) {
-  fill_kernel<<<blocks_for(count), kThreads>>>(out, value, count);
-  return launch_status();
+int fill(void* out, int kind, float value, int64_t count) {
+  return dispatch(kind, [&](auto tag) {
+    using E = decltype(tag);
+    fill_kernel<<<blocks_for(count), kThreads>>>(static_cast<E*>(out), value, count);
+    return launch_status();
+  });
 }
 
-int masked_softmax(float* scores, const int32_t* key_mask, int64_t B, int64_t NH, int64_t T, bool causal) {
+int convert(void* out, int out_kind, const void* in, int in_kind, int64_t count) {
+  return dispatch(out_kind, [&](auto out_tag) {
+    using Out = decltype(out_tag);
+    return dispatch(in_kind, [&](auto in_tag) {
+      using In = decltype(in_tag);
+      convert_kernel<<<blocks_for(count), kThreads>>>(static_cast<Out*>(out), static_cast<const In*>(in), count);
+      return launch_status();
+    });
+  });
+}
+
+int masked_softmax(void* scores, int kind, const int32_t* key_mask, int64_t B, int64_t NH, int64_t T, bool causal) {
   if (B * NH * T == 0) return 0;
-  masked_softmax_kernel<<<static_cast<unsigned>(B * NH * T), kThreads>>>(scores, key_mask, NH, T, causal);
-  return launch_status();
+  return dispatch(kind, [&](auto tag) {
+    using E = decltype(tag);
+    masked_softmax_kernel<<<static_cast<unsigned>(B * NH * T), kThreads>>>(static_cast<E*>(scores), key_mask, NH, T,
+                                                                          causal);
+    return launch_status();
+  });
 }
 
-int softmax_backward(float* dscores, const float* probs, int64_t rows, int64_t T, float scale) {
+int softmax_backward(void* dscores, const void* probs, int kind, int64_t rows, int64_t T, float scale) {
   if (rows == 0) return 0;
-  softmax_backward_kernel<<<static_cast<unsigned>(rows), kThreads>>>(dscores, probs, T, scale);
-  return launch_status();
+  return dispatch(kind, [&](auto tag) {
+    using E = decltype(tag);
+    softmax_backward_kernel<<<static_cast<unsigned>(rows), kThreads>>>(static_cast<E*>(dscores),
+                                                                      static_cast<const E*>(probs), T, scale);
+    return launch_status();
+  });
 }
 
-int softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int64_t M, int64_t V, int64_t Vp,
-                          int32_t ignore_index, float loss_scale, bool write_grad) {
+int softmax_cross_entropy(void* logits, int kind, float* losses, const int32_t* targets, int64_t M, int64_t V,
+                          int64_t Vp, int32_t ignore_index, float loss_scale, bool write_grad) {
   if (M == 0) return 0;
-  cross_entropy_kernel<<<static_cast<unsigned>(M), kThreads>>>(logits, losses, targets, V, Vp, ignore_index,
-                                                              loss_scale, write_grad);
-  return launch_status();
+  return dispatch(kind, [&](auto tag) {
+    using E = decltype(tag);
+    cross_entropy_kernel<<<static_cast<unsigned>(M), kThreads>>>(static_cast<E*>(logits), losses, targets, V, Vp,
+                                                                ignore_index, loss_scale, write_grad);
+    return launch_status();
+  });
 }
 
 int adamw(float* master, void* param_out, int out_kind, const float* grad, float* exp_avg, float* exp_avg_sq,
