@@ -210,19 +210,19 @@ OpCase attention_case(int64_t B, int64_t T, int64_t NH, int64_t HS, AttentionMas
   }
   op.inputs = {random_floats(static_cast<size_t>(B * T * 3 * C), rng)};
   op.differentiable = {0};
-  auto run_forward = [=](Backend& backend, DeviceTensors& t, const std::vector<float>& qkv_host,
-                         Tensor& qkv, Tensor& probs) {
-    Tensor out = t.poisoned_acts({B, T, C});
-    probs = t.poisoned_acts({B, NH, T, T});
-    qkv = t.acts(qkv_host, {B, T, 3 * C});
-    backend.attention_forward({out, probs, qkv, padded ? t.ints(key_mask, {B, T}) : Tensor{},
-                               static_cast<int>(NH), mask});
-    return out;
+  // The forward's tensors; lse is checked against the reference by the backward, which needs it.
+  struct Forward {
+    Tensor out, lse, qkv, key_mask;
+  };
+  auto run_forward = [=](Backend& backend, DeviceTensors& t, const std::vector<float>& qkv_host) {
+    Forward f{t.poisoned_acts({B, T, C}), t.poisoned({B * NH * T}), t.acts(qkv_host, {B, T, 3 * C}),
+              padded ? t.ints(key_mask, {B, T}) : Tensor{}};
+    backend.attention_forward({f.out, f.lse, f.qkv, f.key_mask, static_cast<int>(NH), mask});
+    return f;
   };
   op.forward = [=](Backend& backend, DType dtype, const FloatInputs& x) {
     DeviceTensors t(backend, dtype);
-    Tensor qkv, probs;
-    return t.download(run_forward(backend, t, x[0], qkv, probs));
+    return t.download(run_forward(backend, t, x[0]).out);
   };
   op.reference = [=](const DoubleInputs& x) {
     const std::vector<double>& qkv = x[0];
@@ -251,11 +251,10 @@ OpCase attention_case(int64_t B, int64_t T, int64_t NH, int64_t HS, AttentionMas
   };
   op.backward = [=](Backend& backend, DType dtype, const FloatInputs& x, const std::vector<float>& dout) {
     DeviceTensors t(backend, dtype);
-    Tensor qkv, probs;
-    run_forward(backend, t, x[0], qkv, probs);
+    const Forward f = run_forward(backend, t, x[0]);
     Tensor dqkv = t.poisoned_acts({B, T, 3 * C});
-    backend.attention_backward({dqkv, t.poisoned_acts({B, NH, T, T}), t.acts(dout, {B, T, C}), qkv, probs,
-                                static_cast<int>(NH)});
+    backend.attention_backward({dqkv, t.acts(dout, {B, T, C}), f.qkv, f.out, f.lse, f.key_mask, static_cast<int>(NH),
+                                mask});
     return FloatInputs{t.download(dqkv)};
   };
   return op;

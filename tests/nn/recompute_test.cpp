@@ -101,11 +101,11 @@ TEST(Recompute, PlanBytesMatchAnIndependentCount) {
   // Every tensor below is a multiple of 64 bytes, so the arena's alignment adds nothing.
   const GptConfig config = four_layers();
   const int64_t B = 2, T = 16, C = 32, NH = 2, L = 4, Vp = 64;
-  const int64_t BT = B * T, BTC = BT * C, probs = NH * B * T * T;
-  const int64_t block = 16 * BTC + 4 * BT + probs;  // ln1, stats, qkv, attn_out, probs, residuals, ln2, MLP
+  const int64_t BT = B * T, BTC = BT * C, lse = NH * B * T;
+  const int64_t block = 16 * BTC + 4 * BT + lse;  // ln1, stats, qkv, attn_out, lse, residuals, ln2, MLP
   const int64_t outside = 2 * BT /* int32 tokens, targets */ + BTC /* embedded */ + BTC + 2 * BT /* ln_f */ +
                           BT * Vp /* logits */ + BT /* losses */ + BTC /* projection */ +
-                          BTC + BTC + 3 * BTC + probs + 4 * BTC /* backward scratch */;
+                          BTC + BTC + 3 * BTC + 4 * BTC /* backward scratch */;
   auto bytes = [&](const RecomputePolicy& recompute) {
     return static_cast<int64_t>(GptActivations::bytes_needed(config, B, T, recompute));
   };
@@ -116,8 +116,8 @@ TEST(Recompute, PlanBytesMatchAnIndependentCount) {
   EXPECT_EQ(bytes(policy("full", "uniform", 2)), 4 * (outside + 2 * block + 2 * BTC));
   // Block, first 3: one scratch block, 3 kept outputs, 1 full layer.
   EXPECT_EQ(bytes(policy("full", "block", 3)), 4 * (outside + block + 3 * BTC + block));
-  // Selective: no per-layer probs, one shared.
-  EXPECT_EQ(bytes(policy("selective")), 4 * (outside + L * (block - probs) + probs));
+  // Selective: the attention op keeps no probabilities to drop, so the plan is none's.
+  EXPECT_EQ(bytes(policy("selective")), bytes(RecomputePolicy{}));
 }
 
 TEST(Recompute, ConfigValidationAndTheOlderSpelling) {

@@ -46,10 +46,15 @@ class Backend {
     size_t free = 0, total = 0;
   };
   virtual std::optional<DeviceMemory> device_memory() const = 0;
-  // Allocates now the scratch that ops on up to `max_positions` (batch x sequence) tokens need,
-  // so training never allocates after the first step; returns the bytes the back-end holds as
-  // workspace.
-  virtual size_t reserve_workspace(int64_t max_positions) = 0;
+  // Allocates now the scratch the ops of a model need, so training never allocates after the
+  // first step; returns the bytes the back-end holds as workspace. Ops called with larger shapes
+  // grow it themselves.
+  struct WorkspaceNeeds {
+    int64_t positions = 0;         // tokens of the largest micro-batch (batch x sequence)
+    int64_t attention_scores = 0;  // batch x heads x sequence^2 of the largest attention call
+    DType dtype = DType::F32;      // the compute dtype
+  };
+  virtual size_t reserve_workspace(const WorkspaceNeeds& needs) = 0;
   // Input batches to the device, overlapped with compute (batch_stager.h).
   virtual std::unique_ptr<BatchStager> make_batch_stager(const StagerOptions& options) = 0;
 

@@ -109,32 +109,39 @@ int64_t gelu_backward(const GeluBackward& a, Device device) {
   return a.in.numel();
 }
 
+namespace {
+void require_key_mask(const Tensor& key_mask, AttentionMask mask, const AttentionShape& s, Device device,
+                      const char* op) {
+  if (mask == AttentionMask::Causal) return;
+  require(key_mask, DType::I32, device, op, "key_mask");
+  require_numel(key_mask, s.B * s.T, op, "key_mask");
+}
+}  // namespace
+
 AttentionShape attention_forward(const AttentionForward& a, Device device) {
   constexpr const char* op = "attention_forward";
   const DType dtype = compute_dtype(a.qkv, device, op, "qkv");
   require(a.out, dtype, device, op, "out");
-  require(a.probs, dtype, device, op, "probs");
+  require(a.lse, DType::F32, device, op, "lse");
   const AttentionShape s = attention_shape(a.qkv, a.num_heads, op);
   require_numel(a.out, s.B * s.T * s.C, op, "out");
-  require_numel(a.probs, s.B * s.NH * s.T * s.T, op, "probs");
-  if (a.mask != AttentionMask::Causal) {
-    require(a.key_mask, DType::I32, device, op, "key_mask");
-    require_numel(a.key_mask, s.B * s.T, op, "key_mask");
-  }
+  require_numel(a.lse, s.B * s.NH * s.T, op, "lse");
+  require_key_mask(a.key_mask, a.mask, s, device, op);
   return s;
 }
 
 AttentionShape attention_backward(const AttentionBackward& a, Device device) {
   constexpr const char* op = "attention_backward";
   const DType dtype = compute_dtype(a.qkv, device, op, "qkv");
-  for (auto [tensor, name] : {std::pair{&a.dqkv, "dqkv"}, {&a.dprobs, "dprobs"}, {&a.dout, "dout"},
-                              {&a.probs, "probs"}})
+  for (auto [tensor, name] : {std::pair{&a.dqkv, "dqkv"}, {&a.dout, "dout"}, {&a.out, "out"}})
     require(*tensor, dtype, device, op, name);
+  require(a.lse, DType::F32, device, op, "lse");
   const AttentionShape s = attention_shape(a.qkv, a.num_heads, op);
   require_numel(a.dqkv, s.B * s.T * 3 * s.C, op, "dqkv");
-  require_numel(a.dprobs, s.B * s.NH * s.T * s.T, op, "dprobs");
-  require_numel(a.probs, s.B * s.NH * s.T * s.T, op, "probs");
   require_numel(a.dout, s.B * s.T * s.C, op, "dout");
+  require_numel(a.out, s.B * s.T * s.C, op, "out");
+  require_numel(a.lse, s.B * s.NH * s.T, op, "lse");
+  require_key_mask(a.key_mask, a.mask, s, device, op);
   return s;
 }
 

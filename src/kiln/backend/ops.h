@@ -92,26 +92,33 @@ struct GeluBackward {
 
 // ---- multi-head self-attention core: out = softmax(q k^T / sqrt(HS) + mask) v per head --------
 // qkv packs [q | k | v] along the last axis, each C wide, heads contiguous inside each part
-// (the layout of GPT-2's c_attn output). probs keeps the softmax for backward.
+// (the layout of GPT-2's c_attn output).
 // Causal masks keys after the query. KeyPadding masks keys whose key_mask is 0; with causal too,
-// both apply. A query with no visible key gets a zero output and zero gradients.
+// both apply. A query with no visible key gets a zero output, lse = -inf and zero gradients.
+//
+// The flash-attention contract (Dao et al. 2022, "FlashAttention"; Dao 2023, "FlashAttention-2"):
+// forward keeps only lse, the log-sum-exp of each query's scaled, masked scores, never the
+// B x NH x T x T probabilities; backward recomputes P = exp(s - lse) and uses
+// D = rowsum(dout * out), so dS = P * (dP - D) / sqrt(HS) with dP = dout v^T.
 enum class AttentionMask : uint8_t { Causal, KeyPadding, CausalKeyPadding };
 
 struct AttentionForward {
   Tensor out;       // [B, T, C]
-  Tensor probs;     // [B, NH, T, T]
+  Tensor lse;       // [B, NH, T] fp32, saved for backward
   Tensor qkv;       // [B, T, 3C]
   Tensor key_mask;  // [B, T] int32 (1 keep, 0 pad); required for the padding variants
   int num_heads = 1;
   AttentionMask mask = AttentionMask::Causal;
 };
 struct AttentionBackward {
-  Tensor dqkv;     // [B, T, 3C] =
-  Tensor dprobs;   // [B, NH, T, T] scratch
-  Tensor dout;     // [B, T, C]
-  Tensor qkv;
-  Tensor probs;
+  Tensor dqkv;      // [B, T, 3C] =
+  Tensor dout;      // [B, T, C]
+  Tensor qkv;       // the forward's inputs and results:
+  Tensor out;       // [B, T, C]
+  Tensor lse;       // [B, NH, T] fp32
+  Tensor key_mask;  // as in forward
   int num_heads = 1;
+  AttentionMask mask = AttentionMask::Causal;
 };
 
 // ---- fused softmax + cross-entropy over the vocabulary ----------------------------------------

@@ -35,7 +35,7 @@ void generate(const GenerateOptions& options) {
              dir, config.vocab_size, kByteVocabSize);
   auto backend = make_backend(options.device);
   Gpt model(config.gpt(), *backend);
-  load_model_weights(dir, model, *backend);
+  load_model_weights(dir, model);
   const int64_t window = config.max_position_embeddings;
   model.allocate_activations(1, window);
 

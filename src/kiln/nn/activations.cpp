@@ -25,14 +25,14 @@ class Layout {
   DType dtype_;
 };
 
-BlockActivations take_block(Layout& layout, int64_t B, int64_t T, int64_t C, int64_t NH, bool with_probs) {
+BlockActivations take_block(Layout& layout, int64_t B, int64_t T, int64_t C, int64_t NH) {
   BlockActivations block;
   block.ln1 = layout.take({B, T, C});
   block.ln1_mean = layout.stats({B * T});
   block.ln1_rstd = layout.stats({B * T});
   block.qkv = layout.take({B, T, 3 * C});
   block.attn_out = layout.take({B, T, C});
-  if (with_probs) block.probs = layout.take({B, NH, T, T});
+  block.attn_lse = layout.stats({B * NH * T});
   block.residual_mid = layout.take({B, T, C});
   block.ln2 = layout.take({B, T, C});
   block.ln2_mean = layout.stats({B * T});
@@ -54,14 +54,12 @@ GptActivations GptActivations::lay_out(Arena& arena, const GptConfig& config, in
   acts.batch = batch;
   acts.seq = seq;
   acts.recompute = plan_recompute(policy, config.num_layers);
-  acts.selective = policy.granularity == RecomputeGranularity::Selective;
   acts.tokens = layout.ints({B, T});
   acts.targets = layout.ints({B, T});
   acts.embedded = layout.take({B, T, C});
   std::vector<BlockActivations> slots;
   for (int64_t slot = 0; slot < recompute_scratch_slots(acts.recompute); ++slot)
-    slots.push_back(take_block(layout, B, T, C, NH, true));
-  const Tensor shared_probs = acts.selective ? layout.take({B, NH, T, T}) : Tensor{};
+    slots.push_back(take_block(layout, B, T, C, NH));
   for (int64_t layer = 0; layer < config.num_layers; ++layer) {
     const LayerRecompute& plan = acts.recompute[static_cast<size_t>(layer)];
     if (plan.recomputed) {
@@ -69,9 +67,7 @@ GptActivations GptActivations::lay_out(Arena& arena, const GptConfig& config, in
       if (layer == plan.chunk_last) block.residual_out = layout.take({B, T, C});  // the next chunk's input
       acts.blocks.push_back(block);
     } else {
-      BlockActivations block = take_block(layout, B, T, C, NH, !acts.selective);
-      if (acts.selective) block.probs = shared_probs;
-      acts.blocks.push_back(block);
+      acts.blocks.push_back(take_block(layout, B, T, C, NH));
     }
   }
   acts.lnf = layout.take({B, T, C});
@@ -83,7 +79,6 @@ GptActivations GptActivations::lay_out(Arena& arena, const GptConfig& config, in
   acts.d_residual = layout.take({B, T, C});
   acts.d_hidden = layout.take({B, T, C});
   acts.d_qkv = layout.take({B, T, 3 * C});
-  acts.d_probs = layout.take({B, NH, T, T});
   acts.d_fc = layout.take({B, T, 4 * C});
   return acts;
 }

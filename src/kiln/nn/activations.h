@@ -5,12 +5,12 @@
 // bytes needed for (batch, seq); run on a real Arena it binds the views. A plan made for
 // (B, T) can be re-laid for any smaller (b, t) in the same arena (generation uses this).
 //
-// Kept per block (what backward reads): ln1 out + stats, qkv, attention output and probs,
-// the residual after attention, ln2 out + stats, the MLP pre- and post-GELU activations and the
-// block output. Projections' outputs are only added into the residual, so they share one
-// scratch. Under a recompute policy (recompute.h), recomputed blocks' views point into shared
-// scratch slots (only a chunk's last output is kept, as the next chunk's input), and under
-// selective recomputation all blocks share one probs tensor.
+// Kept per block (what backward reads): ln1 out + stats, qkv, the attention output and its
+// log-sum-exp (the attention op never keeps the T x T probabilities, ops.h), the residual after
+// attention, ln2 out + stats, the MLP pre- and post-GELU activations and the block output.
+// Projections' outputs are only added into the residual, so they share one scratch. Under a
+// recompute policy (recompute.h), recomputed blocks' views point into shared scratch slots (only
+// a chunk's last output is kept, as the next chunk's input).
 // Dtypes (ops.h): activations and their gradients in the model's compute dtype; LayerNorm
 // statistics and losses in fp32; token ids int32.
 #pragma once
@@ -28,7 +28,7 @@ struct BlockActivations {
   Tensor ln1, ln1_mean, ln1_rstd;  // [B,T,C], [B*T], [B*T]
   Tensor qkv;                      // [B,T,3C]
   Tensor attn_out;                 // [B,T,C] attention core output, input of c_proj
-  Tensor probs;                    // [B,NH,T,T]
+  Tensor attn_lse;                 // [B,NH,T] fp32 log-sum-exp of each query's scores
   Tensor residual_mid;             // [B,T,C] residual after attention
   Tensor ln2, ln2_mean, ln2_rstd;
   Tensor fc_pre_gelu;              // [B,T,4C]
@@ -49,10 +49,8 @@ struct GptActivations {
   Tensor d_residual;               // [B,T,C]
   Tensor d_hidden;                 // [B,T,C] gradients of ln outputs and of attn_out
   Tensor d_qkv;                    // [B,T,3C]
-  Tensor d_probs;                  // [B,NH,T,T]
   Tensor d_fc;                     // [B,T,4C] gradient of both MLP activations, in place
   std::vector<LayerRecompute> recompute;  // per layer, from the policy
-  bool selective = false;                 // probs are shared and recomputed per block
 
   // Lays out every tensor for (batch, seq) in `arena` and returns the views (null data when the
   // arena is measuring). `device` tags the views; `dtype` is the compute dtype.

@@ -7,7 +7,8 @@ void block_forward(Backend& backend, const GptConfig& config, const BlockWeights
   const float eps = config.layernorm_eps;
   backend.layernorm_forward({acts.ln1, acts.ln1_mean, acts.ln1_rstd, input, w.ln1_weight, w.ln1_bias, eps});
   backend.matmul_forward({acts.qkv, acts.ln1, w.qkv_weight, w.qkv_bias, WeightLayout::InOut});
-  block_attention_forward(backend, config, acts, acts.attn_out);
+  backend.attention_forward({acts.attn_out, acts.attn_lse, acts.qkv, Tensor{}, static_cast<int>(config.num_heads),
+                             AttentionMask::Causal});
   backend.matmul_forward({projection, acts.attn_out, w.attn_proj_weight, w.attn_proj_bias,
                           WeightLayout::InOut});
   backend.residual_forward({acts.residual_mid, input, projection});
@@ -18,12 +19,6 @@ void block_forward(Backend& backend, const GptConfig& config, const BlockWeights
   backend.matmul_forward({projection, acts.fc_post_gelu, w.fc_proj_weight, w.fc_proj_bias,
                           WeightLayout::InOut});
   backend.residual_forward({acts.residual_out, acts.residual_mid, projection});
-}
-
-void block_attention_forward(Backend& backend, const GptConfig& config, const BlockActivations& acts,
-                             const Tensor& out) {
-  backend.attention_forward({out, acts.probs, acts.qkv, Tensor{}, static_cast<int>(config.num_heads),
-                             AttentionMask::Causal});
 }
 
 void block_backward(Backend& backend, const GptConfig& config, const BlockWeights& w,
@@ -40,8 +35,8 @@ void block_backward(Backend& backend, const GptConfig& config, const BlockWeight
   // Attention branch: d_residual is now d(x1) = d(x) through the skip connection.
   backend.matmul_backward({s.d_hidden, g.attn_proj_weight, g.attn_proj_bias, d_residual,
                            acts.attn_out, w.attn_proj_weight, WeightLayout::InOut});
-  backend.attention_backward({s.d_qkv, s.d_probs, s.d_hidden, acts.qkv, acts.probs,
-                              static_cast<int>(config.num_heads)});
+  backend.attention_backward({s.d_qkv, s.d_hidden, acts.qkv, acts.attn_out, acts.attn_lse, Tensor{},
+                              static_cast<int>(config.num_heads), AttentionMask::Causal});
   backend.matmul_backward({s.d_hidden, g.qkv_weight, g.qkv_bias, s.d_qkv, acts.ln1, w.qkv_weight,
                            WeightLayout::InOut});
   backend.layernorm_backward({d_residual, g.ln1_weight, g.ln1_bias, s.d_hidden, input,

@@ -19,17 +19,11 @@ namespace kiln {
 struct BlockScratch {
   Tensor d_hidden;    // [B,T,C]
   Tensor d_qkv;       // [B,T,3C]
-  Tensor d_probs;     // [B,NH,T,T]
   Tensor d_fc;        // [B,T,4C]
 };
 
 void block_forward(Backend& backend, const GptConfig& config, const BlockWeights& weights,
                    const Tensor& input, const BlockActivations& acts, const Tensor& projection);
-
-// The attention core of a block alone: probs and the attention output from the saved qkv. Used by
-// block_forward and, under selective recomputation, to rebuild probs just before backward.
-void block_attention_forward(Backend& backend, const GptConfig& config, const BlockActivations& acts,
-                             const Tensor& out);
 
 void block_backward(Backend& backend, const GptConfig& config, const BlockWeights& weights,
                     const BlockWeights& grads, const Tensor& input, const BlockActivations& acts,

@@ -87,7 +87,8 @@ void Gpt::allocate_activations(int64_t max_batch, int64_t max_seq, const Recompu
   max_seq_ = max_seq;
   recompute_ = policy;
   acts_ = GptActivations::lay_out(*arena_, config_, max_batch, max_seq, backend_.device(), recompute_, dtype());
-  workspace_bytes_ = backend_.reserve_workspace(max_batch * max_seq);
+  workspace_bytes_ = backend_.reserve_workspace(
+      {max_batch * max_seq, max_batch * config_.num_heads * max_seq * max_seq, dtype()});
 }
 
 void Gpt::zero_grads() { backend_.fill({grads_, 0.0f}); }
@@ -171,7 +172,7 @@ void Gpt::backward() {
   backend_.layernorm_backward({acts_.d_residual, weight_grads_.lnf_weight, weight_grads_.lnf_bias,
                                acts_.d_hidden, last_residual, weights_.lnf_weight, acts_.lnf_mean,
                                acts_.lnf_rstd});
-  const BlockScratch scratch{acts_.d_hidden, acts_.d_qkv, acts_.d_probs, acts_.d_fc};
+  const BlockScratch scratch{acts_.d_hidden, acts_.d_qkv, acts_.d_fc};
   const auto input_of = [&](int64_t layer) {
     return layer ? acts_.blocks[static_cast<size_t>(layer - 1)].residual_out : acts_.embedded;
   };
@@ -184,7 +185,6 @@ void Gpt::backward() {
         block_forward(backend_, config_, weights_.blocks[static_cast<size_t>(chunk_layer)], input_of(chunk_layer),
                       acts_.blocks[static_cast<size_t>(chunk_layer)], acts_.projection_scratch);
     }
-    if (acts_.selective) block_attention_forward(backend_, config_, acts_.blocks[index], acts_.projection_scratch);
     block_backward(backend_, config_, weights_.blocks[index], weight_grads_.blocks[index], input_of(layer),
                    acts_.blocks[index], scratch, acts_.d_residual);
   }

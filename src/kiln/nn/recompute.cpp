@@ -37,7 +37,7 @@ RecomputePolicy RecomputePolicy::parse(const std::string& granularity, const std
 std::string RecomputePolicy::describe() const {
   switch (granularity) {
     case RecomputeGranularity::None: return "none";
-    case RecomputeGranularity::Selective: return "selective (attention probabilities)";
+    case RecomputeGranularity::Selective: return "selective (as none: attention keeps no probabilities)";
     case RecomputeGranularity::Full:
       return fmt::format("full, {} {}", method == RecomputeMethod::Uniform ? "uniform chunks of" : "block, first",
                          num_layers);

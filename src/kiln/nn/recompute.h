@@ -6,9 +6,10 @@
 //                        forward is re-run (into N shared scratch slots) just before its backward
 //   full, block, N       the first N layers are each recomputed from their own input; the rest
 //                        keep everything
-//   selective            every block keeps everything except the attention probabilities (the
-//                        B x NH x T x T "core attention" tensor), recomputed from the saved qkv
-//                        just before that block's backward
+//   selective            Megatron's "recompute the core attention" (its B x NH x T x T
+//                        probabilities). kiln's attention op never keeps those (it saves only
+//                        their log-sum-exp and recomputes them in backward, ops.h), so every run
+//                        already has that saving: selective plans exactly what none does.
 // Recomputation replays the same deterministic ops, so gradients are bit for bit those of the
 // run without it (tested on the CPU).
 #pragma once

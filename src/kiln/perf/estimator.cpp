@@ -98,8 +98,9 @@ Estimate estimate(const EstimateInput& in) {
   out.days_without_recompute = 6 * in.tokens * out.parameters_formula / rate / 86400;
 
   out.memory = model_state_bytes(static_cast<double>(out.parameters_exact), in.precision, in.zero_stage, in.gpus);
-  out.memory.activations =
-      static_cast<double>(GptActivations::bytes_needed(shape, in.micro_batch_size, in.seq_length, in.recompute));
+  const DType dtype = in.precision == "bf16" ? DType::BF16 : in.precision == "fp16" ? DType::F16 : DType::F32;
+  out.memory.activations = static_cast<double>(
+      GptActivations::bytes_needed(shape, in.micro_batch_size, in.seq_length, in.recompute, dtype));
   const double a = static_cast<double>(in.num_attention_heads), b = static_cast<double>(in.micro_batch_size);
   out.korthikanti_layer_bytes = s * b * h * (34 + 5 * a * s / h);
   out.korthikanti_layer_bytes_full_recompute = 2 * s * b * h;
@@ -107,7 +108,8 @@ Estimate estimate(const EstimateInput& in) {
   const double capacity = (spec->memory_gib - kReservedGiB) * 1073741824.0;
   const double state = out.memory.weights + out.memory.gradients + out.memory.optimizer;
   auto fits = [&](int64_t micro) {
-    return state + static_cast<double>(GptActivations::bytes_needed(shape, micro, in.seq_length, in.recompute)) <=
+    return state +
+               static_cast<double>(GptActivations::bytes_needed(shape, micro, in.seq_length, in.recompute, dtype)) <=
            capacity;
   };
   int64_t low = 0, high = 1;  // fits(low) holds (or low == 0); find the first high that does not

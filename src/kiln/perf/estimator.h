@@ -11,7 +11,8 @@
 //   memory        per GPU: weights, gradients and optimizer state per parameter by ZeRO stage
 //                 (Rajbhandari et al. 2020: mixed precision 2 + 2 + 12 bytes; ZeRO-1 4 + 12/Nd,
 //                 ZeRO-2 2 + 14/Nd, ZeRO-3 16/Nd; fp32 training 4 + 4 + 8), plus activations as
-//                 kiln's planner lays them out (fp32 today) under the recompute policy; Korthikanti
+//                 kiln's planner lays them out (in the precision's dtype) under the recompute
+//                 policy; kiln itself keeps gradients in fp32 (2 more bytes per parameter); Korthikanti
 //                 et al. 2022 (arXiv 2205.05198) per-layer activation bytes are given for reference
 //   fit           the largest micro-batch whose total fits in the GPU's memory, less 1.5 GiB
 //                 for the CUDA context and library workspaces

@@ -203,7 +203,7 @@ TrainerState read_trainer_state(const std::string& checkpoint_dir) {
   }
 }
 
-void load_model_weights(const std::string& checkpoint_dir, Gpt& model, Backend& backend) {
+void load_model_weights(const std::string& checkpoint_dir, Gpt& model) {
   const SafetensorsFile file(checkpoint_dir + "/" + kModelFile);
   // Hugging Face transformers' GPT2LMHeadModel files prefix the body with "transformer.".
   const std::string prefix = file.contains("transformer.wte.weight") ? "transformer." : "";

@@ -46,7 +46,7 @@ std::string resolve_checkpoint_dir(const std::string& load);
 Config read_checkpoint_config(const std::string& checkpoint_dir);
 TrainerState read_trainer_state(const std::string& checkpoint_dir);
 // The model's parameters from model.safetensors, rounded to the model's dtype.
-void load_model_weights(const std::string& checkpoint_dir, Gpt& model, Backend& backend);
+void load_model_weights(const std::string& checkpoint_dir, Gpt& model);
 // Adam moments, and the fp32 master weights from model.safetensors (exact, not re-widened from
 // rounded parameters), so a bf16/fp16 run resumes bit for bit.
 void load_optimizer_state(const std::string& checkpoint_dir, const Gpt& model, AdamW& optimizer,

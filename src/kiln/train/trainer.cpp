@@ -93,7 +93,7 @@ Trainer::Trainer(const Config& config)
     optimizer_ = std::make_unique<AdamW>(*backend_, model_->layout(), model_->params(), config_.adamw());
   } else {
     const std::string dir = resolve_checkpoint_dir(config_.load);
-    load_model_weights(dir, *model_, *backend_);
+    load_model_weights(dir, *model_);
     optimizer_ = std::make_unique<AdamW>(*backend_, model_->layout(), model_->params(), config_.adamw());
     load_optimizer_state(dir, *model_, *optimizer_, *backend_);
     state_ = read_trainer_state(dir);

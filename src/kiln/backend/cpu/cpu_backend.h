@@ -28,7 +28,8 @@ class CpuBackend final : public Backend {
   void synchronize() override {}
   size_t peak_allocated_bytes() const override { return memory_->peak(); }
   std::optional<DeviceMemory> device_memory() const override { return std::nullopt; }
-  size_t reserve_workspace(int64_t) override { return 0; }  // CPU ops need no scratch
+  // CPU ops keep their scratch per thread (attention) or in scratch_, grown on first use.
+  size_t reserve_workspace(const WorkspaceNeeds&) override { return 0; }
   std::unique_ptr<BatchStager> make_batch_stager(const StagerOptions& options) override;
   double time_gemm_ms(DType dtype, bool tf32, int64_t M, int64_t N, int64_t K, int iterations) override;
 

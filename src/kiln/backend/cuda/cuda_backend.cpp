@@ -75,6 +75,12 @@ void* at(void* data, int64_t elements, DType dtype) {
   return static_cast<char*>(data) + elements * static_cast<int64_t>(dtype_size(dtype));
 }
 
+// Attention's scratch: scores (then probabilities) and their gradient, each 256-byte aligned.
+size_t attention_matrix_bytes(int64_t scores, DType dtype) {
+  return (static_cast<size_t>(scores) * dtype_size(dtype) + 255) / 256 * 256;
+}
+size_t attention_workspace_bytes(int64_t scores, DType dtype) { return 2 * attention_matrix_bytes(scores, dtype); }
+
 // Types of one matrix product: A and B in `inputs`, C in `output` (the same, or fp32 for
 // parameter gradients), accumulation in fp32 (TF32 tensor cores for fp32 inputs when `tf32`).
 struct GemmTypes {
@@ -107,7 +113,9 @@ struct CudaBackend::Handles {
   cublasHandle_t blas = nullptr;
   bool tf32 = false;
   std::unique_ptr<DeviceBuffer> sum_scratch;  // kSumBlocks partials + the result
-  // Scratch of ops that need it (embedding backward's sort), sized by reserve_workspace().
+  // Scratch of the ops that need it, one at a time on the stream: embedding backward's sort, or
+  // attention's two B x NH x T x T matrices. Sized by reserve_workspace(); grown by an op that
+  // needs more (never during planned training).
   std::unique_ptr<DeviceBuffer> workspace;
 };
 
@@ -134,10 +142,18 @@ std::optional<Backend::DeviceMemory> CudaBackend::device_memory() const {
   return memory;
 }
 
-size_t CudaBackend::reserve_workspace(int64_t max_positions) {
-  const size_t bytes = cuda::embedding_backward_workspace_bytes(max_positions);
-  if (!handles_->workspace || handles_->workspace->bytes() < bytes) handles_->workspace = allocate(bytes);
+size_t CudaBackend::reserve_workspace(const WorkspaceNeeds& needs) {
+  workspace(std::max(cuda::embedding_backward_workspace_bytes(needs.positions),
+                     attention_workspace_bytes(needs.attention_scores, needs.dtype)));
   return handles_->workspace->bytes() + handles_->sum_scratch->bytes();
+}
+
+void* CudaBackend::workspace(size_t bytes) {
+  if (!handles_->workspace || handles_->workspace->bytes() < bytes) {
+    handles_->workspace.reset();  // cudaFree waits for the kernels that still use it
+    handles_->workspace = allocate(bytes);
+  }
+  return handles_->workspace->data();
 }
 
 std::string CudaBackend::description() const {
@@ -207,10 +223,9 @@ void CudaBackend::embedding_forward(const EmbeddingForward& a) {
 
 void CudaBackend::embedding_backward(const EmbeddingBackward& a) {
   const auto [B, T, C] = checks::embedding_backward(a, kCuda);
-  reserve_workspace(B * T);  // a no-op once Gpt::allocate_activations has reserved it
+  const size_t bytes = cuda::embedding_backward_workspace_bytes(B * T);
   check_cuda(cuda::embedding_backward(a.dwte.as<float>(), a.dwpe.as<float>(), a.dout.data, element_kind(a.dout.dtype),
-                                      a.tokens.as<int32_t>(), B, T, C, handles_->workspace->data(),
-                                      handles_->workspace->bytes()),
+                                      a.tokens.as<int32_t>(), B, T, C, workspace(bytes), bytes),
              "embedding_backward");
 }
 
@@ -271,48 +286,59 @@ void CudaBackend::gelu_backward(const GeluBackward& a) {
              "gelu_backward");
 }
 
-// Scores and probabilities are stored in the compute dtype (products accumulate in fp32; the
-// softmax reads the stored scores into fp32), as eager PyTorch's math attention does.
+// The flash-attention contract (ops.h) through cuBLAS products: the T x T scores and
+// probabilities live only in the shared workspace during the call (in the compute dtype, products
+// accumulated in fp32, softmax in fp32), and backward recomputes them from q, k and lse.
+// Consecutive heads are HS apart in qkv, so each batch entry's heads are one strided-batched GEMM.
 void CudaBackend::attention_forward(const AttentionForward& a) {
-  constexpr const char* op = "attention_forward";
   const auto [B, T, C, NH, HS] = checks::attention_forward(a, kCuda);
   const DType dtype = a.qkv.dtype;
   const GemmTypes types{dtype, dtype, handles_->tf32};
-  const bool padded = a.mask != AttentionMask::Causal;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  for (int64_t b = 0; b < B; ++b) {  // heads batched: consecutive heads are HS apart in qkv
+  void* probs = workspace(attention_workspace_bytes(B * NH * T * T, dtype));
+  for (int64_t b = 0; b < B; ++b) {
     const void* q = at(a.qkv.data, b * T * 3 * C, dtype);
     gemm(handles_->blas, types, false, true, T, T, HS, scale, q, 3 * C, at(q, C, dtype), 3 * C, 0.0f,
-         at(a.probs.data, b * NH * T * T, dtype), T, NH, HS, HS, T * T);
+         at(probs, b * NH * T * T, dtype), T, NH, HS, HS, T * T);
   }
-  check_cuda(cuda::masked_softmax(a.probs.data, element_kind(dtype), padded ? a.key_mask.as<int32_t>() : nullptr, B,
-                                  NH, T, a.mask != AttentionMask::KeyPadding),
-             op);
+  const bool padded = a.mask != AttentionMask::Causal;
+  check_cuda(cuda::attention_softmax_forward(probs, a.lse.as<float>(), element_kind(dtype),
+                                             padded ? a.key_mask.as<int32_t>() : nullptr, B, NH, T,
+                                             a.mask != AttentionMask::KeyPadding),
+             "attention_forward");
   for (int64_t b = 0; b < B; ++b) {
     const void* v = at(a.qkv.data, b * T * 3 * C + 2 * C, dtype);
-    gemm(handles_->blas, types, false, false, T, HS, T, 1.0f, at(a.probs.data, b * NH * T * T, dtype), T, v, 3 * C,
-         0.0f, at(a.out.data, b * T * C, dtype), C, NH, T * T, HS, HS);
+    gemm(handles_->blas, types, false, false, T, HS, T, 1.0f, at(probs, b * NH * T * T, dtype), T, v, 3 * C, 0.0f,
+         at(a.out.data, b * T * C, dtype), C, NH, T * T, HS, HS);
   }
 }
 
 void CudaBackend::attention_backward(const AttentionBackward& a) {
-  constexpr const char* op = "attention_backward";
   const auto [B, T, C, NH, HS] = checks::attention_backward(a, kCuda);
   const DType dtype = a.qkv.dtype;
   const GemmTypes types{dtype, dtype, handles_->tf32};
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   cublasHandle_t blas = handles_->blas;
-  for (int64_t b = 0; b < B; ++b) {  // dP = dO v^T
-    const void* v = at(a.qkv.data, b * T * 3 * C + 2 * C, dtype);
-    gemm(blas, types, false, true, T, T, HS, 1.0f, at(a.dout.data, b * T * C, dtype), C, v, 3 * C, 0.0f,
-         at(a.dprobs.data, b * NH * T * T, dtype), T, NH, HS, HS, T * T);
+  const int64_t scores = B * NH * T * T;
+  void* probs = workspace(attention_workspace_bytes(scores, dtype));
+  void* dprobs = at(probs, static_cast<int64_t>(attention_matrix_bytes(scores, dtype) / dtype_size(dtype)), dtype);
+  for (int64_t b = 0; b < B; ++b) {  // S again, and dP = dO v^T
+    const void* q = at(a.qkv.data, b * T * 3 * C, dtype);
+    gemm(blas, types, false, true, T, T, HS, scale, q, 3 * C, at(q, C, dtype), 3 * C, 0.0f,
+         at(probs, b * NH * T * T, dtype), T, NH, HS, HS, T * T);
+    gemm(blas, types, false, true, T, T, HS, 1.0f, at(a.dout.data, b * T * C, dtype), C, at(q, 2 * C, dtype), 3 * C,
+         0.0f, at(dprobs, b * NH * T * T, dtype), T, NH, HS, HS, T * T);
   }
-  check_cuda(cuda::softmax_backward(a.dprobs.data, a.probs.data, element_kind(dtype), B * NH * T, T, scale), op);
+  const bool padded = a.mask != AttentionMask::Causal;
+  check_cuda(cuda::attention_softmax_backward(probs, dprobs, a.lse.as<float>(), a.dout.data, a.out.data,
+                                              element_kind(dtype), padded ? a.key_mask.as<int32_t>() : nullptr, B, NH,
+                                              T, HS, a.mask != AttentionMask::KeyPadding, scale),
+             "attention_backward");
   for (int64_t b = 0; b < B; ++b) {
     const void* q = at(a.qkv.data, b * T * 3 * C, dtype);
     void* dq = at(a.dqkv.data, b * T * 3 * C, dtype);
-    const void* ds = at(a.dprobs.data, b * NH * T * T, dtype);
-    const void* p = at(a.probs.data, b * NH * T * T, dtype);
+    const void* ds = at(dprobs, b * NH * T * T, dtype);
+    const void* p = at(probs, b * NH * T * T, dtype);
     const void* d_o = at(a.dout.data, b * T * C, dtype);
     gemm(blas, types, false, false, T, HS, T, 1.0f, ds, T, at(q, C, dtype), 3 * C, 0.0f, dq, 3 * C, NH, T * T, HS, HS);
     gemm(blas, types, true, false, T, HS, T, 1.0f, ds, T, q, 3 * C, 0.0f, at(dq, C, dtype), 3 * C, NH, T * T, HS, HS);

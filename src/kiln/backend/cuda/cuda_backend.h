@@ -2,9 +2,10 @@
 // proven against the CPU reference by the op table. Matrix products use cuBLAS
 // (cublasGemmStridedBatchedEx, fp32 accumulation; TF32 tensor cores for fp32 inputs only when
 // constructed with tf32; parameter gradients written in fp32 from bf16/fp16 inputs); the rest are
-// kernels.cu's plain kernels, templated on the storage type. Attention materialises the T x T
-// probabilities like the CPU reference (a fused flash-attention kernel is the next step). Everything runs on the default stream; copies are
-// synchronous. Compiled only in CUDA builds.
+// kernels.cu's plain kernels, templated on the storage type. Attention keeps the flash-attention
+// contract (only the log-sum-exp is saved) but still forms the T x T matrices, in a shared
+// workspace, with cuBLAS; a fused kernel that never forms them is the next step. Everything runs
+// on the default stream; copies are synchronous. Compiled only in CUDA builds.
 //
 // Values inside device memory (token ids, targets) are not range-checked here: that would need a
 // copy to the host per op. Gpt::forward checks them on the host before they are uploaded.
@@ -32,7 +33,7 @@ class CudaBackend final : public Backend {
   void synchronize() override;
   size_t peak_allocated_bytes() const override { return memory_->peak(); }
   std::optional<DeviceMemory> device_memory() const override;
-  size_t reserve_workspace(int64_t max_positions) override;
+  size_t reserve_workspace(const WorkspaceNeeds& needs) override;
   std::unique_ptr<BatchStager> make_batch_stager(const StagerOptions& options) override;
   double time_gemm_ms(DType dtype, bool tf32, int64_t M, int64_t N, int64_t K, int iterations) override;
 
@@ -54,6 +55,7 @@ class CudaBackend final : public Backend {
   void convert(const Convert& args) override;
 
  private:
+  void* workspace(size_t bytes);  // the shared op scratch, grown to at least `bytes`
   struct Handles;
   std::shared_ptr<MemoryTracker> memory_ = std::make_shared<MemoryTracker>();
   std::unique_ptr<Handles> handles_;

@@ -34,10 +34,16 @@ int gelu_backward(void* din, const void* in, const void* dout, int kind, int64_t
 int residual_forward(void* out, const void* a, const void* b, int kind, int64_t count);
 int fill(void* out, int kind, float value, int64_t count);
 int convert(void* out, int out_kind, const void* in, int in_kind, int64_t count);
-// Scores [rows = B*NH*T, T] -> probabilities in place; key_mask [B, T] or null.
-int masked_softmax(void* scores, int kind, const int32_t* key_mask, int64_t B, int64_t NH, int64_t T, bool causal);
-// dP -> dS in place: dS = P * (dP - rowsum(P * dP)) * scale.
-int softmax_backward(void* dscores, const void* probs, int kind, int64_t rows, int64_t T, float scale);
+// Attention's softmax under the flash-attention contract (ops.h). Scores are [B, NH, T, T], already
+// scaled by 1/sqrt(HS); key_mask [B, T] or null.
+// Forward: scores -> probabilities in place, and lse [B, NH, T] (-inf for a query without keys).
+int attention_softmax_forward(void* scores, float* lse, int kind, const int32_t* key_mask, int64_t B, int64_t NH,
+                              int64_t T, bool causal);
+// Backward: scores -> P = exp(s - lse) in place, and dP -> dS = P * (dP - D) * scale in place, with
+// D = rowsum(dout * out) over the head's HS channels of dout and out ([B, T, NH * HS]).
+int attention_softmax_backward(void* scores, void* dscores, const float* lse, const void* dout, const void* out,
+                               int kind, const int32_t* key_mask, int64_t B, int64_t NH, int64_t T, int64_t HS,
+                               bool causal, float scale);
 int softmax_cross_entropy(void* logits, int kind, float* losses, const int32_t* targets, int64_t M, int64_t V,
                           int64_t Vp, int32_t ignore_index, float loss_scale, bool write_grad);
 int adamw(float* master, void* param_out, int out_kind, const float* grad, float* exp_avg,
