@@ -105,6 +105,35 @@ TEST(GptDataset, StaleCachesAreRebuilt) {
   EXPECT_GT(*documents.rbegin(), 19);  // the new documents are read
 }
 
+TEST(GptDataset, BatchReadsEqualSampleBySampleReads) {
+  TempDir dir;
+  write_documents(dir / "a", 30, 0);
+  write_documents(dir / "b", 30, 5000);
+  StorageOptions pread_options;
+  pread_options.local_io = LocalIo::Pread;
+  const Storage pread(pread_options);
+  const std::vector<int64_t> indices = {5, 0, 399, 17, 17, 250, 3};  // repeats, any order, past the end
+  for (const std::string& path : {dir / "a", "0.25 " + (dir / "a") + " 0.75 " + (dir / "b")}) {
+    for (const Storage* storage : {&Storage::defaults(), &pread}) {
+      auto source = make_gpt_data(path, "1,0,0", DataSplit::Train, 10000, 6, 300, 3, *storage);
+      std::vector<int32_t> batch_tokens(indices.size() * 6), batch_targets(batch_tokens.size());
+      source->samples(indices, batch_tokens, batch_targets);
+      std::vector<int32_t> tokens(6), targets(6);
+      for (size_t row = 0; row < indices.size(); ++row) {
+        source->sample(indices[row], tokens, targets);
+        EXPECT_EQ(std::vector<int32_t>(batch_tokens.begin() + static_cast<std::ptrdiff_t>(row * 6),
+                                       batch_tokens.begin() + static_cast<std::ptrdiff_t>(row * 6 + 6)),
+                  tokens) << path << " row " << row;
+        EXPECT_EQ(std::vector<int32_t>(batch_targets.begin() + static_cast<std::ptrdiff_t>(row * 6),
+                                       batch_targets.begin() + static_cast<std::ptrdiff_t>(row * 6 + 6)),
+                  targets) << path << " row " << row;
+      }
+      EXPECT_NE(error_of([&] { source->samples(indices, tokens, targets); }).find("7 samples of 6 tokens need 42"),
+                std::string::npos);
+    }
+  }
+}
+
 TEST(GptDataset, BlendFollowsTheWeights) {
   TempDir dir;
   write_documents(dir / "a", 30, 0);

@@ -16,6 +16,12 @@
 namespace kiln {
 namespace {
 
+StorageOptions pread_options() {  // local files read with pread instead of a memory map
+  StorageOptions options;
+  options.local_io = LocalIo::Pread;
+  return options;
+}
+
 using testing::error_of;
 using testing::TempDir;
 
@@ -96,7 +102,7 @@ TEST(IndexedDataset, MalformedFilesNameTheCulprit) {
   expect(idx, bin, "token 40000 at byte offset 8 (sequence 2) is outside the vocabulary [0, 30000)", 30000);
   // Read through pread (as remote files are), the .bin is not scanned on open; the bad token is
   // named when its sequence is read, and the good ones still read.
-  const Storage pread_storage(StorageOptions{LocalIo::Pread});
+  const Storage pread_storage(pread_options());
   const IndexedDataset unscanned(dir / "x", 30000, pread_storage);
   std::vector<int32_t> tokens;
   unscanned.read(0, 0, unscanned.sequence_length(0), tokens);

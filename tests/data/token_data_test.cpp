@@ -15,6 +15,12 @@
 namespace kiln {
 namespace {
 
+StorageOptions pread_options() {  // local files read with pread instead of a memory map
+  StorageOptions options;
+  options.local_io = LocalIo::Pread;
+  return options;
+}
+
 using testing::error_of;
 
 using testing::TempDir;
@@ -45,7 +51,7 @@ TEST(TokenShard, RoundTripsInLlmcFormat) {
   std::vector<int32_t> read(3);
   shard.read(1, read);
   EXPECT_EQ(read, (std::vector<int32_t>{2, 256, 7}));
-  const Storage pread_storage(StorageOptions{LocalIo::Pread});
+  const Storage pread_storage(pread_options());
   TokenShard through_pread(dir / "a.bin", 257, pread_storage);
   std::fill(read.begin(), read.end(), 0);
   through_pread.read(1, read);
@@ -78,7 +84,7 @@ TEST(TokenShard, BadInputNamesFileAndOffset) {
   const std::string message = error_of([&] { TokenShard(dir / "vocab.bin", 257); });
   EXPECT_NE(message.find("token 300 at byte offset 1026"), std::string::npos) << message;
   // Read through pread (as remote files are), the same token fails when it is read.
-  const Storage pread_storage(StorageOptions{LocalIo::Pread});
+  const Storage pread_storage(pread_options());
   TokenShard unchecked(dir / "vocab.bin", 257, pread_storage);
   std::vector<int32_t> window(3);
   const std::string on_read = error_of([&] { unchecked.read(0, window); });

@@ -93,13 +93,18 @@ TEST(Estimator, TimeFromMeasuredIterationAndMemoryFromThePlanner) {
   shape.num_heads = 4;
   shape.vocab_size = 128;
   shape.max_position_embeddings = 32;
-  EXPECT_EQ(e.memory.activations, static_cast<double>(GptActivations::bytes_needed(shape, 4, 32)));
+  EXPECT_EQ(e.memory.activations, static_cast<double>(GptActivations::bytes_needed(shape, 4, 32)));  // tf32: fp32
+  const auto workspace = [](int64_t micro) { return 2.0 * static_cast<double>(micro * 4 * 32 * 32) * 4; };
+  EXPECT_EQ(e.memory.workspace, workspace(4));
   EXPECT_EQ(e.memory.weights, 4.0 * static_cast<double>(e.parameters_exact));  // fp32: 4 bytes
   // The largest micro-batch fits and one more does not.
   const double capacity = (80.0 - 1.5) * 1073741824.0;
   const double state = e.memory.weights + e.memory.gradients + e.memory.optimizer;
-  EXPECT_LE(state + static_cast<double>(GptActivations::bytes_needed(shape, e.largest_micro_batch, 32)), capacity);
-  EXPECT_GT(state + static_cast<double>(GptActivations::bytes_needed(shape, e.largest_micro_batch + 1, 32)), capacity);
+  const auto planned = [&](int64_t micro) {
+    return static_cast<double>(GptActivations::bytes_needed(shape, micro, 32)) + workspace(micro);
+  };
+  EXPECT_LE(state + planned(e.largest_micro_batch), capacity);
+  EXPECT_GT(state + planned(e.largest_micro_batch + 1), capacity);
 }
 
 TEST(Estimator, BadInputNamesTheFlag) {

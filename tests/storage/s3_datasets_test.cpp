@@ -4,6 +4,7 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -36,6 +37,26 @@ class S3Datasets : public testing::S3rverTest {
   }
 };
 
+// Samples [0, count) read in batches of `batch` (TokenSource::samples), in samples_of's layout.
+std::vector<int32_t> batched_samples_of(const TokenSource& source, int64_t count, int64_t batch) {
+  const auto seq = static_cast<size_t>(source.seq_length());
+  std::vector<int32_t> all;
+  for (int64_t first = 0; first < count; first += batch) {
+    std::vector<int64_t> indices;
+    for (int64_t i = first; i < std::min(count, first + batch); ++i) indices.push_back(i);
+    std::vector<int32_t> tokens(indices.size() * seq), targets(tokens.size());
+    source.samples(indices, tokens, targets);
+    for (size_t row = 0; row < indices.size(); ++row) {
+      all.insert(all.end(), tokens.begin() + static_cast<std::ptrdiff_t>(row * seq),
+                 tokens.begin() + static_cast<std::ptrdiff_t>((row + 1) * seq));
+      all.push_back(-1);
+      all.insert(all.end(), targets.begin() + static_cast<std::ptrdiff_t>(row * seq),
+                 targets.begin() + static_cast<std::ptrdiff_t>((row + 1) * seq));
+    }
+  }
+  return all;
+}
+
 std::vector<int32_t> samples_of(const TokenSource& source, int64_t count) {
   std::vector<int32_t> all, tokens(static_cast<size_t>(source.seq_length())), targets(tokens.size());
   for (int64_t i = 0; i < count; ++i) {
@@ -65,6 +86,9 @@ TEST_F(S3Datasets, IndexedDataMatchesTheLocalCopyAndCachesItsIndices) {
   const Storage uncached(options());
   EXPECT_TRUE(is_indexed_data_path(remote, uncached));
   EXPECT_EQ(samples_of(*make_gpt_data(remote, "9,1,0", DataSplit::Train, 1000, 16, 50, 7, uncached), 50), expected);
+  // A batch's ranges go out together (one read_many of the .bin): the same samples.
+  EXPECT_EQ(batched_samples_of(*make_gpt_data(remote, "9,1,0", DataSplit::Train, 1000, 16, 50, 7, uncached), 50, 8),
+            expected);
   const Storage cached(options(cache.path()));
   EXPECT_EQ(samples_of(*make_gpt_data(remote, "9,1,0", DataSplit::Train, 1000, 16, 50, 7, cached), 50), expected);
   EXPECT_TRUE(std::filesystem::exists(cache / "derived")) << "index caches of S3 data live under cache_dir";

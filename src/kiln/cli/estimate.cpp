@@ -50,11 +50,11 @@ void print_speed(const EstimateInput& in, const Estimate& e) {
 
 void print_memory(const Estimate& e) {
   fmt::print("memory per GPU        weights {:.2f} GiB + gradients {:.2f} GiB + optimizer {:.2f} GiB + "
-             "activations {:.2f} GiB = {:.2f} GiB of {:.0f} GiB\n",
+             "activations {:.2f} GiB + attention workspace {:.2f} GiB = {:.2f} GiB of {:.0f} GiB\n",
              e.memory.weights / kGiB, e.memory.gradients / kGiB, e.memory.optimizer / kGiB,
-             e.memory.activations / kGiB, e.memory.total() / kGiB, e.gpu.memory_gib);
-  fmt::print("                      (activations as kiln lays them out today, fp32; Korthikanti et al. per layer: "
-             "{:.2f} GiB, {:.3f} GiB with full recomputation)\n",
+             e.memory.activations / kGiB, e.memory.workspace / kGiB, e.memory.total() / kGiB, e.gpu.memory_gib);
+  fmt::print("                      (activations as kiln lays them out, in the precision's dtype, keeping no "
+             "attention probabilities; Korthikanti et al. per layer: {:.2f} GiB, {:.3f} GiB with full recomputation)\n",
              e.korthikanti_layer_bytes / kGiB, e.korthikanti_layer_bytes_full_recompute / kGiB);
   fmt::print("largest micro-batch   {} fits on one {}\n", e.largest_micro_batch, e.gpu.key);
 }
@@ -71,7 +71,7 @@ void print_json(const EstimateInput& in, const Estimate& e) {
       {"days_without_recompute", e.days_without_recompute},
       {"memory_bytes", {{"weights", e.memory.weights}, {"gradients", e.memory.gradients},
                         {"optimizer", e.memory.optimizer}, {"activations", e.memory.activations},
-                        {"total", e.memory.total()}}},
+                        {"attention_workspace", e.memory.workspace}, {"total", e.memory.total()}}},
       {"korthikanti_layer_bytes", e.korthikanti_layer_bytes},
       {"largest_micro_batch", e.largest_micro_batch}};
   fmt::print("{}\n", out.dump());

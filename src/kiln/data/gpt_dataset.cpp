@@ -162,16 +162,15 @@ GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> data, const std::st
   }
 }
 
-void GptDataset::sample(int64_t index, std::span<int32_t> tokens, std::span<int32_t> targets) const {
+void GptDataset::plan_window(int64_t index, std::vector<IndexedDataset::TokenRange>& ranges) const {
   const int64_t sample = shuffle_[static_cast<size_t>(index % num_samples())];
-  int64_t position = sample * seq_length_;  // token offset in the concatenated epochs
-  std::vector<int32_t> window;
-  window.reserve(static_cast<size_t>(seq_length_ + 1));
+  const int64_t position = sample * seq_length_;  // token offset in the concatenated epochs
   size_t entry = static_cast<size_t>(std::upper_bound(document_starts_.begin(), document_starts_.end(), position) -
                                      document_starts_.begin() - 1);
   int64_t offset = position - document_starts_[entry];
+  int64_t planned = 0;
   const std::vector<int64_t>& bounds = data_->document_boundaries();
-  while (static_cast<int64_t>(window.size()) < seq_length_ + 1) {
+  while (planned < seq_length_ + 1) {
     const int64_t document = document_order_[entry];
     for (int64_t s = bounds[static_cast<size_t>(document)]; s < bounds[static_cast<size_t>(document) + 1]; ++s) {
       const int64_t length = data_->sequence_length(s);
@@ -179,17 +178,35 @@ void GptDataset::sample(int64_t index, std::span<int32_t> tokens, std::span<int3
         offset -= length;
         continue;
       }
-      const int64_t take = std::min(length - offset, seq_length_ + 1 - static_cast<int64_t>(window.size()));
-      data_->read(s, offset, take, window);
+      const int64_t take = std::min(length - offset, seq_length_ + 1 - planned);
+      ranges.push_back({s, offset, take});
+      planned += take;
       offset = 0;
-      if (static_cast<int64_t>(window.size()) == seq_length_ + 1) break;
+      if (planned == seq_length_ + 1) break;
     }
     offset = 0;
     ++entry;
   }
-  for (int64_t t = 0; t < seq_length_; ++t) {
-    tokens[static_cast<size_t>(t)] = window[static_cast<size_t>(t)];
-    targets[static_cast<size_t>(t)] = window[static_cast<size_t>(t) + 1];
+}
+
+void GptDataset::sample(int64_t index, std::span<int32_t> tokens, std::span<int32_t> targets) const {
+  samples(std::span(&index, 1), tokens, targets);
+}
+
+void GptDataset::samples(std::span<const int64_t> indices, std::span<int32_t> tokens,
+                         std::span<int32_t> targets) const {
+  check_rows(indices.size(), tokens, targets);
+  const auto seq = static_cast<size_t>(seq_length_);
+  thread_local std::vector<IndexedDataset::TokenRange> ranges;
+  thread_local std::vector<int32_t> windows;  // seq_length + 1 tokens per sample
+  ranges.clear();
+  for (const int64_t index : indices) plan_window(index, ranges);
+  windows.resize(indices.size() * (seq + 1));
+  data_->read_many(ranges, windows);
+  for (size_t row = 0; row < indices.size(); ++row) {
+    const int32_t* window = windows.data() + row * (seq + 1);
+    std::copy(window, window + seq, tokens.begin() + static_cast<std::ptrdiff_t>(row * seq));
+    std::copy(window + 1, window + seq + 1, targets.begin() + static_cast<std::ptrdiff_t>(row * seq));
   }
 }
 
@@ -222,6 +239,31 @@ int64_t BlendedTokens::num_tokens() const {
 void BlendedTokens::sample(int64_t index, std::span<int32_t> tokens, std::span<int32_t> targets) const {
   const size_t i = static_cast<size_t>(index % static_cast<int64_t>(dataset_of_.size()));
   datasets_[static_cast<size_t>(dataset_of_[i])]->sample(sample_in_dataset_[i], tokens, targets);
+}
+
+void BlendedTokens::samples(std::span<const int64_t> indices, std::span<int32_t> tokens,
+                            std::span<int32_t> targets) const {
+  check_rows(indices.size(), tokens, targets);
+  const auto seq = static_cast<size_t>(seq_length());
+  for (size_t d = 0; d < datasets_.size(); ++d) {
+    std::vector<size_t> rows;
+    std::vector<int64_t> local;
+    for (size_t row = 0; row < indices.size(); ++row) {
+      const size_t i = static_cast<size_t>(indices[row] % static_cast<int64_t>(dataset_of_.size()));
+      if (static_cast<size_t>(dataset_of_[i]) != d) continue;
+      rows.push_back(row);
+      local.push_back(sample_in_dataset_[i]);
+    }
+    if (rows.empty()) continue;
+    std::vector<int32_t> member_tokens(rows.size() * seq), member_targets(rows.size() * seq);
+    datasets_[d]->samples(local, member_tokens, member_targets);
+    for (size_t r = 0; r < rows.size(); ++r) {
+      std::copy_n(member_tokens.begin() + static_cast<std::ptrdiff_t>(r * seq), seq,
+                  tokens.begin() + static_cast<std::ptrdiff_t>(rows[r] * seq));
+      std::copy_n(member_targets.begin() + static_cast<std::ptrdiff_t>(r * seq), seq,
+                  targets.begin() + static_cast<std::ptrdiff_t>(rows[r] * seq));
+    }
+  }
 }
 
 std::unique_ptr<TokenSource> make_gpt_data(const std::string& data_path, const std::string& split, DataSplit which,

@@ -52,8 +52,14 @@ class GptDataset final : public TokenSource {
   int64_t num_tokens() const override { return tokens_per_epoch_; }
   int64_t num_samples() const { return static_cast<int64_t>(shuffle_.size()); }
   void sample(int64_t index, std::span<int32_t> tokens, std::span<int32_t> targets) const override;
+  // The whole batch's token ranges in one IndexedDataset::read_many.
+  void samples(std::span<const int64_t> indices, std::span<int32_t> tokens,
+               std::span<int32_t> targets) const override;
 
  private:
+  // The ranges of the seq_length + 1 tokens of sample `index`, appended to `ranges`.
+  void plan_window(int64_t index, std::vector<IndexedDataset::TokenRange>& ranges) const;
+
   std::shared_ptr<const IndexedDataset> data_;
   int64_t seq_length_;
   int64_t tokens_per_epoch_ = 0;
@@ -69,6 +75,9 @@ class BlendedTokens final : public TokenSource {
   int64_t seq_length() const override { return datasets_.front()->seq_length(); }
   int64_t num_tokens() const override;
   void sample(int64_t index, std::span<int32_t> tokens, std::span<int32_t> targets) const override;
+  // Each member dataset reads its share of the batch at once.
+  void samples(std::span<const int64_t> indices, std::span<int32_t> tokens,
+               std::span<int32_t> targets) const override;
 
  private:
   std::vector<std::unique_ptr<GptDataset>> datasets_;

@@ -1,5 +1,6 @@
 #include "kiln/data/indexed_dataset.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "kiln/core/atomic_file.h"
@@ -122,26 +123,54 @@ void IndexedDataset::check_vocabulary(std::span<const int32_t> tokens, int64_t i
 }
 
 void IndexedDataset::read(int64_t index, int64_t offset, int64_t count, std::vector<int32_t>& out) const {
-  KILN_CHECK(index >= 0 && index < num_sequences() && offset >= 0 && count >= 0 &&
-                 offset + count <= lengths_[static_cast<size_t>(index)],
-             "{}: read of tokens [{}, {}) of sequence {} is out of range", bin_->name(), offset, offset + count, index);
-  const size_t size = element_size(dtype_);
-  const uint64_t start = static_cast<uint64_t>(pointers_[static_cast<size_t>(index)]) + static_cast<uint64_t>(offset) * size;
-  const uint8_t* base = bin_->mapped();
-  thread_local std::vector<uint8_t> buffer;
-  if (base == nullptr) {
-    buffer.resize(static_cast<size_t>(count) * size);
-    bin_->read(start, buffer);
-    base = buffer.data();
-  } else {
-    base += start;
-  }
   const size_t first = out.size();
-  for (int64_t t = 0; t < count; ++t)
-    out.push_back(dtype_ == IndexedDType::UInt16 ? read_at<uint16_t>(base, static_cast<size_t>(t) * 2)
-                                                 : read_at<int32_t>(base, static_cast<size_t>(t) * 4));
-  if (vocab_size_ > 0 && bin_->mapped() == nullptr)  // a mapped .bin was checked whole on open
-    check_vocabulary(std::span<const int32_t>(out).subspan(first), index, start);
+  out.resize(first + static_cast<size_t>(std::max<int64_t>(count, 0)));
+  const TokenRange range{index, offset, count};
+  read_many(std::span(&range, 1), std::span(out).subspan(first));
+}
+
+void IndexedDataset::read_many(std::span<const TokenRange> ranges, std::span<int32_t> out) const {
+  const size_t size = element_size(dtype_);
+  int64_t total = 0;
+  for (const TokenRange& range : ranges) {
+    KILN_CHECK(range.sequence >= 0 && range.sequence < num_sequences() && range.offset >= 0 && range.count >= 0 &&
+                   range.offset + range.count <= lengths_[static_cast<size_t>(range.sequence)],
+               "{}: read of tokens [{}, {}) of sequence {} is out of range", bin_->name(), range.offset,
+               range.offset + range.count, range.sequence);
+    total += range.count;
+  }
+  KILN_CHECK(total == static_cast<int64_t>(out.size()), "{}: {} tokens requested into room for {}", bin_->name(),
+             total, out.size());
+  const auto byte_offset = [&](const TokenRange& range) {
+    return static_cast<uint64_t>(pointers_[static_cast<size_t>(range.sequence)]) +
+           static_cast<uint64_t>(range.offset) * size;
+  };
+  // The bytes of every range, back to back: straight from the map, or fetched in one read_many.
+  const uint8_t* bytes = bin_->mapped();
+  thread_local std::vector<uint8_t> buffer;
+  thread_local std::vector<ReadRange> reads;
+  if (bytes == nullptr) {
+    buffer.resize(static_cast<size_t>(total) * size);
+    reads.clear();
+    size_t at = 0;
+    for (const TokenRange& range : ranges) {
+      const size_t length = static_cast<size_t>(range.count) * size;
+      reads.push_back({byte_offset(range), std::span(buffer).subspan(at, length)});
+      at += length;
+    }
+    bin_->read_many(reads);
+  }
+  size_t next = 0, at = 0;
+  for (const TokenRange& range : ranges) {
+    const uint8_t* base = bytes ? bytes + byte_offset(range) : buffer.data() + at;
+    const size_t first = next;
+    for (int64_t t = 0; t < range.count; ++t)
+      out[next++] = dtype_ == IndexedDType::UInt16 ? read_at<uint16_t>(base, static_cast<size_t>(t) * 2)
+                                                   : read_at<int32_t>(base, static_cast<size_t>(t) * 4);
+    at += static_cast<size_t>(range.count) * size;
+    if (vocab_size_ > 0 && bytes == nullptr)  // a mapped .bin was checked whole on open
+      check_vocabulary(out.subspan(first, next - first), range.sequence, byte_offset(range));
+  }
 }
 
 }  // namespace kiln

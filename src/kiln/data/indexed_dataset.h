@@ -53,6 +53,12 @@ class IndexedDataset {
   int64_t sequence_length(int64_t index) const { return lengths_[static_cast<size_t>(index)]; }
   // Tokens [offset, offset + count) of sequence `index`, appended to `out`.
   void read(int64_t index, int64_t offset, int64_t count, std::vector<int32_t>& out) const;
+  // Several such ranges, concatenated into `out` (exactly their total size), with one read_many of
+  // the .bin: on S3 the ranges are fetched concurrently.
+  struct TokenRange {
+    int64_t sequence = 0, offset = 0, count = 0;
+  };
+  void read_many(std::span<const TokenRange> ranges, std::span<int32_t> out) const;
 
  private:
   // Every token below vocab_size_, else an error naming .bin, the byte offset and the sequence.

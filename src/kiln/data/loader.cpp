@@ -27,40 +27,52 @@ DataLoader::~DataLoader() {
   for (std::thread& worker : workers_) worker.join();
 }
 
-void DataLoader::read_sample(int64_t local_index, std::span<int32_t> tokens, std::span<int32_t> targets) {
-  const int64_t index = local_index * options_.world_size + options_.rank;  // DistributedSampler's stride
-  if (options_.cache_samples == 0) {
-    source_.sample(index, tokens, targets);
-    return;
-  }
-  {
-    std::lock_guard lock(cache_mutex_);
-    const auto hit = cache_.find(index);
-    if (hit != cache_.end()) {
-      lru_.splice(lru_.begin(), lru_, hit->second);
-      std::copy(hit->second->tokens.begin(), hit->second->tokens.end(), tokens.begin());
-      std::copy(hit->second->targets.begin(), hit->second->targets.end(), targets.begin());
-      return;
-    }
-  }
-  source_.sample(index, tokens, targets);
-  std::lock_guard lock(cache_mutex_);
-  if (cache_.count(index)) return;  // another worker cached it meanwhile
-  lru_.push_front({index, {tokens.begin(), tokens.end()}, {targets.begin(), targets.end()}});
-  cache_[index] = lru_.begin();
-  if (static_cast<int64_t>(lru_.size()) > options_.cache_samples) {
-    cache_.erase(lru_.back().index);
-    lru_.pop_back();
-  }
-}
-
 void DataLoader::read_batch(int64_t first, Batch& batch) {
   const size_t seq = static_cast<size_t>(source_.seq_length());
-  batch.tokens.resize(static_cast<size_t>(batch_size_) * seq);
+  const auto rows = static_cast<size_t>(batch_size_);
+  batch.tokens.resize(rows * seq);
   batch.targets.resize(batch.tokens.size());
-  for (int64_t row = 0; row < batch_size_; ++row)
-    read_sample(first + row, std::span(batch.tokens).subspan(static_cast<size_t>(row) * seq, seq),
-                std::span(batch.targets).subspan(static_cast<size_t>(row) * seq, seq));
+  const auto row_of = [&](std::vector<int32_t>& values, size_t row) { return std::span(values).subspan(row * seq, seq); };
+  std::vector<int64_t> indices(rows);
+  for (size_t row = 0; row < rows; ++row)  // DistributedSampler's stride
+    indices[row] = (first + static_cast<int64_t>(row)) * options_.world_size + options_.rank;
+  if (options_.cache_samples == 0) {
+    source_.samples(indices, batch.tokens, batch.targets);
+    return;
+  }
+  std::vector<size_t> missing;  // rows not in the cache, read together below
+  {
+    std::lock_guard lock(cache_mutex_);
+    for (size_t row = 0; row < rows; ++row) {
+      const auto hit = cache_.find(indices[row]);
+      if (hit == cache_.end()) {
+        missing.push_back(row);
+        continue;
+      }
+      lru_.splice(lru_.begin(), lru_, hit->second);
+      std::copy(hit->second->tokens.begin(), hit->second->tokens.end(), row_of(batch.tokens, row).begin());
+      std::copy(hit->second->targets.begin(), hit->second->targets.end(), row_of(batch.targets, row).begin());
+    }
+  }
+  if (missing.empty()) return;
+  std::vector<int64_t> missing_indices;
+  for (size_t row : missing) missing_indices.push_back(indices[row]);
+  std::vector<int32_t> tokens(missing.size() * seq), targets(tokens.size());
+  source_.samples(missing_indices, tokens, targets);
+  std::lock_guard lock(cache_mutex_);
+  for (size_t m = 0; m < missing.size(); ++m) {
+    const std::span<int32_t> sample_tokens = row_of(tokens, m), sample_targets = row_of(targets, m);
+    std::copy(sample_tokens.begin(), sample_tokens.end(), row_of(batch.tokens, missing[m]).begin());
+    std::copy(sample_targets.begin(), sample_targets.end(), row_of(batch.targets, missing[m]).begin());
+    if (cache_.count(missing_indices[m])) continue;  // another worker cached it meanwhile
+    lru_.push_front({missing_indices[m], {sample_tokens.begin(), sample_tokens.end()},
+                     {sample_targets.begin(), sample_targets.end()}});
+    cache_[missing_indices[m]] = lru_.begin();
+    if (static_cast<int64_t>(lru_.size()) > options_.cache_samples) {
+      cache_.erase(lru_.back().index);
+      lru_.pop_back();
+    }
+  }
 }
 
 void DataLoader::worker_loop() {

@@ -52,8 +52,9 @@ class DataLoader {
     std::vector<int32_t> tokens, targets;
   };
   void worker_loop();
+  // The batch of local samples [first, first + batch size): cache hits copied, the misses read
+  // with one TokenSource::samples call.
   void read_batch(int64_t first, Batch& batch);
-  void read_sample(int64_t index, std::span<int32_t> tokens, std::span<int32_t> targets);
 
   const TokenSource& source_;
   const int64_t batch_size_;

@@ -5,6 +5,21 @@
 
 namespace kiln {
 
+void TokenSource::samples(std::span<const int64_t> indices, std::span<int32_t> tokens,
+                          std::span<int32_t> targets) const {
+  check_rows(indices.size(), tokens, targets);
+  const auto seq = static_cast<size_t>(seq_length());
+  for (size_t row = 0; row < indices.size(); ++row)
+    sample(indices[row], tokens.subspan(row * seq, seq), targets.subspan(row * seq, seq));
+}
+
+void TokenSource::check_rows(size_t count, std::span<const int32_t> tokens, std::span<const int32_t> targets) const {
+  const auto seq = static_cast<size_t>(seq_length());
+  KILN_CHECK(tokens.size() == count * seq && targets.size() == tokens.size(),
+             "{} samples of {} tokens need {} tokens and targets, got {} and {}", count, seq, count * seq,
+             tokens.size(), targets.size());
+}
+
 MockTokens::MockTokens(int64_t vocab_size, int64_t seq_length, uint64_t seed)
     : vocab_size_(vocab_size), seq_length_(seq_length), seed_(seed) {
   KILN_CHECK(vocab_size > 0 && seq_length > 0, "mock data needs a positive vocabulary and sequence");

@@ -14,6 +14,14 @@ class TokenSource {
   virtual int64_t seq_length() const = 0;
   virtual int64_t num_tokens() const = 0;  // tokens behind the samples (0 for synthetic data)
   virtual void sample(int64_t index, std::span<int32_t> tokens, std::span<int32_t> targets) const = 0;
+  // Samples indices[r] into row r of tokens and targets (each indices.size() x seq_length). Sources
+  // on remote storage override it to fetch a whole batch's bytes at once (concurrent requests);
+  // this default reads sample by sample.
+  virtual void samples(std::span<const int64_t> indices, std::span<int32_t> tokens, std::span<int32_t> targets) const;
+
+ protected:
+  // samples()' precondition: tokens and targets hold `count` rows of seq_length().
+  void check_rows(size_t count, std::span<const int32_t> tokens, std::span<const int32_t> targets) const;
 };
 
 // Uniformly random tokens in [0, vocab_size) (Megatron's --mock-data): for benchmarks, where the

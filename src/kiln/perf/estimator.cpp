@@ -1,5 +1,6 @@
 #include "kiln/perf/estimator.h"
 
+#include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
 #include "kiln/nn/activations.h"
 #include "kiln/nn/parameters.h"
@@ -99,19 +100,22 @@ Estimate estimate(const EstimateInput& in) {
 
   out.memory = model_state_bytes(static_cast<double>(out.parameters_exact), in.precision, in.zero_stage, in.gpus);
   const DType dtype = in.precision == "bf16" ? DType::BF16 : in.precision == "fp16" ? DType::F16 : DType::F32;
-  out.memory.activations = static_cast<double>(
-      GptActivations::bytes_needed(shape, in.micro_batch_size, in.seq_length, in.recompute, dtype));
+  const auto activations = [&](int64_t micro) {
+    return static_cast<double>(GptActivations::bytes_needed(shape, micro, in.seq_length, in.recompute, dtype));
+  };
+  const auto workspace = [&](int64_t micro) {  // as CudaBackend::attention_forward uses it
+    return 2.0 * static_cast<double>(micro * in.num_attention_heads * in.seq_length * in.seq_length) *
+           static_cast<double>(dtype_size(dtype));
+  };
+  out.memory.activations = activations(in.micro_batch_size);
+  out.memory.workspace = workspace(in.micro_batch_size);
   const double a = static_cast<double>(in.num_attention_heads), b = static_cast<double>(in.micro_batch_size);
   out.korthikanti_layer_bytes = s * b * h * (34 + 5 * a * s / h);
   out.korthikanti_layer_bytes_full_recompute = 2 * s * b * h;
 
   const double capacity = (spec->memory_gib - kReservedGiB) * 1073741824.0;
   const double state = out.memory.weights + out.memory.gradients + out.memory.optimizer;
-  auto fits = [&](int64_t micro) {
-    return state +
-               static_cast<double>(GptActivations::bytes_needed(shape, micro, in.seq_length, in.recompute, dtype)) <=
-           capacity;
-  };
+  auto fits = [&](int64_t micro) { return state + activations(micro) + workspace(micro) <= capacity; };
   int64_t low = 0, high = 1;  // fits(low) holds (or low == 0); find the first high that does not
   while (fits(high) && high < (int64_t{1} << 20)) {
     low = high;
