@@ -84,6 +84,51 @@ TEST(Gpt, GradientsAccumulateAcrossBackwardCalls) {
     ASSERT_FLOAT_EQ(model.grads().as<float>()[i], 2 * once[i]) << i;
 }
 
+TEST(Gpt, ClassifierChunksGiveTheLossesAndGradientsOfOneChunk) {
+  // 14 positions in chunks of 5 (5 + 5 + 4) against all 14 at once. Not bit for bit: BLAS blocks
+  // a 5-row product differently from a 14-row one, and wte's gradient is summed in another order;
+  // equal to fp32 rounding.
+  auto backend = make_backend("cpu");
+  const GptConfig config = tiny_config();
+  const Batch batch = random_batch(2 * 7, config.vocab_size, 6);
+  std::vector<std::vector<float>> grads;
+  std::vector<double> losses;
+  for (int64_t logit_rows : {int64_t{14}, int64_t{5}}) {
+    Gpt model(config, *backend);
+    model.init_weights(1);
+    model.allocate_activations(2, 7, {}, logit_rows);
+    losses.push_back(model.forward(batch.tokens, batch.targets, 2, 7, true, 1.0f));
+    model.backward();
+    grads.emplace_back(model.grads().as<float>(), model.grads().as<float>() + model.num_parameters());
+    EXPECT_EQ(model.logits_at(1, 6).size(), static_cast<size_t>(config.vocab_size));
+  }
+  EXPECT_NEAR(losses[1], losses[0], 1e-6 * losses[0]);
+  EXPECT_LT(testing::normalized_error(grads[1], grads[0]), 1e-6);
+  // Only the chunk's logits are planned: 9 rows fewer of the 64-wide padded vocabulary.
+  EXPECT_EQ(GptActivations::bytes_needed(config, 2, 7, {}, DType::F32, 14) -
+                GptActivations::bytes_needed(config, 2, 7, {}, DType::F32, 5),
+            (14 - 5) * 64 * sizeof(float));
+}
+
+TEST(Gpt, LogitsAtFormsThePositionsLogits) {
+  // logits_at after a forward without targets equals the row of a direct product ln_f(x) wte^T,
+  // checked through the loss: -log softmax(logits)[target] is the forward's loss for one position.
+  auto backend = make_backend("cpu");
+  const GptConfig config = tiny_config();
+  Gpt model(config, *backend);
+  model.init_weights(2);
+  model.allocate_activations(1, 6);
+  const Batch batch = random_batch(6, config.vocab_size, 7);
+  std::vector<int32_t> one_target(6, model.ignore_index());
+  one_target[3] = batch.targets[3];
+  const double loss = model.forward(batch.tokens, one_target, 1, 6);
+  const std::vector<float> logits = model.logits_at(0, 3);
+  double max_logit = logits[0], sum = 0;
+  for (float value : logits) max_logit = std::max<double>(max_logit, value);
+  for (float value : logits) sum += std::exp(value - max_logit);
+  EXPECT_NEAR(std::log(sum) + max_logit - logits[static_cast<size_t>(batch.targets[3])], loss, 1e-5);
+}
+
 TEST(Gpt, VocabularyPaddingIsNeverPredictedNorTrained) {
   auto backend = make_backend("cpu");
   const GptConfig config = tiny_config();

@@ -1,5 +1,9 @@
 #include "kiln/nn/activations.h"
 
+#include <algorithm>
+
+#include "kiln/core/error.h"
+
 namespace kiln {
 namespace {
 
@@ -46,7 +50,9 @@ BlockActivations take_block(Layout& layout, int64_t B, int64_t T, int64_t C, int
 }  // namespace
 
 GptActivations GptActivations::lay_out(Arena& arena, const GptConfig& config, int64_t batch, int64_t seq,
-                                       Device device, const RecomputePolicy& policy, DType dtype) {
+                                       Device device, const RecomputePolicy& policy, DType dtype,
+                                       int64_t logit_rows) {
+  KILN_CHECK(logit_rows > 0, "logit rows per classifier chunk must be positive, got {}", logit_rows);
   const int64_t B = batch, T = seq, C = config.hidden_size, NH = config.num_heads;
   const int64_t Vp = config.padded_vocab_size();
   Layout layout(arena, device, dtype);
@@ -73,7 +79,7 @@ GptActivations GptActivations::lay_out(Arena& arena, const GptConfig& config, in
   acts.lnf = layout.take({B, T, C});
   acts.lnf_mean = layout.stats({B * T});
   acts.lnf_rstd = layout.stats({B * T});
-  acts.logits = layout.take({B * T, Vp});
+  acts.logits = layout.take({std::min(logit_rows, B * T), Vp});
   acts.losses = layout.stats({B * T});
   acts.projection_scratch = layout.take({B, T, C});
   acts.d_residual = layout.take({B, T, C});
@@ -84,9 +90,9 @@ GptActivations GptActivations::lay_out(Arena& arena, const GptConfig& config, in
 }
 
 size_t GptActivations::bytes_needed(const GptConfig& config, int64_t batch, int64_t seq,
-                                    const RecomputePolicy& policy, DType dtype) {
+                                    const RecomputePolicy& policy, DType dtype, int64_t logit_rows) {
   Arena measure = Arena::measuring();
-  lay_out(measure, config, batch, seq, Device::CPU, policy, dtype);
+  lay_out(measure, config, batch, seq, Device::CPU, policy, dtype, logit_rows);
   return measure.used();
 }
 

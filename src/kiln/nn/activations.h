@@ -11,6 +11,8 @@
 // Projections' outputs are only added into the residual, so they share one scratch. Under a
 // recompute policy (recompute.h), recomputed blocks' views point into shared scratch slots (only
 // a chunk's last output is kept, as the next chunk's input).
+// The classifier and loss run on at most `logit_rows` positions at a time (Gpt::forward), so the
+// logits buffer holds min(logit_rows, batch x seq) rows, never the whole batch's.
 // Dtypes (ops.h): activations and their gradients in the model's compute dtype; LayerNorm
 // statistics and losses in fp32; token ids int32.
 #pragma once
@@ -36,18 +38,23 @@ struct BlockActivations {
   Tensor residual_out;             // [B,T,C] block output
 };
 
+// Positions per classifier chunk: large enough for efficient products (4096 x C x V), small
+// enough that the logits stay a fraction of the activations (GPT-2: 412 MB in bf16).
+constexpr int64_t kDefaultLogitRows = 4096;
+
 struct GptActivations {
   int64_t batch = 0, seq = 0;
   Tensor tokens, targets;          // [B,T] int32
   Tensor embedded;                 // [B,T,C] input of block 0
   std::vector<BlockActivations> blocks;
   Tensor lnf, lnf_mean, lnf_rstd;
-  Tensor logits;                   // [B*T, Vp]; holds dlogits after a training forward
+  Tensor logits;                   // [min(logit_rows, B*T), Vp]: one chunk's logits, then their gradient
   Tensor losses;                   // [B*T]
   Tensor projection_scratch;       // [B,T,C] c_proj outputs before the residual add
   // Backward scratch.
   Tensor d_residual;               // [B,T,C]
-  Tensor d_hidden;                 // [B,T,C] gradients of ln outputs and of attn_out
+  Tensor d_hidden;                 // [B,T,C] gradients of ln outputs and of attn_out; holds
+                                   // d ln_f between a training forward and backward
   Tensor d_qkv;                    // [B,T,3C]
   Tensor d_fc;                     // [B,T,4C] gradient of both MLP activations, in place
   std::vector<LayerRecompute> recompute;  // per layer, from the policy
@@ -55,9 +62,11 @@ struct GptActivations {
   // Lays out every tensor for (batch, seq) in `arena` and returns the views (null data when the
   // arena is measuring). `device` tags the views; `dtype` is the compute dtype.
   static GptActivations lay_out(Arena& arena, const GptConfig& config, int64_t batch, int64_t seq,
-                                Device device, const RecomputePolicy& policy = {}, DType dtype = DType::F32);
+                                Device device, const RecomputePolicy& policy = {}, DType dtype = DType::F32,
+                                int64_t logit_rows = kDefaultLogitRows);
   static size_t bytes_needed(const GptConfig& config, int64_t batch, int64_t seq,
-                             const RecomputePolicy& policy = {}, DType dtype = DType::F32);
+                             const RecomputePolicy& policy = {}, DType dtype = DType::F32,
+                             int64_t logit_rows = kDefaultLogitRows);
 };
 
 }  // namespace kiln

@@ -1,5 +1,6 @@
 #include "kiln/nn/gpt.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -73,20 +74,23 @@ void Gpt::set_parameters(std::span<const float> values) {
   backend_.copy_to_device(params_.data, rounded.data(), rounded.size());
 }
 
-void Gpt::allocate_activations(int64_t max_batch, int64_t max_seq, const RecomputePolicy& policy) {
+void Gpt::allocate_activations(int64_t max_batch, int64_t max_seq, const RecomputePolicy& policy,
+                               int64_t logit_rows) {
   KILN_CHECK(max_batch > 0 && max_seq > 0, "batch {} and sequence {} must be positive", max_batch,
              max_seq);
   KILN_CHECK(max_seq <= config_.max_position_embeddings,
              "seq_length {} exceeds max_position_embeddings {}", max_seq,
              config_.max_position_embeddings);
-  const size_t bytes = GptActivations::bytes_needed(config_, max_batch, max_seq, policy, dtype());
+  const size_t bytes = GptActivations::bytes_needed(config_, max_batch, max_seq, policy, dtype(), logit_rows);
   arena_.reset();
   activation_buffer_ = backend_.allocate(bytes);
   arena_ = std::make_unique<Arena>(activation_buffer_->data(), bytes);
   max_batch_ = max_batch;
   max_seq_ = max_seq;
   recompute_ = policy;
-  acts_ = GptActivations::lay_out(*arena_, config_, max_batch, max_seq, backend_.device(), recompute_, dtype());
+  logit_rows_ = logit_rows;
+  acts_ = GptActivations::lay_out(*arena_, config_, max_batch, max_seq, backend_.device(), recompute_, dtype(),
+                                  logit_rows_);
   workspace_bytes_ = backend_.reserve_workspace(
       {max_batch * max_seq, max_batch * config_.num_heads * max_seq * max_seq, dtype()});
 }
@@ -106,7 +110,7 @@ double Gpt::forward(std::span<const int32_t> tokens, std::span<const int32_t> ta
   KILN_CHECK(!prepare_backward || !targets.empty(), "a training forward needs targets");
   if (batch != acts_.batch || seq != acts_.seq) {
     arena_->reset();
-    acts_ = GptActivations::lay_out(*arena_, config_, batch, seq, backend_.device(), recompute_, dtype());
+    acts_ = GptActivations::lay_out(*arena_, config_, batch, seq, backend_.device(), recompute_, dtype(), logit_rows_);
   }
   for (size_t i = 0; i < positions; ++i)
     KILN_CHECK(tokens[i] >= 0 && tokens[i] < config_.vocab_size,
@@ -130,7 +134,6 @@ double Gpt::forward(std::span<const int32_t> tokens, std::span<const int32_t> ta
   }
   backend_.layernorm_forward({acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, residual,
                               weights_.lnf_weight, weights_.lnf_bias, config_.layernorm_eps});
-  backend_.matmul_forward({acts_.logits, acts_.lnf, weights_.wte, Tensor{}, WeightLayout::OutIn});
   backward_ready_ = false;
   if (targets.empty()) return 0.0;
 
@@ -148,9 +151,21 @@ double Gpt::forward(std::span<const int32_t> tokens, std::span<const int32_t> ta
     backend_.copy_to_device(acts_.targets.data, targets.data(), positions * sizeof(int32_t));
   }
   const float per_token_scale = counted ? loss_scale / static_cast<float>(counted) : 0.0f;
-  backend_.softmax_cross_entropy({acts_.logits, acts_.losses, targets_in_use.reshaped({batch * seq}),
-                                  config_.vocab_size, ignore_index(), per_token_scale,
-                                  prepare_backward});
+  // Classifier (tied to wte) and loss, a chunk of positions at a time; in training each chunk's
+  // logits gradient goes straight back through the classifier.
+  const int64_t rows = batch * seq, C = config_.hidden_size, Vp = config_.padded_vocab_size();
+  const int64_t chunk = acts_.logits.shape[0];
+  for (int64_t first = 0; first < rows; first += chunk) {
+    const int64_t n = std::min(chunk, rows - first);
+    const Tensor logits = acts_.logits.slice(0, n * Vp).reshaped({n, Vp});
+    const Tensor lnf = acts_.lnf.slice(first * C, n * C).reshaped({n, C});
+    backend_.matmul_forward({logits, lnf, weights_.wte, Tensor{}, WeightLayout::OutIn});
+    backend_.softmax_cross_entropy({logits, acts_.losses.slice(first, n), targets_in_use.slice(first, n),
+                                    config_.vocab_size, ignore_index(), per_token_scale, prepare_backward});
+    if (prepare_backward)
+      backend_.matmul_backward({acts_.d_hidden.slice(first * C, n * C).reshaped({n, C}), weight_grads_.wte, Tensor{},
+                                logits, lnf, weights_.wte, WeightLayout::OutIn});
+  }
   std::vector<float> losses(positions);
   backend_.copy_to_host(losses.data(), acts_.losses.data, positions * sizeof(float));
   double sum = 0.0;
@@ -165,9 +180,7 @@ void Gpt::backward() {
   const int64_t layers = config_.num_layers;
   const Tensor last_residual =
       layers ? acts_.blocks[static_cast<size_t>(layers - 1)].residual_out : acts_.embedded;
-  // Classifier (tied to wte): logits now hold d loss / d logits.
-  backend_.matmul_backward({acts_.d_hidden, weight_grads_.wte, Tensor{}, acts_.logits, acts_.lnf,
-                            weights_.wte, WeightLayout::OutIn});
+  // The classifier's backward ran in forward: d_hidden holds d ln_f.
   backend_.fill({acts_.d_residual, 0.0f});
   backend_.layernorm_backward({acts_.d_residual, weight_grads_.lnf_weight, weight_grads_.lnf_bias,
                                acts_.d_hidden, last_residual, weights_.lnf_weight, acts_.lnf_mean,
@@ -191,17 +204,19 @@ void Gpt::backward() {
   backend_.embedding_backward({weight_grads_.wte, weight_grads_.wpe, acts_.d_residual, tokens_in_use_});
 }
 
-std::vector<float> Gpt::logits_at(int64_t batch_index, int64_t position) const {
+std::vector<float> Gpt::logits_at(int64_t batch_index, int64_t position) {
   KILN_CHECK(batch_index >= 0 && batch_index < acts_.batch && position >= 0 && position < acts_.seq,
              "logits_at({}, {}) outside the last forward's {} x {}", batch_index, position,
              acts_.batch, acts_.seq);
-  const int64_t row_index = batch_index * acts_.seq + position;
-  const Tensor logits = acts_.logits.slice(row_index * config_.padded_vocab_size(), config_.vocab_size);
-  std::vector<char> stored(logits.bytes());
-  backend_.copy_to_host(stored.data(), logits.data, logits.bytes());
-  std::vector<float> row(static_cast<size_t>(config_.vocab_size));
-  widen_to_fp32(stored.data(), logits.dtype, row.data(), logits.numel());
-  return row;
+  const int64_t row = batch_index * acts_.seq + position, C = config_.hidden_size;
+  const Tensor logits = acts_.logits.slice(0, config_.padded_vocab_size()).reshaped({1, config_.padded_vocab_size()});
+  backend_.matmul_forward({logits, acts_.lnf.slice(row * C, C).reshaped({1, C}), weights_.wte, Tensor{},
+                           WeightLayout::OutIn});
+  std::vector<char> stored(static_cast<size_t>(config_.vocab_size) * dtype_size(logits.dtype));
+  backend_.copy_to_host(stored.data(), logits.data, stored.size());
+  std::vector<float> values(static_cast<size_t>(config_.vocab_size));
+  widen_to_fp32(stored.data(), logits.dtype, values.data(), config_.vocab_size);
+  return values;
 }
 
 }  // namespace kiln

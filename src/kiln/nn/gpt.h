@@ -48,25 +48,32 @@ class Gpt {
   void set_parameters(std::span<const float> values);
 
   // Plans and allocates activation memory once, for batches up to max_batch x max_seq, keeping
-  // or recomputing block activations as `policy` says (recompute.h).
-  void allocate_activations(int64_t max_batch, int64_t max_seq, const RecomputePolicy& policy = {});
+  // or recomputing block activations as `policy` says (recompute.h); the classifier and loss run
+  // on `logit_rows` positions at a time.
+  void allocate_activations(int64_t max_batch, int64_t max_seq, const RecomputePolicy& policy = {},
+                            int64_t logit_rows = kDefaultLogitRows);
   size_t activation_bytes() const { return arena_ ? arena_->capacity() : 0; }
   size_t workspace_bytes() const { return workspace_bytes_; }
 
   // Runs the model on tokens [batch * seq] (host, row-major). With targets, returns the mean
-  // loss over counted positions (target != ignore_index) and, when `prepare_backward`, leaves
-  // d(loss_scale * sum of losses)/d logits in the logits buffer for backward(). Without targets
-  // returns 0 and only computes logits. `staged`: the same tokens and targets already on their
-  // way to the device (a BatchStager slot; the host copies are still checked), used instead of
-  // copying; they must stay in place until backward() returns.
+  // loss over counted positions (target != ignore_index). The classifier and loss run in chunks
+  // of logit rows, so the logits of the whole batch never exist at once; with `prepare_backward`
+  // each chunk's d(loss_scale * sum of losses)/d logits is turned into d ln_f at once, and the
+  // classifier's part of the wte gradient is ADDED to grads() already here; backward() does the
+  // rest. Without targets returns 0 and forms no logits (logits_at() forms one position's).
+  // `staged`: the same tokens and targets already on their way to the device (a BatchStager
+  // slot; the host copies are still checked), used instead of copying; they must stay in place
+  // until backward() returns.
   double forward(std::span<const int32_t> tokens, std::span<const int32_t> targets, int64_t batch,
                  int64_t seq, bool prepare_backward = false, float loss_scale = 1.0f, GptStagedInputs staged = {});
-  // Adds this micro-batch's parameter gradients to grads(); requires forward(prepare_backward).
+  // Adds the rest of this micro-batch's parameter gradients to grads(); requires
+  // forward(prepare_backward) just before it.
   void backward();
   void zero_grads();
 
-  // Logits of one position of the last forward, first vocab_size columns, copied to the host.
-  std::vector<float> logits_at(int64_t batch_index, int64_t position) const;
+  // Logits of one position of the last forward (formed now from its final LayerNorm output),
+  // first vocab_size columns, copied to the host.
+  std::vector<float> logits_at(int64_t batch_index, int64_t position);
   int32_t ignore_index() const { return -100; }
 
  private:
@@ -80,6 +87,7 @@ class Gpt {
   std::unique_ptr<Arena> arena_;  // borrows activation_buffer_
   int64_t max_batch_ = 0, max_seq_ = 0;
   RecomputePolicy recompute_;
+  int64_t logit_rows_ = kDefaultLogitRows;
   size_t workspace_bytes_ = 0;
   GptActivations acts_;
   Tensor tokens_in_use_;  // acts_.tokens, or the staged tokens of the current micro-batch
