@@ -7,6 +7,7 @@
 #include "kiln/core/error.h"
 #include "kiln/train/trainer.h"
 #include "support/backends.h"
+#include "support/small_gpt.h"
 #include "support/temp_dir.h"
 
 namespace kiln {
@@ -21,23 +22,11 @@ class LossRecorder : public TrainObserver {
 std::vector<double> train_losses(const std::string& data, const std::string& device,
                                  const std::string& recompute = "none", bool pin_memory = true,
                                  bool h2d_stream = true) {
-  Config config;
+  Config config = testing::small_gpt_config(data, device);
   config.pin_memory = pin_memory;
   config.h2d_stream = h2d_stream;
-  config.device = device;
   config.recompute_granularity = recompute;
   if (recompute == "full") config.recompute_method = "uniform";
-  config.data_path = data;
-  config.num_layers = 2;
-  config.hidden_size = 48;
-  config.num_attention_heads = 2;  // head size 24
-  config.seq_length = 32;
-  config.micro_batch_size = 4;
-  config.global_batch_size = 8;
-  config.train_iters = 20;
-  config.lr = 3e-3;
-  config.lr_warmup_iters = 3;
-  config.eval_iters = 0;
   Trainer trainer(config);
   LossRecorder recorder;
   trainer.add_observer(&recorder);

@@ -8,6 +8,7 @@
 
 #include "kiln/train/trainer.h"
 #include "support/backends.h"
+#include "support/small_gpt.h"
 #include "support/temp_dir.h"
 
 namespace kiln {
@@ -20,19 +21,7 @@ class Recorder : public TrainObserver {
 };
 
 Config small_gpt(const std::string& data, const std::string& device, const std::string& precision) {
-  Config config;
-  config.device = device;
-  config.data_path = data;
-  config.num_layers = 2;
-  config.hidden_size = 48;
-  config.num_attention_heads = 2;  // head size 24
-  config.seq_length = 32;
-  config.micro_batch_size = 4;
-  config.global_batch_size = 8;
-  config.train_iters = 20;
-  config.lr = 3e-3;
-  config.lr_warmup_iters = 3;
-  config.eval_iters = 0;
+  Config config = testing::small_gpt_config(data, device);
   config.bf16 = precision == "bf16";
   config.fp16 = precision == "fp16";
   return config;
