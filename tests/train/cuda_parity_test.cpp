@@ -96,6 +96,7 @@ TEST(CudaMemory, APlanThatCannotFitFailsBeforeTheFirstStepWithBytesPerCategory) 
   } catch (const Error& error) {
     const std::string message = error.what();
     for (const char* part : {"not enough memory on", "parameters", "gradients", "optimizer state", "activations",
+                             "op workspace",
                              "GiB are free", "--micro-batch-size"})
       EXPECT_NE(message.find(part), std::string::npos) << part << " in: " << message;
   }

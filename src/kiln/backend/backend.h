@@ -55,6 +55,8 @@ class Backend {
     DType dtype = DType::F32;      // the compute dtype
   };
   virtual size_t reserve_workspace(const WorkspaceNeeds& needs) = 0;
+  // What reserve_workspace(needs) would hold, without allocating (memory pre-flight checks).
+  virtual size_t workspace_bytes(const WorkspaceNeeds& needs) const = 0;
   // Input batches to the device, overlapped with compute (batch_stager.h).
   virtual std::unique_ptr<BatchStager> make_batch_stager(const StagerOptions& options) = 0;
 
@@ -67,6 +69,7 @@ class Backend {
   virtual void embedding_forward(const EmbeddingForward& args) = 0;
   virtual void embedding_backward(const EmbeddingBackward& args) = 0;
   virtual void layernorm_forward(const LayerNormForward& args) = 0;
+  virtual void residual_layernorm_forward(const ResidualLayerNormForward& args) = 0;
   virtual void layernorm_backward(const LayerNormBackward& args) = 0;
   virtual void matmul_forward(const MatmulForward& args) = 0;
   virtual void matmul_backward(const MatmulBackward& args) = 0;

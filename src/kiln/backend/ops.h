@@ -49,6 +49,15 @@ struct LayerNormForward {
   Tensor bias;    // [C]
   float eps = 1e-5f;
 };
+// Fused with the residual add before it: residual_out = norm.in + residual (rounded to the
+// compute dtype), then layernorm of residual_out into norm.out. Its backward is
+// layernorm_backward on residual_out: the add passes the gradient through unchanged, and
+// layernorm_backward already adds its input gradient into the residual stream's.
+struct ResidualLayerNormForward {
+  LayerNormForward norm;  // norm.in is the first addend
+  Tensor residual;        // [M, C] the second addend
+  Tensor residual_out;    // [M, C] (may alias norm.in)
+};
 struct LayerNormBackward {
   Tensor din;      // [M, C] += (see header)
   Tensor dweight;  // [C] +=

@@ -129,9 +129,11 @@ GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> data, const std::st
   while ((epochs * tokens_per_epoch_ - 1) / seq_length < num_samples) ++epochs;
 
   const std::string cache_dir = storage.derived_folder(prefix, "_kiln_cache");  // "" for S3 without cache_dir
-  const uint64_t key = mix64(hash_string(storage.fingerprint(prefix + ".idx")) ^ mix64(static_cast<uint64_t>(first) * 31 + static_cast<uint64_t>(last)) ^
-                             mix64(static_cast<uint64_t>(seq_length) << 20 ^ static_cast<uint64_t>(num_samples)) ^
-                             mix64(seed + 0x51));
+  const uint64_t key =
+      mix64(hash_string(storage.fingerprint(prefix + ".idx")) ^
+            mix64(static_cast<uint64_t>(first) * 31 + static_cast<uint64_t>(last)) ^
+            mix64(static_cast<uint64_t>(seq_length) << 20 ^ static_cast<uint64_t>(num_samples)) ^
+            mix64(seed + 0x51));
   const std::string stem = fmt::format("{}/{:016x}", cache_dir, key);
   const size_t order_size = static_cast<size_t>(epochs * (last - first));
   if (cache_dir.empty() || !load_array(stem + "_document_order.bin", order_size, document_order_) ||

@@ -11,9 +11,9 @@ void block_forward(Backend& backend, const GptConfig& config, const BlockWeights
                              AttentionMask::Causal});
   backend.matmul_forward({projection, acts.attn_out, w.attn_proj_weight, w.attn_proj_bias,
                           WeightLayout::InOut});
-  backend.residual_forward({acts.residual_mid, input, projection});
-  backend.layernorm_forward({acts.ln2, acts.ln2_mean, acts.ln2_rstd, acts.residual_mid,
-                             w.ln2_weight, w.ln2_bias, eps});
+  // residual_mid = input + projection, fused with ln_2.
+  backend.residual_layernorm_forward(
+      {{acts.ln2, acts.ln2_mean, acts.ln2_rstd, input, w.ln2_weight, w.ln2_bias, eps}, projection, acts.residual_mid});
   backend.matmul_forward({acts.fc_pre_gelu, acts.ln2, w.fc_weight, w.fc_bias, WeightLayout::InOut});
   backend.gelu_forward({acts.fc_post_gelu, acts.fc_pre_gelu});
   backend.matmul_forward({projection, acts.fc_post_gelu, w.fc_proj_weight, w.fc_proj_bias,

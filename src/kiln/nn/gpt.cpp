@@ -91,8 +91,11 @@ void Gpt::allocate_activations(int64_t max_batch, int64_t max_seq, const Recompu
   logit_rows_ = logit_rows;
   acts_ = GptActivations::lay_out(*arena_, config_, max_batch, max_seq, backend_.device(), recompute_, dtype(),
                                   logit_rows_);
-  workspace_bytes_ = backend_.reserve_workspace(
-      {max_batch * max_seq, max_batch * config_.num_heads * max_seq * max_seq, dtype()});
+  workspace_bytes_ = backend_.reserve_workspace(workspace_needs(config_, max_batch, max_seq, dtype()));
+}
+
+Backend::WorkspaceNeeds Gpt::workspace_needs(const GptConfig& config, int64_t batch, int64_t seq, DType dtype) {
+  return {batch * seq, batch * config.num_heads * seq * seq, dtype};
 }
 
 void Gpt::zero_grads() { backend_.fill({grads_, 0.0f}); }

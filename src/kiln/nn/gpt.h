@@ -54,6 +54,8 @@ class Gpt {
                             int64_t logit_rows = kDefaultLogitRows);
   size_t activation_bytes() const { return arena_ ? arena_->capacity() : 0; }
   size_t workspace_bytes() const { return workspace_bytes_; }
+  // The op scratch a model of this shape asks its back-end for (allocate_activations reserves it).
+  static Backend::WorkspaceNeeds workspace_needs(const GptConfig& config, int64_t batch, int64_t seq, DType dtype);
 
   // Runs the model on tokens [batch * seq] (host, row-major). With targets, returns the mean
   // loss over counted positions (target != ignore_index). The classifier and loss run in chunks

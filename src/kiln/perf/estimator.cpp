@@ -103,7 +103,7 @@ Estimate estimate(const EstimateInput& in) {
   const auto activations = [&](int64_t micro) {
     return static_cast<double>(GptActivations::bytes_needed(shape, micro, in.seq_length, in.recompute, dtype));
   };
-  const auto workspace = [&](int64_t micro) {  // as CudaBackend::attention_forward uses it
+  const auto workspace = [&](int64_t micro) {  // attention's part of CudaBackend::workspace_bytes
     return 2.0 * static_cast<double>(micro * in.num_attention_heads * in.seq_length * in.seq_length) *
            static_cast<double>(dtype_size(dtype));
   };

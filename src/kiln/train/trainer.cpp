@@ -114,16 +114,18 @@ void Trainer::check_memory_fits(const GptConfig& gpt) const {
   const size_t optimizer_bytes = (dtype == DType::F32 ? 2 : 3) * fp32_bytes;
   const size_t activation_bytes = GptActivations::bytes_needed(gpt, config_.micro_batch_size, config_.seq_length,
                                                                 config_.recompute_policy(), dtype);
-  const size_t total = parameter_bytes + fp32_bytes + optimizer_bytes + activation_bytes;
+  const size_t workspace_bytes =
+      backend_->workspace_bytes(Gpt::workspace_needs(gpt, config_.micro_batch_size, config_.seq_length, dtype));
+  const size_t total = parameter_bytes + fp32_bytes + optimizer_bytes + activation_bytes + workspace_bytes;
   constexpr double kGiB = 1073741824.0;
   KILN_CHECK(total <= free_bytes,
              "not enough memory on {}: parameters {:.2f} GiB ({}) + gradients {:.2f} GiB + optimizer state {:.2f} GiB "
-             "(Adam moments{}) + activations {:.2f} GiB (micro-batch {} x sequence {}) = {:.2f} GiB, but {:.2f} GiB "
-             "are free; lower --micro-batch-size (activations scale with it) and raise accumulation through "
-             "--global-batch-size",
+             "(Adam moments{}) + activations {:.2f} GiB (micro-batch {} x sequence {}) + op workspace {:.2f} GiB "
+             "= {:.2f} GiB, but {:.2f} GiB are free; lower --micro-batch-size (activations and workspace scale "
+             "with it) and raise accumulation through --global-batch-size",
              backend_->description(), parameter_bytes / kGiB, dtype_name(dtype), fp32_bytes / kGiB,
              optimizer_bytes / kGiB, dtype == DType::F32 ? "" : " and fp32 master weights", activation_bytes / kGiB,
-             config_.micro_batch_size, config_.seq_length, total / kGiB, free_bytes / kGiB);
+             config_.micro_batch_size, config_.seq_length, workspace_bytes / kGiB, total / kGiB, free_bytes / kGiB);
 }
 
 std::string Trainer::memory_summary() const {

@@ -47,7 +47,9 @@ void softmax_cross_entropy_fp32(const SoftmaxCrossEntropy& args) {
 void CpuBackend::softmax_cross_entropy(const SoftmaxCrossEntropy& args) {
   checks::softmax_cross_entropy(args, Device::CPU);
   Fp32Scope f(scratch_);
-  softmax_cross_entropy_fp32({args.write_grad ? f.accumulated(args.logits) : f.input(args.logits), args.losses, args.targets, args.vocab_size, args.ignore_index, args.loss_scale, args.write_grad});
+  softmax_cross_entropy_fp32({args.write_grad ? f.accumulated(args.logits) : f.input(args.logits),
+                              args.losses, args.targets, args.vocab_size, args.ignore_index,
+                              args.loss_scale, args.write_grad});
   f.write_back();
 }
 

@@ -35,7 +35,8 @@ void layernorm_forward_fp32(const LayerNormForward& args) {
 void CpuBackend::layernorm_forward(const LayerNormForward& args) {
   checks::layernorm_forward(args, Device::CPU);
   Fp32Scope f(scratch_);
-  layernorm_forward_fp32({f.output(args.out), args.mean, args.rstd, f.input(args.in), f.input(args.weight), f.input(args.bias), args.eps});
+  layernorm_forward_fp32({f.output(args.out), args.mean, args.rstd, f.input(args.in),
+                          f.input(args.weight), f.input(args.bias), args.eps});
   f.write_back();
 }
 
@@ -84,10 +85,20 @@ void layernorm_backward_fp32(const LayerNormBackward& args) {
 }
 }  // namespace
 
+// The reference of the fused op is the two ops in turn.
+void CpuBackend::residual_layernorm_forward(const ResidualLayerNormForward& args) {
+  checks::residual_layernorm_forward(args, Device::CPU);
+  residual_forward({args.residual_out, args.norm.in, args.residual});
+  LayerNormForward norm = args.norm;
+  norm.in = args.residual_out;
+  layernorm_forward(norm);
+}
+
 void CpuBackend::layernorm_backward(const LayerNormBackward& args) {
   checks::layernorm_backward(args, Device::CPU);
   Fp32Scope f(scratch_);
-  layernorm_backward_fp32({f.accumulated(args.din), args.dweight, args.dbias, f.input(args.dout), f.input(args.in), f.input(args.weight), args.mean, args.rstd});
+  layernorm_backward_fp32({f.accumulated(args.din), args.dweight, args.dbias, f.input(args.dout),
+                           f.input(args.in), f.input(args.weight), args.mean, args.rstd});
   f.write_back();
 }
 

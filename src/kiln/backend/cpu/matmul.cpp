@@ -71,7 +71,8 @@ void matmul_backward_fp32(const MatmulBackward& args) {
 void CpuBackend::matmul_backward(const MatmulBackward& args) {
   checks::matmul_backward(args, Device::CPU);
   Fp32Scope f(scratch_);
-  matmul_backward_fp32({f.output(args.din), args.dweight, args.dbias, f.input(args.dout), f.input(args.in), f.input(args.weight), args.layout});
+  matmul_backward_fp32({f.output(args.din), args.dweight, args.dbias, f.input(args.dout),
+                        f.input(args.in), f.input(args.weight), args.layout});
   f.write_back();
 }
 

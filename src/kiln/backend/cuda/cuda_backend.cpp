@@ -142,9 +142,14 @@ std::optional<Backend::DeviceMemory> CudaBackend::device_memory() const {
   return memory;
 }
 
+size_t CudaBackend::workspace_bytes(const WorkspaceNeeds& needs) const {
+  return std::max(cuda::embedding_backward_workspace_bytes(needs.positions),
+                  attention_workspace_bytes(needs.attention_scores, needs.dtype)) +
+         handles_->sum_scratch->bytes();
+}
+
 size_t CudaBackend::reserve_workspace(const WorkspaceNeeds& needs) {
-  workspace(std::max(cuda::embedding_backward_workspace_bytes(needs.positions),
-                     attention_workspace_bytes(needs.attention_scores, needs.dtype)));
+  workspace(workspace_bytes(needs) - handles_->sum_scratch->bytes());
   return handles_->workspace->bytes() + handles_->sum_scratch->bytes();
 }
 
@@ -232,8 +237,17 @@ void CudaBackend::embedding_backward(const EmbeddingBackward& a) {
 void CudaBackend::layernorm_forward(const LayerNormForward& a) {
   const auto [M, C] = checks::layernorm_forward(a, kCuda);
   check_cuda(cuda::layernorm_forward(a.out.data, a.mean.as<float>(), a.rstd.as<float>(), a.in.data, a.weight.data,
-                                     a.bias.data, element_kind(a.in.dtype), M, C, a.eps),
+                                     a.bias.data, nullptr, nullptr, element_kind(a.in.dtype), M, C, a.eps),
              "layernorm_forward");
+}
+
+void CudaBackend::residual_layernorm_forward(const ResidualLayerNormForward& a) {
+  const auto [M, C] = checks::residual_layernorm_forward(a, kCuda);
+  const LayerNormForward& n = a.norm;
+  check_cuda(cuda::layernorm_forward(n.out.data, n.mean.as<float>(), n.rstd.as<float>(), n.in.data, n.weight.data,
+                                     n.bias.data, a.residual.data, a.residual_out.data, element_kind(n.in.dtype), M,
+                                     C, n.eps),
+             "residual_layernorm_forward");
 }
 
 void CudaBackend::layernorm_backward(const LayerNormBackward& a) {

@@ -34,12 +34,14 @@ class CudaBackend final : public Backend {
   size_t peak_allocated_bytes() const override { return memory_->peak(); }
   std::optional<DeviceMemory> device_memory() const override;
   size_t reserve_workspace(const WorkspaceNeeds& needs) override;
+  size_t workspace_bytes(const WorkspaceNeeds& needs) const override;
   std::unique_ptr<BatchStager> make_batch_stager(const StagerOptions& options) override;
   double time_gemm_ms(DType dtype, bool tf32, int64_t M, int64_t N, int64_t K, int iterations) override;
 
   void embedding_forward(const EmbeddingForward& args) override;
   void embedding_backward(const EmbeddingBackward& args) override;
   void layernorm_forward(const LayerNormForward& args) override;
+  void residual_layernorm_forward(const ResidualLayerNormForward& args) override;
   void layernorm_backward(const LayerNormBackward& args) override;
   void matmul_forward(const MatmulForward& args) override;
   void matmul_backward(const MatmulBackward& args) override;

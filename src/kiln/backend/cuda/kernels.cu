@@ -128,9 +128,16 @@ __global__ void iota_kernel(int32_t* out, int64_t count) {
 // ---- layernorm: one block per row ---------------------------------------------------------------
 template <typename T>
 __global__ void layernorm_forward_kernel(T* out, float* mean_out, float* rstd_out, const T* in, const T* weight,
-                                         const T* bias, int64_t C, float eps) {
+                                         const T* bias, const T* residual, T* residual_out, int64_t C, float eps) {
   const int64_t row = blockIdx.x;
   const T* x = in + row * C;
+  if (residual != nullptr) {  // fused residual add: normalise the rounded sum it writes
+    // Every loop below strides over c exactly like this one, so each thread reads back only the
+    // elements it wrote itself (no barrier needed; residual_out may alias in).
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
+      residual_out[row * C + c] = from_float<T>(to_float(x[c]) + to_float(residual[row * C + c]));
+    x = residual_out + row * C;
+  }
   float sum = 0.0f;
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) sum += to_float(x[c]);
   const float mean = block_sum(sum) / static_cast<float>(C);
@@ -435,13 +442,13 @@ int embedding_backward(float* dwte, float* dwpe, const void* dout, int kind, con
 }
 
 int layernorm_forward(void* out, float* mean, float* rstd, const void* in, const void* weight, const void* bias,
-                      int kind, int64_t M, int64_t C, float eps) {
+                      const void* residual, void* residual_out, int kind, int64_t M, int64_t C, float eps) {
   if (M == 0) return 0;
   return dispatch(kind, [&](auto tag) {
     using E = decltype(tag);
     layernorm_forward_kernel<<<static_cast<unsigned>(M), kThreads>>>(
         static_cast<E*>(out), mean, rstd, static_cast<const E*>(in), static_cast<const E*>(weight),
-        static_cast<const E*>(bias), C, eps);
+        static_cast<const E*>(bias), static_cast<const E*>(residual), static_cast<E*>(residual_out), C, eps);
     return launch_status();
   });
 }

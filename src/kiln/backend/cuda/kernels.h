@@ -23,8 +23,9 @@ int embedding_forward(void* out, const int32_t* tokens, const void* wte, const v
 size_t embedding_backward_workspace_bytes(int64_t positions);
 int embedding_backward(float* dwte, float* dwpe, const void* dout, int kind, const int32_t* tokens, int64_t B,
                        int64_t T, int64_t C, void* workspace, size_t workspace_bytes);
+// With residual (else null): residual_out = in + residual, rounded, is written and normalised.
 int layernorm_forward(void* out, float* mean, float* rstd, const void* in, const void* weight, const void* bias,
-                      int kind, int64_t M, int64_t C, float eps);
+                      const void* residual, void* residual_out, int kind, int64_t M, int64_t C, float eps);
 int layernorm_backward(void* din, float* dweight, float* dbias, const void* dout, const void* in, const void* weight,
                        int kind, const float* mean, const float* rstd, int64_t M, int64_t C);
 int broadcast_rows(void* out, const void* row, int kind, int64_t M, int64_t N);  // out[m, :] = row
