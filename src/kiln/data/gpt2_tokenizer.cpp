@@ -1,7 +1,9 @@
 #include "kiln/data/gpt2_tokenizer.h"
 
+#include <omp.h>
 #include <unicode/uchar.h>
 
+#include <atomic>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -85,9 +87,32 @@ uint64_t pair_key(int32_t left, int32_t right) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
 }
 
+// One thread's memo of merged pieces: piece bytes -> ids, for the tokenizer `owner`. Natural text
+// repeats its words, so most pieces after the first few thousand are hits.
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view text) const { return std::hash<std::string_view>{}(text); }
+};
+struct MergeMemo {
+  static constexpr size_t kMaxEntries = size_t{1} << 18;  // then start over (bounded memory)
+  uint64_t owner = 0;
+  std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> ids;
+};
+MergeMemo& thread_memo(uint64_t owner) {
+  thread_local MergeMemo memo;
+  if (memo.owner != owner || memo.ids.size() >= MergeMemo::kMaxEntries) {
+    memo.ids.clear();
+    memo.owner = owner;
+  }
+  return memo;
+}
+
+std::atomic<uint64_t> next_instance{1};
+
 }  // namespace
 
-Gpt2Tokenizer::Gpt2Tokenizer(const std::string& dir) : byte_to_unicode_(bytes_to_unicode()) {
+Gpt2Tokenizer::Gpt2Tokenizer(const std::string& dir)
+    : instance_(next_instance.fetch_add(1)), byte_to_unicode_(bytes_to_unicode()) {
   const std::string encoder_path = dir + "/encoder.json";
   nlohmann::json encoder;
   try {
@@ -200,9 +225,14 @@ std::vector<std::string_view> Gpt2Tokenizer::pretokenize(std::string_view text) 
   return pieces;
 }
 
-std::vector<int32_t> Gpt2Tokenizer::merge(std::string_view piece, MergeCache& cache) const {
-  const auto cached = cache.find(piece);
-  if (cached != cache.end()) return cached->second;
+void Gpt2Tokenizer::merge(std::string_view piece, std::vector<int32_t>& out) const {
+  MergeMemo& memo = thread_memo(instance_);
+  auto cached = memo.ids.find(piece);
+  if (cached == memo.ids.end()) cached = memo.ids.emplace(std::string(piece), merge_uncached(piece)).first;
+  out.insert(out.end(), cached->second.begin(), cached->second.end());
+}
+
+std::vector<int32_t> Gpt2Tokenizer::merge_uncached(std::string_view piece) const {
   std::vector<int32_t> word;
   for (char byte : piece) word.push_back(byte_token_[static_cast<unsigned char>(byte)]);
   while (word.size() > 1) {
@@ -228,7 +258,6 @@ std::vector<int32_t> Gpt2Tokenizer::merge(std::string_view piece, MergeCache& ca
     }
     word = std::move(next);
   }
-  cache.emplace(piece, word);
   return word;
 }
 
@@ -236,15 +265,19 @@ std::vector<int32_t> Gpt2Tokenizer::encode(std::string_view text) const {
   const int64_t bad = find_invalid_utf8(text);
   KILN_CHECK(bad < 0, "text is not valid UTF-8 at byte offset {}", bad);
   const std::vector<std::string_view> pieces = pretokenize(text);
-  std::vector<std::vector<int32_t>> merged(pieces.size());
-#pragma omp parallel
+  // Thread t merges the t-th contiguous range of pieces into parts[t]; the parts are joined in
+  // order. Called from inside a parallel region (preprocess's documents), this runs on one thread.
+  std::vector<std::vector<int32_t>> parts(static_cast<size_t>(omp_get_max_threads()));
+#pragma omp parallel if (pieces.size() > 4096)
   {
-    MergeCache cache;  // keys view `text`, which outlives it
-#pragma omp for schedule(static)
-    for (size_t p = 0; p < pieces.size(); ++p) merged[p] = merge(pieces[p], cache);
+    const auto threads = static_cast<size_t>(omp_get_num_threads()), thread = static_cast<size_t>(omp_get_thread_num());
+    const size_t first = pieces.size() * thread / threads, last = pieces.size() * (thread + 1) / threads;
+    std::vector<int32_t>& part = parts[thread];
+    part.reserve((last - first) * 2);
+    for (size_t p = first; p < last; ++p) merge(pieces[p], part);
   }
-  std::vector<int32_t> ids;
-  for (const auto& piece_ids : merged) ids.insert(ids.end(), piece_ids.begin(), piece_ids.end());
+  std::vector<int32_t> ids = std::move(parts[0]);
+  for (size_t t = 1; t < parts.size(); ++t) ids.insert(ids.end(), parts[t].begin(), parts[t].end());
   return ids;
 }
 

@@ -8,7 +8,8 @@
 //   2. each piece's UTF-8 bytes mapped to printable characters (GPT-2's bytes_to_unicode);
 //   3. byte-pair merges: repeatedly merge every non-overlapping occurrence, left to right, of the
 //      adjacent pair with the lowest merge rank.
-// Merging runs on vocabulary ids, with a cache per thread; pieces are merged in parallel and
+// Merging runs on vocabulary ids. Each thread memoises merged pieces across calls (a bounded cache
+// tied to this tokenizer); the pieces of a text are merged in contiguous ranges in parallel and
 // reassembled in order, so results do not depend on the thread count. <|endoftext|> is id 50256
 // and is never produced from text (as in the reference); callers append it between documents.
 // Thread-safe after construction (encode() may run concurrently).
@@ -43,8 +44,11 @@ class Gpt2Tokenizer {
   static std::vector<std::string_view> pretokenize(std::string_view text);
 
  private:
-  using MergeCache = std::unordered_map<std::string_view, std::vector<int32_t>>;
-  std::vector<int32_t> merge(std::string_view piece, MergeCache& cache) const;
+  // Appends the ids of one pre-token to `out`.
+  void merge(std::string_view piece, std::vector<int32_t>& out) const;
+  std::vector<int32_t> merge_uncached(std::string_view piece) const;
+
+  uint64_t instance_ = 0;                      // distinguishes tokenizers in the per-thread cache
 
   std::vector<std::string> tokens_;            // id -> token text (byte-mapped characters)
   std::vector<int32_t> byte_token_;            // byte -> id of its single-character token
