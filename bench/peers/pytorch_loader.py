@@ -5,7 +5,7 @@
 
 --csv DIR     a classification folder written by `kiln data synth` (metadata.json + CSV files).
               The Dataset indexes every row's byte offset once (as kiln does) and a sample is one
-              seek + readline + parse into tensors, the usual hand-written map-style dataset.
+              pread of that row + parse into tensors, the usual hand-written map-style dataset.
 --tokens P    a Megatron indexed dataset (P.bin / P.idx, uint16 or int32): samples are windows of
               seq_length + 1 tokens at shuffled offsets, read from a numpy memmap.
 Each worker count reads every CSV row (or --batches batches of tokens) twice; the table gives
@@ -37,7 +37,7 @@ class CsvDataset(Dataset):
     def __init__(self, folder):
         with open(os.path.join(folder, "metadata.json")) as f:
             meta = json.load(f)
-        self.rows = []  # (path, offset)
+        self.rows = []  # (path, offset, length)
         for entry in meta["files"]:
             path = os.path.join(folder, entry["name"])
             with open(path, "rb") as f:
@@ -45,20 +45,22 @@ class CsvDataset(Dataset):
                 offset = f.tell()
                 for line in f:
                     if line.strip():
-                        self.rows.append((path, offset))
+                        self.rows.append((path, offset, len(line)))
                     offset += len(line)
-        self.handles = {}
+        self.descriptors = {}  # per process: forked workers must not share file offsets
+        self.pid = None
 
     def __len__(self):
         return len(self.rows)
 
     def __getitem__(self, index):
-        path, offset = self.rows[index]
-        handle = self.handles.get(path)
-        if handle is None:
-            handle = self.handles[path] = open(path, "rb")
-        handle.seek(offset)
-        ids, mask, label = parse_row(handle.readline().decode().rstrip("\n"))
+        if self.pid != os.getpid():
+            self.descriptors, self.pid = {}, os.getpid()
+        path, offset, length = self.rows[index]
+        fd = self.descriptors.get(path)
+        if fd is None:
+            fd = self.descriptors[path] = os.open(path, os.O_RDONLY)
+        ids, mask, label = parse_row(os.pread(fd, length, offset).decode().rstrip("\r\n"))
         return torch.tensor(ids), torch.tensor(mask), torch.tensor(label)
 
 
@@ -84,9 +86,10 @@ class TokenWindows(Dataset):
 
 
 def samples_per_second(dataset, workers, batch_size, prefetch):
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=workers,
-                        prefetch_factor=prefetch if workers > 0 else None,
-                        persistent_workers=workers > 0)
+    # prefetch_factor only with workers: torch 1.x rejects anything but its default 2 without
+    # them, torch 2.x anything but None.
+    multiprocessing = {"prefetch_factor": prefetch, "persistent_workers": True} if workers > 0 else {}
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=workers, **multiprocessing)
     rates = []
     for _ in range(2):
         start = time.perf_counter()
