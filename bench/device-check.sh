@@ -5,6 +5,8 @@
 # print one table with the ratio kiln / PyTorch. Everything is measured in this one run.
 #
 #   bench/device-check.sh [--build]      (--build: rebuild even if build/kiln exists)
+#   bench/device-check.sh --prebuilt     use build-pack/ from scripts/pack-for-device.sh (for a
+#                                        machine that cannot build kiln: no -dev packages)
 #
 # Both sides train in bf16 mixed precision (bf16 weights and activations, fp32 master weights
 # and gradient accumulation) at the same micro-batch (no accumulation): kiln against PyTorch's
@@ -14,15 +16,21 @@ cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/kiln-device-check}
 mkdir -p "$out"
 
-if [[ "${1:-}" == "--build" || ! -x build/kiln ]]; then
+bin=build
+if [[ "${1:-}" == "--prebuilt" ]]; then
+  bin=build-pack
+  mkdir -p build-pack/lib
+  tar -xJf build-pack/libs.tar.xz -C build-pack/lib
+  export LD_LIBRARY_PATH=$PWD/build-pack/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+elif [[ "${1:-}" == "--build" || ! -x build/kiln ]]; then
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
   cmake --build build -j "$(nproc)"
 fi
-kiln=$PWD/build/kiln
+kiln=$PWD/$bin/kiln
 "$kiln" --version
 
 echo "== GPU tests (CUDA op table, CPU/GPU parity, memory pre-flight)"
-KILN_BINARY=$kiln OMP_NUM_THREADS=4 ./build/kiln_tests --gtest_filter='*cuda*:Cuda*:AllBackends*' > "$out/gpu-tests.log" 2>&1 \
+KILN_BINARY=$kiln OMP_NUM_THREADS=4 "$PWD/$bin/kiln_tests" --gtest_filter='*cuda*:Cuda*:AllBackends*' > "$out/gpu-tests.log" 2>&1 \
   || { grep -E "FAILED|Failure" "$out/gpu-tests.log" | head -40; exit 1; }
 grep -E "^\[  PASSED  \]" "$out/gpu-tests.log"
 

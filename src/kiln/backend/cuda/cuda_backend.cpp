@@ -122,9 +122,9 @@ struct CudaBackend::Handles {
 CudaBackend::CudaBackend(bool tf32) : handles_(std::make_unique<Handles>()) {
   check_cublas(cublasCreate(&handles_->blas), "cublasCreate");
   handles_->tf32 = tf32;
-  // fp32 means fp32: TF32 tensor cores only when the precision policy asks for them.
-  check_cublas(cublasSetMathMode(handles_->blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH),
-               "cublasSetMathMode");
+  // Every product names its compute type (gemm()): fp32 strictly unless tf32, bf16/fp16 on tensor
+  // cores with fp32 accumulation. The handle's math mode stays the default, so it cannot override
+  // the bf16/fp16 choice (a pedantic mode is a handle-wide setting).
   handles_->sum_scratch = allocate((cuda::kSumBlocks + 1) * sizeof(double));
 }
 
