@@ -1,4 +1,4 @@
-// The op cases: several shapes per op, odd sizes and head dims 24 and 80 included. Parameter
+// The op cases: several shapes per op, odd sizes and head dims 24, 80, 64, 128 and 256. Parameter
 // gradients are checked for "+=" by seeding them with random values and subtracting the seed;
 // activation gradients are poisoned with NaN to catch unwritten elements.
 #include <fmt/format.h>
@@ -363,6 +363,10 @@ std::vector<OpCase> all_op_cases() {
   cases.push_back(attention_case(3, 9, 2, 8, AttentionMask::Causal, rng));
   cases.push_back(attention_case(2, 6, 1, 24, AttentionMask::KeyPadding, rng));
   cases.push_back(attention_case(2, 6, 2, 8, AttentionMask::CausalKeyPadding, rng));
+  // GPT-2's head size 64, 128 (larger models) and 256 (the largest the CUDA issue asks for).
+  cases.push_back(attention_case(1, 9, 2, 64, AttentionMask::Causal, rng));
+  cases.push_back(attention_case(1, 7, 1, 128, AttentionMask::CausalKeyPadding, rng));
+  cases.push_back(attention_case(1, 5, 1, 256, AttentionMask::Causal, rng));
   cases.push_back(cross_entropy_case(5, 11, 64, rng));
   cases.push_back(cross_entropy_case(3, 257, 320, rng));
   return cases;
