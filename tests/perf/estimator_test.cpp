@@ -107,6 +107,21 @@ TEST(Estimator, TimeFromMeasuredIterationAndMemoryFromThePlanner) {
   EXPECT_GT(state + planned(e.largest_micro_batch + 1), capacity);
 }
 
+TEST(Estimator, AttentionWorkspaceFollowsTheKernelThatRuns) {
+  // Head size 64 in bf16 on an H100: the fused kernels, which keep one fp32 per query and head.
+  EstimateInput in = small_model();
+  in.hidden_size = 256;
+  in.num_attention_heads = 4;
+  in.gpu = "h100-sxm";
+  in.precision = "bf16";
+  EXPECT_EQ(estimate(in).memory.workspace, 4.0 * 4 * 32 * 4);  // micro-batch x heads x seq x 4 bytes
+  // The same in fp16 on a V100 (no bf16 tensor cores, so no sm_80): the general path's two
+  // micro-batch x heads x seq^2 matrices in 2-byte elements.
+  in.gpu = "v100";
+  in.precision = "fp16";
+  EXPECT_EQ(estimate(in).memory.workspace, 2.0 * 4 * 4 * 32 * 32 * 2);
+}
+
 TEST(Estimator, BadInputNamesTheFlag) {
   auto message = [](auto mutate) {
     EstimateInput in = small_model();

@@ -49,10 +49,9 @@ class Backend {
   // Allocates now the scratch the ops of a model need, so training never allocates after the
   // first step; returns the bytes the back-end holds as workspace. Ops called with larger shapes
   // grow it themselves.
-  struct WorkspaceNeeds {
-    int64_t positions = 0;         // tokens of the largest micro-batch (batch x sequence)
-    int64_t attention_scores = 0;  // batch x heads x sequence^2 of the largest attention call
-    DType dtype = DType::F32;      // the compute dtype
+  struct WorkspaceNeeds {  // the largest calls the model makes
+    int64_t batch = 0, seq = 0, heads = 0, head_size = 0;
+    DType dtype = DType::F32;  // the compute dtype
   };
   virtual size_t reserve_workspace(const WorkspaceNeeds& needs) = 0;
   // What reserve_workspace(needs) would hold, without allocating (memory pre-flight checks).

@@ -95,7 +95,7 @@ void Gpt::allocate_activations(int64_t max_batch, int64_t max_seq, const Recompu
 }
 
 Backend::WorkspaceNeeds Gpt::workspace_needs(const GptConfig& config, int64_t batch, int64_t seq, DType dtype) {
-  return {batch * seq, batch * config.num_heads * seq * seq, dtype};
+  return {batch, seq, config.num_heads, config.hidden_size / config.num_heads, dtype};
 }
 
 void Gpt::zero_grads() { backend_.fill({grads_, 0.0f}); }

@@ -1,5 +1,6 @@
 #include "kiln/perf/estimator.h"
 
+#include "kiln/backend/attention_workspace.h"
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
 #include "kiln/nn/activations.h"
@@ -103,9 +104,12 @@ Estimate estimate(const EstimateInput& in) {
   const auto activations = [&](int64_t micro) {
     return static_cast<double>(GptActivations::bytes_needed(shape, micro, in.seq_length, in.recompute, dtype));
   };
-  const auto workspace = [&](int64_t micro) {  // attention's part of CudaBackend::workspace_bytes
-    return 2.0 * static_cast<double>(micro * in.num_attention_heads * in.seq_length * in.seq_length) *
-           static_cast<double>(dtype_size(dtype));
+  // Attention's part of CudaBackend::workspace_bytes; the fused kernels need an sm_80+ GPU, which
+  // the GPUs with bf16 tensor cores are.
+  const bool fused = fused_attention_shape(dtype, in.hidden_size / in.num_attention_heads) && spec->bf16_tflops > 0;
+  const auto workspace = [&](int64_t micro) {
+    return static_cast<double>(
+        attention_workspace_bytes(micro, in.num_attention_heads, in.seq_length, dtype, fused));
   };
   out.memory.activations = activations(in.micro_batch_size);
   out.memory.workspace = workspace(in.micro_batch_size);

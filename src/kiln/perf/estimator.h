@@ -12,9 +12,10 @@
 //                 (Rajbhandari et al. 2020: mixed precision 2 + 2 + 12 bytes; ZeRO-1 4 + 12/Nd,
 //                 ZeRO-2 2 + 14/Nd, ZeRO-3 16/Nd; fp32 training 4 + 4 + 8), plus activations as
 //                 kiln's planner lays them out (in the precision's dtype) under the recompute
-//                 policy, and the CUDA back-end's attention workspace (two micro-batch x heads x s^2
-//                 matrices, shared by all layers); kiln itself keeps gradients in fp32 (2 more
-//                 bytes per parameter); Korthikanti
+//                 policy, and the CUDA back-end's attention workspace (backend/attention_workspace.h:
+//                 with the fused kernels one fp32 per query and head, else two micro-batch x heads
+//                 x s^2 matrices, shared by all layers); kiln itself keeps gradients in fp32 (2
+//                 more bytes per parameter); Korthikanti
 //                 et al. 2022 (arXiv 2205.05198) per-layer activation bytes are given for reference
 //   fit           the largest micro-batch whose total fits in the GPU's memory, less 1.5 GiB
 //                 for the CUDA context and library workspaces
@@ -45,7 +46,7 @@ struct EstimateInput {
 
 struct MemoryEstimate {
   double weights = 0, gradients = 0, optimizer = 0, activations = 0;  // bytes per GPU
-  double workspace = 0;  // the CUDA back-end's attention scratch: two B x NH x s^2 matrices
+  double workspace = 0;  // the CUDA back-end's attention scratch (backend/attention_workspace.h)
   double total() const { return weights + gradients + optimizer + activations + workspace; }
 };
 

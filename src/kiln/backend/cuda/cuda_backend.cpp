@@ -7,6 +7,8 @@
 #include <cmath>
 #include <vector>
 
+#include "kiln/backend/attention_workspace.h"
+#include "kiln/backend/cuda/flash_attention.h"
 #include "kiln/backend/op_checks.h"
 #include "kiln/backend/cuda/kernels.h"
 #include "kiln/core/error.h"
@@ -75,11 +77,14 @@ void* at(void* data, int64_t elements, DType dtype) {
   return static_cast<char*>(data) + elements * static_cast<int64_t>(dtype_size(dtype));
 }
 
-// Attention's scratch: scores (then probabilities) and their gradient, each 256-byte aligned.
-size_t attention_matrix_bytes(int64_t scores, DType dtype) {
-  return (static_cast<size_t>(scores) * dtype_size(dtype) + 255) / 256 * 256;
+// Whether the fused attention kernels take a call (flash_attention.h): the dtype and head size
+// they are built for, a grid they can address, and tensors aligned for their 16-byte loads.
+bool use_fused_attention(DType dtype, int64_t B, int64_t NH, int64_t HS, std::initializer_list<const void*> tensors) {
+  if (!fused_attention_shape(dtype, HS) || B * NH > 65535) return false;
+  for (const void* data : tensors)
+    if (reinterpret_cast<uintptr_t>(data) % 16 != 0) return false;
+  return cuda::flash_attention_supported(element_kind(dtype), HS);
 }
-size_t attention_workspace_bytes(int64_t scores, DType dtype) { return 2 * attention_matrix_bytes(scores, dtype); }
 
 // Types of one matrix product: A and B in `inputs`, C in `output` (the same, or fp32 for
 // parameter gradients), accumulation in fp32 (TF32 tensor cores for fp32 inputs when `tf32`).
@@ -143,8 +148,9 @@ std::optional<Backend::DeviceMemory> CudaBackend::device_memory() const {
 }
 
 size_t CudaBackend::workspace_bytes(const WorkspaceNeeds& needs) const {
-  return std::max(cuda::embedding_backward_workspace_bytes(needs.positions),
-                  attention_workspace_bytes(needs.attention_scores, needs.dtype)) +
+  const bool fused = cuda::flash_attention_supported(element_kind(needs.dtype), needs.head_size);
+  return std::max(cuda::embedding_backward_workspace_bytes(needs.batch * needs.seq),
+                  attention_workspace_bytes(needs.batch, needs.heads, needs.seq, needs.dtype, fused)) +
          handles_->sum_scratch->bytes();
 }
 
@@ -300,25 +306,31 @@ void CudaBackend::gelu_backward(const GeluBackward& a) {
              "gelu_backward");
 }
 
-// The flash-attention contract (ops.h) through cuBLAS products: the T x T scores and
-// probabilities live only in the shared workspace during the call (in the compute dtype, products
-// accumulated in fp32, softmax in fp32), and backward recomputes them from q, k and lse.
-// Consecutive heads are HS apart in qkv, so each batch entry's heads are one strided-batched GEMM.
+// The flash-attention contract (ops.h). bf16/fp16 with head size 64 or 128 on sm_80+: the fused
+// kernels (flash_attention.cu). Otherwise cuBLAS products: the T x T scores and probabilities live
+// only in the shared workspace during the call (in the compute dtype, products accumulated in
+// fp32, softmax in fp32), and backward recomputes them from q, k and lse. Consecutive heads are
+// HS apart in qkv, so each batch entry's heads are one strided-batched GEMM.
 void CudaBackend::attention_forward(const AttentionForward& a) {
   const auto [B, T, C, NH, HS] = checks::attention_forward(a, kCuda);
   const DType dtype = a.qkv.dtype;
-  const GemmTypes types{dtype, dtype, handles_->tf32};
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  void* probs = workspace(attention_workspace_bytes(B * NH * T * T, dtype));
+  const bool padded = a.mask != AttentionMask::Causal, causal = a.mask != AttentionMask::KeyPadding;
+  const int32_t* key_mask = padded ? a.key_mask.as<int32_t>() : nullptr;
+  if (use_fused_attention(dtype, B, NH, HS, {a.qkv.data, a.out.data})) {
+    check_cuda(cuda::flash_attention_forward(a.out.data, a.lse.as<float>(), a.qkv.data, key_mask, element_kind(dtype),
+                                             B, T, NH, HS, causal, scale),
+               "attention_forward (fused)");
+    return;
+  }
+  const GemmTypes types{dtype, dtype, handles_->tf32};
+  void* probs = workspace(attention_workspace_bytes(B, NH, T, dtype, false));
   for (int64_t b = 0; b < B; ++b) {
     const void* q = at(a.qkv.data, b * T * 3 * C, dtype);
     gemm(handles_->blas, types, false, true, T, T, HS, scale, q, 3 * C, at(q, C, dtype), 3 * C, 0.0f,
          at(probs, b * NH * T * T, dtype), T, NH, HS, HS, T * T);
   }
-  const bool padded = a.mask != AttentionMask::Causal;
-  check_cuda(cuda::attention_softmax_forward(probs, a.lse.as<float>(), element_kind(dtype),
-                                             padded ? a.key_mask.as<int32_t>() : nullptr, B, NH, T,
-                                             a.mask != AttentionMask::KeyPadding),
+  check_cuda(cuda::attention_softmax_forward(probs, a.lse.as<float>(), element_kind(dtype), key_mask, B, NH, T, causal),
              "attention_forward");
   for (int64_t b = 0; b < B; ++b) {
     const void* v = at(a.qkv.data, b * T * 3 * C + 2 * C, dtype);
@@ -330,12 +342,20 @@ void CudaBackend::attention_forward(const AttentionForward& a) {
 void CudaBackend::attention_backward(const AttentionBackward& a) {
   const auto [B, T, C, NH, HS] = checks::attention_backward(a, kCuda);
   const DType dtype = a.qkv.dtype;
-  const GemmTypes types{dtype, dtype, handles_->tf32};
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const bool padded = a.mask != AttentionMask::Causal, causal = a.mask != AttentionMask::KeyPadding;
+  const int32_t* key_mask = padded ? a.key_mask.as<int32_t>() : nullptr;
+  if (use_fused_attention(dtype, B, NH, HS, {a.qkv.data, a.dqkv.data, a.dout.data, a.out.data})) {
+    void* row_dots = workspace(attention_workspace_bytes(B, NH, T, dtype, true));
+    check_cuda(cuda::flash_attention_backward(a.dqkv.data, a.dout.data, a.qkv.data, a.out.data, a.lse.as<float>(),
+                                              key_mask, element_kind(dtype), B, T, NH, HS, causal, scale, row_dots),
+               "attention_backward (fused)");
+    return;
+  }
+  const GemmTypes types{dtype, dtype, handles_->tf32};
   cublasHandle_t blas = handles_->blas;
-  const int64_t scores = B * NH * T * T;
-  void* probs = workspace(attention_workspace_bytes(scores, dtype));
-  void* dprobs = at(probs, static_cast<int64_t>(attention_matrix_bytes(scores, dtype) / dtype_size(dtype)), dtype);
+  void* probs = workspace(attention_workspace_bytes(B, NH, T, dtype, false));
+  void* dprobs = at(probs, static_cast<int64_t>(attention_matrix_bytes(B, NH, T, dtype) / dtype_size(dtype)), dtype);
   for (int64_t b = 0; b < B; ++b) {  // S again, and dP = dO v^T
     const void* q = at(a.qkv.data, b * T * 3 * C, dtype);
     gemm(blas, types, false, true, T, T, HS, scale, q, 3 * C, at(q, C, dtype), 3 * C, 0.0f,
@@ -343,10 +363,8 @@ void CudaBackend::attention_backward(const AttentionBackward& a) {
     gemm(blas, types, false, true, T, T, HS, 1.0f, at(a.dout.data, b * T * C, dtype), C, at(q, 2 * C, dtype), 3 * C,
          0.0f, at(dprobs, b * NH * T * T, dtype), T, NH, HS, HS, T * T);
   }
-  const bool padded = a.mask != AttentionMask::Causal;
   check_cuda(cuda::attention_softmax_backward(probs, dprobs, a.lse.as<float>(), a.dout.data, a.out.data,
-                                              element_kind(dtype), padded ? a.key_mask.as<int32_t>() : nullptr, B, NH,
-                                              T, HS, a.mask != AttentionMask::KeyPadding, scale),
+                                              element_kind(dtype), key_mask, B, NH, T, HS, causal, scale),
              "attention_backward");
   for (int64_t b = 0; b < B; ++b) {
     const void* q = at(a.qkv.data, b * T * 3 * C, dtype);

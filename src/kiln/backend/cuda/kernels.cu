@@ -8,6 +8,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "kiln/backend/cuda/element.cuh"
 #include "kiln/backend/cuda/kernels.h"
 
 namespace kiln::cuda {
@@ -59,20 +60,6 @@ __device__ float block_max(float value) {
 
 #define GRID_STRIDE(i, count) \
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (count); i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-
-// ---- element access: fp32 arithmetic on any storage type ------------------------------------
-__device__ __forceinline__ float to_float(float value) { return value; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 value) { return __bfloat162float(value); }
-__device__ __forceinline__ float to_float(__half value) { return __half2float(value); }
-
-template <typename T>
-__device__ __forceinline__ T from_float(float value);
-template <>
-__device__ __forceinline__ float from_float<float>(float value) { return value; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float value) { return __float2bfloat16_rn(value); }
-template <>
-__device__ __forceinline__ __half from_float<__half>(float value) { return __float2half_rn(value); }
 
 // Calls launch(T{}) with T the storage type of `kind`; returns its status.
 template <typename Launch>

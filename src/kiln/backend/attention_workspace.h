@@ -1,0 +1,29 @@
+// How much scratch the CUDA back-end's attention takes for one call, shared by the back-end (which
+// reserves it) and `kiln estimate` (which predicts it). The fused kernels (cuda/flash_attention.h:
+// bf16/fp16, head size 64 or 128, sm_80 and newer) keep the T x T tiles in shared memory and need
+// only D, one fp32 per (batch, head, query), in backward; the general path forms the scores and
+// their gradient, two batch x heads x T x T matrices in the compute dtype, each 256-byte aligned.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kiln/core/dtype.h"
+
+namespace kiln {
+
+inline bool fused_attention_shape(DType dtype, int64_t head_size) {
+  return (dtype == DType::BF16 || dtype == DType::F16) && (head_size == 64 || head_size == 128);
+}
+
+inline size_t attention_matrix_bytes(int64_t batch, int64_t heads, int64_t seq, DType dtype) {
+  const auto bytes = static_cast<size_t>(batch * heads * seq * seq) * dtype_size(dtype);
+  return (bytes + 255) / 256 * 256;
+}
+
+inline size_t attention_workspace_bytes(int64_t batch, int64_t heads, int64_t seq, DType dtype, bool fused) {
+  return fused ? static_cast<size_t>(batch * heads * seq) * sizeof(float)
+               : 2 * attention_matrix_bytes(batch, heads, seq, dtype);
+}
+
+}  // namespace kiln

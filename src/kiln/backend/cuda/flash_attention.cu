@@ -1,0 +1,431 @@
+// Fused attention on tensor cores (flash_attention.h). One block of four warps per (batch, head)
+// and 64-row tile; warp w owns rows [16w, 16w + 16) of every 64 x 64 or 64 x HS tile it computes,
+// so the softmax bookkeeping between products needs only warp barriers; tiles that all warps read
+// (K and V in forward, P and dS in the dK/dV kernel) are fenced with block barriers.
+//
+// Forward (per query tile): for each key tile, S = Q K^T (fp32), online softmax per row (running
+// max m and sum l, Dao et al. 2022 Algorithm 1), O = O * exp(m_old - m_new) + P V; at the end
+// out = O / l and lse = m + log l.
+// Backward: D = rowsum(dout * out) first; then per key tile: P = exp(s - lse), dV += P^T dO,
+// dP = dO V^T, dS = P (dP - D) / sqrt(HS), dK += dS^T Q; and per query tile the same P and dS
+// with dQ += dS K (Dao 2023 Algorithm 2, split so that no two blocks write one gradient row).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <mma.h>
+
+#include "kiln/backend/cuda/element.cuh"
+#include "kiln/backend/cuda/flash_attention.h"
+#include "kiln/backend/cuda/kernels.h"
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+// The kernels need sm_80 (bf16 tensor cores); compiled for older targets their bodies are empty
+// (the host never launches them there), which leaves the helpers below unreferenced.
+#pragma nv_diag_suppress 177
+#endif
+
+namespace kiln::cuda {
+namespace {
+
+namespace wmma = nvcuda::wmma;
+
+constexpr int kTile = 64;      // queries or keys per tile
+constexpr int kWarps = 4;      // warp w owns tile rows [16w, 16w + 16)
+constexpr int kThreads = 32 * kWarps;
+constexpr int kFrag = 16;      // WMMA m = n = k
+
+// Copies min(rows, kTile) rows of HS elements, `stride` elements apart, into a [kTile][HS] tile,
+// 16 bytes at a time; rows past `rows` become zeros.
+template <typename T, int HS>
+__device__ void load_tile(T* tile, const T* source, int rows, int64_t stride) {
+  constexpr int kChunk = 16 / static_cast<int>(sizeof(T));
+  constexpr int kChunksPerRow = HS / kChunk;
+  for (int chunk = threadIdx.x; chunk < kTile * kChunksPerRow; chunk += kThreads) {
+    const int row = chunk / kChunksPerRow, column = chunk % kChunksPerRow * kChunk;
+    int4 value = make_int4(0, 0, 0, 0);
+    if (row < rows) value = *reinterpret_cast<const int4*>(source + row * stride + column);
+    *reinterpret_cast<int4*>(tile + row * HS + column) = value;
+  }
+}
+
+// One warp: the 16 x 16 block c (row-major, fp32, ld ldc) = [c +] A B over k_steps slices of 16,
+// A and B read from shared memory in the given layouts; slice kk starts at a + kk * a_step and
+// b + kk * b_step.
+template <typename T, typename ALayout, typename BLayout>
+__device__ void mma_block(float* c, int ldc, bool accumulate, const T* a, int lda, int a_step, const T* b, int ldb,
+                          int b_step, int k_steps) {
+  wmma::fragment<wmma::accumulator, kFrag, kFrag, kFrag, float> acc;
+  if (accumulate) {
+    wmma::load_matrix_sync(acc, c, ldc, wmma::mem_row_major);
+  } else {
+    wmma::fill_fragment(acc, 0.0f);
+  }
+  wmma::fragment<wmma::matrix_a, kFrag, kFrag, kFrag, T, ALayout> fa;
+  wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, T, BLayout> fb;
+  for (int kk = 0; kk < k_steps; ++kk) {
+    wmma::load_matrix_sync(fa, a + kk * a_step, lda);
+    wmma::load_matrix_sync(fb, b + kk * b_step, ldb);
+    wmma::mma_sync(acc, fa, fb, acc);
+  }
+  wmma::store_matrix_sync(c, acc, ldc, wmma::mem_row_major);
+}
+
+// This warp's 16 rows of S = X Y^T for two [kTile][HS] tiles (queries x keys), into s [kTile][kTile].
+template <typename T, int HS>
+__device__ void scores(float* s, const T* x, const T* y, int warp) {
+  for (int column = 0; column < kTile / kFrag; ++column)
+    mma_block<T, wmma::row_major, wmma::col_major>(s + warp * kFrag * kTile + column * kFrag, kTile, false,
+                                                   x + warp * kFrag * HS, HS, kFrag, y + column * kFrag * HS, HS,
+                                                   kFrag, HS / kFrag);
+}
+
+// Whether query `query` sees key `key` (both in [0, T)).
+struct Visibility {
+  int length;               // T
+  bool causal;
+  const int32_t* key_mask;  // this sequence's [T], or null
+  __device__ bool operator()(int query, int key) const {
+    return query < length && key < length && (!causal || key <= query) && (key_mask == nullptr || key_mask[key] != 0);
+  }
+};
+
+template <typename T, int HS>
+constexpr size_t forward_shared_bytes() {
+  return 3 * kTile * HS * sizeof(T) + kTile * kTile * sizeof(T) + kTile * kTile * sizeof(float) +
+         kTile * HS * sizeof(float) + 3 * kTile * sizeof(float);
+}
+
+template <typename T, int HS>
+__global__ void __launch_bounds__(kThreads) flash_forward_kernel(T* out, float* lse, const T* qkv,
+                                                                 const int32_t* key_mask, int NH, int T_,
+                                                                 bool causal, float scale) {
+#if __CUDA_ARCH__ >= 800
+  extern __shared__ __align__(128) unsigned char shared[];
+  T* q = reinterpret_cast<T*>(shared);
+  T* k = q + kTile * HS;
+  T* v = k + kTile * HS;
+  T* p = v + kTile * HS;
+  float* s = reinterpret_cast<float*>(p + kTile * kTile);
+  float* o = s + kTile * kTile;
+  float* row_max = o + kTile * HS;
+  float* row_sum = row_max + kTile;
+  float* row_scale = row_sum + kTile;
+
+  const int b = blockIdx.y / NH, h = blockIdx.y % NH, q0 = blockIdx.x * kTile;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row = threadIdx.x / 2, half = threadIdx.x % 2;  // softmax: two lanes of one warp per row
+  const int query = q0 + row;
+  const int64_t C = static_cast<int64_t>(NH) * HS, stride = 3 * C;
+  const T* sequence = qkv + static_cast<int64_t>(b) * T_ * stride + h * HS;
+  const Visibility visible{T_, causal, key_mask ? key_mask + static_cast<int64_t>(b) * T_ : nullptr};
+
+  load_tile<T, HS>(q, sequence + q0 * stride, T_ - q0, stride);
+  for (int i = threadIdx.x; i < kTile * HS; i += kThreads) o[i] = 0.0f;
+  if (threadIdx.x < kTile) {
+    row_max[threadIdx.x] = -INFINITY;
+    row_sum[threadIdx.x] = 0.0f;
+  }
+  const int key_end = causal ? min(T_, q0 + kTile) : T_;
+  for (int k0 = 0; k0 < key_end; k0 += kTile) {
+    __syncthreads();  // every warp is done with the previous k and v (and q, o, stats are set)
+    load_tile<T, HS>(k, sequence + C + k0 * stride, T_ - k0, stride);
+    load_tile<T, HS>(v, sequence + 2 * C + k0 * stride, T_ - k0, stride);
+    __syncthreads();
+    scores<T, HS>(s, q, k, warp);
+    __syncwarp();
+    // Online softmax of row `row`, columns [32 half, 32 half + 32).
+    float* s_row = s + row * kTile;
+    const float old_max = row_max[row], old_sum = row_sum[row];
+    float tile_max = -INFINITY;
+    for (int c = half * 32; c < half * 32 + 32; ++c) {
+      s_row[c] = visible(query, k0 + c) ? s_row[c] * scale : -INFINITY;
+      tile_max = fmaxf(tile_max, s_row[c]);
+    }
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+    const float new_max = fmaxf(old_max, tile_max);
+    float tile_sum = 0.0f;
+    for (int c = half * 32; c < half * 32 + 32; ++c) {
+      const float value = s_row[c] == -INFINITY ? 0.0f : expf(s_row[c] - new_max);
+      p[row * kTile + c] = from_float<T>(value);
+      tile_sum += value;
+    }
+    tile_sum += __shfl_xor_sync(0xffffffffu, tile_sum, 1);
+    const float alpha = old_max == -INFINITY ? 0.0f : expf(old_max - new_max);
+    __syncwarp();  // both lanes of a row have read the old statistics
+    if (half == 0) {
+      row_max[row] = new_max;
+      row_sum[row] = old_sum * alpha + tile_sum;
+      row_scale[row] = alpha;
+    }
+    __syncwarp();
+    float* o_rows = o + warp * kFrag * HS;
+    for (int i = lane; i < kFrag * HS; i += 32) o_rows[i] *= row_scale[warp * kFrag + i / HS];
+    __syncwarp();
+    for (int column = 0; column < HS / kFrag; ++column)  // O += P V
+      mma_block<T, wmma::row_major, wmma::row_major>(o_rows + column * kFrag, HS, true, p + warp * kFrag * kTile,
+                                                     kTile, kFrag, v + column * kFrag, HS, kFrag * HS,
+                                                     kTile / kFrag);
+  }
+  __syncwarp();
+  const float* o_rows = o + warp * kFrag * HS;
+  for (int i = lane; i < kFrag * HS; i += 32) {
+    const int r = warp * kFrag + i / HS, row_query = q0 + r;
+    if (row_query >= T_) continue;
+    const float total = row_sum[r];
+    out[(static_cast<int64_t>(b) * T_ + row_query) * C + h * HS + i % HS] =
+        from_float<T>(total > 0.0f ? o_rows[i] / total : 0.0f);
+  }
+  if (half == 0 && query < T_)
+    lse[(static_cast<int64_t>(b) * NH + h) * T_ + query] =
+        row_sum[row] > 0.0f ? row_max[row] + logf(row_sum[row]) : -INFINITY;
+#endif
+}
+
+// D[b, h, t] = sum over the head's channels of dout * out.
+template <typename T, int HS>
+__global__ void row_dot_kernel(float* d, const T* dout, const T* out, int NH, int T_, int64_t rows) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= rows) return;
+  const int64_t b = i / (static_cast<int64_t>(NH) * T_), h = i / T_ % NH, t = i % T_;
+  const int64_t base = (b * T_ + t) * NH * HS + h * HS;
+  float sum = 0.0f;
+  for (int c = 0; c < HS; ++c) sum += to_float(dout[base + c]) * to_float(out[base + c]);
+  d[i] = sum;
+}
+
+template <typename T, int HS>
+constexpr size_t backward_shared_bytes() {  // four input tiles, S/dP, P, dS, two fp32 accumulators
+  return 4 * kTile * HS * sizeof(T) + kTile * kTile * sizeof(float) + 2 * kTile * kTile * sizeof(T) +
+         2 * kTile * HS * sizeof(float);
+}
+
+// The shared state of both backward kernels, laid out in the same order.
+template <typename T, int HS>
+struct BackwardTiles {
+  T *q, *g, *k, *v;  // g: dout
+  float* s;          // S, then dP
+  T *p, *ds;
+  float *acc0, *acc1;
+  __device__ explicit BackwardTiles(unsigned char* shared) {
+    q = reinterpret_cast<T*>(shared);
+    g = q + kTile * HS;
+    k = g + kTile * HS;
+    v = k + kTile * HS;
+    s = reinterpret_cast<float*>(v + kTile * HS);
+    p = reinterpret_cast<T*>(s + kTile * kTile);
+    ds = p + kTile * kTile;
+    acc0 = reinterpret_cast<float*>(ds + kTile * kTile);
+    acc1 = acc0 + kTile * HS;
+  }
+};
+
+// For the tile pair (q0, k0): P of this thread's row into p, and later, once dP = dO V^T is in
+// s, dS into ds. Rows are queries; two lanes per row as in forward.
+template <typename T, int HS>
+__device__ void fill_probabilities(T* p, const float* s, int row, int half, int query, int k0, float row_lse,
+                                   float scale, const Visibility& visible) {
+  for (int c = half * 32; c < half * 32 + 32; ++c) {
+    const bool seen = visible(query, k0 + c) && row_lse != -INFINITY;
+    p[row * kTile + c] = from_float<T>(seen ? expf(s[row * kTile + c] * scale - row_lse) : 0.0f);
+  }
+}
+
+template <typename T>
+__device__ void fill_score_gradients(T* ds, const T* p, const float* dp, int row, int half, float row_dot,
+                                     float scale) {
+  for (int c = half * 32; c < half * 32 + 32; ++c)
+    ds[row * kTile + c] = from_float<T>(to_float(p[row * kTile + c]) * (dp[row * kTile + c] - row_dot) * scale);
+}
+
+// dK and dV of one key tile: loops over the query tiles that can see it.
+template <typename T, int HS>
+__global__ void __launch_bounds__(kThreads) flash_backward_kv_kernel(T* dqkv, const T* dout, const T* qkv,
+                                                                     const float* lse, const float* row_dots,
+                                                                     const int32_t* key_mask, int NH, int T_,
+                                                                     bool causal, float scale) {
+#if __CUDA_ARCH__ >= 800
+  extern __shared__ __align__(128) unsigned char shared[];
+  const BackwardTiles<T, HS> t(shared);
+  float *dk = t.acc0, *dv = t.acc1;
+  const int b = blockIdx.y / NH, h = blockIdx.y % NH, k0 = blockIdx.x * kTile;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row = threadIdx.x / 2, half = threadIdx.x % 2;
+  const int64_t C = static_cast<int64_t>(NH) * HS, stride = 3 * C;
+  const T* sequence = qkv + static_cast<int64_t>(b) * T_ * stride + h * HS;
+  const T* gradient = dout + static_cast<int64_t>(b) * T_ * C + h * HS;
+  const float* head_lse = lse + (static_cast<int64_t>(b) * NH + h) * T_;
+  const float* head_dots = row_dots + (static_cast<int64_t>(b) * NH + h) * T_;
+  const Visibility visible{T_, causal, key_mask ? key_mask + static_cast<int64_t>(b) * T_ : nullptr};
+
+  load_tile<T, HS>(t.k, sequence + C + k0 * stride, T_ - k0, stride);
+  load_tile<T, HS>(t.v, sequence + 2 * C + k0 * stride, T_ - k0, stride);
+  for (int i = threadIdx.x; i < kTile * HS; i += kThreads) dk[i] = dv[i] = 0.0f;
+  for (int q0 = causal ? k0 : 0; q0 < T_; q0 += kTile) {
+    __syncthreads();  // every warp is done with the previous q, dout, P and dS
+    load_tile<T, HS>(t.q, sequence + q0 * stride, T_ - q0, stride);
+    load_tile<T, HS>(t.g, gradient + q0 * C, T_ - q0, C);
+    __syncthreads();
+    const int query = q0 + row;
+    scores<T, HS>(t.s, t.q, t.k, warp);
+    __syncwarp();
+    fill_probabilities<T, HS>(t.p, t.s, row, half, query, k0, query < T_ ? head_lse[query] : -INFINITY, scale,
+                              visible);
+    __syncthreads();  // dV reads every row of P
+    for (int column = 0; column < HS / kFrag; ++column)  // dV += P^T dO (rows: keys)
+      mma_block<T, wmma::col_major, wmma::row_major>(dv + warp * kFrag * HS + column * kFrag, HS, true,
+                                                     t.p + warp * kFrag, kTile, kFrag * kTile, t.g + column * kFrag,
+                                                     HS, kFrag * HS, kTile / kFrag);
+    for (int column = 0; column < kTile / kFrag; ++column)  // dP = dO V^T (rows: queries)
+      mma_block<T, wmma::row_major, wmma::col_major>(t.s + warp * kFrag * kTile + column * kFrag, kTile, false,
+                                                     t.g + warp * kFrag * HS, HS, kFrag, t.v + column * kFrag * HS,
+                                                     HS, kFrag, HS / kFrag);
+    __syncwarp();
+    fill_score_gradients(t.ds, t.p, t.s, row, half, query < T_ ? head_dots[query] : 0.0f, scale);
+    __syncthreads();  // dK reads every row of dS
+    for (int column = 0; column < HS / kFrag; ++column)  // dK += dS^T Q (rows: keys)
+      mma_block<T, wmma::col_major, wmma::row_major>(dk + warp * kFrag * HS + column * kFrag, HS, true,
+                                                     t.ds + warp * kFrag, kTile, kFrag * kTile, t.q + column * kFrag,
+                                                     HS, kFrag * HS, kTile / kFrag);
+  }
+  __syncwarp();
+  for (int i = lane; i < kFrag * HS; i += 32) {
+    const int key = k0 + warp * kFrag + i / HS;
+    if (key >= T_) continue;
+    T* key_row = dqkv + (static_cast<int64_t>(b) * T_ + key) * stride + h * HS + i % HS;
+    key_row[C] = from_float<T>(dk[warp * kFrag * HS + i]);
+    key_row[2 * C] = from_float<T>(dv[warp * kFrag * HS + i]);
+  }
+#endif
+}
+
+// dQ of one query tile: loops over the key tiles it sees. Every product is this warp's rows.
+template <typename T, int HS>
+__global__ void __launch_bounds__(kThreads) flash_backward_q_kernel(T* dqkv, const T* dout, const T* qkv,
+                                                                    const float* lse, const float* row_dots,
+                                                                    const int32_t* key_mask, int NH, int T_,
+                                                                    bool causal, float scale) {
+#if __CUDA_ARCH__ >= 800
+  extern __shared__ __align__(128) unsigned char shared[];
+  const BackwardTiles<T, HS> t(shared);
+  float* dq = t.acc0;
+  const int b = blockIdx.y / NH, h = blockIdx.y % NH, q0 = blockIdx.x * kTile;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row = threadIdx.x / 2, half = threadIdx.x % 2;
+  const int query = q0 + row;
+  const int64_t C = static_cast<int64_t>(NH) * HS, stride = 3 * C;
+  const T* sequence = qkv + static_cast<int64_t>(b) * T_ * stride + h * HS;
+  const int64_t head = (static_cast<int64_t>(b) * NH + h) * T_;
+  const float row_lse = query < T_ ? lse[head + query] : -INFINITY;
+  const float row_dot = query < T_ ? row_dots[head + query] : 0.0f;
+  const Visibility visible{T_, causal, key_mask ? key_mask + static_cast<int64_t>(b) * T_ : nullptr};
+
+  load_tile<T, HS>(t.q, sequence + q0 * stride, T_ - q0, stride);
+  load_tile<T, HS>(t.g, dout + static_cast<int64_t>(b) * T_ * C + h * HS + q0 * C, T_ - q0, C);
+  for (int i = threadIdx.x; i < kTile * HS; i += kThreads) dq[i] = 0.0f;
+  const int key_end = causal ? min(T_, q0 + kTile) : T_;
+  for (int k0 = 0; k0 < key_end; k0 += kTile) {
+    __syncthreads();  // every warp is done with the previous k and v
+    load_tile<T, HS>(t.k, sequence + C + k0 * stride, T_ - k0, stride);
+    load_tile<T, HS>(t.v, sequence + 2 * C + k0 * stride, T_ - k0, stride);
+    __syncthreads();
+    scores<T, HS>(t.s, t.q, t.k, warp);
+    __syncwarp();
+    fill_probabilities<T, HS>(t.p, t.s, row, half, query, k0, row_lse, scale, visible);
+    __syncwarp();
+    for (int column = 0; column < kTile / kFrag; ++column)  // dP = dO V^T
+      mma_block<T, wmma::row_major, wmma::col_major>(t.s + warp * kFrag * kTile + column * kFrag, kTile, false,
+                                                     t.g + warp * kFrag * HS, HS, kFrag, t.v + column * kFrag * HS,
+                                                     HS, kFrag, HS / kFrag);
+    __syncwarp();
+    fill_score_gradients(t.ds, t.p, t.s, row, half, row_dot, scale);
+    __syncwarp();
+    for (int column = 0; column < HS / kFrag; ++column)  // dQ += dS K
+      mma_block<T, wmma::row_major, wmma::row_major>(dq + warp * kFrag * HS + column * kFrag, HS, true,
+                                                     t.ds + warp * kFrag * kTile, kTile, kFrag, t.k + column * kFrag,
+                                                     HS, kFrag * HS, kTile / kFrag);
+  }
+  __syncwarp();
+  for (int i = lane; i < kFrag * HS; i += 32) {
+    const int r = q0 + warp * kFrag + i / HS;
+    if (r < T_)
+      dqkv[(static_cast<int64_t>(b) * T_ + r) * stride + h * HS + i % HS] = from_float<T>(dq[warp * kFrag * HS + i]);
+  }
+#endif
+}
+
+int launch_status() { return static_cast<int>(cudaGetLastError()); }
+
+template <typename T, int HS>
+int forward(void* out, float* lse, const void* qkv, const int32_t* key_mask, int64_t B, int64_t seq, int64_t NH,
+            bool causal, float scale) {
+  constexpr size_t bytes = forward_shared_bytes<T, HS>();
+  const auto kernel = flash_forward_kernel<T, HS>;
+  if (const cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes))
+    return static_cast<int>(status);
+  const dim3 grid(static_cast<unsigned>((seq + kTile - 1) / kTile), static_cast<unsigned>(B * NH));
+  kernel<<<grid, kThreads, bytes>>>(static_cast<T*>(out), lse, static_cast<const T*>(qkv), key_mask,
+                                    static_cast<int>(NH), static_cast<int>(seq), causal, scale);
+  return launch_status();
+}
+
+template <typename T, int HS>
+int backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
+             const int32_t* key_mask, int64_t B, int64_t seq, int64_t NH, bool causal, float scale, void* workspace) {
+  auto* row_dots = static_cast<float*>(workspace);
+  const int64_t rows = B * NH * seq;
+  row_dot_kernel<T, HS><<<static_cast<unsigned>((rows + 255) / 256), 256>>>(
+      row_dots, static_cast<const T*>(dout), static_cast<const T*>(out), static_cast<int>(NH), static_cast<int>(seq),
+      rows);
+  constexpr size_t bytes = backward_shared_bytes<T, HS>();
+  const auto kv_kernel = flash_backward_kv_kernel<T, HS>;
+  const auto q_kernel = flash_backward_q_kernel<T, HS>;
+  for (const void* kernel : {reinterpret_cast<const void*>(kv_kernel), reinterpret_cast<const void*>(q_kernel)})
+    if (const cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes))
+      return static_cast<int>(status);
+  const dim3 grid(static_cast<unsigned>((seq + kTile - 1) / kTile), static_cast<unsigned>(B * NH));
+  kv_kernel<<<grid, kThreads, bytes>>>(static_cast<T*>(dqkv), static_cast<const T*>(dout),
+                                       static_cast<const T*>(qkv), lse, row_dots, key_mask, static_cast<int>(NH),
+                                       static_cast<int>(seq), causal, scale);
+  q_kernel<<<grid, kThreads, bytes>>>(static_cast<T*>(dqkv), static_cast<const T*>(dout),
+                                      static_cast<const T*>(qkv), lse, row_dots, key_mask, static_cast<int>(NH),
+                                      static_cast<int>(seq), causal, scale);
+  return launch_status();
+}
+
+}  // namespace
+
+bool flash_attention_supported(int kind, int64_t head_size) {
+  if ((kind != kBf16 && kind != kFp16) || (head_size != 64 && head_size != 128)) return false;
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return major >= 8;
+}
+
+// The (storage type, head size) instantiations: flash_attention_supported admits only these.
+int flash_attention_forward(void* out, float* lse, const void* qkv, const int32_t* key_mask, int kind, int64_t B,
+                            int64_t T, int64_t NH, int64_t HS, bool causal, float scale) {
+  if (B * NH * T == 0) return 0;
+  if (kind == kBf16 && HS == 64) return forward<__nv_bfloat16, 64>(out, lse, qkv, key_mask, B, T, NH, causal, scale);
+  if (kind == kBf16 && HS == 128) return forward<__nv_bfloat16, 128>(out, lse, qkv, key_mask, B, T, NH, causal, scale);
+  if (kind == kFp16 && HS == 64) return forward<__half, 64>(out, lse, qkv, key_mask, B, T, NH, causal, scale);
+  if (kind == kFp16 && HS == 128) return forward<__half, 128>(out, lse, qkv, key_mask, B, T, NH, causal, scale);
+  return static_cast<int>(cudaErrorInvalidValue);
+}
+
+int flash_attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
+                             const int32_t* key_mask, int kind, int64_t B, int64_t T, int64_t NH, int64_t HS,
+                             bool causal, float scale, void* workspace) {
+  if (B * NH * T == 0) return 0;
+  const auto run = [&](auto launch) { return launch(dqkv, dout, qkv, out, lse, key_mask, B, T, NH, causal, scale, workspace); };
+  if (kind == kBf16 && HS == 64) return run(backward<__nv_bfloat16, 64>);
+  if (kind == kBf16 && HS == 128) return run(backward<__nv_bfloat16, 128>);
+  if (kind == kFp16 && HS == 64) return run(backward<__half, 64>);
+  if (kind == kFp16 && HS == 128) return run(backward<__half, 128>);
+  return static_cast<int>(cudaErrorInvalidValue);
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,29 @@
+// Fused attention on tensor cores (the flash-attention algorithm: Dao et al. 2022, Dao 2023) for
+// bf16/fp16 with head size 64 or 128 on sm_80 and newer: the T x T scores never leave shared
+// memory. Same contract as the attention ops in backend/ops.h (lse saved, backward recomputes the
+// probabilities from it, D = rowsum(dout * out)). Plain pointers only, like kernels.h.
+//
+// Tiles of 64 queries x 64 keys; four warps; 16 x 16 x 16 WMMA products with fp32 accumulation;
+// softmax statistics in fp32. Backward is two kernels, one per key tile (dK, dV) and one per query
+// tile (dQ), so every gradient element is written by one block in a fixed order: deterministic,
+// no atomics.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kiln::cuda {
+
+// Whether the fused kernels handle this call: kind bf16 or fp16 (kernels.h), head size 64 or
+// 128, and the current device is sm_80 or newer.
+bool flash_attention_supported(int kind, int64_t head_size);
+
+// qkv [B, T, 3C] (q | k | v, heads contiguous), out [B, T, C], lse [B, NH, T] fp32,
+// key_mask [B, T] or null; scale = 1 / sqrt(head size).
+int flash_attention_forward(void* out, float* lse, const void* qkv, const int32_t* key_mask, int kind, int64_t B,
+                            int64_t T, int64_t NH, int64_t HS, bool causal, float scale);
+int flash_attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
+                             const int32_t* key_mask, int kind, int64_t B, int64_t T, int64_t NH, int64_t HS,
+                             bool causal, float scale, void* workspace);  // B * NH * T floats (D)
+
+}  // namespace kiln::cuda
