@@ -1,8 +1,9 @@
 // Attention on sequences of several 64-row tiles, CUDA against the CPU reference: the op table's
 // cases are short (its double-precision finite differences are O(T^4)), so this is where the
 // fused kernels' multi-tile paths (online softmax across key tiles, causal tiles skipped, the
-// backward's loops over query and key tiles, a partial last tile) are checked. Same inputs on
-// both back-ends; out, lse and dqkv compared by normalised error. Skips without a GPU.
+// backward's loops over query and key tiles, a partial last tile) are checked, and the cuBLAS path
+// the fused kernels replace (--no-fused-attention) too. Same inputs on both back-ends; out, lse
+// and dqkv compared by normalised error. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -63,13 +64,15 @@ TEST_P(LongAttention, CudaMatchesTheCpuAcrossTiles) {
   for (int64_t i = 0; i < B * T; i += 7) key_mask[static_cast<size_t>(i)] = 0;  // padding inside every tile
   key_mask[0] = 0;  // with causal: query 0 of batch 0 sees no key at all
   auto cpu = make_backend("cpu");
-  auto gpu = make_backend("cuda");
   const AttentionResult expected = run_attention(*cpu, dtype, B, T, NH, HS, mask, qkv, dout, key_mask);
-  const AttentionResult actual = run_attention(*gpu, dtype, B, T, NH, HS, mask, qkv, dout, key_mask);
   const double bound = dtype == DType::BF16 ? 2e-2 : 4e-3;
-  EXPECT_LT(normalized_error(actual.out, expected.out), bound);
-  EXPECT_LT(lse_error(actual.lse, expected.lse), bound);
-  EXPECT_LT(normalized_error(actual.dqkv, expected.dqkv), 2 * bound);
+  for (const bool fused : {true, false}) {
+    auto gpu = make_backend("cuda", BackendOptions{false, fused});
+    const AttentionResult actual = run_attention(*gpu, dtype, B, T, NH, HS, mask, qkv, dout, key_mask);
+    EXPECT_LT(normalized_error(actual.out, expected.out), bound) << "fused " << fused;
+    EXPECT_LT(lse_error(actual.lse, expected.lse), bound) << "fused " << fused;
+    EXPECT_LT(normalized_error(actual.dqkv, expected.dqkv), 2 * bound) << "fused " << fused;
+  }
 }
 
 std::string case_name(const ::testing::TestParamInfo<LongAttention::ParamType>& info) {

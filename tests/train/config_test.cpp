@@ -60,6 +60,17 @@ TEST(Config, FlagsUseMegatronNames) {
     EXPECT_TRUE(find(flag)) << flag;
 }
 
+TEST(Config, FusedAttentionIsASwitchOnByDefault) {
+  Config config;
+  EXPECT_TRUE(config.fused_attention);
+  apply_yaml(config, "fused_attention: false\n", "test.yaml");
+  EXPECT_FALSE(config.fused_attention);
+  bool flag = false;
+  for (const ConfigField& field : config_fields()) flag |= flag_name(field) == "--fused-attention";
+  EXPECT_TRUE(flag);  // and --no-fused-attention, as for every boolean key
+  EXPECT_NE(to_yaml(config).find("fused_attention: false"), std::string::npos);
+}
+
 TEST(Config, GlobalBatchMustDivide) {
   Config config;
   config.micro_batch_size = 4;

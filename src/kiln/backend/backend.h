@@ -17,6 +17,13 @@
 
 namespace kiln {
 
+// Choices a back-end is made with (registry.h); the CPU back-end has none of these modes.
+struct BackendOptions {
+  bool tf32 = false;            // CUDA: fp32 matrix products on TF32 tensor cores
+  bool fused_attention = true;  // CUDA: fused attention kernels where they apply (bf16/fp16, head
+                                // size 64 or 128, sm_80+); off: T x T scores through cuBLAS
+};
+
 // Device memory owned by a back-end; freed when the buffer is destroyed.
 class DeviceBuffer {
  public:

@@ -35,7 +35,7 @@ std::unique_ptr<Backend> make_backend(std::string_view device_name, const Backen
     const std::string reason = cuda_unavailable_reason();
     KILN_CHECK(reason.empty(), "device 'cuda' is not available: {}", reason);
 #ifdef KILN_WITH_CUDA
-    return std::make_unique<CudaBackend>(options.tf32);
+    return std::make_unique<CudaBackend>(options);
 #endif
   }
   fail("unknown device '{}' (expected cpu or cuda)", device_name);

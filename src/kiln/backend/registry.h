@@ -11,10 +11,6 @@
 
 namespace kiln {
 
-struct BackendOptions {
-  bool tf32 = false;  // CUDA: fp32 matrix products on TF32 tensor cores
-};
-
 std::unique_ptr<Backend> make_backend(std::string_view device_name, const BackendOptions& options = {});
 
 // Number of CUDA devices visible (0 in builds without CUDA or with no GPU), and why none when 0.

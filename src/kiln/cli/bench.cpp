@@ -103,6 +103,7 @@ void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
         {"datasheet_peak_tflops", datasheet}, {"mfu_datasheet", datasheet > 0 ? model_tflops / datasheet : 0.0},
         {"gemm_ceiling_tflops", ceiling}, {"mfu_gemm_ceiling", ceiling > 0 ? model_tflops / ceiling : 0.0},
         {"peak_memory_gib", peak_gib}, {"device_used_gib", device_used_gib},
+        {"fused_attention", resolved.fused_attention},
         {"recompute", resolved.recompute_policy().describe()}};
     fmt::print("{}\n", out.dump());
     return;

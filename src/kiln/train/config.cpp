@@ -44,6 +44,9 @@ const std::vector<ConfigField>& config_fields() {
       {"fp16", &Config::fp16, "fp16 mixed precision with loss scaling"},
       {"bf16", &Config::bf16, "bf16 mixed precision"},
       {"tf32", &Config::tf32, "fp32 matrix products on TF32 tensor cores (CUDA)"},
+      {"fused_attention", &Config::fused_attention,
+       "attention in fused tensor-core kernels where they apply: CUDA, bf16/fp16, head size 64 or 128, sm_80+ "
+       "(--no-fused-attention: T x T scores through cuBLAS)"},
       {"loss_scale", &Config::loss_scale, "static loss scale (0: dynamic under fp16)"},
       {"initial_loss_scale", &Config::initial_loss_scale, "initial dynamic loss scale"},
       {"min_loss_scale", &Config::min_loss_scale, "smallest dynamic loss scale"},

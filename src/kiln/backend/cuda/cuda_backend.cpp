@@ -117,6 +117,7 @@ void gemm(cublasHandle_t handle, GemmTypes types, bool trans_a, bool trans_b, in
 struct CudaBackend::Handles {
   cublasHandle_t blas = nullptr;
   bool tf32 = false;
+  bool fused_attention = true;
   std::unique_ptr<DeviceBuffer> sum_scratch;  // kSumBlocks partials + the result
   // Scratch of the ops that need it, one at a time on the stream: embedding backward's sort, or
   // attention's two B x NH x T x T matrices. Sized by reserve_workspace(); grown by an op that
@@ -124,9 +125,10 @@ struct CudaBackend::Handles {
   std::unique_ptr<DeviceBuffer> workspace;
 };
 
-CudaBackend::CudaBackend(bool tf32) : handles_(std::make_unique<Handles>()) {
+CudaBackend::CudaBackend(const BackendOptions& options) : handles_(std::make_unique<Handles>()) {
   check_cublas(cublasCreate(&handles_->blas), "cublasCreate");
-  handles_->tf32 = tf32;
+  handles_->tf32 = options.tf32;
+  handles_->fused_attention = options.fused_attention;
   // Every product names its compute type (gemm()): fp32 strictly unless tf32, bf16/fp16 on tensor
   // cores with fp32 accumulation. The handle's math mode stays the default, so it cannot override
   // the bf16/fp16 choice (a pedantic mode is a handle-wide setting).
@@ -148,7 +150,8 @@ std::optional<Backend::DeviceMemory> CudaBackend::device_memory() const {
 }
 
 size_t CudaBackend::workspace_bytes(const WorkspaceNeeds& needs) const {
-  const bool fused = cuda::flash_attention_supported(element_kind(needs.dtype), needs.head_size);
+  const bool fused =
+      handles_->fused_attention && cuda::flash_attention_supported(element_kind(needs.dtype), needs.head_size);
   return std::max(cuda::embedding_backward_workspace_bytes(needs.batch * needs.seq),
                   attention_workspace_bytes(needs.batch, needs.heads, needs.seq, needs.dtype, fused)) +
          handles_->sum_scratch->bytes();
@@ -317,7 +320,7 @@ void CudaBackend::attention_forward(const AttentionForward& a) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const bool padded = a.mask != AttentionMask::Causal, causal = a.mask != AttentionMask::KeyPadding;
   const int32_t* key_mask = padded ? a.key_mask.as<int32_t>() : nullptr;
-  if (use_fused_attention(dtype, B, NH, HS, {a.qkv.data, a.out.data})) {
+  if (handles_->fused_attention && use_fused_attention(dtype, B, NH, HS, {a.qkv.data, a.out.data})) {
     check_cuda(cuda::flash_attention_forward(a.out.data, a.lse.as<float>(), a.qkv.data, key_mask, element_kind(dtype),
                                              B, T, NH, HS, causal, scale),
                "attention_forward (fused)");
@@ -345,7 +348,8 @@ void CudaBackend::attention_backward(const AttentionBackward& a) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const bool padded = a.mask != AttentionMask::Causal, causal = a.mask != AttentionMask::KeyPadding;
   const int32_t* key_mask = padded ? a.key_mask.as<int32_t>() : nullptr;
-  if (use_fused_attention(dtype, B, NH, HS, {a.qkv.data, a.dqkv.data, a.dout.data, a.out.data})) {
+  if (handles_->fused_attention &&
+      use_fused_attention(dtype, B, NH, HS, {a.qkv.data, a.dqkv.data, a.dout.data, a.out.data})) {
     void* row_dots = workspace(attention_workspace_bytes(B, NH, T, dtype, true));
     check_cuda(cuda::flash_attention_backward(a.dqkv.data, a.dout.data, a.qkv.data, a.out.data, a.lse.as<float>(),
                                               key_mask, element_kind(dtype), B, T, NH, HS, causal, scale, row_dots),

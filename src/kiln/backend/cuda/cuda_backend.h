@@ -20,7 +20,7 @@ namespace kiln {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(bool tf32 = false);
+  explicit CudaBackend(const BackendOptions& options = {});
   ~CudaBackend() override;
 
   std::string_view name() const override { return "cuda"; }
