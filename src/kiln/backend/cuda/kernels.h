@@ -1,7 +1,9 @@
-// Launchers of the CUDA back-end's own kernels. Plain pointers and sizes only, no kiln headers,
-// so nvcc (C++17) compiles the .cu files without fmt; CudaBackend (cuda_backend.cpp) validates
-// arguments and calls these. All pointers are device memory; every launcher runs on the default
-// stream and returns the launch status (cudaError_t as int, 0 on success).
+// Launchers of the CUDA back-end's own kernels, defined in one .cu file per op family (embedding,
+// layernorm, bias, gelu, elementwise, attention_softmax, cross_entropy, optimizer; the fused
+// attention has its own header). Plain pointers and sizes only, no kiln headers, so nvcc compiles
+// the .cu files without fmt; CudaBackend (cuda_backend.cpp) validates arguments and calls these.
+// All pointers are device memory; every launcher runs on the default stream and returns the
+// launch status (cudaError_t as int, 0 on success).
 //
 // Each launcher has the semantics of the op of the same name in backend/ops.h; the reductions
 // (parameter gradients, norms) use a fixed order, so results are deterministic.

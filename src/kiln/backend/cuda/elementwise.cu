@@ -1,0 +1,71 @@
+// Elementwise utilities: the residual add, fill, dtype conversion, and the pseudo-random fill of the
+// benchmarks.
+#include "kiln/backend/cuda/kernel_common.cuh"
+
+namespace kiln::cuda {
+namespace {
+
+template <typename T>
+__global__ void residual_kernel(T* out, const T* a, const T* b, int64_t count) {
+  GRID_STRIDE(i, count) out[i] = from_float<T>(to_float(a[i]) + to_float(b[i]));
+}
+
+template <typename T>
+__global__ void fill_kernel(T* out, float value, int64_t count) {
+  GRID_STRIDE(i, count) out[i] = from_float<T>(value);
+}
+
+template <typename Out, typename In>
+__global__ void convert_kernel(Out* out, const In* in, int64_t count) {
+  GRID_STRIDE(i, count) out[i] = from_float<Out>(to_float(in[i]));
+}
+
+__global__ void fill_random_kernel(void* out, int kind, int64_t count, uint64_t seed) {
+  GRID_STRIDE(i, count) {
+    uint64_t z = seed + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(i + 1);  // splitmix64
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    const float value = static_cast<float>(z >> 40) * 0x1.0p-23f - 1.0f;
+    if (kind == kFp32) static_cast<float*>(out)[i] = value;
+    if (kind == kBf16) static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(value);
+    if (kind == kFp16) static_cast<__half*>(out)[i] = __float2half_rn(value);
+  }
+}
+
+}  // namespace
+
+int residual_forward(void* out, const void* a, const void* b, int kind, int64_t count) {
+  return dispatch(kind, [&](auto tag) {
+    using E = decltype(tag);
+    residual_kernel<<<blocks_for(count), kThreads>>>(static_cast<E*>(out), static_cast<const E*>(a),
+                                                     static_cast<const E*>(b), count);
+    return launch_status();
+  });
+}
+
+int fill(void* out, int kind, float value, int64_t count) {
+  return dispatch(kind, [&](auto tag) {
+    using E = decltype(tag);
+    fill_kernel<<<blocks_for(count), kThreads>>>(static_cast<E*>(out), value, count);
+    return launch_status();
+  });
+}
+
+int convert(void* out, int out_kind, const void* in, int in_kind, int64_t count) {
+  return dispatch(out_kind, [&](auto out_tag) {
+    using Out = decltype(out_tag);
+    return dispatch(in_kind, [&](auto in_tag) {
+      using In = decltype(in_tag);
+      convert_kernel<<<blocks_for(count), kThreads>>>(static_cast<Out*>(out), static_cast<const In*>(in), count);
+      return launch_status();
+    });
+  });
+}
+
+int fill_random(void* out, int kind, int64_t count, uint64_t seed) {
+  fill_random_kernel<<<blocks_for(count), kThreads>>>(out, kind, count, seed);
+  return launch_status();
+}
+
+}  // namespace kiln::cuda

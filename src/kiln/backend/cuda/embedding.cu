@@ -1,0 +1,90 @@
+// Token + position embedding (kernels.h, ops.h). Backward is deterministic without atomics: token
+// rows are reduced after a stable radix sort of the positions by token.
+#include <cub/device/device_radix_sort.cuh>
+
+#include "kiln/backend/cuda/kernel_common.cuh"
+
+namespace kiln::cuda {
+namespace {
+
+template <typename T>
+__global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t T_,
+                                         int64_t C, int64_t count) {
+  GRID_STRIDE(i, count) {
+    const int64_t position = i / C, c = i % C;
+    out[i] = from_float<T>(to_float(wte[tokens[position] * C + c]) + to_float(wpe[(position % T_) * C + c]));
+  }
+}
+
+// dwte without atomics: positions arrive sorted by token (stable, so in position order within a
+// token); the block that starts a run of equal tokens adds the run's rows in order.
+template <typename T>
+__global__ void embedding_backward_tokens_kernel(float* dwte, const T* dout, const int32_t* sorted_tokens,
+                                                 const int32_t* sorted_positions, int64_t positions, int64_t C) {
+  const int64_t start = blockIdx.x;
+  if (start >= positions || (start > 0 && sorted_tokens[start] == sorted_tokens[start - 1])) return;
+  const int32_t token = sorted_tokens[start];
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    float sum = 0.0f;
+    for (int64_t i = start; i < positions && sorted_tokens[i] == token; ++i)
+      sum += to_float(dout[sorted_positions[i] * C + c]);
+    dwte[token * C + c] += sum;
+  }
+}
+
+// dwpe[t] += sum over the batch of dout[b, t], in batch order.
+template <typename T>
+__global__ void embedding_backward_positions_kernel(float* dwpe, const T* dout, int64_t B, int64_t T_, int64_t C) {
+  GRID_STRIDE(i, T_ * C) {
+    float sum = 0.0f;
+    for (int64_t b = 0; b < B; ++b) sum += to_float(dout[b * T_ * C + i]);
+    dwpe[i] += sum;
+  }
+}
+
+__global__ void iota_kernel(int32_t* out, int64_t count) {
+  GRID_STRIDE(i, count) out[i] = static_cast<int32_t>(i);
+}
+
+}  // namespace
+
+int embedding_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe, int kind, int64_t B,
+                      int64_t T, int64_t C) {
+  return dispatch(kind, [&](auto tag) {
+    using E = decltype(tag);
+    embedding_forward_kernel<<<blocks_for(B * T * C), kThreads>>>(static_cast<E*>(out), tokens, static_cast<const E*>(wte),
+                                                                  static_cast<const E*>(wpe), T, C, B * T * C);
+    return launch_status();
+  });
+}
+
+size_t embedding_backward_workspace_bytes(int64_t positions) {
+  size_t sort_bytes = 0;
+  cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, static_cast<const int32_t*>(nullptr),
+                                  static_cast<int32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
+                                  static_cast<int32_t*>(nullptr), static_cast<int>(positions));
+  return 3 * static_cast<size_t>(positions) * sizeof(int32_t) + sort_bytes + 256;
+}
+
+int embedding_backward(float* dwte, float* dwpe, const void* dout, int kind, const int32_t* tokens, int64_t B,
+                       int64_t T, int64_t C, void* workspace, size_t workspace_bytes) {
+  const int64_t positions = B * T;
+  auto* positions_in = static_cast<int32_t*>(workspace);
+  int32_t* sorted_tokens = positions_in + positions;
+  int32_t* sorted_positions = sorted_tokens + positions;
+  void* sort_storage = sorted_positions + positions;
+  size_t sort_bytes = workspace_bytes - 3 * static_cast<size_t>(positions) * sizeof(int32_t);
+  iota_kernel<<<blocks_for(positions), kThreads>>>(positions_in, positions);
+  cub::DeviceRadixSort::SortPairs(sort_storage, sort_bytes, tokens, sorted_tokens, positions_in, sorted_positions,
+                                  static_cast<int>(positions));
+  return dispatch(kind, [&](auto tag) {
+    using E = decltype(tag);
+    const E* grad = static_cast<const E*>(dout);
+    embedding_backward_tokens_kernel<<<static_cast<unsigned>(positions), kThreads>>>(dwte, grad, sorted_tokens,
+                                                                                    sorted_positions, positions, C);
+    embedding_backward_positions_kernel<<<blocks_for(T * C), kThreads>>>(dwpe, grad, B, T, C);
+    return launch_status();
+  });
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,97 @@
+// LayerNorm forward (optionally fused with the residual add before it) and backward, one block per
+// row; parameter gradients through the fixed-order column sums (kernel_common.cuh).
+#include "kiln/backend/cuda/kernel_common.cuh"
+
+namespace kiln::cuda {
+namespace {
+
+template <typename T>
+__global__ void layernorm_forward_kernel(T* out, float* mean_out, float* rstd_out, const T* in, const T* weight,
+                                         const T* bias, const T* residual, T* residual_out, int64_t C, float eps) {
+  const int64_t row = blockIdx.x;
+  const T* x = in + row * C;
+  if (residual != nullptr) {  // fused residual add: normalise the rounded sum it writes
+    // Every loop below strides over c exactly like this one, so each thread reads back only the
+    // elements it wrote itself (no barrier needed; residual_out may alias in).
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
+      residual_out[row * C + c] = from_float<T>(to_float(x[c]) + to_float(residual[row * C + c]));
+    x = residual_out + row * C;
+  }
+  float sum = 0.0f;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) sum += to_float(x[c]);
+  const float mean = block_sum(sum) / static_cast<float>(C);
+  float squares = 0.0f;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    const float centred = to_float(x[c]) - mean;
+    squares += centred * centred;
+  }
+  const float rstd = rsqrtf(block_sum(squares) / static_cast<float>(C) + eps);
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
+    out[row * C + c] = from_float<T>((to_float(x[c]) - mean) * rstd * to_float(weight[c]) + to_float(bias[c]));
+  if (threadIdx.x == 0) {
+    mean_out[row] = mean;
+    rstd_out[row] = rstd;
+  }
+}
+
+template <typename T>
+__global__ void layernorm_backward_input_kernel(T* din, const T* dout, const T* in, const T* weight,
+                                                const float* means, const float* rstds, int64_t C) {
+  const int64_t row = blockIdx.x;
+  const float mean = means[row], rstd = rstds[row];
+  const T* x = in + row * C;
+  const T* g = dout + row * C;
+  float grad_sum = 0.0f, grad_dot = 0.0f;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    const float gw = to_float(g[c]) * to_float(weight[c]);
+    grad_sum += gw;
+    grad_dot += gw * (to_float(x[c]) - mean) * rstd;
+  }
+  const float grad_mean = block_sum(grad_sum) / static_cast<float>(C);
+  const float grad_dot_mean = block_sum(grad_dot) / static_cast<float>(C);
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    const float xhat = (to_float(x[c]) - mean) * rstd;
+    const float delta = rstd * (to_float(g[c]) * to_float(weight[c]) - grad_mean - xhat * grad_dot_mean);
+    din[row * C + c] = from_float<T>(to_float(din[row * C + c]) + delta);
+  }
+}
+
+template <typename T>
+__global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, const T* dout, const T* in,
+                                                 const float* means, const float* rstds, int64_t M, int64_t C) {
+  column_sums(dweight, dbias, M, C, [=] __device__(int64_t m, int64_t c) {
+    const float g = to_float(dout[m * C + c]);
+    return make_float2(g * (to_float(in[m * C + c]) - means[m]) * rstds[m], g);
+  });
+}
+
+}  // namespace
+
+int layernorm_forward(void* out, float* mean, float* rstd, const void* in, const void* weight, const void* bias,
+                      const void* residual, void* residual_out, int kind, int64_t M, int64_t C, float eps) {
+  if (M == 0) return 0;
+  return dispatch(kind, [&](auto tag) {
+    using E = decltype(tag);
+    layernorm_forward_kernel<<<static_cast<unsigned>(M), kThreads>>>(
+        static_cast<E*>(out), mean, rstd, static_cast<const E*>(in), static_cast<const E*>(weight),
+        static_cast<const E*>(bias), static_cast<const E*>(residual), static_cast<E*>(residual_out), C, eps);
+    return launch_status();
+  });
+}
+
+int layernorm_backward(void* din, float* dweight, float* dbias, const void* dout, const void* in, const void* weight,
+                       int kind, const float* mean, const float* rstd, int64_t M, int64_t C) {
+  if (M == 0) return 0;
+  return dispatch(kind, [&](auto tag) {
+    using E = decltype(tag);
+    const E* grad = static_cast<const E*>(dout);
+    const E* x = static_cast<const E*>(in);
+    layernorm_backward_input_kernel<<<static_cast<unsigned>(M), kThreads>>>(
+        static_cast<E*>(din), grad, x, static_cast<const E*>(weight), mean, rstd, C);
+    layernorm_backward_params_kernel<<<static_cast<unsigned>((C + 31) / 32), dim3(32, kRowGroups)>>>(
+        dweight, dbias, grad, x, mean, rstd, M, C);
+    return launch_status();
+  });
+}
+
+}  // namespace kiln::cuda
