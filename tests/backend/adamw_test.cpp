@@ -148,6 +148,18 @@ TEST_P(BackendTest, MixedDtypesInOneOpAreAnErrorNamingTheArgument) {
                                bf16.poisoned_acts({4, 3}), bf16.poisoned_acts({3, 6}), WeightLayout::InOut});
   });
   EXPECT_NE(gradient.find("argument 'dweight' has dtype bf16, expected fp32"), std::string::npos) << gradient;
+  // The fused GELU arguments are held to the compute dtype and shape like the others.
+  const std::string gelu_out = error_of([&] {
+    backend_->matmul_forward({bf16.poisoned_acts({4, 6}), bf16.poisoned_acts({4, 3}), bf16.poisoned_acts({3, 6}),
+                              Tensor{}, WeightLayout::InOut, fp32.poisoned({4, 6})});
+  });
+  EXPECT_NE(gelu_out.find("argument 'gelu_out' has dtype fp32, expected bf16"), std::string::npos) << gelu_out;
+  const std::string gelu_in = error_of([&] {
+    backend_->matmul_backward({Tensor{}, fp32.poisoned({3, 6}), Tensor{}, bf16.poisoned_acts({4, 6}),
+                               bf16.poisoned_acts({4, 3}), bf16.poisoned_acts({3, 6}), WeightLayout::InOut,
+                               bf16.poisoned_acts({4, 3})});
+  });
+  EXPECT_NE(gelu_in.find("argument 'gelu_in' is given without 'din'"), std::string::npos) << gelu_in;
 }
 
 TEST_P(BackendTest, CrossEntropyRejectsTargetsOutsideVocabulary) {

@@ -18,7 +18,26 @@ std::vector<float> subtract(const std::vector<float>& after, const std::vector<f
   return difference;
 }
 
+double gelu(double v) {
+  return 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (v + 0.044715 * v * v * v)));
+}
+
 // ---- matmul ---------------------------------------------------------------------------------
+// out[M,N] = in[M,K] weight + bias in double, weight [K,N] (InOut) or [N,K] (OutIn); bias may be empty.
+std::vector<double> matmul_reference(const std::vector<double>& in, const std::vector<double>& weight,
+                                     const std::vector<double>* bias, int64_t M, int64_t K, int64_t N,
+                                     WeightLayout layout) {
+  const bool in_out = layout == WeightLayout::InOut;
+  std::vector<double> out(static_cast<size_t>(M * N));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double sum = bias ? (*bias)[n] : 0.0;
+      for (int64_t k = 0; k < K; ++k) sum += in[m * K + k] * (in_out ? weight[k * N + n] : weight[n * K + k]);
+      out[m * N + n] = sum;
+    }
+  return out;
+}
+
 OpCase matmul_case(int64_t M, int64_t K, int64_t N, bool bias, WeightLayout layout, Rng& rng) {
   const bool in_out = layout == WeightLayout::InOut;
   const Shape weight_shape = in_out ? Shape{K, N} : Shape{N, K};
@@ -35,14 +54,7 @@ OpCase matmul_case(int64_t M, int64_t K, int64_t N, bool bias, WeightLayout layo
     return t.download(out);
   };
   op.reference = [=](const DoubleInputs& in) {
-    std::vector<double> out(static_cast<size_t>(M * N));
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t n = 0; n < N; ++n) {
-        double sum = bias ? in[2][n] : 0.0;
-        for (int64_t k = 0; k < K; ++k) sum += in[0][m * K + k] * (in_out ? in[1][k * N + n] : in[1][n * K + k]);
-        out[m * N + n] = sum;
-      }
-    return out;
+    return matmul_reference(in[0], in[1], bias ? &in[2] : nullptr, M, K, N, layout);
   };
   op.backward = [=](Backend& backend, DType dtype, const FloatInputs& in, const std::vector<float>& dout) {
     DeviceTensors t(backend, dtype);
@@ -57,6 +69,70 @@ OpCase matmul_case(int64_t M, int64_t K, int64_t N, bool bias, WeightLayout layo
     FloatInputs grads = {t.download(din), subtract(t.download(dweight), dweight_seed)};
     if (bias) grads.push_back(subtract(t.download(dbias), dbias_seed));
     return grads;
+  };
+  return op;
+}
+
+// The MLP's forward fusion: out = in W + b and gelu_out = gelu(out), flattened [out, gelu_out].
+// Its backward is the plain matmul's and gelu's, checked by their cases.
+OpCase matmul_gelu_case(int64_t M, int64_t K, int64_t N, Rng& rng) {
+  OpCase op;
+  op.name = fmt::format("matmul_gelu_M{}_K{}_N{}", M, K, N);
+  op.inputs = {random_floats(static_cast<size_t>(M * K), rng), random_floats(static_cast<size_t>(K * N), rng),
+               random_floats(static_cast<size_t>(N), rng)};
+  op.forward = [=](Backend& backend, DType dtype, const FloatInputs& in) {
+    DeviceTensors t(backend, dtype);
+    Tensor out = t.poisoned_acts({M, N}), activated = t.poisoned_acts({M, N});
+    backend.matmul_forward({out, t.acts(in[0], {M, K}), t.acts(in[1], {K, N}), t.acts(in[2], {N}),
+                            WeightLayout::InOut, activated});
+    std::vector<float> both = t.download(out);
+    const std::vector<float> second = t.download(activated);
+    both.insert(both.end(), second.begin(), second.end());
+    return both;
+  };
+  op.reference = [=](const DoubleInputs& in) {
+    std::vector<double> both = matmul_reference(in[0], in[1], &in[2], M, K, N, WeightLayout::InOut);
+    for (int64_t i = 0; i < M * N; ++i) both.push_back(gelu(both[static_cast<size_t>(i)]));
+    return both;
+  };
+  return op;
+}
+
+// The MLP's backward fusion: out = gelu(z) W + b, whose backward takes `in` = gelu(z) and
+// gelu_in = z and returns the gradient of z directly.
+OpCase gelu_matmul_case(int64_t M, int64_t K, int64_t N, WeightLayout layout, Rng& rng) {
+  const bool in_out = layout == WeightLayout::InOut;
+  const Shape weight_shape = in_out ? Shape{K, N} : Shape{N, K};
+  OpCase op;
+  op.name = fmt::format("gelu_matmul_{}_M{}_K{}_N{}", in_out ? "inout" : "outin", M, K, N);
+  op.inputs = {random_floats(static_cast<size_t>(M * K), rng, 2.0f), random_floats(static_cast<size_t>(K * N), rng),
+               random_floats(static_cast<size_t>(N), rng)};
+  op.differentiable = {0, 1, 2};
+  op.forward = [=](Backend& backend, DType dtype, const FloatInputs& in) {
+    DeviceTensors t(backend, dtype);
+    Tensor activated = t.poisoned_acts({M, K}), out = t.poisoned_acts({M, N});
+    backend.gelu_forward({activated, t.acts(in[0], {M, K})});
+    backend.matmul_forward({out, activated, t.acts(in[1], weight_shape), t.acts(in[2], {N}), layout});
+    return t.download(out);
+  };
+  op.reference = [=](const DoubleInputs& in) {
+    std::vector<double> activated(in[0].size());
+    for (size_t i = 0; i < activated.size(); ++i) activated[i] = gelu(in[0][i]);
+    return matmul_reference(activated, in[1], &in[2], M, K, N, layout);
+  };
+  op.backward = [=](Backend& backend, DType dtype, const FloatInputs& in, const std::vector<float>& dout) {
+    DeviceTensors t(backend, dtype);
+    Rng seed_rng(13);
+    const std::vector<float> dweight_seed = random_floats(in[1].size(), seed_rng);
+    const std::vector<float> dbias_seed = random_floats(static_cast<size_t>(N), seed_rng);
+    Tensor pre = t.acts(in[0], {M, K}), activated = t.poisoned_acts({M, K});
+    backend.gelu_forward({activated, pre});
+    Tensor dpre = t.poisoned_acts({M, K}), dweight = t.floats(dweight_seed, weight_shape);
+    Tensor dbias = t.floats(dbias_seed, {N});
+    backend.matmul_backward({dpre, dweight, dbias, t.acts(dout, {M, N}), activated, t.acts(in[1], weight_shape),
+                             layout, pre});
+    return FloatInputs{t.download(dpre), subtract(t.download(dweight), dweight_seed),
+                       subtract(t.download(dbias), dbias_seed)};
   };
   return op;
 }
@@ -154,10 +230,7 @@ OpCase gelu_case(int64_t count, Rng& rng) {
   };
   op.reference = [](const DoubleInputs& x) {
     std::vector<double> out(x[0].size());
-    for (size_t i = 0; i < out.size(); ++i) {
-      const double v = x[0][i];
-      out[i] = 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (v + 0.044715 * v * v * v)));
-    }
+    for (size_t i = 0; i < out.size(); ++i) out[i] = gelu(x[0][i]);
     return out;
   };
   op.backward = [=](Backend& backend, DType dtype, const FloatInputs& x, const std::vector<float>& dout) {
@@ -347,6 +420,12 @@ std::vector<OpCase> all_op_cases() {
   cases.push_back(matmul_case(3, 5, 1, true, WeightLayout::InOut, rng));
   cases.push_back(matmul_case(5, 24, 13, false, WeightLayout::OutIn, rng));
   cases.push_back(matmul_case(9, 80, 33, true, WeightLayout::OutIn, rng));
+  // Multiples of 8 take cuBLASLt's GELU epilogues on CUDA; the others the separate GELU kernels.
+  cases.push_back(matmul_gelu_case(7, 24, 64, rng));
+  cases.push_back(matmul_gelu_case(5, 16, 20, rng));
+  cases.push_back(gelu_matmul_case(6, 32, 24, WeightLayout::InOut, rng));
+  cases.push_back(gelu_matmul_case(3, 12, 8, WeightLayout::InOut, rng));
+  cases.push_back(gelu_matmul_case(5, 16, 24, WeightLayout::OutIn, rng));
   cases.push_back(layernorm_case(6, 24, rng));
   cases.push_back(layernorm_case(3, 80, rng));
   cases.push_back(layernorm_case(4, 7, rng));

@@ -21,7 +21,7 @@ namespace kiln {
 struct BackendOptions {
   bool tf32 = false;            // CUDA: fp32 matrix products on TF32 tensor cores
   bool fused_attention = true;  // CUDA: fused attention kernels where they apply (bf16/fp16, head
-                                // size 64 or 128, sm_80+); off: T x T scores through cuBLAS
+                                // size 64 or 128, sm_80+); off: T x T scores through cuBLASLt
 };
 
 // Device memory owned by a back-end; freed when the buffer is destroyed.

@@ -78,6 +78,10 @@ MatmulDims matmul_forward(const MatmulForward& a, Device device) {
     require(a.bias, dtype, device, op, "bias");
     require_numel(a.bias, dims.N, op, "bias");
   }
+  if (!a.gelu_out.empty()) {
+    require(a.gelu_out, dtype, device, op, "gelu_out");
+    require_numel(a.gelu_out, dims.M * dims.N, op, "gelu_out");
+  }
   return dims;
 }
 
@@ -98,6 +102,11 @@ MatmulDims matmul_backward(const MatmulBackward& a, Device device) {
   if (!a.dbias.empty()) {
     require(a.dbias, DType::F32, device, op, "dbias");
     require_numel(a.dbias, dims.N, op, "dbias");
+  }
+  if (!a.gelu_in.empty()) {
+    KILN_CHECK(!a.din.empty(), "{}: argument 'gelu_in' is given without 'din' to receive its gradient", op);
+    require(a.gelu_in, dtype, device, op, "gelu_in");
+    require_numel(a.gelu_in, dims.M * dims.K, op, "gelu_in");
   }
   return dims;
 }

@@ -71,21 +71,30 @@ struct LayerNormBackward {
 // OutIn: weight is [N, K] (nn.Linear layout, and the tied classifier: rows of wte), out = in @ weight^T.
 enum class WeightLayout : uint8_t { InOut, OutIn };
 
+//
+// GELU fusions (the MLP: gelu(x W1 + b1) W2 + b2), so a back-end can apply GELU and its derivative
+// inside the products (cuBLASLt epilogues) instead of in passes of their own:
+//   - forward with gelu_out: out keeps the pre-activation (for backward) and gelu_out = gelu(out);
+//     a back-end may apply GELU before rounding out to the compute dtype;
+//   - backward with gelu_in: `in` is gelu(gelu_in), and din receives the gradient of gelu_in,
+//     (dout @ W^T) * gelu'(gelu_in), instead of the gradient of `in`.
 struct MatmulForward {
-  Tensor out;     // [M, N]
-  Tensor in;      // [M, K]
-  Tensor weight;  // [K, N] or [N, K]
-  Tensor bias;    // [N] or empty
+  Tensor out;       // [M, N]
+  Tensor in;        // [M, K]
+  Tensor weight;    // [K, N] or [N, K]
+  Tensor bias;      // [N] or empty
   WeightLayout layout = WeightLayout::InOut;
+  Tensor gelu_out = {};  // [M, N] = gelu(out), or empty
 };
 struct MatmulBackward {
-  Tensor din;      // [M, K] = ; may be empty (not needed)
+  Tensor din;      // [M, K] = ; may be empty (not needed) unless gelu_in is given
   Tensor dweight;  // same shape as weight, +=
   Tensor dbias;    // [N] +=, or empty
   Tensor dout;     // [M, N]
   Tensor in;       // [M, K]
   Tensor weight;
   WeightLayout layout = WeightLayout::InOut;
+  Tensor gelu_in = {};  // [M, K] with in = gelu(gelu_in), or empty: din is then d gelu_in (above)
 };
 
 // ---- GELU, tanh approximation (Hendrycks & Gimpel 2016, as in GPT-2) --------------------------

@@ -17,7 +17,9 @@ namespace kiln {
 
 class Arena {
  public:
-  static constexpr size_t kAlignment = 64;
+  // 256 bytes: the most any cuBLASLt kernel asks of a matrix (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*),
+  // so every activation qualifies for the fastest algorithms, wherever the plan puts it.
+  static constexpr size_t kAlignment = 256;
 
   explicit Arena(size_t capacity_bytes);   // owns host memory
   Arena(void* base, size_t capacity_bytes); // hands out memory it does not own (device memory)

@@ -14,8 +14,8 @@ void block_forward(Backend& backend, const GptConfig& config, const BlockWeights
   // residual_mid = input + projection, fused with ln_2.
   backend.residual_layernorm_forward(
       {{acts.ln2, acts.ln2_mean, acts.ln2_rstd, input, w.ln2_weight, w.ln2_bias, eps}, projection, acts.residual_mid});
-  backend.matmul_forward({acts.fc_pre_gelu, acts.ln2, w.fc_weight, w.fc_bias, WeightLayout::InOut});
-  backend.gelu_forward({acts.fc_post_gelu, acts.fc_pre_gelu});
+  backend.matmul_forward(
+      {acts.fc_pre_gelu, acts.ln2, w.fc_weight, w.fc_bias, WeightLayout::InOut, acts.fc_post_gelu});  // + GELU
   backend.matmul_forward({projection, acts.fc_post_gelu, w.fc_proj_weight, w.fc_proj_bias,
                           WeightLayout::InOut});
   backend.residual_forward({acts.residual_out, acts.residual_mid, projection});
@@ -25,9 +25,9 @@ void block_backward(Backend& backend, const GptConfig& config, const BlockWeight
                     const BlockWeights& g, const Tensor& input, const BlockActivations& acts,
                     const BlockScratch& s, const Tensor& d_residual) {
   // MLP branch: d_residual is d(y) = d(x1) through the skip connection.
+  // d_fc is the gradient of the pre-activation: GELU's derivative is applied inside.
   backend.matmul_backward({s.d_fc, g.fc_proj_weight, g.fc_proj_bias, d_residual, acts.fc_post_gelu,
-                           w.fc_proj_weight, WeightLayout::InOut});
-  backend.gelu_backward({s.d_fc, acts.fc_pre_gelu, s.d_fc});  // in place
+                           w.fc_proj_weight, WeightLayout::InOut, acts.fc_pre_gelu});
   backend.matmul_backward({s.d_hidden, g.fc_weight, g.fc_bias, s.d_fc, acts.ln2, w.fc_weight,
                            WeightLayout::InOut});
   backend.layernorm_backward({d_residual, g.ln2_weight, g.ln2_bias, s.d_hidden, acts.residual_mid,

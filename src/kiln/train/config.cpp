@@ -46,7 +46,7 @@ const std::vector<ConfigField>& config_fields() {
       {"tf32", &Config::tf32, "fp32 matrix products on TF32 tensor cores (CUDA)"},
       {"fused_attention", &Config::fused_attention,
        "attention in fused tensor-core kernels where they apply: CUDA, bf16/fp16, head size 64 or 128, sm_80+ "
-       "(--no-fused-attention: T x T scores through cuBLAS)"},
+       "(--no-fused-attention: T x T scores through cuBLASLt)"},
       {"loss_scale", &Config::loss_scale, "static loss scale (0: dynamic under fp16)"},
       {"initial_loss_scale", &Config::initial_loss_scale, "initial dynamic loss scale"},
       {"min_loss_scale", &Config::min_loss_scale, "smallest dynamic loss scale"},

@@ -1,7 +1,8 @@
 // Matrix multiply with optional bias, through BLAS sgemm (row-major). Forward seeds the output
 // with the bias and lets sgemm accumulate onto it (beta = 1), saving a pass. Backward computes
 // din with beta = 0 (activation gradient, written) and dweight with beta = 1 (parameter
-// gradient, accumulated), matching the conventions in ops.h.
+// gradient, accumulated), matching the conventions in ops.h. The GELU fusions are, in the
+// reference, the GELU op after the product (forward) or on din (backward).
 #include <cblas.h>
 
 #include "kiln/backend/op_checks.h"
@@ -29,9 +30,12 @@ void matmul_forward_fp32(const MatmulForward& args) {
 
 void CpuBackend::matmul_forward(const MatmulForward& args) {
   checks::matmul_forward(args, Device::CPU);
-  Fp32Scope f(scratch_);
-  matmul_forward_fp32({f.output(args.out), f.input(args.in), f.input(args.weight), f.input(args.bias), args.layout});
-  f.write_back();
+  {
+    Fp32Scope f(scratch_);
+    matmul_forward_fp32({f.output(args.out), f.input(args.in), f.input(args.weight), f.input(args.bias), args.layout});
+    f.write_back();
+  }
+  if (!args.gelu_out.empty()) gelu_forward({args.gelu_out, args.out});  // the reference: the two ops in turn
 }
 
 namespace {
@@ -70,10 +74,13 @@ void matmul_backward_fp32(const MatmulBackward& args) {
 
 void CpuBackend::matmul_backward(const MatmulBackward& args) {
   checks::matmul_backward(args, Device::CPU);
-  Fp32Scope f(scratch_);
-  matmul_backward_fp32({f.output(args.din), args.dweight, args.dbias, f.input(args.dout),
-                        f.input(args.in), f.input(args.weight), args.layout});
-  f.write_back();
+  {
+    Fp32Scope f(scratch_);
+    matmul_backward_fp32({f.output(args.din), args.dweight, args.dbias, f.input(args.dout),
+                          f.input(args.in), f.input(args.weight), args.layout});
+    f.write_back();
+  }
+  if (!args.gelu_in.empty()) gelu_backward({args.din, args.gelu_in, args.din});  // in place
 }
 
 }  // namespace kiln

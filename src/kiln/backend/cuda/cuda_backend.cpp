@@ -1,6 +1,5 @@
 #include "kiln/backend/cuda/cuda_backend.h"
 
-#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -9,8 +8,9 @@
 
 #include "kiln/backend/attention_workspace.h"
 #include "kiln/backend/cuda/flash_attention.h"
-#include "kiln/backend/op_checks.h"
 #include "kiln/backend/cuda/kernels.h"
+#include "kiln/backend/cuda/lt_matmul.h"
+#include "kiln/backend/op_checks.h"
 #include "kiln/core/error.h"
 
 namespace kiln {
@@ -20,10 +20,6 @@ constexpr Device kCuda = Device::CUDA;
 
 void check_cuda(int status, const char* what) {
   KILN_CHECK(status == 0, "CUDA error in {}: {}", what, cudaGetErrorString(static_cast<cudaError_t>(status)));
-}
-
-void check_cublas(cublasStatus_t status, const char* what) {
-  KILN_CHECK(status == CUBLAS_STATUS_SUCCESS, "cuBLAS error in {}: {}", what, cublasGetStatusString(status));
 }
 
 class CudaBuffer final : public DeviceBuffer {
@@ -60,15 +56,6 @@ int element_kind(DType dtype) {
   }
 }
 
-cudaDataType cuda_data_type(DType dtype) {
-  switch (dtype) {
-    case DType::F32: return CUDA_R_32F;
-    case DType::BF16: return CUDA_R_16BF;
-    case DType::F16: return CUDA_R_16F;
-    default: fail("cuBLAS is given fp32, bf16 or fp16, not {}", dtype_name(dtype));
-  }
-}
-
 // `elements` further into a tensor of `dtype` elements.
 const void* at(const void* data, int64_t elements, DType dtype) {
   return static_cast<const char*>(data) + elements * static_cast<int64_t>(dtype_size(dtype));
@@ -86,58 +73,48 @@ bool use_fused_attention(DType dtype, int64_t B, int64_t NH, int64_t HS, std::in
   return cuda::flash_attention_supported(element_kind(dtype), HS);
 }
 
-// Types of one matrix product: A and B in `inputs`, C in `output` (the same, or fp32 for
-// parameter gradients), accumulation in fp32 (TF32 tensor cores for fp32 inputs when `tf32`).
-struct GemmTypes {
-  DType inputs = DType::F32, output = DType::F32;
-  bool tf32 = false;
-};
+using cuda::Gemm;
+using cuda::GemmEpilogue;
+using cuda::GemmTypes;
 
-// Row-major C[M,N] = alpha op(A)[M,K] op(B)[K,N] + beta C with row strides lda, ldb, ldc (and
-// element strides between batch entries), as the column-major product C^T = op(B)^T op(A)^T that
-// cuBLAS computes.
-void gemm(cublasHandle_t handle, GemmTypes types, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-          float alpha, const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C, int64_t ldc,
-          int64_t batch = 1, int64_t stride_a = 0, int64_t stride_b = 0, int64_t stride_c = 0) {
-  const cudaDataType input_type = cuda_data_type(types.inputs);
-  const cublasComputeType_t compute = types.inputs != DType::F32 ? CUBLAS_COMPUTE_32F
-                                      : types.tf32               ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                                                 : CUBLAS_COMPUTE_32F_PEDANTIC;
-  check_cublas(cublasGemmStridedBatchedEx(handle, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                          static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &alpha, B,
-                                          input_type, static_cast<int>(ldb), stride_b, A, input_type,
-                                          static_cast<int>(lda), stride_a, &beta, C, cuda_data_type(types.output),
-                                          static_cast<int>(ldc), stride_c, static_cast<int>(batch), compute,
-                                          CUBLAS_GEMM_DEFAULT),
-               "cublasGemmStridedBatchedEx");
+// GELU inside the products (cuBLASLt's GELU epilogues) except in strict fp32: that mode is the
+// reference the op table holds to fp32 rounding, and cuBLASLt does not document its GELU to that
+// precision. The auxiliary matrix (the pre-activation) needs a leading dimension divisible by 8.
+bool gelu_epilogue_applies(const GemmTypes& types, int64_t aux_columns) {
+  return (types.inputs != DType::F32 || types.tf32) && aux_columns % 8 == 0;
+}
+
+// A product without epilogue, arguments in Gemm's order (every cuBLASLt plan takes that).
+void gemm(cuda::LtMatmul& lt, GemmTypes types, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C, int64_t ldc, int64_t batch = 1,
+          int64_t stride_a = 0, int64_t stride_b = 0, int64_t stride_c = 0) {
+  lt.run({types, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, batch, stride_a, stride_b, stride_c});
 }
 
 }  // namespace
 
 struct CudaBackend::Handles {
-  cublasHandle_t blas = nullptr;
+  std::unique_ptr<DeviceBuffer> matmul_workspace;
+  std::unique_ptr<cuda::LtMatmul> matmul;  // every matrix product (lt_matmul.h)
   bool tf32 = false;
   bool fused_attention = true;
   std::unique_ptr<DeviceBuffer> sum_scratch;  // kSumBlocks partials + the result
-  // Scratch of the ops that need it, one at a time on the stream: embedding backward's sort, or
-  // attention's two B x NH x T x T matrices. Sized by reserve_workspace(); grown by an op that
-  // needs more (never during planned training).
+  // Scratch of the ops that need it, one at a time on the stream: embedding backward's sort,
+  // attention's two B x NH x T x T matrices, or a bias gradient from a cuBLASLt epilogue. Sized by
+  // reserve_workspace(); grown by an op that needs more (never during planned training: the sort's
+  // 12 bytes per position exceed a bias gradient's 4 x N bytes whenever B x T > N / 3).
   std::unique_ptr<DeviceBuffer> workspace;
 };
 
 CudaBackend::CudaBackend(const BackendOptions& options) : handles_(std::make_unique<Handles>()) {
-  check_cublas(cublasCreate(&handles_->blas), "cublasCreate");
   handles_->tf32 = options.tf32;
   handles_->fused_attention = options.fused_attention;
-  // Every product names its compute type (gemm()): fp32 strictly unless tf32, bf16/fp16 on tensor
-  // cores with fp32 accumulation. The handle's math mode stays the default, so it cannot override
-  // the bf16/fp16 choice (a pedantic mode is a handle-wide setting).
+  handles_->matmul_workspace = allocate(cuda::LtMatmul::kWorkspaceBytes);
+  handles_->matmul = std::make_unique<cuda::LtMatmul>(handles_->matmul_workspace->data(), cuda::LtMatmul::kWorkspaceBytes);
   handles_->sum_scratch = allocate((cuda::kSumBlocks + 1) * sizeof(double));
 }
 
-CudaBackend::~CudaBackend() {
-  if (handles_ && handles_->blas) cublasDestroy(handles_->blas);
-}
+CudaBackend::~CudaBackend() = default;
 
 std::unique_ptr<DeviceBuffer> CudaBackend::allocate(size_t bytes) {
   return std::make_unique<CudaBuffer>(bytes, memory_);
@@ -154,12 +131,16 @@ size_t CudaBackend::workspace_bytes(const WorkspaceNeeds& needs) const {
       handles_->fused_attention && cuda::flash_attention_supported(element_kind(needs.dtype), needs.head_size);
   return std::max(cuda::embedding_backward_workspace_bytes(needs.batch * needs.seq),
                   attention_workspace_bytes(needs.batch, needs.heads, needs.seq, needs.dtype, fused)) +
-         handles_->sum_scratch->bytes();
+         fixed_workspace_bytes();
 }
 
 size_t CudaBackend::reserve_workspace(const WorkspaceNeeds& needs) {
-  workspace(workspace_bytes(needs) - handles_->sum_scratch->bytes());
-  return handles_->workspace->bytes() + handles_->sum_scratch->bytes();
+  workspace(workspace_bytes(needs) - fixed_workspace_bytes());
+  return handles_->workspace->bytes() + fixed_workspace_bytes();
+}
+
+size_t CudaBackend::fixed_workspace_bytes() const {
+  return handles_->sum_scratch->bytes() + handles_->matmul_workspace->bytes();
 }
 
 void* CudaBackend::workspace(size_t bytes) {
@@ -184,28 +165,20 @@ double CudaBackend::time_gemm_ms(DType dtype, bool tf32, int64_t M, int64_t N, i
   KILN_CHECK(M > 0 && N > 0 && K > 0 && iterations > 0, "gemm sizes and iterations must be positive");
   KILN_CHECK(!tf32 || dtype == DType::F32, "gemm benchmark: tf32 applies to fp32 inputs only");
   const int kind = element_kind(dtype);
-  const cudaDataType type = cuda_data_type(dtype);
   const size_t element = dtype_size(dtype);
   auto a = allocate(static_cast<size_t>(M * K) * element);
   auto b = allocate(static_cast<size_t>(K * N) * element);
   auto c = allocate(static_cast<size_t>(M * N) * element);
   check_cuda(cuda::fill_random(a->data(), kind, M * K, 1), "fill_random");
   check_cuda(cuda::fill_random(b->data(), kind, K * N, 2), "fill_random");
-  const cublasComputeType_t compute =
-      dtype == DType::F32 ? (tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F_PEDANTIC) : CUBLAS_COMPUTE_32F;
-  const float alpha = 1.0f, beta = 0.0f;
   cudaEvent_t start = nullptr, stop = nullptr;
   check_cuda(cudaEventCreate(&start), "cudaEventCreate");
   check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
   std::vector<double> times;
   for (int i = 0; i <= iterations; ++i) {  // the first run warms up and is not counted
     check_cuda(cudaEventRecord(start), "cudaEventRecord");
-    // Row-major C = A B is column-major C^T = B^T A^T.
-    check_cublas(cublasGemmEx(handles_->blas, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(M),
-                              static_cast<int>(K), &alpha, b->data(), type, static_cast<int>(N), a->data(), type,
-                              static_cast<int>(K), &beta, c->data(), type, static_cast<int>(N), compute,
-                              CUBLAS_GEMM_DEFAULT),
-                 "cublasGemmEx");
+    gemm(*handles_->matmul, {dtype, dtype, tf32}, false, false, M, N, K, 1.0f, a->data(), K, b->data(), N, 0.0f,
+         c->data(), N);
     check_cuda(cudaEventRecord(stop), "cudaEventRecord");
     check_cuda(cudaEventSynchronize(stop), "cudaEventSynchronize");
     float ms = 0.0f;
@@ -267,35 +240,84 @@ void CudaBackend::layernorm_backward(const LayerNormBackward& a) {
              "layernorm_backward");
 }
 
+// Bias, GELU and their gradients go into cuBLASLt's epilogues where it has an algorithm for them
+// (lt_matmul.h); otherwise the bias is broadcast into the output before an accumulating product,
+// the bias gradient is a column-sum kernel, and GELU runs as its own kernel.
 void CudaBackend::matmul_forward(const MatmulForward& a) {
   const auto [M, K, N] = checks::matmul_forward(a, kCuda);
   const DType dtype = a.in.dtype;
-  float beta = 0.0f;
-  if (!a.bias.empty()) {
-    check_cuda(cuda::broadcast_rows(a.out.data, a.bias.data, element_kind(dtype), M, N), "matmul_forward");
-    beta = 1.0f;
-  }
   const bool out_in = a.layout == WeightLayout::OutIn;
-  gemm(handles_->blas, {dtype, dtype, handles_->tf32}, false, out_in, M, N, K, 1.0f, a.in.data, K, a.weight.data,
-       out_in ? K : N, beta, a.out.data, N);
+  cuda::LtMatmul& lt = *handles_->matmul;
+  Gemm product{{dtype, dtype, handles_->tf32}, false, out_in, M, N, K, 1.0f, a.in.data, K, a.weight.data,
+               out_in ? K : N, 0.0f, a.out.data, N};
+  const bool gelu = !a.gelu_out.empty();
+  if (gelu && !a.bias.empty() && gelu_epilogue_applies(product.types, N)) {
+    Gemm fused = product;  // gelu_out = gelu(in W + b), the pre-activation into out
+    fused.C = a.gelu_out.data;
+    fused.epilogue = GemmEpilogue::GeluAuxBias;
+    fused.bias = a.bias.data;
+    fused.aux = a.out.data;
+    fused.aux_ld = N;
+    if (lt.run(fused)) return;
+  }
+  if (!a.bias.empty()) {
+    Gemm biased = product;
+    biased.epilogue = GemmEpilogue::Bias;
+    biased.bias = a.bias.data;
+    if (!lt.run(biased)) {
+      check_cuda(cuda::broadcast_rows(a.out.data, a.bias.data, element_kind(dtype), M, N), "matmul_forward");
+      product.beta = 1.0f;
+      lt.run(product);
+    }
+  } else {
+    lt.run(product);
+  }
+  if (gelu)
+    check_cuda(cuda::gelu_forward(a.gelu_out.data, a.out.data, element_kind(dtype), M * N), "matmul_forward (gelu)");
 }
 
 void CudaBackend::matmul_backward(const MatmulBackward& a) {
   const auto [M, K, N] = checks::matmul_backward(a, kCuda);
   const DType dtype = a.in.dtype;
+  const int kind = element_kind(dtype);
   const bool in_out = a.layout == WeightLayout::InOut;
-  if (!a.din.empty()) {
-    gemm(handles_->blas, {dtype, dtype, handles_->tf32}, false, in_out, M, K, N, 1.0f, a.dout.data, N, a.weight.data,
-         in_out ? N : K, 0.0f, a.din.data, K);
+  cuda::LtMatmul& lt = *handles_->matmul;
+  if (!a.din.empty()) {  // din = dout W^T (InOut) or dout W (OutIn), times gelu'(gelu_in) when given
+    Gemm product{{dtype, dtype, handles_->tf32}, false, in_out, M, K, N, 1.0f, a.dout.data, N, a.weight.data,
+                 in_out ? N : K, 0.0f, a.din.data, K};
+    bool gelu_done = false;
+    if (!a.gelu_in.empty() && gelu_epilogue_applies(product.types, K)) {
+      Gemm fused = product;
+      fused.epilogue = GemmEpilogue::Dgelu;
+      fused.aux = a.gelu_in.data;
+      fused.aux_ld = K;
+      gelu_done = lt.run(fused);
+    }
+    if (!gelu_done) {
+      lt.run(product);
+      if (!a.gelu_in.empty())
+        check_cuda(cuda::gelu_backward(a.din.data, a.gelu_in.data, a.din.data, kind, M * K), "matmul_backward (gelu)");
+    }
   }
-  const GemmTypes to_fp32{dtype, DType::F32, handles_->tf32};  // parameter gradients accumulate in fp32
-  if (in_out) {
-    gemm(handles_->blas, to_fp32, true, false, K, N, M, 1.0f, a.in.data, K, a.dout.data, N, 1.0f, a.dweight.data, N);
-  } else {
-    gemm(handles_->blas, to_fp32, true, false, N, K, M, 1.0f, a.dout.data, N, a.in.data, K, 1.0f, a.dweight.data, K);
+  // dweight += in^T dout (InOut, [K,N]) or dout^T in (OutIn, [N,K]), accumulated in fp32; the
+  // bias gradient is the column sums of dout, which is op(B) of the first and op(A) of the second.
+  Gemm weight_grad = in_out ? Gemm{{dtype, DType::F32, handles_->tf32}, true, false, K, N, M, 1.0f, a.in.data, K,
+                                   a.dout.data, N, 1.0f, a.dweight.data, N}
+                            : Gemm{{dtype, DType::F32, handles_->tf32}, true, false, N, K, M, 1.0f, a.dout.data, N,
+                                   a.in.data, K, 1.0f, a.dweight.data, K};
+  if (!a.dbias.empty()) {
+    // The epilogue writes the bias gradient; it is added to dbias (+=) from the shared workspace.
+    auto* bias_grad = static_cast<float*>(workspace(static_cast<size_t>(N) * sizeof(float)));
+    Gemm fused = weight_grad;
+    fused.epilogue = in_out ? GemmEpilogue::BiasGradFromB : GemmEpilogue::BiasGradFromA;
+    fused.bias_grad = bias_grad;
+    if (lt.run(fused)) {
+      check_cuda(cuda::column_sums_add(a.dbias.as<float>(), bias_grad, cuda::kFp32, 1, N), "matmul_backward");
+      return;
+    }
+    check_cuda(cuda::column_sums_add(a.dbias.as<float>(), a.dout.data, kind, M, N), "matmul_backward");
   }
-  if (!a.dbias.empty())
-    check_cuda(cuda::column_sums_add(a.dbias.as<float>(), a.dout.data, element_kind(dtype), M, N), "matmul_backward");
+  lt.run(weight_grad);
 }
 
 void CudaBackend::gelu_forward(const GeluForward& a) {
@@ -310,7 +332,7 @@ void CudaBackend::gelu_backward(const GeluBackward& a) {
 }
 
 // The flash-attention contract (ops.h). bf16/fp16 with head size 64 or 128 on sm_80+: the fused
-// kernels (flash_attention.cu). Otherwise cuBLAS products: the T x T scores and probabilities live
+// kernels (flash_attention.cu). Otherwise cuBLASLt products: the T x T scores and probabilities live
 // only in the shared workspace during the call (in the compute dtype, products accumulated in
 // fp32, softmax in fp32), and backward recomputes them from q, k and lse. Consecutive heads are
 // HS apart in qkv, so each batch entry's heads are one strided-batched GEMM.
@@ -327,17 +349,18 @@ void CudaBackend::attention_forward(const AttentionForward& a) {
     return;
   }
   const GemmTypes types{dtype, dtype, handles_->tf32};
+  cuda::LtMatmul& lt = *handles_->matmul;
   void* probs = workspace(attention_workspace_bytes(B, NH, T, dtype, false));
   for (int64_t b = 0; b < B; ++b) {
     const void* q = at(a.qkv.data, b * T * 3 * C, dtype);
-    gemm(handles_->blas, types, false, true, T, T, HS, scale, q, 3 * C, at(q, C, dtype), 3 * C, 0.0f,
+    gemm(lt, types, false, true, T, T, HS, scale, q, 3 * C, at(q, C, dtype), 3 * C, 0.0f,
          at(probs, b * NH * T * T, dtype), T, NH, HS, HS, T * T);
   }
   check_cuda(cuda::attention_softmax_forward(probs, a.lse.as<float>(), element_kind(dtype), key_mask, B, NH, T, causal),
              "attention_forward");
   for (int64_t b = 0; b < B; ++b) {
     const void* v = at(a.qkv.data, b * T * 3 * C + 2 * C, dtype);
-    gemm(handles_->blas, types, false, false, T, HS, T, 1.0f, at(probs, b * NH * T * T, dtype), T, v, 3 * C, 0.0f,
+    gemm(lt, types, false, false, T, HS, T, 1.0f, at(probs, b * NH * T * T, dtype), T, v, 3 * C, 0.0f,
          at(a.out.data, b * T * C, dtype), C, NH, T * T, HS, HS);
   }
 }
@@ -357,14 +380,14 @@ void CudaBackend::attention_backward(const AttentionBackward& a) {
     return;
   }
   const GemmTypes types{dtype, dtype, handles_->tf32};
-  cublasHandle_t blas = handles_->blas;
+  cuda::LtMatmul& lt = *handles_->matmul;
   void* probs = workspace(attention_workspace_bytes(B, NH, T, dtype, false));
   void* dprobs = at(probs, static_cast<int64_t>(attention_matrix_bytes(B, NH, T, dtype) / dtype_size(dtype)), dtype);
   for (int64_t b = 0; b < B; ++b) {  // S again, and dP = dO v^T
     const void* q = at(a.qkv.data, b * T * 3 * C, dtype);
-    gemm(blas, types, false, true, T, T, HS, scale, q, 3 * C, at(q, C, dtype), 3 * C, 0.0f,
+    gemm(lt, types, false, true, T, T, HS, scale, q, 3 * C, at(q, C, dtype), 3 * C, 0.0f,
          at(probs, b * NH * T * T, dtype), T, NH, HS, HS, T * T);
-    gemm(blas, types, false, true, T, T, HS, 1.0f, at(a.dout.data, b * T * C, dtype), C, at(q, 2 * C, dtype), 3 * C,
+    gemm(lt, types, false, true, T, T, HS, 1.0f, at(a.dout.data, b * T * C, dtype), C, at(q, 2 * C, dtype), 3 * C,
          0.0f, at(dprobs, b * NH * T * T, dtype), T, NH, HS, HS, T * T);
   }
   check_cuda(cuda::attention_softmax_backward(probs, dprobs, a.lse.as<float>(), a.dout.data, a.out.data,
@@ -376,9 +399,9 @@ void CudaBackend::attention_backward(const AttentionBackward& a) {
     const void* ds = at(dprobs, b * NH * T * T, dtype);
     const void* p = at(probs, b * NH * T * T, dtype);
     const void* d_o = at(a.dout.data, b * T * C, dtype);
-    gemm(blas, types, false, false, T, HS, T, 1.0f, ds, T, at(q, C, dtype), 3 * C, 0.0f, dq, 3 * C, NH, T * T, HS, HS);
-    gemm(blas, types, true, false, T, HS, T, 1.0f, ds, T, q, 3 * C, 0.0f, at(dq, C, dtype), 3 * C, NH, T * T, HS, HS);
-    gemm(blas, types, true, false, T, HS, T, 1.0f, p, T, d_o, C, 0.0f, at(dq, 2 * C, dtype), 3 * C, NH, T * T, HS,
+    gemm(lt, types, false, false, T, HS, T, 1.0f, ds, T, at(q, C, dtype), 3 * C, 0.0f, dq, 3 * C, NH, T * T, HS, HS);
+    gemm(lt, types, true, false, T, HS, T, 1.0f, ds, T, q, 3 * C, 0.0f, at(dq, C, dtype), 3 * C, NH, T * T, HS, HS);
+    gemm(lt, types, true, false, T, HS, T, 1.0f, p, T, d_o, C, 0.0f, at(dq, 2 * C, dtype), 3 * C, NH, T * T, HS,
          HS);
   }
 }

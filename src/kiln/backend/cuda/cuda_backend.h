@@ -1,11 +1,12 @@
-// The CUDA back-end, first version: every op on the GPU in fp32, bf16 and fp16 (ops.h dtypes),
-// proven against the CPU reference by the op table. Matrix products use cuBLAS
-// (cublasGemmStridedBatchedEx, fp32 accumulation; TF32 tensor cores for fp32 inputs only when
-// constructed with tf32; parameter gradients written in fp32 from bf16/fp16 inputs); the rest are
-// kernels.cu's plain kernels, templated on the storage type. Attention keeps the flash-attention
-// contract (only the log-sum-exp is saved) but still forms the T x T matrices, in a shared
-// workspace, with cuBLAS; a fused kernel that never forms them is the next step. Everything runs
-// on the default stream; copies are synchronous. Compiled only in CUDA builds.
+// The CUDA back-end: every op on the GPU in fp32, bf16 and fp16 (ops.h dtypes), proven against the
+// CPU reference by the op table. Matrix products go through cuBLASLt (lt_matmul.h: one handle, one
+// workspace, plans cached per shape; fp32 accumulation; TF32 tensor cores for fp32 inputs only
+// when constructed with tf32; parameter gradients written in fp32 from bf16/fp16 inputs), with
+// bias, GELU and bias-gradient epilogues. The rest are the kernels of kernels.h, one .cu file per
+// op family, templated on the storage type. Attention keeps the flash-attention contract (only the
+// log-sum-exp is saved): fused tensor-core kernels where they apply (flash_attention.h), else the
+// T x T matrices in a shared workspace through cuBLASLt. Everything runs on the default stream;
+// copies are synchronous. Compiled only in CUDA builds.
 //
 // Values inside device memory (token ids, targets) are not range-checked here: that would need a
 // copy to the host per op. Gpt::forward checks them on the host before they are uploaded.
@@ -58,6 +59,7 @@ class CudaBackend final : public Backend {
 
  private:
   void* workspace(size_t bytes);  // the shared op scratch, grown to at least `bytes`
+  size_t fixed_workspace_bytes() const;  // held from construction: cuBLASLt's and the norm's scratch
   struct Handles;
   std::shared_ptr<MemoryTracker> memory_ = std::make_shared<MemoryTracker>();
   std::unique_ptr<Handles> handles_;

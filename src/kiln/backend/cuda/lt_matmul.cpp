@@ -1,0 +1,170 @@
+#include "kiln/backend/cuda/lt_matmul.h"
+
+#include <cublasLt.h>
+
+#include <algorithm>
+#include <bit>
+
+#include "kiln/core/error.h"
+
+namespace kiln::cuda {
+namespace {
+
+void check_lt(cublasStatus_t status, const char* what) {
+  KILN_CHECK(status == CUBLAS_STATUS_SUCCESS, "cuBLASLt error in {}: {}", what, cublasLtGetStatusString(status));
+}
+
+cudaDataType lt_type(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return CUDA_R_32F;
+    case DType::BF16: return CUDA_R_16BF;
+    case DType::F16: return CUDA_R_16F;
+    default: fail("cuBLASLt products take fp32, bf16 or fp16, not {}", dtype_name(dtype));
+  }
+}
+
+// fp32 inputs: strict fp32 unless tf32; bf16/fp16 inputs: tensor cores with fp32 accumulation.
+cublasComputeType_t compute_type(const GemmTypes& types) {
+  return types.inputs == DType::F32 && types.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
+
+cublasLtEpilogue_t lt_epilogue(GemmEpilogue epilogue) {
+  switch (epilogue) {
+    case GemmEpilogue::None: return CUBLASLT_EPILOGUE_DEFAULT;
+    case GemmEpilogue::Bias: return CUBLASLT_EPILOGUE_BIAS;
+    case GemmEpilogue::GeluAuxBias: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case GemmEpilogue::Dgelu: return CUBLASLT_EPILOGUE_DGELU;
+    // cuBLASLt is column-major: it computes C^T = op(B)^T op(A)^T, so our B is its A (below).
+    case GemmEpilogue::BiasGradFromB: return CUBLASLT_EPILOGUE_BGRADA;
+    case GemmEpilogue::BiasGradFromA: return CUBLASLT_EPILOGUE_BGRADB;
+  }
+  fail("unknown matmul epilogue");
+}
+
+// The largest power of two up to 256 that divides the address (cuBLASLt's alignment classes).
+int64_t alignment(const void* pointer) {
+  const auto address = reinterpret_cast<uintptr_t>(pointer);
+  return address == 0 ? 256 : std::min<int64_t>(256, int64_t{1} << std::countr_zero(address));
+}
+
+template <typename T>
+void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const T& value) {
+  check_lt(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)), "cublasLtMatmulDescSetAttribute");
+}
+
+// A stored row-major rows x cols matrix (row stride ld) is, to cuBLASLt, column-major cols x rows.
+cublasLtMatrixLayout_t layout(DType dtype, int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t stride) {
+  cublasLtMatrixLayout_t result = nullptr;
+  check_lt(cublasLtMatrixLayoutCreate(&result, lt_type(dtype), static_cast<uint64_t>(cols), static_cast<uint64_t>(rows),
+                                      ld),
+           "cublasLtMatrixLayoutCreate");
+  if (batch > 1) {
+    const auto count = static_cast<int32_t>(batch);
+    check_lt(cublasLtMatrixLayoutSetAttribute(result, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)),
+             "cublasLtMatrixLayoutSetAttribute");
+    check_lt(cublasLtMatrixLayoutSetAttribute(result, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                              sizeof(stride)),
+             "cublasLtMatrixLayoutSetAttribute");
+  }
+  return result;
+}
+
+}  // namespace
+
+struct LtMatmul::Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;  // cuBLASLt's A (our B), B (our A), C = D
+  cublasLtMatmulAlgo_t algo{};
+  bool supported = false;
+  ~Plan() {
+    if (desc) cublasLtMatmulDescDestroy(desc);
+    for (cublasLtMatrixLayout_t matrix : {a, b, c})
+      if (matrix) cublasLtMatrixLayoutDestroy(matrix);
+  }
+};
+
+LtMatmul::LtMatmul(void* workspace, size_t workspace_bytes) : workspace_(workspace), workspace_bytes_(workspace_bytes) {
+  cublasLtHandle_t handle = nullptr;
+  check_lt(cublasLtCreate(&handle), "cublasLtCreate");
+  handle_ = handle;
+}
+
+LtMatmul::~LtMatmul() {
+  plans_.clear();
+  if (handle_) cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
+}
+
+LtMatmul::Plan& LtMatmul::plan_for(const Gemm& g) {
+  const GemmTypes& t = g.types;
+  PlanKey key = {g.trans_a, g.trans_b, g.M, g.N, g.K, g.lda, g.ldb, g.ldc, g.batch, g.stride_a, g.stride_b,
+                 g.stride_c, static_cast<int64_t>(t.inputs), static_cast<int64_t>(t.output), t.tf32,
+                 static_cast<int64_t>(g.epilogue), g.aux_ld, alignment(g.A), alignment(g.B),
+                 alignment(g.C), alignment(g.bias), alignment(g.bias_grad), alignment(g.aux)};
+  auto found = plans_.find(key);
+  if (found != plans_.end()) return *found->second;
+
+  auto plan = std::make_unique<Plan>();
+  check_lt(cublasLtMatmulDescCreate(&plan->desc, compute_type(t), CUDA_R_32F), "cublasLtMatmulDescCreate");
+  // C^T[N,M] = op(B)^T op(A)^T: cuBLASLt's A is our B, its B our A, each transposed as we say.
+  set(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, static_cast<int32_t>(g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N));
+  set(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N));
+  set(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(lt_epilogue(g.epilogue)));
+  if (g.bias) set(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
+  if (g.bias_grad) set(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(g.bias_grad));
+  if (g.aux) {
+    set(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<const void*>(g.aux));
+    set(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.aux_ld);
+  }
+  plan->a = g.trans_b ? layout(t.inputs, g.N, g.K, g.ldb, g.batch, g.stride_b)
+                      : layout(t.inputs, g.K, g.N, g.ldb, g.batch, g.stride_b);
+  plan->b = g.trans_a ? layout(t.inputs, g.K, g.M, g.lda, g.batch, g.stride_a)
+                      : layout(t.inputs, g.M, g.K, g.lda, g.batch, g.stride_a);
+  plan->c = layout(t.output, g.M, g.N, g.ldc, g.batch, g.stride_c);
+
+  cublasLtMatmulPreference_t preference = nullptr;
+  check_lt(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
+  auto set_preference = [&](cublasLtMatmulPreferenceAttributes_t attribute, auto value) {
+    check_lt(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof(value)),
+             "cublasLtMatmulPreferenceSetAttribute");
+  };
+  set_preference(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(workspace_bytes_));
+  set_preference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, static_cast<uint32_t>(alignment(g.B)));
+  set_preference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, static_cast<uint32_t>(alignment(g.A)));
+  set_preference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, static_cast<uint32_t>(alignment(g.C)));
+  set_preference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, static_cast<uint32_t>(alignment(g.C)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found_count = 0;
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), plan->desc, plan->a, plan->b, plan->c,
+                                     plan->c, preference, 1, &result, &found_count);
+  cublasLtMatmulPreferenceDestroy(preference);
+  plan->supported = status == CUBLAS_STATUS_SUCCESS && found_count > 0 && result.state == CUBLAS_STATUS_SUCCESS;
+  plan->algo = result.algo;
+  KILN_CHECK(plan->supported || g.epilogue != GemmEpilogue::None,
+             "cuBLASLt has no algorithm for the {} x {} x {} product ({} inputs, {} output, batch {}): {}", g.M, g.N,
+             g.K, dtype_name(t.inputs), dtype_name(t.output), g.batch,
+             status == CUBLAS_STATUS_SUCCESS ? "no heuristic result" : cublasLtGetStatusString(status));
+  return *plans_.emplace(std::move(key), std::move(plan)).first->second;
+}
+
+bool LtMatmul::run(const Gemm& g) {
+  KILN_CHECK(g.epilogue != GemmEpilogue::Dgelu || g.beta == 0.0f, "the GELU-gradient epilogue writes its output");
+  if (g.M == 0 || g.N == 0) return true;
+  Plan& plan = plan_for(g);
+  if (!plan.supported) return false;
+  // The plan was made with this call's pointers' alignments; set this call's pointers.
+  if (g.bias) set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
+  if (g.bias_grad) set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(g.bias_grad));
+  if (g.aux) set(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<const void*>(g.aux));
+  const cublasStatus_t status =
+      cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), plan.desc, &g.alpha, g.B, plan.a, g.A, plan.b, &g.beta,
+                     g.C, plan.c, g.C, plan.c, &plan.algo, workspace_, workspace_bytes_, nullptr);
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED && g.epilogue != GemmEpilogue::None) {
+    plan.supported = false;  // the heuristic offered an algorithm the call then refused: fall back from now on
+    return false;
+  }
+  check_lt(status, "cublasLtMatmul");
+  return true;
+}
+
+}  // namespace kiln::cuda

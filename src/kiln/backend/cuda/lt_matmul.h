@@ -1,0 +1,88 @@
+// Every matrix product of the CUDA back-end, through cuBLASLt: one handle and one workspace for the
+// back-end's life, and a plan (descriptors and the heuristic's algorithm) cached per shape, so a
+// training step queries the heuristic only on its first pass. Products are row-major with fp32
+// accumulation; the epilogues fuse the passes around a product that would otherwise read or write
+// its output again: bias add, bias + GELU (keeping the pre-activation), the GELU derivative, and
+// the bias gradient.
+//
+// Determinism: one plan per (shapes, types, epilogue, pointer alignments), so a product that
+// recurs on the same buffers runs the same algorithm and gives the same bits. The activation
+// arena aligns to 256 bytes (core/arena.h), the most any cuBLASLt kernel asks for.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "kiln/core/dtype.h"
+
+namespace kiln::cuda {
+
+// Types of one product: A and B in `inputs`, C/D in `output` (the same, or fp32 for parameter
+// gradients), accumulation in fp32; fp32 inputs use TF32 tensor cores only when `tf32`.
+struct GemmTypes {
+  DType inputs = DType::F32, output = DType::F32;
+  bool tf32 = false;
+};
+
+enum class GemmEpilogue : uint8_t {
+  None,
+  Bias,           // C[m, :] += bias (bias: [N] in the output dtype)
+  GeluAuxBias,    // aux = C + bias (the pre-activation, [M, N] row stride aux_ld), C = gelu(aux)
+  Dgelu,          // C = (alpha op(A) op(B)) * gelu'(aux), aux [M, N] row stride aux_ld; beta must be 0
+  BiasGradFromB,  // bias_grad[n] = sum_k op(B)[k, n] (written, fp32 output only): the bias gradient
+                  // when op(B) is the output gradient
+  BiasGradFromA,  // bias_grad[m] = sum_k op(A)[m, k], likewise when op(A) is
+};
+
+// Row-major C[M,N] = alpha op(A)[M,K] op(B)[K,N] + beta C, with row strides lda, ldb, ldc and, for
+// batch > 1, element strides between consecutive matrices of the batch.
+struct Gemm {
+  GemmTypes types;
+  bool trans_a = false, trans_b = false;
+  int64_t M = 0, N = 0, K = 0;
+  float alpha = 1.0f;
+  const void* A = nullptr;
+  int64_t lda = 0;
+  const void* B = nullptr;
+  int64_t ldb = 0;
+  float beta = 0.0f;
+  void* C = nullptr;
+  int64_t ldc = 0;
+  int64_t batch = 1, stride_a = 0, stride_b = 0, stride_c = 0;
+  GemmEpilogue epilogue = GemmEpilogue::None;
+  const void* bias = nullptr;  // Bias, GeluAuxBias
+  void* bias_grad = nullptr;   // BiasGradFromA/B
+  void* aux = nullptr;         // GeluAuxBias (written), Dgelu (read)
+  int64_t aux_ld = 0;
+};
+
+class LtMatmul {
+ public:
+  // `workspace` is device memory the products may use, owned by the caller for this object's life.
+  LtMatmul(void* workspace, size_t workspace_bytes);
+  ~LtMatmul();
+  LtMatmul(const LtMatmul&) = delete;
+  LtMatmul& operator=(const LtMatmul&) = delete;
+
+  // Runs the product on the default stream. Returns false, having run nothing, when cuBLASLt has no
+  // algorithm for this epilogue with these shapes, types and alignments (the caller then does the
+  // epilogue's work itself); throws kiln::Error when even the plain product has none.
+  bool run(const Gemm& gemm);
+
+  // The workspace cuBLASLt gets: 32 MiB, the size the cuBLAS documentation recommends for Hopper
+  // (cublasSetWorkspace()).
+  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+ private:
+  struct Plan;
+  using PlanKey = std::vector<int64_t>;
+  Plan& plan_for(const Gemm& gemm);
+  void* handle_ = nullptr;  // cublasLtHandle_t
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  std::map<PlanKey, std::unique_ptr<Plan>> plans_;
+};
+
+}  // namespace kiln::cuda
