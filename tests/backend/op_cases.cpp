@@ -429,6 +429,7 @@ std::vector<OpCase> all_op_cases() {
   cases.push_back(layernorm_case(6, 24, rng));
   cases.push_back(layernorm_case(3, 80, rng));
   cases.push_back(layernorm_case(4, 7, rng));
+  cases.push_back(layernorm_case(1030, 4, rng));  // CUDA's parameter-gradient column sums in two row chunks
   cases.push_back(layernorm_residual_case(5, 24, rng));
   cases.push_back(layernorm_residual_case(3, 80, rng));
   cases.push_back(gelu_case(37, rng));
@@ -436,6 +437,10 @@ std::vector<OpCase> all_op_cases() {
   cases.push_back(residual_case(50, rng));
   cases.push_back(embedding_case(2, 5, 24, 13, 8, rng));
   cases.push_back(embedding_case(1, 7, 80, 64, 7, rng));
+  // CUDA's token-gradient kernel stages a run's rows 256 at a time and its columns 1024 at a time:
+  // runs of about 300 rows (two tokens over 600 positions), and a row wider than 1024.
+  cases.push_back(embedding_case(3, 200, 8, 2, 200, rng));
+  cases.push_back(embedding_case(1, 3, 1100, 4, 3, rng));
   cases.push_back(attention_case(2, 5, 2, 24, AttentionMask::Causal, rng));
   cases.push_back(attention_case(1, 7, 1, 80, AttentionMask::Causal, rng));
   cases.push_back(attention_case(2, 4, 4, 4, AttentionMask::Causal, rng));

@@ -59,6 +59,7 @@ class Backend {
   struct WorkspaceNeeds {  // the largest calls the model makes
     int64_t batch = 0, seq = 0, heads = 0, head_size = 0;
     DType dtype = DType::F32;  // the compute dtype
+    int64_t widest_row = 0;    // the most columns a parameter gradient sums over rows (a bias's N)
   };
   virtual size_t reserve_workspace(const WorkspaceNeeds& needs) = 0;
   // What reserve_workspace(needs) would hold, without allocating (memory pre-flight checks).

@@ -95,7 +95,8 @@ void Gpt::allocate_activations(int64_t max_batch, int64_t max_seq, const Recompu
 }
 
 Backend::WorkspaceNeeds Gpt::workspace_needs(const GptConfig& config, int64_t batch, int64_t seq, DType dtype) {
-  return {batch, seq, config.num_heads, config.hidden_size / config.num_heads, dtype};
+  // The widest bias is the MLP's first, 4C.
+  return {batch, seq, config.num_heads, config.hidden_size / config.num_heads, dtype, 4 * config.hidden_size};
 }
 
 void Gpt::zero_grads() { backend_.fill({grads_, 0.0f}); }

@@ -1,6 +1,7 @@
-// The bias helpers of the matrix products when cuBLASLt's epilogues do not take them
-// (matmul.cpp): broadcast a bias into the output before an accumulating product, and add a bias
-// gradient's column sums in a fixed order.
+// The bias helpers of the matrix products (lt_matmul.h, cuda_backend.cpp): broadcast a bias into
+// the output before an accumulating product and sum a bias gradient's columns, where cuBLASLt's
+// epilogues do not take them, and add an epilogue's bias gradient into the accumulated one; also
+// the second pass of the fixed-order column sums (kernel_common.cuh).
 #include "kiln/backend/cuda/kernel_common.cuh"
 
 namespace kiln::cuda {
@@ -12,9 +13,26 @@ __global__ void broadcast_rows_kernel(T* out, const T* row, int64_t N, int64_t c
 }
 
 template <typename T>
-__global__ void column_sums_add_kernel(float* sums, const T* in, int64_t M, int64_t N) {
-  column_sums(sums, nullptr, M, N,
-              [=] __device__(int64_t m, int64_t n) { return make_float2(to_float(in[m * N + n]), 0.0f); });
+__global__ void column_sums_partial_kernel(float* partials, const T* in, int64_t M, int64_t N) {
+  column_sums_partial(partials, nullptr, M, N,
+                      [=] __device__(int64_t m, int64_t n) { return make_float2(to_float(in[m * N + n]), 0.0f); });
+}
+
+__global__ void column_sums_finish_kernel(float* sums_a, float* sums_b, const float* partial_a,
+                                          const float* partial_b, int64_t N, int64_t chunks) {
+  GRID_STRIDE(n, N) {
+    float a = 0.0f, b = 0.0f;
+    for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+      a += partial_a[chunk * N + n];
+      if (sums_b) b += partial_b[chunk * N + n];
+    }
+    sums_a[n] += a;
+    if (sums_b) sums_b[n] += b;
+  }
+}
+
+__global__ void add_floats_kernel(float* sums, const float* values, int64_t count) {
+  GRID_STRIDE(i, count) sums[i] += values[i];
 }
 
 }  // namespace
@@ -27,13 +45,32 @@ int broadcast_rows(void* out, const void* row, int kind, int64_t M, int64_t N) {
   });
 }
 
-int column_sums_add(float* sums, const void* in, int kind, int64_t M, int64_t N) {
-  return dispatch(kind, [&](auto tag) {
+size_t column_sums_workspace_bytes(int64_t M, int64_t N) {
+  return 2 * static_cast<size_t>(column_sum_chunks(M) * N) * sizeof(float);
+}
+
+int column_sums_finish(float* sums_a, float* sums_b, const float* partial_a, const float* partial_b, int64_t M,
+                       int64_t N) {
+  column_sums_finish_kernel<<<blocks_for(N), kThreads>>>(sums_a, sums_b, partial_a, partial_b, N,
+                                                          column_sum_chunks(M));
+  return launch_status();
+}
+
+int column_sums_add(float* sums, const void* in, int kind, int64_t M, int64_t N, void* workspace) {
+  if (M == 0) return 0;
+  auto* partials = static_cast<float*>(workspace);
+  const int status = dispatch(kind, [&](auto tag) {
     using E = decltype(tag);
-    column_sums_add_kernel<<<static_cast<unsigned>((N + 31) / 32), dim3(32, kRowGroups)>>>(
-        sums, static_cast<const E*>(in), M, N);
+    column_sums_partial_kernel<<<column_sums_grid(M, N), dim3(32, kRowGroups)>>>(partials, static_cast<const E*>(in),
+                                                                                  M, N);
     return launch_status();
   });
+  return status != 0 ? status : column_sums_finish(sums, nullptr, partials, nullptr, M, N);
+}
+
+int add_floats(float* sums, const float* values, int64_t count) {
+  add_floats_kernel<<<blocks_for(count), kThreads>>>(sums, values, count);
+  return launch_status();
 }
 
 }  // namespace kiln::cuda

@@ -1,10 +1,47 @@
 // Softmax + cross-entropy over the (padded) vocabulary, writing the logits' gradient in place;
-// one block per row.
+// one block per row, two passes over it (online softmax, then the gradient) instead of three.
 #include "kiln/backend/cuda/kernel_common.cuh"
 
 namespace kiln::cuda {
 namespace {
 
+// The running (max, sum of exp(x - max)) of an online softmax (Milakov & Gimelshein 2018), so one
+// read of the row gives both; merging two states rescales the smaller maximum's sum.
+struct SoftmaxState {
+  float max = -INFINITY, sum = 0.0f;
+  __device__ void add(float x) {
+    if (x > max) {
+      sum = sum * expf(max - x) + 1.0f;
+      max = x;
+    } else if (x != -INFINITY) {
+      sum += expf(x - max);
+    }
+  }
+  __device__ void merge(float other_max, float other_sum) {
+    const float merged = fmaxf(max, other_max);
+    if (merged == -INFINITY) return;  // both empty
+    sum = sum * expf(max - merged) + other_sum * expf(other_max - merged);
+    max = merged;
+  }
+};
+
+// Block-wide merge for blockDim.x == kThreads; every thread gets the result.
+__device__ SoftmaxState block_merge(SoftmaxState state) {
+  __shared__ float maxes[kThreads / 32], sums[kThreads / 32];
+  for (int offset = 16; offset > 0; offset >>= 1)
+    state.merge(__shfl_xor_sync(0xffffffffu, state.max, offset), __shfl_xor_sync(0xffffffffu, state.sum, offset));
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) {
+    maxes[warp] = state.max;
+    sums[warp] = state.sum;
+  }
+  __syncthreads();
+  SoftmaxState total;
+  for (int w = 0; w < kThreads / 32; ++w) total.merge(maxes[w], sums[w]);  // same order in every thread
+  return total;
+}
+
+// Two passes over the row: the online softmax state, then (with write_grad) the gradient.
 template <typename T>
 __global__ void cross_entropy_kernel(T* logits, float* losses, const int32_t* targets, int64_t V, int64_t Vp,
                                      int32_t ignore_index, float loss_scale, bool write_grad) {
@@ -12,12 +49,10 @@ __global__ void cross_entropy_kernel(T* logits, float* losses, const int32_t* ta
   T* x = logits + row * Vp;
   const int32_t target = targets[row];
   const bool ignored = target == ignore_index;
-  float max_logit = -INFINITY;
-  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) max_logit = fmaxf(max_logit, to_float(x[v]));
-  max_logit = block_max(max_logit);
-  float sum = 0.0f;
-  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) sum += expf(to_float(x[v]) - max_logit);
-  const float log_sum = logf(block_sum(sum)) + max_logit;
+  SoftmaxState state;
+  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) state.add(to_float(x[v]));
+  state = block_merge(state);
+  const float log_sum = logf(state.sum) + state.max;
   if (threadIdx.x == 0) losses[row] = ignored ? 0.0f : log_sum - to_float(x[target]);
   if (!write_grad) return;
   __syncthreads();  // the loss read x[target] before it is overwritten

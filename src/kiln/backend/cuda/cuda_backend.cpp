@@ -100,9 +100,9 @@ struct CudaBackend::Handles {
   bool fused_attention = true;
   std::unique_ptr<DeviceBuffer> sum_scratch;  // kSumBlocks partials + the result
   // Scratch of the ops that need it, one at a time on the stream: embedding backward's sort,
-  // attention's two B x NH x T x T matrices, or a bias gradient from a cuBLASLt epilogue. Sized by
-  // reserve_workspace(); grown by an op that needs more (never during planned training: the sort's
-  // 12 bytes per position exceed a bias gradient's 4 x N bytes whenever B x T > N / 3).
+  // attention's two B x NH x T x T matrices, the partial column sums of a parameter gradient, or a
+  // bias gradient from a cuBLASLt epilogue. Sized by reserve_workspace() from WorkspaceNeeds;
+  // grown by an op that needs more (never during planned training).
   std::unique_ptr<DeviceBuffer> workspace;
 };
 
@@ -129,8 +129,10 @@ std::optional<Backend::DeviceMemory> CudaBackend::device_memory() const {
 size_t CudaBackend::workspace_bytes(const WorkspaceNeeds& needs) const {
   const bool fused =
       handles_->fused_attention && cuda::flash_attention_supported(element_kind(needs.dtype), needs.head_size);
-  return std::max(cuda::embedding_backward_workspace_bytes(needs.batch * needs.seq),
-                  attention_workspace_bytes(needs.batch, needs.heads, needs.seq, needs.dtype, fused)) +
+  const int64_t positions = needs.batch * needs.seq;
+  return std::max({cuda::embedding_backward_workspace_bytes(positions),
+                   attention_workspace_bytes(needs.batch, needs.heads, needs.seq, needs.dtype, fused),
+                   cuda::column_sums_workspace_bytes(positions, needs.widest_row)}) +
          fixed_workspace_bytes();
 }
 
@@ -236,7 +238,7 @@ void CudaBackend::layernorm_backward(const LayerNormBackward& a) {
   const auto [M, C] = checks::layernorm_backward(a, kCuda);
   check_cuda(cuda::layernorm_backward(a.din.data, a.dweight.as<float>(), a.dbias.as<float>(), a.dout.data, a.in.data,
                                       a.weight.data, element_kind(a.in.dtype), a.mean.as<float>(), a.rstd.as<float>(),
-                                      M, C),
+                                      M, C, workspace(cuda::column_sums_workspace_bytes(M, C))),
              "layernorm_backward");
 }
 
@@ -312,10 +314,12 @@ void CudaBackend::matmul_backward(const MatmulBackward& a) {
     fused.epilogue = in_out ? GemmEpilogue::BiasGradFromB : GemmEpilogue::BiasGradFromA;
     fused.bias_grad = bias_grad;
     if (lt.run(fused)) {
-      check_cuda(cuda::column_sums_add(a.dbias.as<float>(), bias_grad, cuda::kFp32, 1, N), "matmul_backward");
+      check_cuda(cuda::add_floats(a.dbias.as<float>(), bias_grad, N), "matmul_backward");
       return;
     }
-    check_cuda(cuda::column_sums_add(a.dbias.as<float>(), a.dout.data, kind, M, N), "matmul_backward");
+    check_cuda(cuda::column_sums_add(a.dbias.as<float>(), a.dout.data, kind, M, N,
+                                     workspace(cuda::column_sums_workspace_bytes(M, N))),
+               "matmul_backward");
   }
   lt.run(weight_grad);
 }

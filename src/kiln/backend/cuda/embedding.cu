@@ -17,18 +17,46 @@ __global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T*
 }
 
 // dwte without atomics: positions arrive sorted by token (stable, so in position order within a
-// token); the block that starts a run of equal tokens adds the run's rows in order.
+// token); the block that starts a run of equal tokens adds the run's rows in order. The run's end
+// comes from a binary search and its positions are staged in shared memory, so a thread's loads
+// of dout rows do not wait on one another: a common token's run is thousands of rows in real text.
+constexpr int kColumnsPerThread = 4;
+
 template <typename T>
 __global__ void embedding_backward_tokens_kernel(float* dwte, const T* dout, const int32_t* sorted_tokens,
                                                  const int32_t* sorted_positions, int64_t positions, int64_t C) {
   const int64_t start = blockIdx.x;
   if (start >= positions || (start > 0 && sorted_tokens[start] == sorted_tokens[start - 1])) return;
   const int32_t token = sorted_tokens[start];
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-    float sum = 0.0f;
-    for (int64_t i = start; i < positions && sorted_tokens[i] == token; ++i)
-      sum += to_float(dout[sorted_positions[i] * C + c]);
-    dwte[token * C + c] += sum;
+  int64_t low = start + 1, high = positions;  // the run ends at the first other token
+  while (low < high) {
+    const int64_t middle = (low + high) / 2;
+    if (sorted_tokens[middle] == token) low = middle + 1;
+    else high = middle;
+  }
+  const int64_t end = low;
+  __shared__ int32_t rows[kThreads];
+  for (int64_t c0 = 0; c0 < C; c0 += static_cast<int64_t>(blockDim.x) * kColumnsPerThread) {
+    float sums[kColumnsPerThread] = {};
+    for (int64_t i0 = start; i0 < end; i0 += kThreads) {
+      const int count = end - i0 < kThreads ? static_cast<int>(end - i0) : kThreads;
+      __syncthreads();  // the previous chunk's rows are read by every thread
+      if (threadIdx.x < count) rows[threadIdx.x] = sorted_positions[i0 + threadIdx.x];
+      __syncthreads();
+      for (int r = 0; r < count; ++r) {
+        const T* row = dout + static_cast<int64_t>(rows[r]) * C;
+#pragma unroll
+        for (int j = 0; j < kColumnsPerThread; ++j) {
+          const int64_t c = c0 + threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+          if (c < C) sums[j] += to_float(row[c]);
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kColumnsPerThread; ++j) {
+      const int64_t c = c0 + threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+      if (c < C) dwte[token * C + c] += sums[j];
+    }
   }
 }
 

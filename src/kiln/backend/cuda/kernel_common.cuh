@@ -72,34 +72,58 @@ int dispatch(int kind, Launch launch) {
   return static_cast<int>(cudaErrorInvalidValue);
 }
 
-// Column sums without atomics, in a fixed order: a block owns 32 columns; its kRowGroups warps
-// stride over the rows (coalesced reads per row), then the partial sums are added in row-group
-// order through shared memory.
-constexpr int kRowGroups = 32;
+// Column sums without atomics, in a fixed order, spread over many blocks: the rows are cut into
+// column_sum_chunks(M) chunks; block (x, y) sums 32 columns over chunk y with kRowGroups warps
+// striding over its rows (each warp reads 32 consecutive columns of a row), adds the warps' sums in
+// order through shared memory and writes them to partials[y][column]; column_sums_finish() then
+// adds the chunks in order into the result. The chunk count depends only on M, so the bits do not
+// depend on the GPU. (One block per 32 columns alone, the first version, left 24 blocks for C = 768
+// and most of an H100 idle.)
+constexpr int kRowGroups = 8;
 
+inline int64_t column_sum_chunks(int64_t M) {
+  const int64_t chunks = M / 512;
+  return chunks < 1 ? 1 : chunks > 64 ? 64 : chunks;
+}
+
+inline dim3 column_sums_grid(int64_t M, int64_t N) {
+  return dim3(static_cast<unsigned>((N + 31) / 32), static_cast<unsigned>(column_sum_chunks(M)));
+}
+
+// The partial pass, inside a kernel launched with column_sums_grid(M, N) blocks of (32, kRowGroups)
+// threads: term(m, n) gives the two summands of row m, column n; partial_b may be null.
 template <typename Term>
-__device__ __forceinline__ void column_sums(float* sums_a, float* sums_b, int64_t M, int64_t N, Term term) {
-  __shared__ float partial_a[kRowGroups][33], partial_b[kRowGroups][33];
+__device__ __forceinline__ void column_sums_partial(float* partial_a, float* partial_b, int64_t M, int64_t N,
+                                                    Term term) {
+  __shared__ float shared_a[kRowGroups][33], shared_b[kRowGroups][33];
   const int64_t column = blockIdx.x * 32 + threadIdx.x;
+  const int64_t rows_per_chunk = (M + gridDim.y - 1) / gridDim.y;
+  const int64_t begin = blockIdx.y * rows_per_chunk;
+  const int64_t end = begin + rows_per_chunk < M ? begin + rows_per_chunk : M;
   float a = 0.0f, b = 0.0f;
   if (column < N) {
-    for (int64_t m = threadIdx.y; m < M; m += kRowGroups) {
+    for (int64_t m = begin + threadIdx.y; m < end; m += kRowGroups) {
       const float2 values = term(m, column);
       a += values.x;
       b += values.y;
     }
   }
-  partial_a[threadIdx.y][threadIdx.x] = a;
-  partial_b[threadIdx.y][threadIdx.x] = b;
+  shared_a[threadIdx.y][threadIdx.x] = a;
+  shared_b[threadIdx.y][threadIdx.x] = b;
   __syncthreads();
   if (threadIdx.y == 0 && column < N) {
     for (int g = 1; g < kRowGroups; ++g) {
-      a += partial_a[g][threadIdx.x];
-      b += partial_b[g][threadIdx.x];
+      a += shared_a[g][threadIdx.x];
+      b += shared_b[g][threadIdx.x];
     }
-    sums_a[column] += a;
-    if (sums_b) sums_b[column] += b;
+    partial_a[blockIdx.y * N + column] = a;
+    if (partial_b) partial_b[blockIdx.y * N + column] = b;
   }
 }
+
+// sums_a[n] += sum over chunks of partial_a[chunk][n], in chunk order; likewise b when non-null.
+// Defined in bias.cu.
+int column_sums_finish(float* sums_a, float* sums_b, const float* partial_a, const float* partial_b, int64_t M,
+                       int64_t N);
 
 }  // namespace kiln::cuda

@@ -28,10 +28,15 @@ int embedding_backward(float* dwte, float* dwpe, const void* dout, int kind, con
 // With residual (else null): residual_out = in + residual, rounded, is written and normalised.
 int layernorm_forward(void* out, float* mean, float* rstd, const void* in, const void* weight, const void* bias,
                       const void* residual, void* residual_out, int kind, int64_t M, int64_t C, float eps);
+// Parameter-gradient column sums (layernorm_backward, column_sums_add) need a workspace of
+// column_sums_workspace_bytes(M, N) bytes for their per-chunk partial sums.
+size_t column_sums_workspace_bytes(int64_t M, int64_t N);
 int layernorm_backward(void* din, float* dweight, float* dbias, const void* dout, const void* in, const void* weight,
-                       int kind, const float* mean, const float* rstd, int64_t M, int64_t C);
+                       int kind, const float* mean, const float* rstd, int64_t M, int64_t C, void* workspace);
 int broadcast_rows(void* out, const void* row, int kind, int64_t M, int64_t N);  // out[m, :] = row
-int column_sums_add(float* sums, const void* in, int kind, int64_t M, int64_t N); // sums += sum_m in[m, :]
+// sums += sum_m in[m, :]
+int column_sums_add(float* sums, const void* in, int kind, int64_t M, int64_t N, void* workspace);
+int add_floats(float* sums, const float* values, int64_t count);  // sums += values
 int gelu_forward(void* out, const void* in, int kind, int64_t count);
 int gelu_backward(void* din, const void* in, const void* dout, int kind, int64_t count);
 int residual_forward(void* out, const void* a, const void* b, int kind, int64_t count);

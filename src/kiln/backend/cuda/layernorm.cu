@@ -1,5 +1,6 @@
 // LayerNorm forward (optionally fused with the residual add before it) and backward, one block per
-// row; parameter gradients through the fixed-order column sums (kernel_common.cuh).
+// row; parameter gradients through the fixed-order column sums (kernel_common.cuh), whose partial
+// sums take the workspace.
 #include "kiln/backend/cuda/kernel_common.cuh"
 
 namespace kiln::cuda {
@@ -57,9 +58,10 @@ __global__ void layernorm_backward_input_kernel(T* din, const T* dout, const T* 
 }
 
 template <typename T>
-__global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, const T* dout, const T* in,
-                                                 const float* means, const float* rstds, int64_t M, int64_t C) {
-  column_sums(dweight, dbias, M, C, [=] __device__(int64_t m, int64_t c) {
+__global__ void layernorm_backward_params_kernel(float* partial_dweight, float* partial_dbias, const T* dout,
+                                                 const T* in, const float* means, const float* rstds, int64_t M,
+                                                 int64_t C) {
+  column_sums_partial(partial_dweight, partial_dbias, M, C, [=] __device__(int64_t m, int64_t c) {
     const float g = to_float(dout[m * C + c]);
     return make_float2(g * (to_float(in[m * C + c]) - means[m]) * rstds[m], g);
   });
@@ -80,18 +82,21 @@ int layernorm_forward(void* out, float* mean, float* rstd, const void* in, const
 }
 
 int layernorm_backward(void* din, float* dweight, float* dbias, const void* dout, const void* in, const void* weight,
-                       int kind, const float* mean, const float* rstd, int64_t M, int64_t C) {
+                       int kind, const float* mean, const float* rstd, int64_t M, int64_t C, void* workspace) {
   if (M == 0) return 0;
-  return dispatch(kind, [&](auto tag) {
+  auto* partial_dweight = static_cast<float*>(workspace);
+  float* partial_dbias = partial_dweight + column_sum_chunks(M) * C;
+  const int status = dispatch(kind, [&](auto tag) {
     using E = decltype(tag);
     const E* grad = static_cast<const E*>(dout);
     const E* x = static_cast<const E*>(in);
     layernorm_backward_input_kernel<<<static_cast<unsigned>(M), kThreads>>>(
         static_cast<E*>(din), grad, x, static_cast<const E*>(weight), mean, rstd, C);
-    layernorm_backward_params_kernel<<<static_cast<unsigned>((C + 31) / 32), dim3(32, kRowGroups)>>>(
-        dweight, dbias, grad, x, mean, rstd, M, C);
+    layernorm_backward_params_kernel<<<column_sums_grid(M, C), dim3(32, kRowGroups)>>>(
+        partial_dweight, partial_dbias, grad, x, mean, rstd, M, C);
     return launch_status();
   });
+  return status != 0 ? status : column_sums_finish(dweight, dbias, partial_dweight, partial_dbias, M, C);
 }
 
 }  // namespace kiln::cuda
