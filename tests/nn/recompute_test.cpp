@@ -116,8 +116,8 @@ TEST(Recompute, PlanBytesMatchAnIndependentCount) {
   EXPECT_EQ(bytes(policy("full", "uniform", 2)), 4 * (outside + 2 * block + 2 * BTC));
   // Block, first 3: one scratch block, 3 kept outputs, 1 full layer.
   EXPECT_EQ(bytes(policy("full", "block", 3)), 4 * (outside + block + 3 * BTC + block));
-  // Selective: the attention op keeps no probabilities to drop, so the plan is none's.
-  EXPECT_EQ(bytes(policy("selective")), bytes(RecomputePolicy{}));
+  // Selective: every layer's GELU output (4C per position) is one shared buffer.
+  EXPECT_EQ(bytes(policy("selective")), 4 * (outside + L * (block - 4 * BTC) + 4 * BTC));
 }
 
 TEST(Recompute, ConfigValidationAndTheOlderSpelling) {

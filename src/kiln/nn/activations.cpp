@@ -29,7 +29,9 @@ class Layout {
   DType dtype_;
 };
 
-BlockActivations take_block(Layout& layout, int64_t B, int64_t T, int64_t C, int64_t NH) {
+// With shared_gelu_output, the block's GELU output is that shared buffer (selective recompute).
+BlockActivations take_block(Layout& layout, int64_t B, int64_t T, int64_t C, int64_t NH,
+                            const Tensor* shared_gelu_output = nullptr) {
   BlockActivations block;
   block.ln1 = layout.take({B, T, C});
   block.ln1_mean = layout.stats({B * T});
@@ -42,7 +44,7 @@ BlockActivations take_block(Layout& layout, int64_t B, int64_t T, int64_t C, int
   block.ln2_mean = layout.stats({B * T});
   block.ln2_rstd = layout.stats({B * T});
   block.fc_pre_gelu = layout.take({B, T, 4 * C});
-  block.fc_post_gelu = layout.take({B, T, 4 * C});
+  block.fc_post_gelu = shared_gelu_output ? *shared_gelu_output : layout.take({B, T, 4 * C});
   block.residual_out = layout.take({B, T, C});
   return block;
 }
@@ -66,6 +68,9 @@ GptActivations GptActivations::lay_out(Arena& arena, const GptConfig& config, in
   std::vector<BlockActivations> slots;
   for (int64_t slot = 0; slot < recompute_scratch_slots(acts.recompute); ++slot)
     slots.push_back(take_block(layout, B, T, C, NH));
+  const bool shared_gelu = std::any_of(acts.recompute.begin(), acts.recompute.end(),
+                                       [](const LayerRecompute& plan) { return plan.gelu_recomputed; });
+  const Tensor gelu_output = shared_gelu ? layout.take({B, T, 4 * C}) : Tensor{};
   for (int64_t layer = 0; layer < config.num_layers; ++layer) {
     const LayerRecompute& plan = acts.recompute[static_cast<size_t>(layer)];
     if (plan.recomputed) {
@@ -73,7 +78,7 @@ GptActivations GptActivations::lay_out(Arena& arena, const GptConfig& config, in
       if (layer == plan.chunk_last) block.residual_out = layout.take({B, T, C});  // the next chunk's input
       acts.blocks.push_back(block);
     } else {
-      acts.blocks.push_back(take_block(layout, B, T, C, NH));
+      acts.blocks.push_back(take_block(layout, B, T, C, NH, plan.gelu_recomputed ? &gelu_output : nullptr));
     }
   }
   acts.lnf = layout.take({B, T, C});

@@ -10,7 +10,8 @@
 // attention, ln2 out + stats, the MLP pre- and post-GELU activations and the block output.
 // Projections' outputs are only added into the residual, so they share one scratch. Under a
 // recompute policy (recompute.h), recomputed blocks' views point into shared scratch slots (only
-// a chunk's last output is kept, as the next chunk's input).
+// a chunk's last output is kept, as the next chunk's input); under selective recomputation every
+// block's GELU output is one shared buffer.
 // The classifier and loss run on at most `logit_rows` positions at a time (Gpt::forward), so the
 // logits buffer holds min(logit_rows, batch x seq) rows, never the whole batch's.
 // Dtypes (ops.h): activations and their gradients in the model's compute dtype; LayerNorm

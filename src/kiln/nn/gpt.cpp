@@ -202,6 +202,8 @@ void Gpt::backward() {
         block_forward(backend_, config_, weights_.blocks[static_cast<size_t>(chunk_layer)], input_of(chunk_layer),
                       acts_.blocks[static_cast<size_t>(chunk_layer)], acts_.projection_scratch);
     }
+    if (plan.gelu_recomputed)  // selective: this layer's GELU output, into the buffer all layers share
+      backend_.gelu_forward({acts_.blocks[index].fc_post_gelu, acts_.blocks[index].fc_pre_gelu});
     block_backward(backend_, config_, weights_.blocks[index], weight_grads_.blocks[index], input_of(layer),
                    acts_.blocks[index], scratch, acts_.d_residual);
   }

@@ -37,7 +37,7 @@ RecomputePolicy RecomputePolicy::parse(const std::string& granularity, const std
 std::string RecomputePolicy::describe() const {
   switch (granularity) {
     case RecomputeGranularity::None: return "none";
-    case RecomputeGranularity::Selective: return "selective (as none: attention keeps no probabilities)";
+    case RecomputeGranularity::Selective: return "selective (GELU outputs; attention keeps no probabilities)";
     case RecomputeGranularity::Full:
       return fmt::format("full, {} {}", method == RecomputeMethod::Uniform ? "uniform chunks of" : "block, first",
                          num_layers);
@@ -50,6 +50,7 @@ std::vector<LayerRecompute> plan_recompute(const RecomputePolicy& policy, int64_
   for (int64_t layer = 0; layer < layers; ++layer) {
     LayerRecompute& entry = plan[static_cast<size_t>(layer)];
     entry.chunk_first = entry.chunk_last = layer;
+    entry.gelu_recomputed = policy.granularity == RecomputeGranularity::Selective;
   }
   if (policy.granularity != RecomputeGranularity::Full) return plan;
   KILN_CHECK(policy.method != RecomputeMethod::Block || policy.num_layers <= layers,

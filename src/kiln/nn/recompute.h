@@ -6,12 +6,16 @@
 //                        forward is re-run (into N shared scratch slots) just before its backward
 //   full, block, N       the first N layers are each recomputed from their own input; the rest
 //                        keep everything
-//   selective            Megatron's "recompute the core attention" (its B x NH x T x T
-//                        probabilities). kiln's attention op never keeps those (it saves only
-//                        their log-sum-exp and recomputes them in backward, ops.h), so every run
-//                        already has that saving: selective plans exactly what none does.
+//   selective            recompute what takes memory but little arithmetic (Megatron's idea):
+//                        the core attention's B x NH x T x T probabilities, which kiln's attention
+//                        op never keeps in any mode (ops.h), and the MLP's GELU output (4C per
+//                        token per layer, the largest activation): every layer's GELU output
+//                        shares one buffer and is recomputed from the kept pre-activation just
+//                        before that layer's backward, one elementwise pass per layer.
 // Recomputation replays the same deterministic ops, so gradients are bit for bit those of the
-// run without it (tested on the CPU).
+// run without it (tested on the CPU, and on CUDA in fp32). One exception: on CUDA in bf16/fp16 the
+// forward applies GELU inside the product (cuBLASLt epilogue) before rounding the pre-activation,
+// and selective recomputes it from the rounded one, so they differ by the dtype's rounding.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +39,7 @@ struct RecomputePolicy {
 
 struct LayerRecompute {
   bool recomputed = false;   // full granularity: forward re-run before backward
+  bool gelu_recomputed = false;  // selective: GELU output recomputed before backward (shared buffer)
   int64_t scratch_slot = 0;  // which shared BlockActivations a recomputed layer uses
   int64_t chunk_first = 0;   // first layer of this layer's recompute chunk
   int64_t chunk_last = 0;    // last layer of the chunk; its output is kept (the next chunk's input)
