@@ -35,6 +35,13 @@ DType dtype_named(const std::string& name) {
   return name == "bf16" ? DType::BF16 : name == "fp16" ? DType::F16 : DType::F32;
 }
 
+// The table, built once per process: its random inputs are generated at test registration, and
+// gtest names every (back-end, dtype, case) from it.
+const std::vector<OpCase>& op_cases() {
+  static const std::vector<OpCase> cases = all_op_cases();
+  return cases;
+}
+
 class OpTableTest : public ::testing::TestWithParam<std::tuple<std::string, std::string, size_t>> {
  protected:
   void SetUp() override {
@@ -42,7 +49,7 @@ class OpTableTest : public ::testing::TestWithParam<std::tuple<std::string, std:
     if (!reason.empty()) GTEST_SKIP() << reason;
     backend_ = make_backend(std::get<0>(GetParam()));
     dtype_ = dtype_named(std::get<1>(GetParam()));
-    op_ = all_op_cases()[std::get<2>(GetParam())];
+    op_ = op_cases()[std::get<2>(GetParam())];
     for (std::vector<float>& input : op_.inputs) input = rounded_to(dtype_, input);
     tolerance_ = tolerance_for(dtype_, op_);
   }
@@ -94,13 +101,13 @@ TEST_P(OpTableTest, BackwardMatchesFiniteDifferences) {
 }
 
 std::string case_name(const ::testing::TestParamInfo<OpTableTest::ParamType>& info) {
-  return std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_" + all_op_cases()[std::get<2>(info.param)].name;
+  return std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_" + op_cases()[std::get<2>(info.param)].name;
 }
 
 INSTANTIATE_TEST_SUITE_P(AllOps, OpTableTest,
                          ::testing::Combine(::testing::ValuesIn(all_backend_names()),
                                             ::testing::Values("fp32", "bf16", "fp16"),
-                                            ::testing::Range(size_t{0}, all_op_cases().size())),
+                                            ::testing::Range(size_t{0}, op_cases().size())),
                          case_name);
 
 }  // namespace
