@@ -1,6 +1,9 @@
 #include "kiln/train/config.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include "kiln/core/error.h"
 #include "support/error_of.h"
@@ -60,15 +63,20 @@ TEST(Config, FlagsUseMegatronNames) {
     EXPECT_TRUE(find(flag)) << flag;
 }
 
-TEST(Config, FusedAttentionIsASwitchOnByDefault) {
-  Config config;
-  EXPECT_TRUE(config.fused_attention);
-  apply_yaml(config, "fused_attention: false\n", "test.yaml");
-  EXPECT_FALSE(config.fused_attention);
-  bool flag = false;
-  for (const ConfigField& field : config_fields()) flag |= flag_name(field) == "--fused-attention";
-  EXPECT_TRUE(flag);  // and --no-fused-attention, as for every boolean key
-  EXPECT_NE(to_yaml(config).find("fused_attention: false"), std::string::npos);
+TEST(Config, FusionSwitchesAreOnByDefault) {
+  for (auto [key, member] : {std::pair{"fused_attention", &Config::fused_attention},
+                             std::pair{"matmul_epilogues", &Config::matmul_epilogues}}) {
+    Config config;
+    EXPECT_TRUE(config.*member) << key;
+    apply_yaml(config, fmt::format("{}: false\n", key), "test.yaml");
+    EXPECT_FALSE(config.*member) << key;
+    std::string flag_wanted = std::string("--") + key;
+    std::replace(flag_wanted.begin(), flag_wanted.end(), '_', '-');
+    bool flag = false;
+    for (const ConfigField& field : config_fields()) flag |= flag_name(field) == flag_wanted;
+    EXPECT_TRUE(flag) << flag_wanted;  // and --no-..., as for every boolean key
+    EXPECT_NE(to_yaml(config).find(fmt::format("{}: false", key)), std::string::npos) << key;
+  }
 }
 
 TEST(Config, GlobalBatchMustDivide) {

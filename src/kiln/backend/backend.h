@@ -22,6 +22,8 @@ struct BackendOptions {
   bool tf32 = false;            // CUDA: fp32 matrix products on TF32 tensor cores
   bool fused_attention = true;  // CUDA: fused attention kernels where they apply (bf16/fp16, head
                                 // size 64 or 128, sm_80+); off: T x T scores through cuBLASLt
+  bool matmul_epilogues = true; // CUDA: bias, GELU and bias gradients inside the cuBLASLt products
+                                // where it has algorithms for them; off: separate kernels
 };
 
 // Device memory owned by a back-end; freed when the buffer is destroyed.
@@ -39,6 +41,9 @@ class Backend {
   virtual std::string_view name() const = 0;
   virtual Device device() const = 0;
   virtual std::string description() const = 0;  // e.g. "NVIDIA H100 80GB HBM3", "cpu, 2 threads"
+  // What the back-end chose at run time that a measurement should be read with (for CUDA: how many
+  // cuBLASLt products took their epilogue and how many fell back to kernels); empty if nothing.
+  virtual std::string run_notes() const { return {}; }
 
   // Memory. allocate() fails with a kiln::Error that names the size and what is free.
   virtual std::unique_ptr<DeviceBuffer> allocate(size_t bytes) = 0;

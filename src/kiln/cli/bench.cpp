@@ -103,7 +103,8 @@ void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
         {"datasheet_peak_tflops", datasheet}, {"mfu_datasheet", datasheet > 0 ? model_tflops / datasheet : 0.0},
         {"gemm_ceiling_tflops", ceiling}, {"mfu_gemm_ceiling", ceiling > 0 ? model_tflops / ceiling : 0.0},
         {"peak_memory_gib", peak_gib}, {"device_used_gib", device_used_gib},
-        {"fused_attention", resolved.fused_attention},
+        {"fused_attention", resolved.fused_attention}, {"matmul_epilogues", resolved.matmul_epilogues},
+        {"backend_notes", backend.run_notes()},
         {"recompute", resolved.recompute_policy().describe()}};
     fmt::print("{}\n", out.dump());
     return;
@@ -119,6 +120,7 @@ void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
   const std::string mfu_ceiling = ceiling > 0 ? fmt::format("{:.1f}% of {:.0f}", 100 * model_tflops / ceiling, ceiling) : "n/a";
   fmt::print(" {:>14.2f} {:>14.0f} {:>14.2f} {:>16} {:>18} {:>16.2f} {:>16.2f}\n", ms, tokens_per_second,
              model_tflops, mfu_sheet, mfu_ceiling, peak_gib, device_used_gib);
+  if (const std::string notes = backend.run_notes(); !notes.empty()) fmt::print("# {}\n", notes);
 }
 
 struct BenchGemmOptions {

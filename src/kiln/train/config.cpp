@@ -47,6 +47,9 @@ const std::vector<ConfigField>& config_fields() {
       {"fused_attention", &Config::fused_attention,
        "attention in fused tensor-core kernels where they apply: CUDA, bf16/fp16, head size 64 or 128, sm_80+ "
        "(--no-fused-attention: T x T scores through cuBLASLt)"},
+      {"matmul_epilogues", &Config::matmul_epilogues,
+       "bias, GELU and bias gradients inside the cuBLASLt products where it has algorithms for them (CUDA; "
+       "--no-matmul-epilogues: separate kernels)"},
       {"loss_scale", &Config::loss_scale, "static loss scale (0: dynamic under fp16)"},
       {"initial_loss_scale", &Config::initial_loss_scale, "initial dynamic loss scale"},
       {"min_loss_scale", &Config::min_loss_scale, "smallest dynamic loss scale"},

@@ -51,7 +51,8 @@ Trainer::Trainer(const Config& config)
              "config key 'data_parallel_size' is {}: data parallelism needs the multi-GPU launcher, "
              "which this version does not have",
              config_.data_parallel_size);
-  backend_ = make_backend(config_.device, BackendOptions{config_.tf32, config_.fused_attention});
+  backend_ = make_backend(config_.device,
+                          BackendOptions{config_.tf32, config_.fused_attention, config_.matmul_epilogues});
   const GptConfig gpt = config_.gpt();
   const auto seed = static_cast<uint64_t>(config_.seed);
   const Storage storage(config_.storage_options());

@@ -97,6 +97,7 @@ struct CudaBackend::Handles {
   std::unique_ptr<DeviceBuffer> matmul_workspace;
   std::unique_ptr<cuda::LtMatmul> matmul;  // every matrix product (lt_matmul.h)
   bool tf32 = false;
+  bool matmul_epilogues = true;
   bool fused_attention = true;
   std::unique_ptr<DeviceBuffer> sum_scratch;  // kSumBlocks partials + the result
   // Scratch of the ops that need it, one at a time on the stream: embedding backward's sort,
@@ -109,6 +110,7 @@ struct CudaBackend::Handles {
 CudaBackend::CudaBackend(const BackendOptions& options) : handles_(std::make_unique<Handles>()) {
   handles_->tf32 = options.tf32;
   handles_->fused_attention = options.fused_attention;
+  handles_->matmul_epilogues = options.matmul_epilogues;
   handles_->matmul_workspace = allocate(cuda::LtMatmul::kWorkspaceBytes);
   handles_->matmul = std::make_unique<cuda::LtMatmul>(handles_->matmul_workspace->data(), cuda::LtMatmul::kWorkspaceBytes);
   handles_->sum_scratch = allocate((cuda::kSumBlocks + 1) * sizeof(double));
@@ -151,6 +153,13 @@ void* CudaBackend::workspace(size_t bytes) {
     handles_->workspace = allocate(bytes);
   }
   return handles_->workspace->data();
+}
+
+std::string CudaBackend::run_notes() const {
+  if (!handles_->matmul_epilogues) return "cuBLASLt epilogues off (--no-matmul-epilogues): bias and GELU in kernels";
+  const cuda::LtMatmul::PlanCounts counts = handles_->matmul->plan_counts();
+  return fmt::format("cuBLASLt products: {} shapes with an epilogue, {} fell back to kernels (no algorithm), {} plain",
+                     counts.fused, counts.fell_back, counts.plain);
 }
 
 std::string CudaBackend::description() const {
@@ -253,7 +262,8 @@ void CudaBackend::matmul_forward(const MatmulForward& a) {
   Gemm product{{dtype, dtype, handles_->tf32}, false, out_in, M, N, K, 1.0f, a.in.data, K, a.weight.data,
                out_in ? K : N, 0.0f, a.out.data, N};
   const bool gelu = !a.gelu_out.empty();
-  if (gelu && !a.bias.empty() && gelu_epilogue_applies(product.types, N)) {
+  const bool epilogues = handles_->matmul_epilogues;
+  if (epilogues && gelu && !a.bias.empty() && gelu_epilogue_applies(product.types, N)) {
     Gemm fused = product;  // gelu_out = gelu(in W + b), the pre-activation into out
     fused.C = a.gelu_out.data;
     fused.epilogue = GemmEpilogue::GeluAuxBias;
@@ -266,7 +276,7 @@ void CudaBackend::matmul_forward(const MatmulForward& a) {
     Gemm biased = product;
     biased.epilogue = GemmEpilogue::Bias;
     biased.bias = a.bias.data;
-    if (!lt.run(biased)) {
+    if (!epilogues || !lt.run(biased)) {
       check_cuda(cuda::broadcast_rows(a.out.data, a.bias.data, element_kind(dtype), M, N), "matmul_forward");
       product.beta = 1.0f;
       lt.run(product);
@@ -288,7 +298,7 @@ void CudaBackend::matmul_backward(const MatmulBackward& a) {
     Gemm product{{dtype, dtype, handles_->tf32}, false, in_out, M, K, N, 1.0f, a.dout.data, N, a.weight.data,
                  in_out ? N : K, 0.0f, a.din.data, K};
     bool gelu_done = false;
-    if (!a.gelu_in.empty() && gelu_epilogue_applies(product.types, K)) {
+    if (handles_->matmul_epilogues && !a.gelu_in.empty() && gelu_epilogue_applies(product.types, K)) {
       Gemm fused = product;
       fused.epilogue = GemmEpilogue::Dgelu;
       fused.aux = a.gelu_in.data;
@@ -313,7 +323,7 @@ void CudaBackend::matmul_backward(const MatmulBackward& a) {
     Gemm fused = weight_grad;
     fused.epilogue = in_out ? GemmEpilogue::BiasGradFromB : GemmEpilogue::BiasGradFromA;
     fused.bias_grad = bias_grad;
-    if (lt.run(fused)) {
+    if (handles_->matmul_epilogues && lt.run(fused)) {
       check_cuda(cuda::add_floats(a.dbias.as<float>(), bias_grad, N), "matmul_backward");
       return;
     }

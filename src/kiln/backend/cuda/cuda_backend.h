@@ -27,6 +27,7 @@ class CudaBackend final : public Backend {
   std::string_view name() const override { return "cuda"; }
   Device device() const override { return Device::CUDA; }
   std::string description() const override;
+  std::string run_notes() const override;
 
   std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override;
   void copy_to_device(void* device_dst, const void* host_src, size_t bytes) override;

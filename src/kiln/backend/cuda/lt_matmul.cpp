@@ -75,6 +75,7 @@ struct LtMatmul::Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;  // cuBLASLt's A (our B), B (our A), C = D
   cublasLtMatmulAlgo_t algo{};
+  GemmEpilogue epilogue = GemmEpilogue::None;
   bool supported = false;
   ~Plan() {
     if (desc) cublasLtMatmulDescDestroy(desc);
@@ -104,6 +105,7 @@ LtMatmul::Plan& LtMatmul::plan_for(const Gemm& g) {
   if (found != plans_.end()) return *found->second;
 
   auto plan = std::make_unique<Plan>();
+  plan->epilogue = g.epilogue;
   check_lt(cublasLtMatmulDescCreate(&plan->desc, compute_type(t), CUDA_R_32F), "cublasLtMatmulDescCreate");
   // C^T[N,M] = op(B)^T op(A)^T: cuBLASLt's A is our B, its B our A, each transposed as we say.
   set(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, static_cast<int32_t>(g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N));
@@ -145,6 +147,16 @@ LtMatmul::Plan& LtMatmul::plan_for(const Gemm& g) {
              g.K, dtype_name(t.inputs), dtype_name(t.output), g.batch,
              status == CUBLAS_STATUS_SUCCESS ? "no heuristic result" : cublasLtGetStatusString(status));
   return *plans_.emplace(std::move(key), std::move(plan)).first->second;
+}
+
+LtMatmul::PlanCounts LtMatmul::plan_counts() const {
+  PlanCounts counts;
+  for (const auto& [key, plan] : plans_) {
+    if (plan->epilogue == GemmEpilogue::None) ++counts.plain;
+    else if (plan->supported) ++counts.fused;
+    else ++counts.fell_back;
+  }
+  return counts;
 }
 
 bool LtMatmul::run(const Gemm& g) {

@@ -71,6 +71,12 @@ class LtMatmul {
   // epilogue's work itself); throws kiln::Error when even the plain product has none.
   bool run(const Gemm& gemm);
 
+  // Plans made so far: with an epilogue that cuBLASLt took, with one it had no algorithm for.
+  struct PlanCounts {
+    int64_t fused = 0, fell_back = 0, plain = 0;
+  };
+  PlanCounts plan_counts() const;
+
   // The workspace cuBLASLt gets: 32 MiB, the size the cuBLAS documentation recommends for Hopper
   // (cublasSetWorkspace()).
   static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
