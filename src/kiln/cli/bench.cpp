@@ -32,10 +32,19 @@ struct BenchTrainOptions {
   bool skip_ceiling = false;
 };
 
+// Iteration times; with --profile-ops, the op timer restarts when the warm-up ends.
 class IterationTimes : public TrainObserver {
  public:
-  void on_iteration(const IterationStats& stats) override { ms.push_back(stats.elapsed_ms); }
+  IterationTimes(OpTimingBackend* op_timing, int64_t warmup_iters) : op_timing_(op_timing), warmup_(warmup_iters) {}
+  void on_iteration(const IterationStats& stats) override {
+    ms.push_back(stats.elapsed_ms);
+    if (op_timing_ && static_cast<int64_t>(ms.size()) == warmup_) op_timing_->reset_times();
+  }
   std::vector<double> ms;
+
+ private:
+  OpTimingBackend* op_timing_;
+  int64_t warmup_;
 };
 
 double median(std::vector<double> values) {
@@ -63,7 +72,7 @@ void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
   config.load.clear();
   config.train_iters = options.warmup_iters + options.timed_iters;
   Trainer trainer(config);
-  IterationTimes times;
+  IterationTimes times(trainer.op_timing(), options.warmup_iters);
   trainer.add_observer(&times);
   trainer.run();
   const Config& resolved = trainer.config();
@@ -93,7 +102,7 @@ void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
                           kCeilingSize, kCeilingSize, kCeilingSize);
 
   if (options.json) {
-    const nlohmann::json out = {
+    nlohmann::json out = {
         {"device", device}, {"precision", precision}, {"num_layers", resolved.num_layers},
         {"hidden_size", resolved.hidden_size}, {"num_attention_heads", resolved.num_attention_heads},
         {"seq_length", resolved.seq_length}, {"micro_batch_size", resolved.micro_batch_size},
@@ -106,6 +115,11 @@ void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
         {"fused_attention", resolved.fused_attention}, {"matmul_epilogues", resolved.matmul_epilogues},
         {"backend_notes", backend.run_notes()},
         {"recompute", resolved.recompute_policy().describe()}};
+    if (const OpTimingBackend* timing = trainer.op_timing()) {
+      out["op_times"] = nlohmann::json::array();
+      for (const OpTimingBackend::OpTime& time : timing->times())
+        out["op_times"].push_back({{"op", time.op}, {"calls", time.calls}, {"total_ms", time.total_ms}});
+    }
     fmt::print("{}\n", out.dump());
     return;
   }
@@ -121,6 +135,10 @@ void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
   fmt::print(" {:>14.2f} {:>14.0f} {:>14.2f} {:>16} {:>18} {:>16.2f} {:>16.2f}\n", ms, tokens_per_second,
              model_tflops, mfu_sheet, mfu_ceiling, peak_gib, device_used_gib);
   if (const std::string notes = backend.run_notes(); !notes.empty()) fmt::print("# {}\n", notes);
+  if (const OpTimingBackend* timing = trainer.op_timing())
+    fmt::print("# time by op over the {} timed iterations (--profile-ops: a device wait after every op, so the "
+               "iterations above are slower than unprofiled)\n{}",
+               options.timed_iters, OpTimingBackend::format(timing->times()));
 }
 
 struct BenchGemmOptions {

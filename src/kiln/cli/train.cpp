@@ -26,6 +26,8 @@ void add_train_command(CLI::App& root) {
     LogLineObserver log(trainer.config().log_interval);
     trainer.add_observer(&log);
     trainer.run();
+    if (const OpTimingBackend* timing = trainer.op_timing())
+      fmt::print("time by op over the whole run (--profile-ops):\n{}", OpTimingBackend::format(timing->times()));
   });
 }
 

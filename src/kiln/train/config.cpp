@@ -47,6 +47,9 @@ const std::vector<ConfigField>& config_fields() {
       {"fused_attention", &Config::fused_attention,
        "attention in fused tensor-core kernels where they apply: CUDA, bf16/fp16, head size 64 or 128, sm_80+ "
        "(--no-fused-attention: T x T scores through cuBLASLt)"},
+      {"profile_ops", &Config::profile_ops,
+       "time every back-end op, waiting for the device after each (where a step's time goes; slows the step); "
+       "kiln train prints the split at the end, kiln bench train after the timed iterations"},
       {"matmul_epilogues", &Config::matmul_epilogues,
        "bias, GELU and bias gradients inside the cuBLASLt products where it has algorithms for them (CUDA; "
        "--no-matmul-epilogues: separate kernels)"},

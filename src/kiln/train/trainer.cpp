@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "kiln/backend/op_timing.h"
 #include "kiln/backend/registry.h"
 #include "kiln/data/gpt_dataset.h"
 #include "kiln/core/error.h"
@@ -53,6 +54,7 @@ Trainer::Trainer(const Config& config)
              config_.data_parallel_size);
   backend_ = make_backend(config_.device,
                           BackendOptions{config_.tf32, config_.fused_attention, config_.matmul_epilogues});
+  if (config_.profile_ops) backend_ = std::make_unique<OpTimingBackend>(std::move(backend_));
   const GptConfig gpt = config_.gpt();
   const auto seed = static_cast<uint64_t>(config_.seed);
   const Storage storage(config_.storage_options());

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kiln/backend/backend.h"
+#include "kiln/backend/op_timing.h"
 #include "kiln/data/token_dataset.h"
 #include "kiln/data/loader.h"
 #include "kiln/data/token_source.h"
@@ -45,6 +46,8 @@ class Trainer {
   const TrainerState& state() const { return state_; }
   const Gpt& model() const { return *model_; }
   Backend& backend() const { return *backend_; }
+  // The per-op timer when the config asks for it (profile_ops), else null.
+  OpTimingBackend* op_timing() const { return dynamic_cast<OpTimingBackend*>(backend_.get()); }
   std::string memory_summary() const;
 
  private:

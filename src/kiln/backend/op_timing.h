@@ -1,0 +1,78 @@
+// OpTimingBackend: a Backend that forwards every call to another and times each op, waiting for
+// the device after each one, so a step's time splits by op (and, for matrix products and
+// attention, by shape) without an external profiler. The waits remove the overlap of one op's
+// launch with the previous op's work, so the totals are each op's own time plus a launch gap
+// and the step is slower than unprofiled: use it to see where time goes, not to measure speed.
+// Selected by the config key `profile_ops` (`--profile-ops`).
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/backend/backend.h"
+
+namespace kiln {
+
+class OpTimingBackend final : public Backend {
+ public:
+  explicit OpTimingBackend(std::unique_ptr<Backend> inner);
+
+  struct OpTime {
+    std::string op;  // e.g. "matmul_forward 4096x768x3072 +gelu", "layernorm_backward"
+    int64_t calls = 0;
+    double total_ms = 0.0;
+  };
+  std::vector<OpTime> times() const;  // most total time first
+  void reset_times() { times_.clear(); }
+  // A table for people: op, calls, total and per-call ms, share of the timed total.
+  static std::string format(const std::vector<OpTime>& times);
+
+  std::string_view name() const override { return inner_->name(); }
+  Device device() const override { return inner_->device(); }
+  std::string description() const override { return inner_->description(); }
+  std::string run_notes() const override { return inner_->run_notes(); }
+  std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override { return inner_->allocate(bytes); }
+  void copy_to_device(void* device_dst, const void* host_src, size_t bytes) override;
+  void copy_to_host(void* host_dst, const void* device_src, size_t bytes) override;
+  void synchronize() override { inner_->synchronize(); }
+  size_t peak_allocated_bytes() const override { return inner_->peak_allocated_bytes(); }
+  std::optional<DeviceMemory> device_memory() const override { return inner_->device_memory(); }
+  size_t reserve_workspace(const WorkspaceNeeds& needs) override { return inner_->reserve_workspace(needs); }
+  size_t workspace_bytes(const WorkspaceNeeds& needs) const override { return inner_->workspace_bytes(needs); }
+  std::unique_ptr<BatchStager> make_batch_stager(const StagerOptions& options) override {
+    return inner_->make_batch_stager(options);
+  }
+  double time_gemm_ms(DType dtype, bool tf32, int64_t M, int64_t N, int64_t K, int iterations) override {
+    return inner_->time_gemm_ms(dtype, tf32, M, N, K, iterations);
+  }
+
+  void embedding_forward(const EmbeddingForward& args) override;
+  void embedding_backward(const EmbeddingBackward& args) override;
+  void layernorm_forward(const LayerNormForward& args) override;
+  void residual_layernorm_forward(const ResidualLayerNormForward& args) override;
+  void layernorm_backward(const LayerNormBackward& args) override;
+  void matmul_forward(const MatmulForward& args) override;
+  void matmul_backward(const MatmulBackward& args) override;
+  void gelu_forward(const GeluForward& args) override;
+  void gelu_backward(const GeluBackward& args) override;
+  void attention_forward(const AttentionForward& args) override;
+  void attention_backward(const AttentionBackward& args) override;
+  void softmax_cross_entropy(const SoftmaxCrossEntropy& args) override;
+  void residual_forward(const ResidualForward& args) override;
+  void adamw_step(const AdamwStep& args) override;
+  double sum_of_squares(const SumOfSquares& args) override;
+  void fill(const Fill& args) override;
+  void convert(const Convert& args) override;
+
+ private:
+  // Runs `call`, waits for the device, and adds the wall time to `op`'s entry.
+  template <typename Call>
+  auto timed(const std::string& op, Call call);
+  std::unique_ptr<Backend> inner_;
+  std::map<std::string, OpTime> times_;
+};
+
+}  // namespace kiln
