@@ -1,8 +1,9 @@
-// Attention on sequences of several 64-row tiles, CUDA against the CPU reference: the op table's
-// cases are short (its double-precision finite differences are O(T^4)), so this is where the
-// fused kernels' multi-tile paths (online softmax across key tiles, causal tiles skipped, the
-// backward's loops over query and key tiles, a partial last tile) are checked, and the cuBLAS path
-// the fused kernels replace (--no-fused-attention) too. Same inputs on both back-ends; out, lse
+// Attention on sequences of several tiles (64 rows for the tensor-core kernels, 16 and 32 for the
+// general ones), CUDA against the CPU reference: the op table's cases are short (its
+// double-precision finite differences are O(T^4)), so this is where the fused kernels' multi-tile
+// paths (online softmax across key tiles, causal tiles skipped, the backward's loops over query
+// and key tiles, a partial last tile) are checked, and the cuBLAS path the fused kernels replace
+// (--no-fused-attention) too. Same inputs on both back-ends; out, lse
 // and dqkv compared by normalised error. Skips without a GPU.
 #include <gtest/gtest.h>
 
@@ -81,9 +82,10 @@ std::string case_name(const ::testing::TestParamInfo<LongAttention::ParamType>& 
          (mask == AttentionMask::Causal ? "causal" : mask == AttentionMask::KeyPadding ? "padding" : "causal_padding");
 }
 
-// Head sizes 64 and 128 take the fused kernels on sm_80+; 80 takes the general path.
+// On sm_80+, head sizes 64 and 128 fill the tensor-core tiles, 24 and 80 are zero-padded inside
+// them, and 20 (not a multiple of 8) and 256 (wider than a tile) take the general fused kernels.
 INSTANTIATE_TEST_SUITE_P(Cuda, LongAttention,
-                         ::testing::Combine(::testing::Values("bf16", "fp16"), ::testing::Values(64, 128, 80),
+                         ::testing::Combine(::testing::Values("bf16", "fp16"), ::testing::Values(64, 128, 80, 24, 20, 256),
                                             ::testing::Values(AttentionMask::Causal, AttentionMask::KeyPadding,
                                                               AttentionMask::CausalKeyPadding)),
                          case_name);

@@ -115,10 +115,20 @@ TEST(Estimator, AttentionWorkspaceFollowsTheKernelThatRuns) {
   in.gpu = "h100-sxm";
   in.precision = "bf16";
   EXPECT_EQ(estimate(in).memory.workspace, 4.0 * 4 * 32 * 4);  // micro-batch x heads x seq x 4 bytes
-  // The same in fp16 on a V100 (no bf16 tensor cores, so no sm_80): the general path's two
-  // micro-batch x heads x seq^2 matrices in 2-byte elements.
+  // fp16 on a V100 (no sm_80 tensor-core tiles) with head size 80 and 256: the general fused
+  // kernels, the same workspace.
   in.gpu = "v100";
   in.precision = "fp16";
+  in.hidden_size = 320;
+  EXPECT_EQ(estimate(in).memory.workspace, 4.0 * 4 * 32 * 4);
+  in.hidden_size = 1024;
+  EXPECT_EQ(estimate(in).memory.workspace, 4.0 * 4 * 32 * 4);
+  // fp32, and heads wider than 256: the materialised path's two micro-batch x heads x seq^2
+  // matrices in the compute dtype.
+  in.precision = "fp32";
+  EXPECT_EQ(estimate(in).memory.workspace, 2.0 * 4 * 4 * 32 * 32 * 4);
+  in.precision = "fp16";
+  in.hidden_size = 4 * 264;
   EXPECT_EQ(estimate(in).memory.workspace, 2.0 * 4 * 4 * 32 * 32 * 2);
 }
 

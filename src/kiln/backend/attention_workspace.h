@@ -1,8 +1,9 @@
 // How much scratch the CUDA back-end's attention takes for one call, shared by the back-end (which
-// reserves it) and `kiln estimate` (which predicts it). The fused kernels (cuda/flash_attention.h:
-// bf16/fp16, head size 64 or 128, sm_80 and newer) keep the T x T tiles in shared memory and need
-// only D, one fp32 per (batch, head, query), in backward; the general path forms the scores and
-// their gradient, two batch x heads x T x T matrices in the compute dtype, each 256-byte aligned.
+// reserves it) and `kiln estimate` (which predicts it). The fused kernels (bf16/fp16, head size up
+// to 256: cuda/flash_attention.h on tensor cores, cuda/general_attention.h otherwise) keep the
+// T x T scores on chip and need only D, one fp32 per (batch, head, query), in backward; the
+// materialised path (fp32, wider heads, or --no-fused-attention) forms the scores and their
+// gradient, two batch x heads x T x T matrices in the compute dtype, each 256-byte aligned.
 #pragma once
 
 #include <cstddef>
@@ -12,8 +13,13 @@
 
 namespace kiln {
 
+constexpr int64_t kMaxFusedAttentionHeadSize = 256;
+
+// Whether a call of this dtype and head size takes one of the fused paths (when they are on).
+// fp32 stays on the materialised path: its products run on tensor cores (TF32) or at cuBLAS's
+// fp32 speed, where fused CUDA-core kernels would be several times slower.
 inline bool fused_attention_shape(DType dtype, int64_t head_size) {
-  return (dtype == DType::BF16 || dtype == DType::F16) && (head_size == 64 || head_size == 128);
+  return (dtype == DType::BF16 || dtype == DType::F16) && head_size > 0 && head_size <= kMaxFusedAttentionHeadSize;
 }
 
 inline size_t attention_matrix_bytes(int64_t batch, int64_t heads, int64_t seq, DType dtype) {

@@ -21,7 +21,7 @@ namespace kiln {
 struct BackendOptions {
   bool tf32 = false;            // CUDA: fp32 matrix products on TF32 tensor cores
   bool fused_attention = true;  // CUDA: fused attention kernels where they apply (bf16/fp16, head
-                                // size 64 or 128, sm_80+); off: T x T scores through cuBLASLt
+                                // size up to 256); off: T x T scores through cuBLASLt
   bool matmul_epilogues = true; // CUDA: bias, GELU and bias gradients inside the cuBLASLt products
                                 // where it has algorithms for them; off: separate kernels
 };
@@ -42,7 +42,8 @@ class Backend {
   virtual Device device() const = 0;
   virtual std::string description() const = 0;  // e.g. "NVIDIA H100 80GB HBM3", "cpu, 2 threads"
   // What the back-end chose at run time that a measurement should be read with (for CUDA: how many
-  // cuBLASLt products took their epilogue and how many fell back to kernels); empty if nothing.
+  // cuBLASLt products took their epilogue and how many fell back to kernels, and which attention
+  // kernels the calls took); empty if nothing.
   virtual std::string run_notes() const { return {}; }
 
   // Memory. allocate() fails with a kiln::Error that names the size and what is free.

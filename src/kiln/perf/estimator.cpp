@@ -104,9 +104,8 @@ Estimate estimate(const EstimateInput& in) {
   const auto activations = [&](int64_t micro) {
     return static_cast<double>(GptActivations::bytes_needed(shape, micro, in.seq_length, in.recompute, dtype));
   };
-  // Attention's part of CudaBackend::workspace_bytes; the fused kernels need an sm_80+ GPU, which
-  // the GPUs with bf16 tensor cores are.
-  const bool fused = fused_attention_shape(dtype, in.hidden_size / in.num_attention_heads) && spec->bf16_tflops > 0;
+  // Attention's part of CudaBackend::workspace_bytes (fused attention on, the default).
+  const bool fused = fused_attention_shape(dtype, in.hidden_size / in.num_attention_heads);
   const auto workspace = [&](int64_t micro) {
     return static_cast<double>(
         attention_workspace_bytes(micro, in.num_attention_heads, in.seq_length, dtype, fused));

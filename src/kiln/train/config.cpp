@@ -45,8 +45,8 @@ const std::vector<ConfigField>& config_fields() {
       {"bf16", &Config::bf16, "bf16 mixed precision"},
       {"tf32", &Config::tf32, "fp32 matrix products on TF32 tensor cores (CUDA)"},
       {"fused_attention", &Config::fused_attention,
-       "attention in fused tensor-core kernels where they apply: CUDA, bf16/fp16, head size 64 or 128, sm_80+ "
-       "(--no-fused-attention: T x T scores through cuBLASLt)"},
+       "attention in fused kernels where they apply: CUDA, bf16/fp16, head size up to 256 (tensor cores for "
+       "multiples of 8 up to 128 on sm_80+) (--no-fused-attention: T x T scores through cuBLASLt)"},
       {"profile_ops", &Config::profile_ops,
        "time every back-end op, waiting for the device after each (where a step's time goes; slows the step); "
        "kiln train prints the split at the end, kiln bench train after the timed iterations"},

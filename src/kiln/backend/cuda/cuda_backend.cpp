@@ -3,11 +3,13 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <vector>
 
 #include "kiln/backend/attention_workspace.h"
 #include "kiln/backend/cuda/flash_attention.h"
+#include "kiln/backend/cuda/general_attention.h"
 #include "kiln/backend/cuda/kernels.h"
 #include "kiln/backend/cuda/lt_matmul.h"
 #include "kiln/backend/op_checks.h"
@@ -64,13 +66,20 @@ void* at(void* data, int64_t elements, DType dtype) {
   return static_cast<char*>(data) + elements * static_cast<int64_t>(dtype_size(dtype));
 }
 
-// Whether the fused attention kernels take a call (flash_attention.h): the dtype and head size
-// they are built for, a grid they can address, and tensors aligned for their 16-byte loads.
-bool use_fused_attention(DType dtype, int64_t B, int64_t NH, int64_t HS, std::initializer_list<const void*> tensors) {
-  if (!fused_attention_shape(dtype, HS) || B * NH > 65535) return false;
+static_assert(kMaxFusedAttentionHeadSize == cuda::kGeneralAttentionMaxHeadSize);
+
+// Which attention kernels take a call (attention_workspace.h): the tensor-core tiles
+// (flash_attention.h) where the dtype, head size, GPU and the tensors' 16-byte alignment suit
+// them, else the general fused kernels (general_attention.h), else the materialised scores; all
+// three only with a grid the fused kernels can address (B x NH blocks in y).
+enum class AttentionPath { Tiled, General, Materialized };
+
+AttentionPath attention_path(bool fused_on, DType dtype, int64_t B, int64_t NH, int64_t HS,
+                             std::initializer_list<const void*> tensors) {
+  if (!fused_on || !fused_attention_shape(dtype, HS) || B * NH > 65535) return AttentionPath::Materialized;
   for (const void* data : tensors)
-    if (reinterpret_cast<uintptr_t>(data) % 16 != 0) return false;
-  return cuda::flash_attention_supported(element_kind(dtype), HS);
+    if (reinterpret_cast<uintptr_t>(data) % 16 != 0) return AttentionPath::General;
+  return cuda::tiled_attention_supported(element_kind(dtype), HS) ? AttentionPath::Tiled : AttentionPath::General;
 }
 
 using cuda::Gemm;
@@ -99,6 +108,7 @@ struct CudaBackend::Handles {
   bool tf32 = false;
   bool matmul_epilogues = true;
   bool fused_attention = true;
+  std::array<int64_t, 3> attention_forward_calls{};  // by AttentionPath, for run_notes()
   std::unique_ptr<DeviceBuffer> sum_scratch;  // kSumBlocks partials + the result
   // Scratch of the ops that need it, one at a time on the stream: embedding backward's sort,
   // attention's two B x NH x T x T matrices, the partial column sums of a parameter gradient, or a
@@ -129,8 +139,8 @@ std::optional<Backend::DeviceMemory> CudaBackend::device_memory() const {
 }
 
 size_t CudaBackend::workspace_bytes(const WorkspaceNeeds& needs) const {
-  const bool fused =
-      handles_->fused_attention && cuda::flash_attention_supported(element_kind(needs.dtype), needs.head_size);
+  const bool fused = attention_path(handles_->fused_attention, needs.dtype, needs.batch, needs.heads, needs.head_size,
+                                    {}) != AttentionPath::Materialized;
   const int64_t positions = needs.batch * needs.seq;
   return std::max({cuda::embedding_backward_workspace_bytes(positions),
                    attention_workspace_bytes(needs.batch, needs.heads, needs.seq, needs.dtype, fused),
@@ -156,10 +166,15 @@ void* CudaBackend::workspace(size_t bytes) {
 }
 
 std::string CudaBackend::run_notes() const {
-  if (!handles_->matmul_epilogues) return "cuBLASLt epilogues off (--no-matmul-epilogues): bias and GELU in kernels";
   const cuda::LtMatmul::PlanCounts counts = handles_->matmul->plan_counts();
-  return fmt::format("cuBLASLt products: {} shapes with an epilogue, {} fell back to kernels (no algorithm), {} plain",
-                     counts.fused, counts.fell_back, counts.plain);
+  const std::string products =
+      handles_->matmul_epilogues
+          ? fmt::format("cuBLASLt products: {} shapes with an epilogue, {} fell back to kernels (no algorithm), {} plain",
+                        counts.fused, counts.fell_back, counts.plain)
+          : "cuBLASLt epilogues off (--no-matmul-epilogues): bias and GELU in kernels";
+  const auto& calls = handles_->attention_forward_calls;
+  return fmt::format("{}; attention forward calls: {} fused on tensor cores, {} fused general, {} materialised", products,
+                     calls[0], calls[1], calls[2]);
 }
 
 std::string CudaBackend::description() const {
@@ -345,22 +360,32 @@ void CudaBackend::gelu_backward(const GeluBackward& a) {
              "gelu_backward");
 }
 
-// The flash-attention contract (ops.h). bf16/fp16 with head size 64 or 128 on sm_80+: the fused
-// kernels (flash_attention.cu). Otherwise cuBLASLt products: the T x T scores and probabilities live
-// only in the shared workspace during the call (in the compute dtype, products accumulated in
-// fp32, softmax in fp32), and backward recomputes them from q, k and lse. Consecutive heads are
-// HS apart in qkv, so each batch entry's heads are one strided-batched GEMM.
+// The flash-attention contract (ops.h). bf16/fp16 heads up to 256: fused kernels, on tensor cores
+// (flash_attention.cu) or CUDA cores (general_attention.cu); see attention_path(). Otherwise
+// cuBLASLt products: the T x T scores and probabilities live only in the shared workspace during
+// the call (in the compute dtype, products accumulated in fp32, softmax in fp32), and backward
+// recomputes them from q, k and lse. Consecutive heads are HS apart in qkv, so each batch entry's
+// heads are one strided-batched GEMM.
 void CudaBackend::attention_forward(const AttentionForward& a) {
   const auto [B, T, C, NH, HS] = checks::attention_forward(a, kCuda);
   const DType dtype = a.qkv.dtype;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const bool padded = a.mask != AttentionMask::Causal, causal = a.mask != AttentionMask::KeyPadding;
   const int32_t* key_mask = padded ? a.key_mask.as<int32_t>() : nullptr;
-  if (handles_->fused_attention && use_fused_attention(dtype, B, NH, HS, {a.qkv.data, a.out.data})) {
-    check_cuda(cuda::flash_attention_forward(a.out.data, a.lse.as<float>(), a.qkv.data, key_mask, element_kind(dtype),
-                                             B, T, NH, HS, causal, scale),
-               "attention_forward (fused)");
-    return;
+  const AttentionPath path = attention_path(handles_->fused_attention, dtype, B, NH, HS, {a.qkv.data, a.out.data});
+  ++handles_->attention_forward_calls[static_cast<size_t>(path)];
+  switch (path) {
+    case AttentionPath::Tiled:
+      check_cuda(cuda::flash_attention_forward(a.out.data, a.lse.as<float>(), a.qkv.data, key_mask,
+                                               element_kind(dtype), B, T, NH, HS, causal, scale),
+                 "attention_forward (fused, tensor cores)");
+      return;
+    case AttentionPath::General:
+      check_cuda(cuda::general_attention_forward(a.out.data, a.lse.as<float>(), a.qkv.data, key_mask,
+                                                 element_kind(dtype), B, T, NH, HS, causal, scale),
+                 "attention_forward (fused, general)");
+      return;
+    case AttentionPath::Materialized: break;
   }
   const GemmTypes types{dtype, dtype, handles_->tf32};
   cuda::LtMatmul& lt = *handles_->matmul;
@@ -385,13 +410,21 @@ void CudaBackend::attention_backward(const AttentionBackward& a) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const bool padded = a.mask != AttentionMask::Causal, causal = a.mask != AttentionMask::KeyPadding;
   const int32_t* key_mask = padded ? a.key_mask.as<int32_t>() : nullptr;
-  if (handles_->fused_attention &&
-      use_fused_attention(dtype, B, NH, HS, {a.qkv.data, a.dqkv.data, a.dout.data, a.out.data})) {
-    void* row_dots = workspace(attention_workspace_bytes(B, NH, T, dtype, true));
-    check_cuda(cuda::flash_attention_backward(a.dqkv.data, a.dout.data, a.qkv.data, a.out.data, a.lse.as<float>(),
-                                              key_mask, element_kind(dtype), B, T, NH, HS, causal, scale, row_dots),
-               "attention_backward (fused)");
-    return;
+  switch (attention_path(handles_->fused_attention, dtype, B, NH, HS,
+                         {a.qkv.data, a.dqkv.data, a.dout.data, a.out.data})) {
+    case AttentionPath::Tiled:
+      check_cuda(cuda::flash_attention_backward(a.dqkv.data, a.dout.data, a.qkv.data, a.out.data, a.lse.as<float>(),
+                                                key_mask, element_kind(dtype), B, T, NH, HS, causal, scale,
+                                                workspace(attention_workspace_bytes(B, NH, T, dtype, true))),
+                 "attention_backward (fused, tensor cores)");
+      return;
+    case AttentionPath::General:
+      check_cuda(cuda::general_attention_backward(a.dqkv.data, a.dout.data, a.qkv.data, a.out.data, a.lse.as<float>(),
+                                                  key_mask, element_kind(dtype), B, T, NH, HS, causal, scale,
+                                                  workspace(attention_workspace_bytes(B, NH, T, dtype, true))),
+                 "attention_backward (fused, general)");
+      return;
+    case AttentionPath::Materialized: break;
   }
   const GemmTypes types{dtype, dtype, handles_->tf32};
   cuda::LtMatmul& lt = *handles_->matmul;

@@ -14,8 +14,10 @@
 #include <cuda_runtime.h>
 #include <mma.h>
 
+#include "kiln/backend/cuda/attention_visibility.cuh"
 #include "kiln/backend/cuda/element.cuh"
 #include "kiln/backend/cuda/flash_attention.h"
+#include "kiln/backend/cuda/general_attention.h"
 #include "kiln/backend/cuda/kernels.h"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
@@ -34,16 +36,17 @@ constexpr int kWarps = 4;      // warp w owns tile rows [16w, 16w + 16)
 constexpr int kThreads = 32 * kWarps;
 constexpr int kFrag = 16;      // WMMA m = n = k
 
-// Copies min(rows, kTile) rows of HS elements, `stride` elements apart, into a [kTile][HS] tile,
-// 16 bytes at a time; rows past `rows` become zeros.
+// Copies min(rows, kTile) rows of hs elements (hs <= HS, a multiple of 8), `stride` elements
+// apart, into a [kTile][HS] tile, 16 bytes at a time; rows past `rows` and columns past hs become
+// zeros, so a head narrower than the tile adds nothing to any product.
 template <typename T, int HS>
-__device__ void load_tile(T* tile, const T* source, int rows, int64_t stride) {
+__device__ void load_tile(T* tile, const T* source, int rows, int64_t stride, int hs) {
   constexpr int kChunk = 16 / static_cast<int>(sizeof(T));
   constexpr int kChunksPerRow = HS / kChunk;
   for (int chunk = threadIdx.x; chunk < kTile * kChunksPerRow; chunk += kThreads) {
     const int row = chunk / kChunksPerRow, column = chunk % kChunksPerRow * kChunk;
     int4 value = make_int4(0, 0, 0, 0);
-    if (row < rows) value = *reinterpret_cast<const int4*>(source + row * stride + column);
+    if (row < rows && column < hs) value = *reinterpret_cast<const int4*>(source + row * stride + column);
     *reinterpret_cast<int4*>(tile + row * HS + column) = value;
   }
 }
@@ -79,16 +82,6 @@ __device__ void scores(float* s, const T* x, const T* y, int warp) {
                                                    kFrag, HS / kFrag);
 }
 
-// Whether query `query` sees key `key` (both in [0, T)).
-struct Visibility {
-  int length;               // T
-  bool causal;
-  const int32_t* key_mask;  // this sequence's [T], or null
-  __device__ bool operator()(int query, int key) const {
-    return query < length && key < length && (!causal || key <= query) && (key_mask == nullptr || key_mask[key] != 0);
-  }
-};
-
 template <typename T, int HS>
 constexpr size_t forward_shared_bytes() {
   return 3 * kTile * HS * sizeof(T) + kTile * kTile * sizeof(T) + kTile * kTile * sizeof(float) +
@@ -97,7 +90,7 @@ constexpr size_t forward_shared_bytes() {
 
 template <typename T, int HS>
 __global__ void __launch_bounds__(kThreads) flash_forward_kernel(T* out, float* lse, const T* qkv,
-                                                                 const int32_t* key_mask, int NH, int T_,
+                                                                 const int32_t* key_mask, int NH, int T_, int hs,
                                                                  bool causal, float scale) {
 #if __CUDA_ARCH__ >= 800
   extern __shared__ __align__(128) unsigned char shared[];
@@ -115,11 +108,11 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(T* out, float* 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row = threadIdx.x / 2, half = threadIdx.x % 2;  // softmax: two lanes of one warp per row
   const int query = q0 + row;
-  const int64_t C = static_cast<int64_t>(NH) * HS, stride = 3 * C;
-  const T* sequence = qkv + static_cast<int64_t>(b) * T_ * stride + h * HS;
+  const int64_t C = static_cast<int64_t>(NH) * hs, stride = 3 * C;
+  const T* sequence = qkv + static_cast<int64_t>(b) * T_ * stride + h * hs;
   const Visibility visible{T_, causal, key_mask ? key_mask + static_cast<int64_t>(b) * T_ : nullptr};
 
-  load_tile<T, HS>(q, sequence + q0 * stride, T_ - q0, stride);
+  load_tile<T, HS>(q, sequence + q0 * stride, T_ - q0, stride, hs);
   for (int i = threadIdx.x; i < kTile * HS; i += kThreads) o[i] = 0.0f;
   if (threadIdx.x < kTile) {
     row_max[threadIdx.x] = -INFINITY;
@@ -128,8 +121,8 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(T* out, float* 
   const int key_end = causal ? min(T_, q0 + kTile) : T_;
   for (int k0 = 0; k0 < key_end; k0 += kTile) {
     __syncthreads();  // every warp is done with the previous k and v (and q, o, stats are set)
-    load_tile<T, HS>(k, sequence + C + k0 * stride, T_ - k0, stride);
-    load_tile<T, HS>(v, sequence + 2 * C + k0 * stride, T_ - k0, stride);
+    load_tile<T, HS>(k, sequence + C + k0 * stride, T_ - k0, stride, hs);
+    load_tile<T, HS>(v, sequence + 2 * C + k0 * stride, T_ - k0, stride, hs);
     __syncthreads();
     scores<T, HS>(s, q, k, warp);
     __syncwarp();
@@ -170,27 +163,15 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(T* out, float* 
   const float* o_rows = o + warp * kFrag * HS;
   for (int i = lane; i < kFrag * HS; i += 32) {
     const int r = warp * kFrag + i / HS, row_query = q0 + r;
-    if (row_query >= T_) continue;
+    if (row_query >= T_ || i % HS >= hs) continue;
     const float total = row_sum[r];
-    out[(static_cast<int64_t>(b) * T_ + row_query) * C + h * HS + i % HS] =
+    out[(static_cast<int64_t>(b) * T_ + row_query) * C + h * hs + i % HS] =
         from_float<T>(total > 0.0f ? o_rows[i] / total : 0.0f);
   }
   if (half == 0 && query < T_)
     lse[(static_cast<int64_t>(b) * NH + h) * T_ + query] =
         row_sum[row] > 0.0f ? row_max[row] + logf(row_sum[row]) : -INFINITY;
 #endif
-}
-
-// D[b, h, t] = sum over the head's channels of dout * out.
-template <typename T, int HS>
-__global__ void row_dot_kernel(float* d, const T* dout, const T* out, int NH, int T_, int64_t rows) {
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= rows) return;
-  const int64_t b = i / (static_cast<int64_t>(NH) * T_), h = i / T_ % NH, t = i % T_;
-  const int64_t base = (b * T_ + t) * NH * HS + h * HS;
-  float sum = 0.0f;
-  for (int c = 0; c < HS; ++c) sum += to_float(dout[base + c]) * to_float(out[base + c]);
-  d[i] = sum;
 }
 
 template <typename T, int HS>
@@ -242,7 +223,7 @@ template <typename T, int HS>
 __global__ void __launch_bounds__(kThreads) flash_backward_kv_kernel(T* dqkv, const T* dout, const T* qkv,
                                                                      const float* lse, const float* row_dots,
                                                                      const int32_t* key_mask, int NH, int T_,
-                                                                     bool causal, float scale) {
+                                                                     int hs, bool causal, float scale) {
 #if __CUDA_ARCH__ >= 800
   extern __shared__ __align__(128) unsigned char shared[];
   const BackwardTiles<T, HS> t(shared);
@@ -250,20 +231,20 @@ __global__ void __launch_bounds__(kThreads) flash_backward_kv_kernel(T* dqkv, co
   const int b = blockIdx.y / NH, h = blockIdx.y % NH, k0 = blockIdx.x * kTile;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row = threadIdx.x / 2, half = threadIdx.x % 2;
-  const int64_t C = static_cast<int64_t>(NH) * HS, stride = 3 * C;
-  const T* sequence = qkv + static_cast<int64_t>(b) * T_ * stride + h * HS;
-  const T* gradient = dout + static_cast<int64_t>(b) * T_ * C + h * HS;
+  const int64_t C = static_cast<int64_t>(NH) * hs, stride = 3 * C;
+  const T* sequence = qkv + static_cast<int64_t>(b) * T_ * stride + h * hs;
+  const T* gradient = dout + static_cast<int64_t>(b) * T_ * C + h * hs;
   const float* head_lse = lse + (static_cast<int64_t>(b) * NH + h) * T_;
   const float* head_dots = row_dots + (static_cast<int64_t>(b) * NH + h) * T_;
   const Visibility visible{T_, causal, key_mask ? key_mask + static_cast<int64_t>(b) * T_ : nullptr};
 
-  load_tile<T, HS>(t.k, sequence + C + k0 * stride, T_ - k0, stride);
-  load_tile<T, HS>(t.v, sequence + 2 * C + k0 * stride, T_ - k0, stride);
+  load_tile<T, HS>(t.k, sequence + C + k0 * stride, T_ - k0, stride, hs);
+  load_tile<T, HS>(t.v, sequence + 2 * C + k0 * stride, T_ - k0, stride, hs);
   for (int i = threadIdx.x; i < kTile * HS; i += kThreads) dk[i] = dv[i] = 0.0f;
   for (int q0 = causal ? k0 : 0; q0 < T_; q0 += kTile) {
     __syncthreads();  // every warp is done with the previous q, dout, P and dS
-    load_tile<T, HS>(t.q, sequence + q0 * stride, T_ - q0, stride);
-    load_tile<T, HS>(t.g, gradient + q0 * C, T_ - q0, C);
+    load_tile<T, HS>(t.q, sequence + q0 * stride, T_ - q0, stride, hs);
+    load_tile<T, HS>(t.g, gradient + q0 * C, T_ - q0, C, hs);
     __syncthreads();
     const int query = q0 + row;
     scores<T, HS>(t.s, t.q, t.k, warp);
@@ -290,8 +271,8 @@ __global__ void __launch_bounds__(kThreads) flash_backward_kv_kernel(T* dqkv, co
   __syncwarp();
   for (int i = lane; i < kFrag * HS; i += 32) {
     const int key = k0 + warp * kFrag + i / HS;
-    if (key >= T_) continue;
-    T* key_row = dqkv + (static_cast<int64_t>(b) * T_ + key) * stride + h * HS + i % HS;
+    if (key >= T_ || i % HS >= hs) continue;
+    T* key_row = dqkv + (static_cast<int64_t>(b) * T_ + key) * stride + h * hs + i % HS;
     key_row[C] = from_float<T>(dk[warp * kFrag * HS + i]);
     key_row[2 * C] = from_float<T>(dv[warp * kFrag * HS + i]);
   }
@@ -303,7 +284,7 @@ template <typename T, int HS>
 __global__ void __launch_bounds__(kThreads) flash_backward_q_kernel(T* dqkv, const T* dout, const T* qkv,
                                                                     const float* lse, const float* row_dots,
                                                                     const int32_t* key_mask, int NH, int T_,
-                                                                    bool causal, float scale) {
+                                                                    int hs, bool causal, float scale) {
 #if __CUDA_ARCH__ >= 800
   extern __shared__ __align__(128) unsigned char shared[];
   const BackwardTiles<T, HS> t(shared);
@@ -312,21 +293,21 @@ __global__ void __launch_bounds__(kThreads) flash_backward_q_kernel(T* dqkv, con
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row = threadIdx.x / 2, half = threadIdx.x % 2;
   const int query = q0 + row;
-  const int64_t C = static_cast<int64_t>(NH) * HS, stride = 3 * C;
-  const T* sequence = qkv + static_cast<int64_t>(b) * T_ * stride + h * HS;
+  const int64_t C = static_cast<int64_t>(NH) * hs, stride = 3 * C;
+  const T* sequence = qkv + static_cast<int64_t>(b) * T_ * stride + h * hs;
   const int64_t head = (static_cast<int64_t>(b) * NH + h) * T_;
   const float row_lse = query < T_ ? lse[head + query] : -INFINITY;
   const float row_dot = query < T_ ? row_dots[head + query] : 0.0f;
   const Visibility visible{T_, causal, key_mask ? key_mask + static_cast<int64_t>(b) * T_ : nullptr};
 
-  load_tile<T, HS>(t.q, sequence + q0 * stride, T_ - q0, stride);
-  load_tile<T, HS>(t.g, dout + static_cast<int64_t>(b) * T_ * C + h * HS + q0 * C, T_ - q0, C);
+  load_tile<T, HS>(t.q, sequence + q0 * stride, T_ - q0, stride, hs);
+  load_tile<T, HS>(t.g, dout + static_cast<int64_t>(b) * T_ * C + h * hs + q0 * C, T_ - q0, C, hs);
   for (int i = threadIdx.x; i < kTile * HS; i += kThreads) dq[i] = 0.0f;
   const int key_end = causal ? min(T_, q0 + kTile) : T_;
   for (int k0 = 0; k0 < key_end; k0 += kTile) {
     __syncthreads();  // every warp is done with the previous k and v
-    load_tile<T, HS>(t.k, sequence + C + k0 * stride, T_ - k0, stride);
-    load_tile<T, HS>(t.v, sequence + 2 * C + k0 * stride, T_ - k0, stride);
+    load_tile<T, HS>(t.k, sequence + C + k0 * stride, T_ - k0, stride, hs);
+    load_tile<T, HS>(t.v, sequence + 2 * C + k0 * stride, T_ - k0, stride, hs);
     __syncthreads();
     scores<T, HS>(t.s, t.q, t.k, warp);
     __syncwarp();
@@ -347,8 +328,8 @@ __global__ void __launch_bounds__(kThreads) flash_backward_q_kernel(T* dqkv, con
   __syncwarp();
   for (int i = lane; i < kFrag * HS; i += 32) {
     const int r = q0 + warp * kFrag + i / HS;
-    if (r < T_)
-      dqkv[(static_cast<int64_t>(b) * T_ + r) * stride + h * HS + i % HS] = from_float<T>(dq[warp * kFrag * HS + i]);
+    if (r < T_ && i % HS < hs)
+      dqkv[(static_cast<int64_t>(b) * T_ + r) * stride + h * hs + i % HS] = from_float<T>(dq[warp * kFrag * HS + i]);
   }
 #endif
 }
@@ -357,25 +338,23 @@ int launch_status() { return static_cast<int>(cudaGetLastError()); }
 
 template <typename T, int HS>
 int forward(void* out, float* lse, const void* qkv, const int32_t* key_mask, int64_t B, int64_t seq, int64_t NH,
-            bool causal, float scale) {
+            int64_t hs, bool causal, float scale) {
   constexpr size_t bytes = forward_shared_bytes<T, HS>();
   const auto kernel = flash_forward_kernel<T, HS>;
   if (const cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes))
     return static_cast<int>(status);
   const dim3 grid(static_cast<unsigned>((seq + kTile - 1) / kTile), static_cast<unsigned>(B * NH));
   kernel<<<grid, kThreads, bytes>>>(static_cast<T*>(out), lse, static_cast<const T*>(qkv), key_mask,
-                                    static_cast<int>(NH), static_cast<int>(seq), causal, scale);
+                                    static_cast<int>(NH), static_cast<int>(seq), static_cast<int>(hs), causal, scale);
   return launch_status();
 }
 
 template <typename T, int HS>
 int backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
-             const int32_t* key_mask, int64_t B, int64_t seq, int64_t NH, bool causal, float scale, void* workspace) {
+             const int32_t* key_mask, int kind, int64_t B, int64_t seq, int64_t NH, int64_t hs, bool causal,
+             float scale, void* workspace) {
   auto* row_dots = static_cast<float*>(workspace);
-  const int64_t rows = B * NH * seq;
-  row_dot_kernel<T, HS><<<static_cast<unsigned>((rows + 255) / 256), 256>>>(
-      row_dots, static_cast<const T*>(dout), static_cast<const T*>(out), static_cast<int>(NH), static_cast<int>(seq),
-      rows);
+  if (const int status = attention_row_dots(row_dots, dout, out, kind, B, seq, NH, hs)) return status;
   constexpr size_t bytes = backward_shared_bytes<T, HS>();
   const auto kv_kernel = flash_backward_kv_kernel<T, HS>;
   const auto q_kernel = flash_backward_q_kernel<T, HS>;
@@ -385,17 +364,23 @@ int backward(void* dqkv, const void* dout, const void* qkv, const void* out, con
   const dim3 grid(static_cast<unsigned>((seq + kTile - 1) / kTile), static_cast<unsigned>(B * NH));
   kv_kernel<<<grid, kThreads, bytes>>>(static_cast<T*>(dqkv), static_cast<const T*>(dout),
                                        static_cast<const T*>(qkv), lse, row_dots, key_mask, static_cast<int>(NH),
-                                       static_cast<int>(seq), causal, scale);
+                                       static_cast<int>(seq), static_cast<int>(hs), causal, scale);
   q_kernel<<<grid, kThreads, bytes>>>(static_cast<T*>(dqkv), static_cast<const T*>(dout),
                                       static_cast<const T*>(qkv), lse, row_dots, key_mask, static_cast<int>(NH),
-                                      static_cast<int>(seq), causal, scale);
+                                      static_cast<int>(seq), static_cast<int>(hs), causal, scale);
   return launch_status();
+}
+
+// The storage types and head sizes the tiles take: bf16/fp16, head size a multiple of 8 (16-byte
+// loads) up to 128; a head narrower than its tile (64 or 128 wide) is zero-padded inside it.
+bool tiles_apply(int kind, int64_t head_size) {
+  return (kind == kBf16 || kind == kFp16) && head_size > 0 && head_size <= 128 && head_size % 8 == 0;
 }
 
 }  // namespace
 
-bool flash_attention_supported(int kind, int64_t head_size) {
-  if ((kind != kBf16 && kind != kFp16) || (head_size != 64 && head_size != 128)) return false;
+bool tiled_attention_supported(int kind, int64_t head_size) {
+  if (!tiles_apply(kind, head_size)) return false;
   int device = 0, major = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
@@ -405,27 +390,26 @@ bool flash_attention_supported(int kind, int64_t head_size) {
   return major >= 8;
 }
 
-// The (storage type, head size) instantiations: flash_attention_supported admits only these.
+// The (storage type, tile width) instantiations: the narrowest tile that holds the head.
 int flash_attention_forward(void* out, float* lse, const void* qkv, const int32_t* key_mask, int kind, int64_t B,
                             int64_t T, int64_t NH, int64_t HS, bool causal, float scale) {
   if (B * NH * T == 0) return 0;
-  if (kind == kBf16 && HS == 64) return forward<__nv_bfloat16, 64>(out, lse, qkv, key_mask, B, T, NH, causal, scale);
-  if (kind == kBf16 && HS == 128) return forward<__nv_bfloat16, 128>(out, lse, qkv, key_mask, B, T, NH, causal, scale);
-  if (kind == kFp16 && HS == 64) return forward<__half, 64>(out, lse, qkv, key_mask, B, T, NH, causal, scale);
-  if (kind == kFp16 && HS == 128) return forward<__half, 128>(out, lse, qkv, key_mask, B, T, NH, causal, scale);
-  return static_cast<int>(cudaErrorInvalidValue);
+  if (!tiles_apply(kind, HS)) return static_cast<int>(cudaErrorInvalidValue);
+  const auto run = [&](auto launch) { return launch(out, lse, qkv, key_mask, B, T, NH, HS, causal, scale); };
+  if (kind == kBf16) return HS <= 64 ? run(forward<__nv_bfloat16, 64>) : run(forward<__nv_bfloat16, 128>);
+  return HS <= 64 ? run(forward<__half, 64>) : run(forward<__half, 128>);
 }
 
 int flash_attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
                              const int32_t* key_mask, int kind, int64_t B, int64_t T, int64_t NH, int64_t HS,
                              bool causal, float scale, void* workspace) {
   if (B * NH * T == 0) return 0;
-  const auto run = [&](auto launch) { return launch(dqkv, dout, qkv, out, lse, key_mask, B, T, NH, causal, scale, workspace); };
-  if (kind == kBf16 && HS == 64) return run(backward<__nv_bfloat16, 64>);
-  if (kind == kBf16 && HS == 128) return run(backward<__nv_bfloat16, 128>);
-  if (kind == kFp16 && HS == 64) return run(backward<__half, 64>);
-  if (kind == kFp16 && HS == 128) return run(backward<__half, 128>);
-  return static_cast<int>(cudaErrorInvalidValue);
+  if (!tiles_apply(kind, HS)) return static_cast<int>(cudaErrorInvalidValue);
+  const auto run = [&](auto launch) {
+    return launch(dqkv, dout, qkv, out, lse, key_mask, kind, B, T, NH, HS, causal, scale, workspace);
+  };
+  if (kind == kBf16) return HS <= 64 ? run(backward<__nv_bfloat16, 64>) : run(backward<__nv_bfloat16, 128>);
+  return HS <= 64 ? run(backward<__half, 64>) : run(backward<__half, 128>);
 }
 
 }  // namespace kiln::cuda

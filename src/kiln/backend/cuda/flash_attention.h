@@ -1,10 +1,12 @@
 // Fused attention on tensor cores (the flash-attention algorithm: Dao et al. 2022, Dao 2023) for
-// bf16/fp16 with head size 64 or 128 on sm_80 and newer: the T x T scores never leave shared
-// memory. Same contract as the attention ops in backend/ops.h (lse saved, backward recomputes the
-// probabilities from it, D = rowsum(dout * out)). Plain pointers only, like kernels.h.
+// bf16/fp16 on sm_80 and newer, head sizes that are multiples of 8 up to 128: the T x T scores
+// never leave shared memory. Same contract as the attention ops in backend/ops.h (lse saved,
+// backward recomputes the probabilities from it, D = rowsum(dout * out)). Plain pointers only,
+// like kernels.h. Other head sizes and GPUs: general_attention.h.
 //
-// Tiles of 64 queries x 64 keys; four warps; 16 x 16 x 16 WMMA products with fp32 accumulation;
-// softmax statistics in fp32. Backward is two kernels, one per key tile (dK, dV) and one per query
+// Tiles of 64 queries x 64 keys, 64 or 128 channels wide (heads of 64 and 128 fill them; narrower
+// heads, e.g. 24 or 80, are zero-padded to the next width); four warps; 16 x 16 x 16 WMMA
+// products with fp32 accumulation; softmax statistics in fp32. Backward is two kernels, one per key tile (dK, dV) and one per query
 // tile (dQ), so every gradient element is written by one block in a fixed order: deterministic,
 // no atomics.
 #pragma once
@@ -14,9 +16,9 @@
 
 namespace kiln::cuda {
 
-// Whether the fused kernels handle this call: kind bf16 or fp16 (kernels.h), head size 64 or
-// 128, and the current device is sm_80 or newer.
-bool flash_attention_supported(int kind, int64_t head_size);
+// Whether the tiled kernels handle this call: kind bf16 or fp16 (kernels.h), head size a multiple
+// of 8 up to 128, and the current device is sm_80 or newer. The pointers must be 16-byte aligned.
+bool tiled_attention_supported(int kind, int64_t head_size);
 
 // qkv [B, T, 3C] (q | k | v, heads contiguous), out [B, T, C], lse [B, NH, T] fp32,
 // key_mask [B, T] or null; scale = 1 / sqrt(head size).
