@@ -8,6 +8,7 @@
 // same planner serves every back-end.
 // An Arena built with `Arena::measuring()` owns no memory: allocate() only counts bytes and
 // returns null, so the same code that lays memory out can first measure it.
+// ArenaOverlay lays pieces whose lifetimes never overlap over one stretch of the arena.
 #pragma once
 
 #include <cstddef>
@@ -34,6 +35,7 @@ class Arena {
   static size_t aligned(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 
  private:
+  friend class ArenaOverlay;
   Arena() = default;
   struct Free {
     void operator()(void* memory) const;
@@ -43,6 +45,27 @@ class Arena {
   size_t capacity_ = 0;
   size_t used_ = 0;
   bool measuring_ = false;
+};
+
+// Alternatives over one stretch of an arena: the pieces taken after next() start again where the
+// first alternative's did, and finish() moves the arena past the longest alternative. The caller
+// promises that no piece of one alternative is in use while a piece of another is (the activation
+// plan's scratch shared between forward and backward). Pieces taken before or after stay apart.
+class ArenaOverlay {
+ public:
+  explicit ArenaOverlay(Arena& arena) : arena_(arena), start_(arena.used_), end_(arena.used_) {}
+  void next() {
+    end_ = end_ > arena_.used_ ? end_ : arena_.used_;
+    arena_.used_ = start_;
+  }
+  void finish() {
+    next();
+    arena_.used_ = end_;
+  }
+
+ private:
+  Arena& arena_;
+  size_t start_, end_;
 };
 
 }  // namespace kiln

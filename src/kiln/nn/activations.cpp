@@ -84,13 +84,19 @@ GptActivations GptActivations::lay_out(Arena& arena, const GptConfig& config, in
   acts.lnf = layout.take({B, T, C});
   acts.lnf_mean = layout.stats({B * T});
   acts.lnf_rstd = layout.stats({B * T});
-  acts.logits = layout.take({std::min(logit_rows, B * T), Vp});
   acts.losses = layout.stats({B * T});
-  acts.projection_scratch = layout.take({B, T, C});
   acts.d_residual = layout.take({B, T, C});
   acts.d_hidden = layout.take({B, T, C});
+  // One stretch for four buffers that are never in use at the same time (activations.h).
+  ArenaOverlay overlay(arena);
+  acts.projection_scratch = layout.take({B, T, C});
+  overlay.next();
+  acts.logits = layout.take({std::min(logit_rows, B * T), Vp});
+  overlay.next();
   acts.d_qkv = layout.take({B, T, 3 * C});
+  overlay.next();
   acts.d_fc = layout.take({B, T, 4 * C});
+  overlay.finish();
   return acts;
 }
 

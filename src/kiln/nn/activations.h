@@ -14,6 +14,12 @@
 // block's GELU output is one shared buffer.
 // The classifier and loss run on at most `logit_rows` positions at a time (Gpt::forward), so the
 // logits buffer holds min(logit_rows, batch x seq) rows, never the whole batch's.
+// Buffers whose lifetimes never overlap share one stretch of the arena (ArenaOverlay), as large
+// as the largest of them: the projection scratch (each block's forward, including the forwards
+// recomputed in backward just before a layer's backward), the logits chunk (the classifier and
+// loss at the end of forward, whose backward runs there too; logits_at() later), d_fc (the MLP's
+// backward) and d_qkv (attention's backward); each block's backward is done with d_fc before it
+// writes d_qkv. d_residual and d_hidden (which carries d ln_f from forward to backward) stay apart.
 // Dtypes (ops.h): activations and their gradients in the model's compute dtype; LayerNorm
 // statistics and losses in fp32; token ids int32.
 #pragma once
@@ -49,15 +55,15 @@ struct GptActivations {
   Tensor embedded;                 // [B,T,C] input of block 0
   std::vector<BlockActivations> blocks;
   Tensor lnf, lnf_mean, lnf_rstd;
-  Tensor logits;                   // [min(logit_rows, B*T), Vp]: one chunk's logits, then their gradient
+  Tensor logits;                   // [min(logit_rows, B*T), Vp]: one chunk's logits, then their gradient (shared)
   Tensor losses;                   // [B*T]
-  Tensor projection_scratch;       // [B,T,C] c_proj outputs before the residual add
+  Tensor projection_scratch;       // [B,T,C] c_proj outputs before the residual add (shared)
   // Backward scratch.
   Tensor d_residual;               // [B,T,C]
   Tensor d_hidden;                 // [B,T,C] gradients of ln outputs and of attn_out; holds
                                    // d ln_f between a training forward and backward
-  Tensor d_qkv;                    // [B,T,3C]
-  Tensor d_fc;                     // [B,T,4C] gradient of both MLP activations, in place
+  Tensor d_qkv;                    // [B,T,3C] (shared)
+  Tensor d_fc;                     // [B,T,4C] gradient of both MLP activations, in place (shared)
   std::vector<LayerRecompute> recompute;  // per layer, from the policy
 
   // Lays out every tensor for (batch, seq) in `arena` and returns the views (null data when the

@@ -1,0 +1,96 @@
+// The activation plan shares memory only between buffers whose lifetimes never overlap
+// (activations.h): every pair of distinct views that overlap must both be in the shared stretch.
+// Views that are the same buffer (recomputation's scratch slots, selective recomputation's
+// GELU output) count as one.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <string>
+
+#include "kiln/core/arena.h"
+#include "kiln/nn/activations.h"
+
+namespace kiln {
+namespace {
+
+struct Range {
+  const char* begin;
+  size_t bytes;
+  bool operator<(const Range& other) const {
+    return begin != other.begin ? begin < other.begin : bytes < other.bytes;
+  }
+};
+
+// Every view of the plan, by range, with the names that use it.
+std::map<Range, std::set<std::string>> views_of(const GptActivations& acts) {
+  std::map<Range, std::set<std::string>> views;
+  auto add = [&](const std::string& name, const Tensor& tensor) {
+    views[{static_cast<const char*>(tensor.data), tensor.bytes()}].insert(name);
+  };
+  add("tokens", acts.tokens);
+  add("targets", acts.targets);
+  add("embedded", acts.embedded);
+  for (size_t layer = 0; layer < acts.blocks.size(); ++layer) {
+    const BlockActivations& b = acts.blocks[layer];
+    for (const auto& [name, tensor] :
+         {std::pair<const char*, const Tensor&>{"ln1", b.ln1}, {"ln1_mean", b.ln1_mean}, {"ln1_rstd", b.ln1_rstd},
+          {"qkv", b.qkv}, {"attn_out", b.attn_out}, {"attn_lse", b.attn_lse}, {"residual_mid", b.residual_mid},
+          {"ln2", b.ln2}, {"ln2_mean", b.ln2_mean}, {"ln2_rstd", b.ln2_rstd}, {"fc_pre_gelu", b.fc_pre_gelu},
+          {"fc_post_gelu", b.fc_post_gelu}, {"residual_out", b.residual_out}})
+      add(fmt::format("{}[{}]", name, layer), tensor);
+  }
+  add("lnf", acts.lnf);
+  add("lnf_mean", acts.lnf_mean);
+  add("lnf_rstd", acts.lnf_rstd);
+  add("logits", acts.logits);
+  add("losses", acts.losses);
+  add("projection_scratch", acts.projection_scratch);
+  add("d_residual", acts.d_residual);
+  add("d_hidden", acts.d_hidden);
+  add("d_qkv", acts.d_qkv);
+  add("d_fc", acts.d_fc);
+  return views;
+}
+
+TEST(Activations, OnlyBuffersWithDisjointLifetimesShareMemory) {
+  GptConfig config;
+  config.num_layers = 4;
+  config.hidden_size = 32;
+  config.num_heads = 2;
+  config.vocab_size = 200;
+  config.max_position_embeddings = 16;
+  const std::set<std::string> shared = {"projection_scratch", "logits", "d_qkv", "d_fc"};
+  for (const RecomputePolicy& policy :
+       {RecomputePolicy{}, RecomputePolicy::parse("full", "uniform", 2), RecomputePolicy::parse("full", "block", 3),
+        RecomputePolicy::parse("selective", "", 1)}) {
+    const size_t bytes = GptActivations::bytes_needed(config, 3, 16, policy);
+    Arena arena(bytes);
+    const GptActivations acts = GptActivations::lay_out(arena, config, 3, 16, Device::CPU, policy);
+    EXPECT_EQ(arena.used(), bytes);
+    const auto views = views_of(acts);
+    std::set<std::string> seen_sharing;
+    for (auto a = views.begin(); a != views.end(); ++a) {
+      for (auto b = std::next(a); b != views.end(); ++b) {
+        if (b->first.begin >= a->first.begin + a->first.bytes) break;  // sorted by start: no later one overlaps a
+        for (const std::string& name : a->second) {
+          EXPECT_TRUE(shared.count(name)) << name << " overlaps " << *b->second.begin() << " (" << policy.describe()
+                                          << ")";
+          seen_sharing.insert(name);
+        }
+        for (const std::string& name : b->second) {
+          EXPECT_TRUE(shared.count(name)) << name << " overlaps " << *a->second.begin() << " (" << policy.describe()
+                                          << ")";
+          seen_sharing.insert(name);
+        }
+      }
+    }
+    EXPECT_EQ(seen_sharing, shared) << policy.describe();  // the four do share, at one start
+    EXPECT_EQ(acts.logits.data, acts.d_fc.data);
+    EXPECT_EQ(acts.d_qkv.data, acts.projection_scratch.data);
+  }
+}
+
+}  // namespace
+}  // namespace kiln
