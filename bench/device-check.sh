@@ -7,6 +7,9 @@
 #   bench/device-check.sh [--build]      (--build: rebuild even if build/kiln exists)
 #   bench/device-check.sh --prebuilt     use build-pack/ from scripts/pack-for-device.sh (for a
 #                                        machine that cannot build kiln: no -dev packages)
+#   ... --levers                         then, on 124M/64, what each switch buys (fused attention,
+#                                        matmul epilogues, selective recomputation) and the time
+#                                        split by op (--profile-ops); not part of the 10 minutes
 #
 # Both sides train in bf16 mixed precision (bf16 weights and activations, fp32 master weights
 # and gradient accumulation) at the same micro-batch (no accumulation): kiln against PyTorch's
@@ -16,13 +19,23 @@ cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/kiln-device-check}
 mkdir -p "$out"
 
+prebuilt=0 rebuild=0 levers=0
+for arg in "$@"; do
+  case "$arg" in
+    --prebuilt) prebuilt=1 ;;
+    --build) rebuild=1 ;;
+    --levers) levers=1 ;;
+    *) echo "device-check.sh: unknown argument '$arg' (--build, --prebuilt, --levers)" >&2; exit 2 ;;
+  esac
+done
+
 bin=build
-if [[ "${1:-}" == "--prebuilt" ]]; then
+if ((prebuilt)); then
   bin=build-pack
   mkdir -p build-pack/lib
   tar -xJf build-pack/libs.tar.xz -C build-pack/lib
   export LD_LIBRARY_PATH=$PWD/build-pack/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-elif [[ "${1:-}" == "--build" || ! -x build/kiln ]]; then
+elif ((rebuild)) || [[ ! -x build/kiln ]]; then
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
   cmake --build build -j "$(nproc)"
 fi
@@ -68,3 +81,24 @@ for model in dict.fromkeys(r["model"] for r in rows):
           f" {eager['tokens_per_second']:>16.0f} {eager['peak_memory_gib']:>6.1f} {k / eager['tokens_per_second']:>6.2f} |"
           f" {comp['tokens_per_second']:>18.0f} {comp['peak_memory_gib']:>6.1f} {k / comp['tokens_per_second']:>6.2f}")
 PY
+
+((levers)) || exit 0
+echo "== levers on 124M micro-batch 64 (each row one kiln bench train; the first is the table's setting)"
+model="--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --micro-batch-size 64"
+levers=$out/levers.jsonl
+: > "$levers"
+for switch in "" "--no-fused-attention" "--no-matmul-epilogues" "--recompute-granularity selective"; do
+  "$kiln" bench train --device cuda --bf16 $model --vocab-size 50257 --skip-gemm-ceiling --json $switch \
+    | sed "s/^{/{\"switch\":\"${switch:-(defaults)}\",/" >> "$levers"
+done
+python3 - "$levers" <<'PY'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
+print(f"{'switch':>34} {'ms/iter':>8} {'tok/s':>9} {'GiB':>6}  back-end notes")
+for r in rows:
+    print(f"{r['switch']:>34} {r['median_ms_per_iteration']:>8.1f} {r['tokens_per_second']:>9.0f}"
+          f" {r['peak_memory_gib']:>6.1f}  {r['backend_notes']}")
+PY
+echo "== time by op, 124M micro-batch 64 (--profile-ops: a device wait after every op)"
+"$kiln" bench train --device cuda --bf16 $model --vocab-size 50257 --skip-gemm-ceiling --warmup-iters 2 \
+  --timed-iters 5 --profile-ops | tee "$out/profile-124M.txt"
