@@ -7,9 +7,10 @@
 #   bench/device-check.sh [--build]      (--build: rebuild even if build/kiln exists)
 #   bench/device-check.sh --prebuilt     use build-pack/ from scripts/pack-for-device.sh (for a
 #                                        machine that cannot build kiln: no -dev packages)
-#   ... --levers                         then, on 124M/64, what each switch buys (fused attention,
-#                                        matmul epilogues, selective recomputation) and the time
-#                                        split by op (--profile-ops); not part of the 10 minutes
+#   ... --stages tests,table,levers      which stages run (default tests,table); `levers`: on
+#                                        124M/64, what each switch buys (fused attention, matmul
+#                                        epilogues, selective recomputation) and the time split by
+#                                        op (--profile-ops); not part of the 10 minutes
 #
 # Both sides train in bf16 mixed precision (bf16 weights and activations, fp32 master weights
 # and gradient accumulation) at the same micro-batch (no accumulation): kiln against PyTorch's
@@ -19,15 +20,21 @@ cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/kiln-device-check}
 mkdir -p "$out"
 
-prebuilt=0 rebuild=0 levers=0
-for arg in "$@"; do
-  case "$arg" in
+prebuilt=0 rebuild=0 stages=tests,table
+while (($#)); do
+  case "$1" in
     --prebuilt) prebuilt=1 ;;
     --build) rebuild=1 ;;
-    --levers) levers=1 ;;
-    *) echo "device-check.sh: unknown argument '$arg' (--build, --prebuilt, --levers)" >&2; exit 2 ;;
+    --stages) stages=${2:?--stages needs a list}; shift ;;
+    *) echo "device-check.sh: unknown argument '$1' (--build, --prebuilt, --stages LIST)" >&2; exit 2 ;;
   esac
+  shift
 done
+for stage in ${stages//,/ }; do
+  [[ $stage == tests || $stage == table || $stage == levers ]] \
+    || { echo "device-check.sh: unknown stage '$stage' (tests, table, levers)" >&2; exit 2; }
+done
+runs() { [[ ",$stages," == *",$1,"* ]]; }
 
 bin=build
 if ((prebuilt)); then
@@ -42,11 +49,16 @@ fi
 kiln=$PWD/$bin/kiln
 "$kiln" --version
 
-echo "== GPU tests (CUDA op table, CPU/GPU parity, memory pre-flight)"
-KILN_BINARY=$kiln OMP_NUM_THREADS=4 "$PWD/$bin/kiln_tests" --gtest_filter='*cuda*:Cuda*:AllBackends*' > "$out/gpu-tests.log" 2>&1 \
-  || { grep -E "FAILED|Failure" "$out/gpu-tests.log" | head -40; exit 1; }
-grep -E "^\[  PASSED  \]" "$out/gpu-tests.log"
+if runs tests; then
+  echo "== GPU tests (CUDA op table, CPU/GPU parity, memory pre-flight)"
+  # On a failure: the failures, and the log's end (a crash names no failure; its last test started does).
+  KILN_BINARY=$kiln OMP_NUM_THREADS=4 "$PWD/$bin/kiln_tests" --gtest_filter='*cuda*:Cuda*:AllBackends*' \
+    > "$out/gpu-tests.log" 2>&1 \
+    || { grep -E "FAILED|Failure" "$out/gpu-tests.log" | head -40; tail -20 "$out/gpu-tests.log"; exit 1; }
+  grep -E "^\[  PASSED  \]" "$out/gpu-tests.log"
+fi
 
+if runs table; then
 echo "== GEMM ceilings"
 "$kiln" bench gemm | tee "$out/gemm.txt"
 
@@ -81,8 +93,9 @@ for model in dict.fromkeys(r["model"] for r in rows):
           f" {eager['tokens_per_second']:>16.0f} {eager['peak_memory_gib']:>6.1f} {k / eager['tokens_per_second']:>6.2f} |"
           f" {comp['tokens_per_second']:>18.0f} {comp['peak_memory_gib']:>6.1f} {k / comp['tokens_per_second']:>6.2f}")
 PY
+fi
 
-((levers)) || exit 0
+runs levers || exit 0
 echo "== levers on 124M micro-batch 64 (each row one kiln bench train; the first is the table's setting)"
 model="--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --micro-batch-size 64"
 levers=$out/levers.jsonl
