@@ -1,4 +1,5 @@
-// OpTimingBackend forwards every op unchanged and counts each under its op name and shape.
+// OpTimingBackend forwards every op unchanged and counts each under its op name and shape, with
+// the work it did: FLOPs for products, bytes moved for every op.
 #include "kiln/backend/op_timing.h"
 
 #include <gtest/gtest.h>
@@ -36,11 +37,47 @@ TEST(OpTiming, ForwardsOpsAndTimesEachByNameAndShape) {
   };
   EXPECT_EQ(find("matmul_forward 4x3x6 +bias +gelu").calls, 2);
   EXPECT_GT(find("matmul_forward 4x3x6 +bias +gelu").total_ms, 0.0);
+  // 2 M K N FLOPs per product; bytes: out, in, weight, bias and the GELU output, fp32.
+  EXPECT_EQ(find("matmul_forward 4x3x6 +bias +gelu").flops, 2 * (2.0 * 4 * 3 * 6));
+  EXPECT_EQ(find("matmul_forward 4x3x6 +bias +gelu").bytes, 2 * 4.0 * (24 + 12 + 18 + 6 + 24));
   EXPECT_EQ(find("fill").calls, 1);
+  EXPECT_EQ(find("fill").flops, 0.0);
+  EXPECT_EQ(find("fill").bytes, 8 * 4.0);
   EXPECT_EQ(find("copy_to_host").calls, 2);  // both products' downloads (the plain back-end's are not timed)
-  EXPECT_NE(OpTimingBackend::format(times).find("matmul_forward 4x3x6 +bias +gelu"), std::string::npos);
+  const std::string table = OpTimingBackend::format(times);
+  EXPECT_NE(table.find("matmul_forward 4x3x6 +bias +gelu"), std::string::npos);
+  EXPECT_NE(table.find("TFLOP/s"), std::string::npos);  // the product's rate
+  EXPECT_NE(table.find("GB/s"), std::string::npos);     // fill's
   timing.reset_times();
   EXPECT_TRUE(timing.times().empty());
+}
+
+TEST(OpTiming, CountsAttentionAndBackwardProductsWork) {
+  OpTimingBackend timing(make_backend("cpu"));
+  Rng rng(5);
+  DeviceTensors t(timing);
+  constexpr int64_t B = 1, T = 4, C = 8, NH = 2;
+  const Tensor qkv = t.floats(random_floats(B * T * 3 * C, rng), {B, T, 3 * C});
+  const Tensor out = t.poisoned({B, T, C}), lse = t.poisoned({B * NH * T});
+  timing.attention_forward({out, lse, qkv, Tensor{}, static_cast<int>(NH), AttentionMask::Causal});
+  const Tensor dqkv = t.poisoned({B, T, 3 * C});
+  timing.attention_backward({dqkv, t.floats(random_floats(B * T * C, rng), {B, T, C}), qkv, out, lse, Tensor{},
+                             static_cast<int>(NH), AttentionMask::Causal});
+  // A product's backward: both gradients (4 M K N), then the weight gradient alone (2 M K N).
+  const Tensor in = t.floats(random_floats(3 * 5, rng), {3, 5}), weight = t.floats(random_floats(5 * 2, rng), {5, 2});
+  const Tensor dout = t.floats(random_floats(3 * 2, rng), {3, 2}), dweight = t.floats(std::vector<float>(10, 0.0f), {5, 2});
+  timing.matmul_backward({t.poisoned({3, 5}), dweight, Tensor{}, dout, in, weight, WeightLayout::InOut});
+  timing.matmul_backward({Tensor{}, dweight, Tensor{}, dout, in, weight, WeightLayout::InOut});
+
+  double attention_forward = -1, attention_backward = -1, product_backward = -1;
+  for (const auto& time : timing.times()) {
+    if (time.op.starts_with("attention_forward")) attention_forward = time.flops;
+    if (time.op.starts_with("attention_backward")) attention_backward = time.flops;
+    if (time.op.starts_with("matmul_backward")) product_backward = time.flops;
+  }
+  EXPECT_EQ(attention_forward, 4.0 * B * T * T * C / 2);  // causal: half the scores
+  EXPECT_EQ(attention_backward, 2.5 * attention_forward);
+  EXPECT_EQ(product_backward, 4.0 * 3 * 5 * 2 + 2.0 * 3 * 5 * 2);
 }
 
 }  // namespace
