@@ -9,8 +9,9 @@
 #                                        machine that cannot build kiln: no -dev packages)
 #   ... --stages tests,table,levers      which stages run (default tests,table); `levers`: on
 #                                        124M/64, what each switch buys (fused attention, matmul
-#                                        epilogues, selective recomputation) and the time split by
-#                                        op (--profile-ops); not part of the 10 minutes
+#                                        epilogues, selective recomputation), the attention core
+#                                        alone against PyTorch's SDPA, and the time split by op
+#                                        (--profile-ops); not part of the 10 minutes
 #
 # Both sides train in bf16 mixed precision (bf16 weights and activations, fp32 master weights
 # and gradient accumulation) at the same micro-batch (no accumulation): kiln against PyTorch's
@@ -111,6 +112,26 @@ print(f"{'switch':>34} {'ms/iter':>8} {'tok/s':>9} {'GiB':>6}  back-end notes")
 for r in rows:
     print(f"{r['switch']:>34} {r['median_ms_per_iteration']:>8.1f} {r['tokens_per_second']:>9.0f}"
           f" {r['peak_memory_gib']:>6.1f}  {r['backend_notes']}")
+PY
+echo "== attention core alone, bf16 causal: kiln (fused, materialised) and PyTorch SDPA on the same shapes"
+attention=$out/attention.jsonl
+: > "$attention"
+for shape in "64 12 64" "16 16 128" "16 32 80"; do  # batch heads head-size, sequence 1024
+  read -r batch heads size <<< "$shape"
+  args="--batch $batch --seq-length 1024 --num-attention-heads $heads --head-size $size"
+  "$kiln" bench attention --device cuda $args --json >> "$attention"
+  "$kiln" bench attention --device cuda $args --no-fused-attention --json >> "$attention"
+  python3 bench/peers/pytorch_attention.py $args >> "$attention"
+done
+python3 - "$attention" <<'PY'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
+print(f"{'shape':>22} {'who':>18} {'fwd ms':>8} {'TFLOP/s':>8} {'bwd ms':>8} {'TFLOP/s':>8}")
+for r in rows:
+    who = r["who"] if r["who"] == "pytorch" else ("kiln fused" if r["fused_attention"] else "kiln materialised")
+    shape = f"{r['batch']}x{r['seq_length']} {r['heads']}x{r['head_size']}"
+    print(f"{shape:>22} {who:>18} {r['forward_ms']:>8.2f} {r['forward_tflops']:>8.1f} {r['backward_ms']:>8.2f}"
+          f" {r['backward_tflops']:>8.1f}")
 PY
 echo "== time by op, 124M micro-batch 64 (--profile-ops: a device wait after every op)"
 "$kiln" bench train --device cuda --bf16 $model --vocab-size 50257 --skip-gemm-ceiling --warmup-iters 2 \

@@ -125,6 +125,19 @@ TEST(Cli, BenchCommandsOnTheCpu) {
               16.0 / (train_json["median_ms_per_iteration"].get<double>() * 1e-3), 1e-6);
   EXPECT_EQ(train_json["precision"], "fp32");
 
+  const Result attention = run_kiln("bench attention --device cpu --dtype bf16 --batch 2 --seq-length 16 "
+                                    "--num-attention-heads 2 --head-size 8 --iters 2 --json");
+  ASSERT_EQ(attention.exit_code, 0) << attention.output;
+  const auto attention_json = nlohmann::json::parse(attention.output);
+  // FlashAttention's count: 4 B T^2 C, halved for the causal mask; backward 2.5 times that.
+  EXPECT_NEAR(attention_json["forward_tflops"].get<double>() * attention_json["forward_ms"].get<double>() * 1e9,
+              4.0 * 2 * 16 * 16 * 16 / 2, 1e-6);
+  EXPECT_NEAR(attention_json["backward_tflops"].get<double>() * attention_json["backward_ms"].get<double>() * 1e9,
+              2.5 * 4.0 * 2 * 16 * 16 * 16 / 2, 1e-6);
+  const Result bad_mask = run_kiln("bench attention --device cpu --mask diagonal");
+  EXPECT_EQ(bad_mask.exit_code, 1);
+  EXPECT_NE(bad_mask.output.find("--mask 'diagonal'"), std::string::npos) << bad_mask.output;
+
   TempDir dir;
   testing::write_toy_dataset(dir.path(), 29, 5000, 500);
   const Result loader = run_kiln("bench loader --data-path " + dir.path() +

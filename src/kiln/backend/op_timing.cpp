@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "kiln/perf/flops.h"
+
 namespace kiln {
 namespace {
 
@@ -32,13 +34,10 @@ double bytes_of(std::initializer_list<const Tensor*> tensors) {
 // 2 M K N for a product whose input is [M, K] and output has N columns.
 double product_flops(const Tensor& in, int64_t N) { return 2.0 * static_cast<double>(in.numel()) * N; }
 
-// 4 B NH T^2 HS = 4 B T^2 C for qkv [B, T, 3C], halved when causal (the keys after each query are
-// skipped).
-double attention_forward_flops(const Tensor& qkv, AttentionMask mask) {
+// perf/flops.h's count for qkv [B, T, 3C].
+double attention_flops(const Tensor& qkv, AttentionMask mask) {
   if (qkv.shape.rank != 3) return 0.0;
-  const double B = static_cast<double>(qkv.shape[0]), T = static_cast<double>(qkv.shape[1]);
-  const double C = static_cast<double>(qkv.shape[2]) / 3.0;
-  return 4.0 * B * T * T * C * (mask == AttentionMask::KeyPadding ? 1.0 : 0.5);
+  return attention_forward_flops(qkv.shape[0], qkv.shape[1], qkv.shape[2] / 3, mask != AttentionMask::KeyPadding);
 }
 
 }  // namespace
@@ -157,12 +156,12 @@ void OpTimingBackend::gelu_backward(const GeluBackward& a) {
 }
 void OpTimingBackend::attention_forward(const AttentionForward& a) {
   timed("attention_forward " + attention_shape(a.qkv, a.num_heads),
-        {attention_forward_flops(a.qkv, a.mask), bytes_of({&a.out, &a.lse, &a.qkv, &a.key_mask})},
+        {attention_flops(a.qkv, a.mask), bytes_of({&a.out, &a.lse, &a.qkv, &a.key_mask})},
         [&] { inner_->attention_forward(a); });
 }
 void OpTimingBackend::attention_backward(const AttentionBackward& a) {
   timed("attention_backward " + attention_shape(a.qkv, a.num_heads),
-        {2.5 * attention_forward_flops(a.qkv, a.mask),
+        {kAttentionBackwardFlopsFactor * attention_flops(a.qkv, a.mask),
          bytes_of({&a.dqkv, &a.dout, &a.qkv, &a.out, &a.lse, &a.key_mask})},
         [&] { inner_->attention_backward(a); });
 }

@@ -211,6 +211,7 @@ void add_bench_command(CLI::App& root) {
   gemm->callback([gemm_options] { bench_gemm(*gemm_options); });
 
   add_bench_loader_command(*bench);
+  add_bench_attention_command(*bench);
 }
 
 }  // namespace kiln::cli

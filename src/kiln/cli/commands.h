@@ -11,7 +11,8 @@ void add_train_command(CLI::App& root);
 void add_generate_command(CLI::App& root);
 void add_data_command(CLI::App& root);
 void add_bench_command(CLI::App& root);
-void add_bench_loader_command(CLI::App& bench);  // under `kiln bench`
+void add_bench_loader_command(CLI::App& bench);     // under `kiln bench`
+void add_bench_attention_command(CLI::App& bench);  // under `kiln bench`
 void add_estimate_command(CLI::App& root);
 
 }  // namespace kiln::cli

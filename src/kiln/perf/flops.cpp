@@ -16,4 +16,9 @@ double achieved_tflops(double flops, double seconds_per_iteration, int64_t gpus)
   return flops / (seconds_per_iteration * static_cast<double>(gpus) * 1e12);
 }
 
+double attention_forward_flops(int64_t batch, int64_t seq, int64_t hidden, bool causal) {
+  const double B = static_cast<double>(batch), T = static_cast<double>(seq), C = static_cast<double>(hidden);
+  return 4.0 * B * T * T * C * (causal ? 0.5 : 1.0);
+}
+
 }  // namespace kiln

@@ -16,6 +16,12 @@ struct FlopsShape {
 };
 
 double flops_per_iteration(const FlopsShape& shape, bool full_recompute);
+
+// FLOPs of one attention core call, the convention of the FlashAttention papers (Dao et al. 2022,
+// Dao 2023): forward 4 B T^2 C (the two products q k^T and P v over all heads), halved when causal
+// (the keys after each query are skipped); backward 2.5 times forward (five products of that size).
+double attention_forward_flops(int64_t batch, int64_t seq, int64_t hidden, bool causal);
+constexpr double kAttentionBackwardFlopsFactor = 2.5;
 double achieved_tflops(double flops, double seconds_per_iteration, int64_t gpus);
 
 }  // namespace kiln
