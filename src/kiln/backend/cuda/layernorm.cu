@@ -1,4 +1,4 @@
-// LayerNorm forward (optionally fused with the residual add before it) and backward, one block per
+// LayerNorm forward (optionally fused with the residual add before it) and backward, one warp per
 // row; parameter gradients through the fixed-order column sums (kernel_common.cuh), whose partial
 // sums take the workspace.
 #include "kiln/backend/cuda/kernel_common.cuh"
@@ -6,51 +6,62 @@
 namespace kiln::cuda {
 namespace {
 
+// One warp per row, kRowsPerBlock rows per block: the row's statistics need only warp shuffles (no
+// block barriers), and a block of 256 threads keeps eight rows in flight where one row per block
+// kept one. Every loop strides over c as lane + 32 i, so each lane reads back only what it wrote.
+constexpr int kRowsPerBlock = kThreads / 32;
+
+inline unsigned row_blocks(int64_t M) { return static_cast<unsigned>((M + kRowsPerBlock - 1) / kRowsPerBlock); }
+
 template <typename T>
 __global__ void layernorm_forward_kernel(T* out, float* mean_out, float* rstd_out, const T* in, const T* weight,
-                                         const T* bias, const T* residual, T* residual_out, int64_t C, float eps) {
-  const int64_t row = blockIdx.x;
+                                         const T* bias, const T* residual, T* residual_out, int64_t M, int64_t C,
+                                         float eps) {
+  const int64_t row = blockIdx.x * static_cast<int64_t>(kRowsPerBlock) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= M) return;  // whole warps leave together
   const T* x = in + row * C;
-  if (residual != nullptr) {  // fused residual add: normalise the rounded sum it writes
-    // Every loop below strides over c exactly like this one, so each thread reads back only the
-    // elements it wrote itself (no barrier needed; residual_out may alias in).
-    for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
+  if (residual != nullptr) {  // fused residual add: normalise the rounded sum it writes (may alias in)
+    for (int64_t c = lane; c < C; c += 32)
       residual_out[row * C + c] = from_float<T>(to_float(x[c]) + to_float(residual[row * C + c]));
     x = residual_out + row * C;
   }
   float sum = 0.0f;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) sum += to_float(x[c]);
-  const float mean = block_sum(sum) / static_cast<float>(C);
+  for (int64_t c = lane; c < C; c += 32) sum += to_float(x[c]);
+  const float mean = warp_sum(sum) / static_cast<float>(C);
   float squares = 0.0f;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+  for (int64_t c = lane; c < C; c += 32) {
     const float centred = to_float(x[c]) - mean;
     squares += centred * centred;
   }
-  const float rstd = rsqrtf(block_sum(squares) / static_cast<float>(C) + eps);
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
+  const float rstd = rsqrtf(warp_sum(squares) / static_cast<float>(C) + eps);
+  for (int64_t c = lane; c < C; c += 32)
     out[row * C + c] = from_float<T>((to_float(x[c]) - mean) * rstd * to_float(weight[c]) + to_float(bias[c]));
-  if (threadIdx.x == 0) {
+  if (lane == 0) {
     mean_out[row] = mean;
     rstd_out[row] = rstd;
   }
 }
 
+// din += the input gradient, one warp per row as in forward.
 template <typename T>
 __global__ void layernorm_backward_input_kernel(T* din, const T* dout, const T* in, const T* weight,
-                                                const float* means, const float* rstds, int64_t C) {
-  const int64_t row = blockIdx.x;
+                                                const float* means, const float* rstds, int64_t M, int64_t C) {
+  const int64_t row = blockIdx.x * static_cast<int64_t>(kRowsPerBlock) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= M) return;
   const float mean = means[row], rstd = rstds[row];
   const T* x = in + row * C;
   const T* g = dout + row * C;
   float grad_sum = 0.0f, grad_dot = 0.0f;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+  for (int64_t c = lane; c < C; c += 32) {
     const float gw = to_float(g[c]) * to_float(weight[c]);
     grad_sum += gw;
     grad_dot += gw * (to_float(x[c]) - mean) * rstd;
   }
-  const float grad_mean = block_sum(grad_sum) / static_cast<float>(C);
-  const float grad_dot_mean = block_sum(grad_dot) / static_cast<float>(C);
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+  const float grad_mean = warp_sum(grad_sum) / static_cast<float>(C);
+  const float grad_dot_mean = warp_sum(grad_dot) / static_cast<float>(C);
+  for (int64_t c = lane; c < C; c += 32) {
     const float xhat = (to_float(x[c]) - mean) * rstd;
     const float delta = rstd * (to_float(g[c]) * to_float(weight[c]) - grad_mean - xhat * grad_dot_mean);
     din[row * C + c] = from_float<T>(to_float(din[row * C + c]) + delta);
@@ -74,9 +85,9 @@ int layernorm_forward(void* out, float* mean, float* rstd, const void* in, const
   if (M == 0) return 0;
   return dispatch(kind, [&](auto tag) {
     using E = decltype(tag);
-    layernorm_forward_kernel<<<static_cast<unsigned>(M), kThreads>>>(
+    layernorm_forward_kernel<<<row_blocks(M), kThreads>>>(
         static_cast<E*>(out), mean, rstd, static_cast<const E*>(in), static_cast<const E*>(weight),
-        static_cast<const E*>(bias), static_cast<const E*>(residual), static_cast<E*>(residual_out), C, eps);
+        static_cast<const E*>(bias), static_cast<const E*>(residual), static_cast<E*>(residual_out), M, C, eps);
     return launch_status();
   });
 }
@@ -90,8 +101,8 @@ int layernorm_backward(void* din, float* dweight, float* dbias, const void* dout
     using E = decltype(tag);
     const E* grad = static_cast<const E*>(dout);
     const E* x = static_cast<const E*>(in);
-    layernorm_backward_input_kernel<<<static_cast<unsigned>(M), kThreads>>>(
-        static_cast<E*>(din), grad, x, static_cast<const E*>(weight), mean, rstd, C);
+    layernorm_backward_input_kernel<<<row_blocks(M), kThreads>>>(static_cast<E*>(din), grad, x,
+                                                                 static_cast<const E*>(weight), mean, rstd, M, C);
     layernorm_backward_params_kernel<<<column_sums_grid(M, C), dim3(32, kRowGroups)>>>(
         partial_dweight, partial_dbias, grad, x, mean, rstd, M, C);
     return launch_status();
