@@ -9,6 +9,9 @@
 // Backward: D = rowsum(dout * out) first; then per key tile: P = exp(s - lse), dV += P^T dO,
 // dP = dO V^T, dS = P (dP - D) / sqrt(HS), dK += dS^T Q; and per query tile the same P and dS
 // with dQ += dS K (Dao 2023 Algorithm 2, split so that no two blocks write one gradient row).
+// Forward's O lives in shared memory (its rows are rescaled as the maximum moves, and WMMA does not
+// say which accumulator element is which row); backward's dK, dV and dQ need no rescaling and stay
+// in WMMA accumulators in registers for the whole tile loop (GradientRows).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -51,18 +54,13 @@ __device__ void load_tile(T* tile, const T* source, int rows, int64_t stride, in
   }
 }
 
-// One warp: the 16 x 16 block c (row-major, fp32, ld ldc) = [c +] A B over k_steps slices of 16,
-// A and B read from shared memory in the given layouts; slice kk starts at a + kk * a_step and
-// b + kk * b_step.
+using Accumulator = wmma::fragment<wmma::accumulator, kFrag, kFrag, kFrag, float>;
+
+// One warp: acc += A B over k_steps slices of 16, A and B read from shared memory in the given
+// layouts; slice kk starts at a + kk * a_step and b + kk * b_step.
 template <typename T, typename ALayout, typename BLayout>
-__device__ void mma_block(float* c, int ldc, bool accumulate, const T* a, int lda, int a_step, const T* b, int ldb,
-                          int b_step, int k_steps) {
-  wmma::fragment<wmma::accumulator, kFrag, kFrag, kFrag, float> acc;
-  if (accumulate) {
-    wmma::load_matrix_sync(acc, c, ldc, wmma::mem_row_major);
-  } else {
-    wmma::fill_fragment(acc, 0.0f);
-  }
+__device__ void mma_into(Accumulator& acc, const T* a, int lda, int a_step, const T* b, int ldb, int b_step,
+                         int k_steps) {
   wmma::fragment<wmma::matrix_a, kFrag, kFrag, kFrag, T, ALayout> fa;
   wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, T, BLayout> fb;
   for (int kk = 0; kk < k_steps; ++kk) {
@@ -70,8 +68,46 @@ __device__ void mma_block(float* c, int ldc, bool accumulate, const T* a, int ld
     wmma::load_matrix_sync(fb, b + kk * b_step, ldb);
     wmma::mma_sync(acc, fa, fb, acc);
   }
+}
+
+// One warp: the 16 x 16 block c (row-major, fp32, ld ldc) = [c +] A B, as mma_into.
+template <typename T, typename ALayout, typename BLayout>
+__device__ void mma_block(float* c, int ldc, bool accumulate, const T* a, int lda, int a_step, const T* b, int ldb,
+                          int b_step, int k_steps) {
+  Accumulator acc;
+  if (accumulate) {
+    wmma::load_matrix_sync(acc, c, ldc, wmma::mem_row_major);
+  } else {
+    wmma::fill_fragment(acc, 0.0f);
+  }
+  mma_into<T, ALayout, BLayout>(acc, a, lda, a_step, b, ldb, b_step, k_steps);
   wmma::store_matrix_sync(c, acc, ldc, wmma::mem_row_major);
 }
+
+// A warp's 16 x HS gradient rows held in registers across a kernel's tile loop (the backward
+// kernels' dK, dV and dQ need no rescaling, unlike forward's O), stored once at the end.
+template <int HS>
+struct GradientRows {
+  Accumulator columns[HS / kFrag];
+  __device__ GradientRows() {
+#pragma unroll
+    for (int column = 0; column < HS / kFrag; ++column) wmma::fill_fragment(columns[column], 0.0f);
+  }
+  // += A B for every 16-column block: A [16 x kTile] at a (layout ALayout, slice step a_step),
+  // B [kTile x HS] row-major at b with ld HS.
+  template <typename T, typename ALayout>
+  __device__ void add(const T* a, int lda, int a_step, const T* b) {
+#pragma unroll
+    for (int column = 0; column < HS / kFrag; ++column)
+      mma_into<T, ALayout, wmma::row_major>(columns[column], a, lda, a_step, b + column * kFrag, HS, kFrag * HS,
+                                            kTile / kFrag);
+  }
+  __device__ void store(float* rows) const {  // [16][HS], row-major
+#pragma unroll
+    for (int column = 0; column < HS / kFrag; ++column)
+      wmma::store_matrix_sync(rows + column * kFrag, columns[column], HS, wmma::mem_row_major);
+  }
+};
 
 // This warp's 16 rows of S = X Y^T for two [kTile][HS] tiles (queries x keys), into s [kTile][kTile].
 template <typename T, int HS>
@@ -240,7 +276,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_kv_kernel(T* dqkv, co
 
   load_tile<T, HS>(t.k, sequence + C + k0 * stride, T_ - k0, stride, hs);
   load_tile<T, HS>(t.v, sequence + 2 * C + k0 * stride, T_ - k0, stride, hs);
-  for (int i = threadIdx.x; i < kTile * HS; i += kThreads) dk[i] = dv[i] = 0.0f;
+  GradientRows<HS> dk_rows, dv_rows;  // this warp's 16 keys
   for (int q0 = causal ? k0 : 0; q0 < T_; q0 += kTile) {
     __syncthreads();  // every warp is done with the previous q, dout, P and dS
     load_tile<T, HS>(t.q, sequence + q0 * stride, T_ - q0, stride, hs);
@@ -252,10 +288,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_kv_kernel(T* dqkv, co
     fill_probabilities<T, HS>(t.p, t.s, row, half, query, k0, query < T_ ? head_lse[query] : -INFINITY, scale,
                               visible);
     __syncthreads();  // dV reads every row of P
-    for (int column = 0; column < HS / kFrag; ++column)  // dV += P^T dO (rows: keys)
-      mma_block<T, wmma::col_major, wmma::row_major>(dv + warp * kFrag * HS + column * kFrag, HS, true,
-                                                     t.p + warp * kFrag, kTile, kFrag * kTile, t.g + column * kFrag,
-                                                     HS, kFrag * HS, kTile / kFrag);
+    dv_rows.template add<T, wmma::col_major>(t.p + warp * kFrag, kTile, kFrag * kTile, t.g);  // dV += P^T dO (rows: keys)
     for (int column = 0; column < kTile / kFrag; ++column)  // dP = dO V^T (rows: queries)
       mma_block<T, wmma::row_major, wmma::col_major>(t.s + warp * kFrag * kTile + column * kFrag, kTile, false,
                                                      t.g + warp * kFrag * HS, HS, kFrag, t.v + column * kFrag * HS,
@@ -263,11 +296,10 @@ __global__ void __launch_bounds__(kThreads) flash_backward_kv_kernel(T* dqkv, co
     __syncwarp();
     fill_score_gradients(t.ds, t.p, t.s, row, half, query < T_ ? head_dots[query] : 0.0f, scale);
     __syncthreads();  // dK reads every row of dS
-    for (int column = 0; column < HS / kFrag; ++column)  // dK += dS^T Q (rows: keys)
-      mma_block<T, wmma::col_major, wmma::row_major>(dk + warp * kFrag * HS + column * kFrag, HS, true,
-                                                     t.ds + warp * kFrag, kTile, kFrag * kTile, t.q + column * kFrag,
-                                                     HS, kFrag * HS, kTile / kFrag);
+    dk_rows.template add<T, wmma::col_major>(t.ds + warp * kFrag, kTile, kFrag * kTile, t.q);  // dK += dS^T Q
   }
+  dk_rows.store(dk + warp * kFrag * HS);
+  dv_rows.store(dv + warp * kFrag * HS);
   __syncwarp();
   for (int i = lane; i < kFrag * HS; i += 32) {
     const int key = k0 + warp * kFrag + i / HS;
@@ -302,7 +334,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_q_kernel(T* dqkv, con
 
   load_tile<T, HS>(t.q, sequence + q0 * stride, T_ - q0, stride, hs);
   load_tile<T, HS>(t.g, dout + static_cast<int64_t>(b) * T_ * C + h * hs + q0 * C, T_ - q0, C, hs);
-  for (int i = threadIdx.x; i < kTile * HS; i += kThreads) dq[i] = 0.0f;
+  GradientRows<HS> dq_rows;  // this warp's 16 queries
   const int key_end = causal ? min(T_, q0 + kTile) : T_;
   for (int k0 = 0; k0 < key_end; k0 += kTile) {
     __syncthreads();  // every warp is done with the previous k and v
@@ -320,11 +352,9 @@ __global__ void __launch_bounds__(kThreads) flash_backward_q_kernel(T* dqkv, con
     __syncwarp();
     fill_score_gradients(t.ds, t.p, t.s, row, half, row_dot, scale);
     __syncwarp();
-    for (int column = 0; column < HS / kFrag; ++column)  // dQ += dS K
-      mma_block<T, wmma::row_major, wmma::row_major>(dq + warp * kFrag * HS + column * kFrag, HS, true,
-                                                     t.ds + warp * kFrag * kTile, kTile, kFrag, t.k + column * kFrag,
-                                                     HS, kFrag * HS, kTile / kFrag);
+    dq_rows.template add<T, wmma::row_major>(t.ds + warp * kFrag * kTile, kTile, kFrag, t.k);  // dQ += dS K
   }
+  dq_rows.store(dq + warp * kFrag * HS);
   __syncwarp();
   for (int i = lane; i < kFrag * HS; i += 32) {
     const int r = q0 + warp * kFrag + i / HS;
