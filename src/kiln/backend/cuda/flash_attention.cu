@@ -9,9 +9,9 @@
 // Backward: D = rowsum(dout * out) first; then per key tile: P = exp(s - lse), dV += P^T dO,
 // dP = dO V^T, dS = P (dP - D) / sqrt(HS), dK += dS^T Q; and per query tile the same P and dS
 // with dQ += dS K (Dao 2023 Algorithm 2, split so that no two blocks write one gradient row).
-// Forward's O lives in shared memory (its rows are rescaled as the maximum moves, and WMMA does not
-// say which accumulator element is which row); backward's dK, dV and dQ need no rescaling and stay
-// in WMMA accumulators in registers for the whole tile loop (GradientRows).
+// Forward's O and backward's dK, dV and dQ stay in WMMA accumulators in registers for the whole
+// tile loop (WarpRows); O's rows are rescaled there as the maximum moves, through a map from
+// fragment element to row read back once (row_of_element: WMMA does not document the layout).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -84,12 +84,12 @@ __device__ void mma_block(float* c, int ldc, bool accumulate, const T* a, int ld
   wmma::store_matrix_sync(c, acc, ldc, wmma::mem_row_major);
 }
 
-// A warp's 16 x HS gradient rows held in registers across a kernel's tile loop (the backward
-// kernels' dK, dV and dQ need no rescaling, unlike forward's O), stored once at the end.
+// A warp's 16 x HS rows of fp32 accumulators held in registers across a kernel's tile loop
+// (forward's O, backward's dK, dV and dQ), stored to shared memory once at the end.
 template <int HS>
-struct GradientRows {
+struct WarpRows {
   Accumulator columns[HS / kFrag];
-  __device__ GradientRows() {
+  __device__ WarpRows() {
 #pragma unroll
     for (int column = 0; column < HS / kFrag; ++column) wmma::fill_fragment(columns[column], 0.0f);
   }
@@ -102,12 +102,33 @@ struct GradientRows {
       mma_into<T, ALayout, wmma::row_major>(columns[column], a, lda, a_step, b + column * kFrag, HS, kFrag * HS,
                                             kTile / kFrag);
   }
+  // Row r *= factors[r]; row_of says which row each fragment element holds (row_of_element).
+  __device__ void scale_rows(const float* factors, const Accumulator& row_of) {
+#pragma unroll
+    for (int column = 0; column < HS / kFrag; ++column)
+#pragma unroll
+      for (int i = 0; i < Accumulator::num_elements; ++i)
+        columns[column].x[i] *= factors[static_cast<int>(row_of.x[i])];
+  }
   __device__ void store(float* rows) const {  // [16][HS], row-major
 #pragma unroll
     for (int column = 0; column < HS / kFrag; ++column)
       wmma::store_matrix_sync(rows + column * kFrag, columns[column], HS, wmma::mem_row_major);
   }
 };
+
+// Which row of a 16 x 16 accumulator block each of this lane's fragment elements holds. WMMA leaves
+// that mapping unspecified, so it is read back once: a block whose every element is its row number
+// is loaded into a fragment. `scratch`: 16 x 16 floats of this warp's shared memory, ld `ld`.
+__device__ Accumulator row_of_element(float* scratch, int ld) {
+  const int lane = threadIdx.x % 32;
+  for (int i = lane; i < kFrag * kFrag; i += 32) scratch[(i / kFrag) * ld + i % kFrag] = static_cast<float>(i / kFrag);
+  __syncwarp();
+  Accumulator row_of;
+  wmma::load_matrix_sync(row_of, scratch, ld, wmma::mem_row_major);
+  __syncwarp();
+  return row_of;
+}
 
 // This warp's 16 rows of S = X Y^T for two [kTile][HS] tiles (queries x keys), into s [kTile][kTile].
 template <typename T, int HS>
@@ -149,7 +170,9 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(T* out, float* 
   const Visibility visible{T_, causal, key_mask ? key_mask + static_cast<int64_t>(b) * T_ : nullptr};
 
   load_tile<T, HS>(q, sequence + q0 * stride, T_ - q0, stride, hs);
-  for (int i = threadIdx.x; i < kTile * HS; i += kThreads) o[i] = 0.0f;
+  // This warp's 16 output rows, unnormalised, in registers; s's rows are free until the first scores.
+  const Accumulator row_of = row_of_element(s + warp * kFrag * kTile, kTile);
+  WarpRows<HS> o_acc;
   if (threadIdx.x < kTile) {
     row_max[threadIdx.x] = -INFINITY;
     row_sum[threadIdx.x] = 0.0f;
@@ -187,14 +210,10 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(T* out, float* 
       row_scale[row] = alpha;
     }
     __syncwarp();
-    float* o_rows = o + warp * kFrag * HS;
-    for (int i = lane; i < kFrag * HS; i += 32) o_rows[i] *= row_scale[warp * kFrag + i / HS];
-    __syncwarp();
-    for (int column = 0; column < HS / kFrag; ++column)  // O += P V
-      mma_block<T, wmma::row_major, wmma::row_major>(o_rows + column * kFrag, HS, true, p + warp * kFrag * kTile,
-                                                     kTile, kFrag, v + column * kFrag, HS, kFrag * HS,
-                                                     kTile / kFrag);
+    o_acc.scale_rows(row_scale + warp * kFrag, row_of);                                 // O *= exp(m_old - m_new)
+    o_acc.template add<T, wmma::row_major>(p + warp * kFrag * kTile, kTile, kFrag, v);  // O += P V
   }
+  o_acc.store(o + warp * kFrag * HS);
   __syncwarp();
   const float* o_rows = o + warp * kFrag * HS;
   for (int i = lane; i < kFrag * HS; i += 32) {
@@ -276,7 +295,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_kv_kernel(T* dqkv, co
 
   load_tile<T, HS>(t.k, sequence + C + k0 * stride, T_ - k0, stride, hs);
   load_tile<T, HS>(t.v, sequence + 2 * C + k0 * stride, T_ - k0, stride, hs);
-  GradientRows<HS> dk_rows, dv_rows;  // this warp's 16 keys
+  WarpRows<HS> dk_rows, dv_rows;  // this warp's 16 keys
   for (int q0 = causal ? k0 : 0; q0 < T_; q0 += kTile) {
     __syncthreads();  // every warp is done with the previous q, dout, P and dS
     load_tile<T, HS>(t.q, sequence + q0 * stride, T_ - q0, stride, hs);
@@ -334,7 +353,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_q_kernel(T* dqkv, con
 
   load_tile<T, HS>(t.q, sequence + q0 * stride, T_ - q0, stride, hs);
   load_tile<T, HS>(t.g, dout + static_cast<int64_t>(b) * T_ * C + h * hs + q0 * C, T_ - q0, C, hs);
-  GradientRows<HS> dq_rows;  // this warp's 16 queries
+  WarpRows<HS> dq_rows;  // this warp's 16 queries
   const int key_end = causal ? min(T_, q0 + kTile) : T_;
   for (int k0 = 0; k0 < key_end; k0 += kTile) {
     __syncthreads();  // every warp is done with the previous k and v
