@@ -74,12 +74,13 @@ static_assert(kMaxFusedAttentionHeadSize == cuda::kGeneralAttentionMaxHeadSize);
 // three only with a grid the fused kernels can address (B x NH blocks in y).
 enum class AttentionPath { Tiled, General, Materialized };
 
-AttentionPath attention_path(bool fused_on, DType dtype, int64_t B, int64_t NH, int64_t HS,
+AttentionPath attention_path(bool fused_on, int compute_major, DType dtype, int64_t B, int64_t NH, int64_t HS,
                              std::initializer_list<const void*> tensors) {
   if (!fused_on || !fused_attention_shape(dtype, HS) || B * NH > 65535) return AttentionPath::Materialized;
   for (const void* data : tensors)
     if (reinterpret_cast<uintptr_t>(data) % 16 != 0) return AttentionPath::General;
-  return cuda::tiled_attention_supported(element_kind(dtype), HS) ? AttentionPath::Tiled : AttentionPath::General;
+  return cuda::tiled_attention_applies(element_kind(dtype), HS, compute_major) ? AttentionPath::Tiled
+                                                                               : AttentionPath::General;
 }
 
 using cuda::Gemm;
@@ -108,6 +109,7 @@ struct CudaBackend::Handles {
   bool tf32 = false;
   bool matmul_epilogues = true;
   bool fused_attention = true;
+  int compute_major = 0;  // the device's compute capability, read once
   std::array<int64_t, 3> attention_forward_calls{};  // by AttentionPath, for run_notes()
   std::unique_ptr<DeviceBuffer> sum_scratch;  // kSumBlocks partials + the result
   // Scratch of the ops that need it, one at a time on the stream: embedding backward's sort,
@@ -121,6 +123,10 @@ CudaBackend::CudaBackend(const BackendOptions& options) : handles_(std::make_uni
   handles_->tf32 = options.tf32;
   handles_->fused_attention = options.fused_attention;
   handles_->matmul_epilogues = options.matmul_epilogues;
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&handles_->compute_major, cudaDevAttrComputeCapabilityMajor, device),
+             "cudaDeviceGetAttribute");
   handles_->matmul_workspace = allocate(cuda::LtMatmul::kWorkspaceBytes);
   handles_->matmul = std::make_unique<cuda::LtMatmul>(handles_->matmul_workspace->data(), cuda::LtMatmul::kWorkspaceBytes);
   handles_->sum_scratch = allocate((cuda::kSumBlocks + 1) * sizeof(double));
@@ -139,8 +145,8 @@ std::optional<Backend::DeviceMemory> CudaBackend::device_memory() const {
 }
 
 size_t CudaBackend::workspace_bytes(const WorkspaceNeeds& needs) const {
-  const bool fused = attention_path(handles_->fused_attention, needs.dtype, needs.batch, needs.heads, needs.head_size,
-                                    {}) != AttentionPath::Materialized;
+  const bool fused = attention_path(handles_->fused_attention, handles_->compute_major, needs.dtype, needs.batch,
+                                    needs.heads, needs.head_size, {}) != AttentionPath::Materialized;
   const int64_t positions = needs.batch * needs.seq;
   return std::max({cuda::embedding_backward_workspace_bytes(positions),
                    attention_workspace_bytes(needs.batch, needs.heads, needs.seq, needs.dtype, fused),
@@ -372,7 +378,8 @@ void CudaBackend::attention_forward(const AttentionForward& a) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const bool padded = a.mask != AttentionMask::Causal, causal = a.mask != AttentionMask::KeyPadding;
   const int32_t* key_mask = padded ? a.key_mask.as<int32_t>() : nullptr;
-  const AttentionPath path = attention_path(handles_->fused_attention, dtype, B, NH, HS, {a.qkv.data, a.out.data});
+  const AttentionPath path =
+      attention_path(handles_->fused_attention, handles_->compute_major, dtype, B, NH, HS, {a.qkv.data, a.out.data});
   ++handles_->attention_forward_calls[static_cast<size_t>(path)];
   switch (path) {
     case AttentionPath::Tiled:
@@ -410,7 +417,7 @@ void CudaBackend::attention_backward(const AttentionBackward& a) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const bool padded = a.mask != AttentionMask::Causal, causal = a.mask != AttentionMask::KeyPadding;
   const int32_t* key_mask = padded ? a.key_mask.as<int32_t>() : nullptr;
-  switch (attention_path(handles_->fused_attention, dtype, B, NH, HS,
+  switch (attention_path(handles_->fused_attention, handles_->compute_major, dtype, B, NH, HS,
                          {a.qkv.data, a.dqkv.data, a.dout.data, a.out.data})) {
     case AttentionPath::Tiled:
       check_cuda(cuda::flash_attention_backward(a.dqkv.data, a.dout.data, a.qkv.data, a.out.data, a.lse.as<float>(),

@@ -428,15 +428,8 @@ bool tiles_apply(int kind, int64_t head_size) {
 
 }  // namespace
 
-bool tiled_attention_supported(int kind, int64_t head_size) {
-  if (!tiles_apply(kind, head_size)) return false;
-  int device = 0, major = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return major >= 8;
+bool tiled_attention_applies(int kind, int64_t head_size, int compute_major) {
+  return compute_major >= 8 && tiles_apply(kind, head_size);
 }
 
 // The (storage type, tile width) instantiations: the narrowest tile that holds the head.

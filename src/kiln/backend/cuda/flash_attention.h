@@ -17,8 +17,9 @@
 namespace kiln::cuda {
 
 // Whether the tiled kernels handle this call: kind bf16 or fp16 (kernels.h), head size a multiple
-// of 8 up to 128, and the current device is sm_80 or newer. The pointers must be 16-byte aligned.
-bool tiled_attention_supported(int kind, int64_t head_size);
+// of 8 up to 128, on a device whose compute capability's major version is `compute_major` (the
+// tiles need 8, sm_80, or newer). The pointers must be 16-byte aligned.
+bool tiled_attention_applies(int kind, int64_t head_size, int compute_major);
 
 // qkv [B, T, 3C] (q | k | v, heads contiguous), out [B, T, C], lse [B, NH, T] fp32,
 // key_mask [B, T] or null; scale = 1 / sqrt(head size).
