@@ -74,6 +74,24 @@ __device__ __forceinline__ void store_row(T* destination, const float (&acc)[kLa
   }
 }
 
+// Where the (batch, head) of block row blockIdx.y = b NH + h lives in each tensor.
+struct BlockHead {
+  int64_t C, stride;   // channels; the row stride of qkv and dqkv (3C)
+  int64_t qkv_offset;  // of the head's q at position 0 in qkv and dqkv (k, v: C and 2C further)
+  int64_t offset;      // of the head's first channel at position 0 in out and dout ([B, T, C])
+  int64_t head;        // of the head's position 0 in lse and D ([B, NH, T])
+  Visibility visible;
+  __device__ BlockHead(const int32_t* key_mask, int NH, int T_, int hs, bool causal) {
+    const int64_t b = blockIdx.y / NH, h = blockIdx.y % NH;
+    C = static_cast<int64_t>(NH) * hs;
+    stride = 3 * C;
+    qkv_offset = b * T_ * stride + h * hs;
+    offset = b * T_ * C + h * hs;
+    head = (b * NH + h) * T_;
+    visible = Visibility{T_, causal, key_mask ? key_mask + b * T_ : nullptr};
+  }
+};
+
 template <typename T, int kLaneDims>
 __global__ void __launch_bounds__(kBlockThreads) general_forward_kernel(T* out, float* lse, const T* qkv,
                                                                         const int32_t* key_mask, int NH, int T_,
@@ -83,11 +101,11 @@ __global__ void __launch_bounds__(kBlockThreads) general_forward_kernel(T* out, 
   float* q = shared;               // [kBlockRows][hs]
   float* k = q + kBlockRows * hs;  // [kSpan][ld]
   float* v = k + kSpan * ld;       // [kSpan][ld]
-  const int b = blockIdx.y / NH, h = blockIdx.y % NH, q0 = blockIdx.x * kBlockRows;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t C = static_cast<int64_t>(NH) * hs, stride = 3 * C;
-  const T* sequence = qkv + static_cast<int64_t>(b) * T_ * stride + static_cast<int64_t>(h) * hs;
-  const Visibility visible{T_, causal, key_mask ? key_mask + static_cast<int64_t>(b) * T_ : nullptr};
+  const BlockHead at(key_mask, NH, T_, hs, causal);
+  const int q0 = blockIdx.x * kBlockRows, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t C = at.C, stride = at.stride;
+  const T* sequence = qkv + at.qkv_offset;
+  const Visibility& visible = at.visible;
 
   load_rows(q, hs, sequence + q0 * stride, stride, kBlockRows, T_ - q0, hs);
   float row_max[kRowsPerWarp], row_sum[kRowsPerWarp], acc[kRowsPerWarp][kLaneDims];
@@ -127,10 +145,8 @@ __global__ void __launch_bounds__(kBlockThreads) general_forward_kernel(T* out, 
     const int query = q0 + warp * kRowsPerWarp + r;
     if (query >= T_) continue;
     const float total = row_sum[r];
-    store_row(out + (static_cast<int64_t>(b) * T_ + query) * C + static_cast<int64_t>(h) * hs, acc[r],
-              total > 0.0f ? 1.0f / total : 0.0f, lane, hs);
-    if (lane == 0)
-      lse[(static_cast<int64_t>(b) * NH + h) * T_ + query] = total > 0.0f ? row_max[r] + logf(total) : -INFINITY;
+    store_row(out + at.offset + query * C, acc[r], total > 0.0f ? 1.0f / total : 0.0f, lane, hs);
+    if (lane == 0) lse[at.head + query] = total > 0.0f ? row_max[r] + logf(total) : -INFINITY;
   }
 }
 
@@ -146,16 +162,14 @@ __global__ void __launch_bounds__(kBlockThreads) general_backward_q_kernel(T* dq
   float* g = q + kBlockRows * hs;  // [kBlockRows][hs], dout
   float* k = g + kBlockRows * hs;  // [kSpan][ld]
   float* v = k + kSpan * ld;       // [kSpan][ld]
-  const int b = blockIdx.y / NH, h = blockIdx.y % NH, q0 = blockIdx.x * kBlockRows;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t C = static_cast<int64_t>(NH) * hs, stride = 3 * C;
-  const T* sequence = qkv + static_cast<int64_t>(b) * T_ * stride + static_cast<int64_t>(h) * hs;
-  const int64_t head = (static_cast<int64_t>(b) * NH + h) * T_;
-  const Visibility visible{T_, causal, key_mask ? key_mask + static_cast<int64_t>(b) * T_ : nullptr};
+  const BlockHead at(key_mask, NH, T_, hs, causal);
+  const int q0 = blockIdx.x * kBlockRows, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t C = at.C, stride = at.stride, head = at.head;
+  const T* sequence = qkv + at.qkv_offset;
+  const Visibility& visible = at.visible;
 
   load_rows(q, hs, sequence + q0 * stride, stride, kBlockRows, T_ - q0, hs);
-  load_rows(g, hs, dout + (static_cast<int64_t>(b) * T_ + q0) * C + static_cast<int64_t>(h) * hs, C, kBlockRows,
-            T_ - q0, hs);
+  load_rows(g, hs, dout + at.offset + q0 * C, C, kBlockRows, T_ - q0, hs);
   float row_lse[kRowsPerWarp], row_dot[kRowsPerWarp], acc[kRowsPerWarp][kLaneDims];
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
@@ -188,8 +202,7 @@ __global__ void __launch_bounds__(kBlockThreads) general_backward_q_kernel(T* dq
   for (int r = 0; r < kRowsPerWarp; ++r) {
     const int query = q0 + warp * kRowsPerWarp + r;
     if (query < T_)
-      store_row(dqkv + (static_cast<int64_t>(b) * T_ + query) * stride + static_cast<int64_t>(h) * hs, acc[r], 1.0f,
-                lane, hs);
+      store_row(dqkv + at.qkv_offset + query * stride, acc[r], 1.0f, lane, hs);
   }
 }
 
@@ -205,13 +218,12 @@ __global__ void __launch_bounds__(kBlockThreads) general_backward_kv_kernel(T* d
   float* v = k + kBlockRows * hs;  // [kBlockRows][hs]
   float* q = v + kBlockRows * hs;  // [kSpan][ld]
   float* g = q + kSpan * ld;       // [kSpan][ld], dout
-  const int b = blockIdx.y / NH, h = blockIdx.y % NH, k0 = blockIdx.x * kBlockRows;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t C = static_cast<int64_t>(NH) * hs, stride = 3 * C;
-  const T* sequence = qkv + static_cast<int64_t>(b) * T_ * stride + static_cast<int64_t>(h) * hs;
-  const T* gradient = dout + static_cast<int64_t>(b) * T_ * C + static_cast<int64_t>(h) * hs;
-  const int64_t head = (static_cast<int64_t>(b) * NH + h) * T_;
-  const Visibility visible{T_, causal, key_mask ? key_mask + static_cast<int64_t>(b) * T_ : nullptr};
+  const BlockHead at(key_mask, NH, T_, hs, causal);
+  const int k0 = blockIdx.x * kBlockRows, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t C = at.C, stride = at.stride, head = at.head;
+  const T* sequence = qkv + at.qkv_offset;
+  const T* gradient = dout + at.offset;
+  const Visibility& visible = at.visible;
 
   load_rows(k, hs, sequence + C + k0 * stride, stride, kBlockRows, T_ - k0, hs);
   load_rows(v, hs, sequence + 2 * C + k0 * stride, stride, kBlockRows, T_ - k0, hs);
@@ -246,7 +258,7 @@ __global__ void __launch_bounds__(kBlockThreads) general_backward_kv_kernel(T* d
   for (int r = 0; r < kRowsPerWarp; ++r) {
     const int key = k0 + warp * kRowsPerWarp + r;
     if (key >= T_) continue;
-    T* key_row = dqkv + (static_cast<int64_t>(b) * T_ + key) * stride + static_cast<int64_t>(h) * hs;
+    T* key_row = dqkv + at.qkv_offset + key * stride;
     store_row(key_row + C, dk[r], 1.0f, lane, hs);
     store_row(key_row + 2 * C, dv[r], 1.0f, lane, hs);
   }
