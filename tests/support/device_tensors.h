@@ -85,4 +85,21 @@ double normalized_error(const std::vector<A>& actual, const std::vector<B>& expe
   return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
 }
 
+// normalized_error over the finite entries of `expected`; its infinite entries (the -inf lse of a
+// query without keys) must be the same infinity in `actual`.
+inline double normalized_error_with_infinities(const std::vector<float>& actual,
+                                               const std::vector<float>& expected) {
+  if (actual.size() != expected.size()) return std::numeric_limits<double>::infinity();
+  std::vector<float> finite_actual, finite_expected;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    if (std::isinf(expected[i])) {
+      if (actual[i] != expected[i]) return std::numeric_limits<double>::infinity();
+      continue;
+    }
+    finite_actual.push_back(actual[i]);
+    finite_expected.push_back(expected[i]);
+  }
+  return normalized_error(finite_actual, finite_expected);
+}
+
 }  // namespace kiln::testing

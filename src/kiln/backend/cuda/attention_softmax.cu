@@ -70,8 +70,8 @@ int attention_softmax_forward(void* scores, float* lse, int kind, const int32_t*
   if (B * NH * T == 0) return 0;
   return dispatch(kind, [&](auto tag) {
     using E = decltype(tag);
-    attention_softmax_forward_kernel<<<static_cast<unsigned>(B * NH * T), kThreads>>>(static_cast<E*>(scores), lse,
-                                                                                     key_mask, NH, T, causal);
+    launch(attention_softmax_forward_kernel<E>, static_cast<unsigned>(B * NH * T), kThreads, 0,
+           static_cast<E*>(scores), lse, key_mask, NH, T, causal);
     return launch_status();
   });
 }
@@ -82,9 +82,9 @@ int attention_softmax_backward(void* scores, void* dscores, const float* lse, co
   if (B * NH * T == 0) return 0;
   return dispatch(kind, [&](auto tag) {
     using E = decltype(tag);
-    attention_softmax_backward_kernel<<<static_cast<unsigned>(B * NH * T), kThreads>>>(
-        static_cast<E*>(scores), static_cast<E*>(dscores), lse, static_cast<const E*>(dout),
-        static_cast<const E*>(out), key_mask, NH, T, HS, causal, scale);
+    launch(attention_softmax_backward_kernel<E>, static_cast<unsigned>(B * NH * T), kThreads, 0,
+           static_cast<E*>(scores), static_cast<E*>(dscores), lse, static_cast<const E*>(dout),
+           static_cast<const E*>(out), key_mask, NH, T, HS, causal, scale);
     return launch_status();
   });
 }

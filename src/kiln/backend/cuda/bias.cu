@@ -40,7 +40,8 @@ __global__ void add_floats_kernel(float* sums, const float* values, int64_t coun
 int broadcast_rows(void* out, const void* row, int kind, int64_t M, int64_t N) {
   return dispatch(kind, [&](auto tag) {
     using E = decltype(tag);
-    broadcast_rows_kernel<<<blocks_for(M * N), kThreads>>>(static_cast<E*>(out), static_cast<const E*>(row), N, M * N);
+    launch(broadcast_rows_kernel<E>, blocks_for(M * N), kThreads, 0, static_cast<E*>(out),
+           static_cast<const E*>(row), N, M * N);
     return launch_status();
   });
 }
@@ -51,8 +52,8 @@ size_t column_sums_workspace_bytes(int64_t M, int64_t N) {
 
 int column_sums_finish(float* sums_a, float* sums_b, const float* partial_a, const float* partial_b, int64_t M,
                        int64_t N) {
-  column_sums_finish_kernel<<<blocks_for(N), kThreads>>>(sums_a, sums_b, partial_a, partial_b, N,
-                                                          column_sum_chunks(M));
+  launch(column_sums_finish_kernel, blocks_for(N), kThreads, 0, sums_a, sums_b, partial_a,
+         partial_b, N, column_sum_chunks(M));
   return launch_status();
 }
 
@@ -61,15 +62,15 @@ int column_sums_add(float* sums, const void* in, int kind, int64_t M, int64_t N,
   auto* partials = static_cast<float*>(workspace);
   const int status = dispatch(kind, [&](auto tag) {
     using E = decltype(tag);
-    column_sums_partial_kernel<<<column_sums_grid(M, N), dim3(32, kRowGroups)>>>(partials, static_cast<const E*>(in),
-                                                                                  M, N);
+    launch(column_sums_partial_kernel<E>, column_sums_grid(M, N), dim3(32, kRowGroups), 0, partials,
+           static_cast<const E*>(in), M, N);
     return launch_status();
   });
   return status != 0 ? status : column_sums_finish(sums, nullptr, partials, nullptr, M, N);
 }
 
 int add_floats(float* sums, const float* values, int64_t count) {
-  add_floats_kernel<<<blocks_for(count), kThreads>>>(sums, values, count);
+  launch(add_floats_kernel, blocks_for(count), kThreads, 0, sums, values, count);
   return launch_status();
 }
 

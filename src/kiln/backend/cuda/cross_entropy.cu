@@ -70,8 +70,8 @@ int softmax_cross_entropy(void* logits, int kind, float* losses, const int32_t* 
   if (M == 0) return 0;
   return dispatch(kind, [&](auto tag) {
     using E = decltype(tag);
-    cross_entropy_kernel<<<static_cast<unsigned>(M), kThreads>>>(static_cast<E*>(logits), losses, targets, V, Vp,
-                                                                ignore_index, loss_scale, write_grad);
+    launch(cross_entropy_kernel<E>, static_cast<unsigned>(M), kThreads, 0, static_cast<E*>(logits),
+           losses, targets, V, Vp, ignore_index, loss_scale, write_grad);
     return launch_status();
   });
 }

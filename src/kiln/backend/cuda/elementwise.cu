@@ -38,8 +38,8 @@ __global__ void fill_random_kernel(void* out, int kind, int64_t count, uint64_t 
 int residual_forward(void* out, const void* a, const void* b, int kind, int64_t count) {
   return dispatch(kind, [&](auto tag) {
     using E = decltype(tag);
-    residual_kernel<<<blocks_for(count), kThreads>>>(static_cast<E*>(out), static_cast<const E*>(a),
-                                                     static_cast<const E*>(b), count);
+    launch(residual_kernel<E>, blocks_for(count), kThreads, 0, static_cast<E*>(out),
+           static_cast<const E*>(a), static_cast<const E*>(b), count);
     return launch_status();
   });
 }
@@ -47,7 +47,7 @@ int residual_forward(void* out, const void* a, const void* b, int kind, int64_t 
 int fill(void* out, int kind, float value, int64_t count) {
   return dispatch(kind, [&](auto tag) {
     using E = decltype(tag);
-    fill_kernel<<<blocks_for(count), kThreads>>>(static_cast<E*>(out), value, count);
+    launch(fill_kernel<E>, blocks_for(count), kThreads, 0, static_cast<E*>(out), value, count);
     return launch_status();
   });
 }
@@ -57,14 +57,15 @@ int convert(void* out, int out_kind, const void* in, int in_kind, int64_t count)
     using Out = decltype(out_tag);
     return dispatch(in_kind, [&](auto in_tag) {
       using In = decltype(in_tag);
-      convert_kernel<<<blocks_for(count), kThreads>>>(static_cast<Out*>(out), static_cast<const In*>(in), count);
+      launch(convert_kernel<Out, In>, blocks_for(count), kThreads, 0, static_cast<Out*>(out),
+             static_cast<const In*>(in), count);
       return launch_status();
     });
   });
 }
 
 int fill_random(void* out, int kind, int64_t count, uint64_t seed) {
-  fill_random_kernel<<<blocks_for(count), kThreads>>>(out, kind, count, seed);
+  launch(fill_random_kernel, blocks_for(count), kThreads, 0, out, kind, count, seed);
   return launch_status();
 }
 

@@ -41,7 +41,8 @@ __global__ void embedding_backward_tokens_kernel(float* dwte, const T* dout, con
     for (int64_t i0 = start; i0 < end; i0 += kThreads) {
       const int count = end - i0 < kThreads ? static_cast<int>(end - i0) : kThreads;
       __syncthreads();  // the previous chunk's rows are read by every thread
-      if (threadIdx.x < count) rows[threadIdx.x] = sorted_positions[i0 + threadIdx.x];
+      if (static_cast<int>(threadIdx.x) < count)
+        rows[threadIdx.x] = sorted_positions[i0 + threadIdx.x];
       __syncthreads();
       for (int r = 0; r < count; ++r) {
         const T* row = dout + static_cast<int64_t>(rows[r]) * C;
@@ -80,8 +81,8 @@ int embedding_forward(void* out, const int32_t* tokens, const void* wte, const v
                       int64_t T, int64_t C) {
   return dispatch(kind, [&](auto tag) {
     using E = decltype(tag);
-    embedding_forward_kernel<<<blocks_for(B * T * C), kThreads>>>(static_cast<E*>(out), tokens, static_cast<const E*>(wte),
-                                                                  static_cast<const E*>(wpe), T, C, B * T * C);
+    launch(embedding_forward_kernel<E>, blocks_for(B * T * C), kThreads, 0, static_cast<E*>(out),
+           tokens, static_cast<const E*>(wte), static_cast<const E*>(wpe), T, C, B * T * C);
     return launch_status();
   });
 }
@@ -102,15 +103,16 @@ int embedding_backward(float* dwte, float* dwpe, const void* dout, int kind, con
   int32_t* sorted_positions = sorted_tokens + positions;
   void* sort_storage = sorted_positions + positions;
   size_t sort_bytes = workspace_bytes - 3 * static_cast<size_t>(positions) * sizeof(int32_t);
-  iota_kernel<<<blocks_for(positions), kThreads>>>(positions_in, positions);
+  launch(iota_kernel, blocks_for(positions), kThreads, 0, positions_in, positions);
   cub::DeviceRadixSort::SortPairs(sort_storage, sort_bytes, tokens, sorted_tokens, positions_in, sorted_positions,
                                   static_cast<int>(positions));
   return dispatch(kind, [&](auto tag) {
     using E = decltype(tag);
     const E* grad = static_cast<const E*>(dout);
-    embedding_backward_tokens_kernel<<<static_cast<unsigned>(positions), kThreads>>>(dwte, grad, sorted_tokens,
-                                                                                    sorted_positions, positions, C);
-    embedding_backward_positions_kernel<<<blocks_for(T * C), kThreads>>>(dwpe, grad, B, T, C);
+    launch(embedding_backward_tokens_kernel<E>, static_cast<unsigned>(positions), kThreads, 0, dwte,
+           grad, sorted_tokens, sorted_positions, positions, C);
+    launch(embedding_backward_positions_kernel<E>, blocks_for(T * C), kThreads, 0, dwpe, grad, B, T,
+           C);
     return launch_status();
   });
 }

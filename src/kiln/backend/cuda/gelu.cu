@@ -32,7 +32,8 @@ __global__ void gelu_backward_kernel(T* din, const T* in, const T* dout, int64_t
 int gelu_forward(void* out, const void* in, int kind, int64_t count) {
   return dispatch(kind, [&](auto tag) {
     using E = decltype(tag);
-    gelu_forward_kernel<<<blocks_for(count), kThreads>>>(static_cast<E*>(out), static_cast<const E*>(in), count);
+    launch(gelu_forward_kernel<E>, blocks_for(count), kThreads, 0, static_cast<E*>(out),
+           static_cast<const E*>(in), count);
     return launch_status();
   });
 }
@@ -40,8 +41,8 @@ int gelu_forward(void* out, const void* in, int kind, int64_t count) {
 int gelu_backward(void* din, const void* in, const void* dout, int kind, int64_t count) {
   return dispatch(kind, [&](auto tag) {
     using E = decltype(tag);
-    gelu_backward_kernel<<<blocks_for(count), kThreads>>>(static_cast<E*>(din), static_cast<const E*>(in),
-                                                          static_cast<const E*>(dout), count);
+    launch(gelu_backward_kernel<E>, blocks_for(count), kThreads, 0, static_cast<E*>(din),
+           static_cast<const E*>(in), static_cast<const E*>(dout), count);
     return launch_status();
   });
 }

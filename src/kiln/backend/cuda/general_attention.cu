@@ -96,7 +96,8 @@ template <typename T, int kLaneDims>
 __global__ void __launch_bounds__(kBlockThreads) general_forward_kernel(T* out, float* lse, const T* qkv,
                                                                         const int32_t* key_mask, int NH, int T_,
                                                                         int hs, bool causal, float scale) {
-  extern __shared__ float shared[];
+  KILN_DYNAMIC_SHARED_MEMORY(shared_memory);
+  float* const shared = reinterpret_cast<float*>(shared_memory);
   const int ld = odd_stride(hs);
   float* q = shared;               // [kBlockRows][hs]
   float* k = q + kBlockRows * hs;  // [kSpan][ld]
@@ -156,7 +157,8 @@ __global__ void __launch_bounds__(kBlockThreads) general_backward_q_kernel(T* dq
                                                                            const float* lse, const float* row_dots,
                                                                            const int32_t* key_mask, int NH, int T_,
                                                                            int hs, bool causal, float scale) {
-  extern __shared__ float shared[];
+  KILN_DYNAMIC_SHARED_MEMORY(shared_memory);
+  float* const shared = reinterpret_cast<float*>(shared_memory);
   const int ld = odd_stride(hs);
   float* q = shared;               // [kBlockRows][hs]
   float* g = q + kBlockRows * hs;  // [kBlockRows][hs], dout
@@ -212,7 +214,8 @@ __global__ void __launch_bounds__(kBlockThreads) general_backward_kv_kernel(T* d
                                                                             const float* lse, const float* row_dots,
                                                                             const int32_t* key_mask, int NH, int T_,
                                                                             int hs, bool causal, float scale) {
-  extern __shared__ float shared[];
+  KILN_DYNAMIC_SHARED_MEMORY(shared_memory);
+  float* const shared = reinterpret_cast<float*>(shared_memory);
   const int ld = odd_stride(hs);
   float* k = shared;               // [kBlockRows][hs]
   float* v = k + kBlockRows * hs;  // [kBlockRows][hs]
@@ -281,12 +284,13 @@ __global__ void row_dots_kernel(float* d, const T* dout, const T* out, int NH, i
 // Sets the kernel's dynamic shared memory limit to `bytes` and launches it over the (row block,
 // batch x head) grid; returns the status.
 template <typename Kernel, typename... Args>
-int launch(Kernel kernel, size_t bytes, int64_t B, int64_t T, int64_t NH, Args... args) {
+int launch_over_row_blocks(Kernel kernel, size_t bytes, int64_t B, int64_t T, int64_t NH,
+                           Args... args) {
   if (const cudaError_t status =
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)))
     return static_cast<int>(status);
   const dim3 grid(static_cast<unsigned>((T + kBlockRows - 1) / kBlockRows), static_cast<unsigned>(B * NH));
-  kernel<<<grid, kBlockThreads, bytes>>>(args...);
+  launch(kernel, grid, kBlockThreads, bytes, args...);
   return launch_status();
 }
 
@@ -311,9 +315,11 @@ int general_attention_forward(void* out, float* lse, const void* qkv, const int3
   if (B * NH * T == 0) return 0;
   return dispatch_head(kind, HS, [&](auto element, auto lane_dims) {
     using E = decltype(element);
-    return launch(general_forward_kernel<E, decltype(lane_dims)::value>, shared_bytes(1, static_cast<int>(HS)), B, T,
-                  NH, static_cast<E*>(out), lse, static_cast<const E*>(qkv), key_mask, static_cast<int>(NH),
-                  static_cast<int>(T), static_cast<int>(HS), causal, scale);
+    return launch_over_row_blocks(general_forward_kernel<E, decltype(lane_dims)::value>,
+                                  shared_bytes(1, static_cast<int>(HS)), B, T, NH,
+                                  static_cast<E*>(out), lse, static_cast<const E*>(qkv), key_mask,
+                                  static_cast<int>(NH), static_cast<int>(T), static_cast<int>(HS),
+                                  causal, scale);
   });
 }
 
@@ -328,9 +334,10 @@ int general_attention_backward(void* dqkv, const void* dout, const void* qkv, co
     constexpr int kLaneDims = decltype(lane_dims)::value;
     const size_t bytes = shared_bytes(2, static_cast<int>(HS));
     const auto arguments = [&](auto kernel) {
-      return launch(kernel, bytes, B, T, NH, static_cast<E*>(dqkv), static_cast<const E*>(dout),
-                    static_cast<const E*>(qkv), lse, static_cast<const float*>(row_dots), key_mask,
-                    static_cast<int>(NH), static_cast<int>(T), static_cast<int>(HS), causal, scale);
+      return launch_over_row_blocks(
+          kernel, bytes, B, T, NH, static_cast<E*>(dqkv), static_cast<const E*>(dout),
+          static_cast<const E*>(qkv), lse, static_cast<const float*>(row_dots), key_mask,
+          static_cast<int>(NH), static_cast<int>(T), static_cast<int>(HS), causal, scale);
     };
     if (const int status = arguments(general_backward_kv_kernel<E, kLaneDims>)) return status;
     return arguments(general_backward_q_kernel<E, kLaneDims>);
@@ -343,9 +350,9 @@ int attention_row_dots(float* d, const void* dout, const void* out, int kind, in
   if (rows == 0) return 0;
   return dispatch(kind, [&](auto element) {
     using E = decltype(element);
-    row_dots_kernel<E><<<static_cast<unsigned>((rows * 32 + 255) / 256), 256>>>(
-        d, static_cast<const E*>(dout), static_cast<const E*>(out), static_cast<int>(NH), static_cast<int>(T),
-        static_cast<int>(HS), rows);
+    launch(row_dots_kernel<E>, static_cast<unsigned>((rows * 32 + 255) / 256), 256, 0, d,
+           static_cast<const E*>(dout), static_cast<const E*>(out), static_cast<int>(NH),
+           static_cast<int>(T), static_cast<int>(HS), rows);
     return launch_status();
   });
 }

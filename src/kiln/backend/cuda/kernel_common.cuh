@@ -11,6 +11,7 @@
 
 #include "kiln/backend/cuda/element.cuh"
 #include "kiln/backend/cuda/kernels.h"
+#include "kiln/backend/cuda/launch.cuh"
 
 namespace kiln::cuda {
 

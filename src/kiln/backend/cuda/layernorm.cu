@@ -85,9 +85,10 @@ int layernorm_forward(void* out, float* mean, float* rstd, const void* in, const
   if (M == 0) return 0;
   return dispatch(kind, [&](auto tag) {
     using E = decltype(tag);
-    layernorm_forward_kernel<<<row_blocks(M), kThreads>>>(
-        static_cast<E*>(out), mean, rstd, static_cast<const E*>(in), static_cast<const E*>(weight),
-        static_cast<const E*>(bias), static_cast<const E*>(residual), static_cast<E*>(residual_out), M, C, eps);
+    launch(layernorm_forward_kernel<E>, row_blocks(M), kThreads, 0, static_cast<E*>(out), mean,
+           rstd, static_cast<const E*>(in), static_cast<const E*>(weight),
+           static_cast<const E*>(bias), static_cast<const E*>(residual),
+           static_cast<E*>(residual_out), M, C, eps);
     return launch_status();
   });
 }
@@ -101,10 +102,10 @@ int layernorm_backward(void* din, float* dweight, float* dbias, const void* dout
     using E = decltype(tag);
     const E* grad = static_cast<const E*>(dout);
     const E* x = static_cast<const E*>(in);
-    layernorm_backward_input_kernel<<<row_blocks(M), kThreads>>>(static_cast<E*>(din), grad, x,
-                                                                 static_cast<const E*>(weight), mean, rstd, M, C);
-    layernorm_backward_params_kernel<<<column_sums_grid(M, C), dim3(32, kRowGroups)>>>(
-        partial_dweight, partial_dbias, grad, x, mean, rstd, M, C);
+    launch(layernorm_backward_input_kernel<E>, row_blocks(M), kThreads, 0, static_cast<E*>(din),
+           grad, x, static_cast<const E*>(weight), mean, rstd, M, C);
+    launch(layernorm_backward_params_kernel<E>, column_sums_grid(M, C), dim3(32, kRowGroups), 0,
+           partial_dweight, partial_dbias, grad, x, mean, rstd, M, C);
     return launch_status();
   });
   return status != 0 ? status : column_sums_finish(dweight, dbias, partial_dweight, partial_dbias, M, C);

@@ -29,7 +29,7 @@ __global__ void sum_squares_partial_kernel(const float* in, int64_t count, doubl
   shared[threadIdx.x] = sum;
   __syncthreads();
   for (int stride = kThreads / 2; stride > 0; stride >>= 1) {
-    if (threadIdx.x < stride) shared[threadIdx.x] += shared[threadIdx.x + stride];
+    if (static_cast<int>(threadIdx.x) < stride) shared[threadIdx.x] += shared[threadIdx.x + stride];
     __syncthreads();
   }
   if (threadIdx.x == 0) partials[blockIdx.x] = shared[0];
@@ -48,15 +48,15 @@ int adamw(float* master, void* param_out, int out_kind, const float* grad, float
           int64_t offset, int64_t count, float lr, float beta1, float beta2, float eps, float weight_decay,
           float grad_scale, float bias_correction1, float bias_correction2) {
   if (count == 0) return 0;
-  adamw_kernel<<<blocks_for(count), kThreads>>>(master, param_out, out_kind, grad, exp_avg, exp_avg_sq, offset,
-                                                count, lr, beta1, beta2, eps, weight_decay, grad_scale,
-                                                bias_correction1, bias_correction2);
+  launch(adamw_kernel, blocks_for(count), kThreads, 0, master, param_out, out_kind, grad, exp_avg,
+         exp_avg_sq, offset, count, lr, beta1, beta2, eps, weight_decay, grad_scale,
+         bias_correction1, bias_correction2);
   return launch_status();
 }
 
 int sum_of_squares(const float* in, int64_t count, double* partials, double* result) {
-  sum_squares_partial_kernel<<<kSumBlocks, kThreads>>>(in, count, partials);
-  sum_partials_kernel<<<1, 1>>>(partials, kSumBlocks, result);
+  launch(sum_squares_partial_kernel, kSumBlocks, kThreads, 0, in, count, partials);
+  launch(sum_partials_kernel, 1, 1, 0, partials, kSumBlocks, result);
   return launch_status();
 }
 

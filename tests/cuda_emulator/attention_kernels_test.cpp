@@ -1,0 +1,168 @@
+// The fused attention kernels on the CPU emulator (cuda_emulator.h), against the CPU back-end's
+// attention ops on the same inputs: the tensor-core tiles (flash_attention.cu) for 16-bit heads
+// that are multiples of 8 up to 128, the general CUDA-core kernels (general_attention.cu) for the
+// rest and for any head on GPUs without the tiles. T = 150 crosses tiles of 64 (and blocks of 16
+// and 32) with a partial last one; every mask variant; padding inside every tile and a query that
+// sees no key. Bounds as the CUDA op table's (ops_test.cpp) for out and lse, twice that for dqkv,
+// as the GPU's Cuda/LongAttention test, which these cases mirror.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <tuple>
+
+#include "host_tensor.h"
+#include "kiln/backend/cpu/cpu_backend.h"
+#include "kiln/backend/cuda/flash_attention.h"
+#include "kiln/backend/cuda/general_attention.h"
+#include "kiln/core/rng.h"
+
+namespace kiln::testing {
+namespace {
+
+enum class Kernels { Tiles, General };
+
+struct Outputs {
+  std::vector<float> out, lse, dqkv;
+};
+
+struct Problem {
+  DType dtype;
+  int64_t B, T, NH, HS;
+  AttentionMask mask;
+  HostTensor qkv, dout, key_mask;
+
+  int64_t C() const { return NH * HS; }
+  bool causal() const { return mask != AttentionMask::KeyPadding; }
+  const int32_t* mask_pointer() const {
+    return mask == AttentionMask::Causal ? nullptr : key_mask.as<int32_t>();
+  }
+};
+
+Problem make_problem(DType dtype, int64_t HS, AttentionMask mask) {
+  constexpr int64_t B = 2, T = 150, NH = 2;
+  const int64_t C = NH * HS;
+  Rng rng(31);
+  std::vector<int32_t> keep(static_cast<size_t>(B * T), 1);
+  for (int64_t i = 0; i < B * T; i += 7)
+    keep[static_cast<size_t>(i)] = 0;  // padding inside every tile
+  keep[0] = 0;                         // with causal: query 0 of batch 0 sees no key at all
+  return Problem{
+      dtype,
+      B,
+      T,
+      NH,
+      HS,
+      mask,
+      HostTensor(dtype, {B, T, 3 * C}, random_floats(static_cast<size_t>(B * T * 3 * C), rng)),
+      HostTensor(dtype, {B, T, C}, random_floats(static_cast<size_t>(B * T * C), rng)),
+      HostTensor::ints({B, T}, keep)};
+}
+
+Outputs reference(const Problem& p) {
+  CpuBackend cpu;
+  const HostTensor out = HostTensor::poisoned(p.dtype, {p.B, p.T, p.C()});
+  const HostTensor lse = HostTensor::poisoned(DType::F32, {p.B * p.NH * p.T});
+  const HostTensor dqkv = HostTensor::poisoned(p.dtype, {p.B, p.T, 3 * p.C()});
+  const Tensor mask = p.mask == AttentionMask::Causal ? Tensor{} : p.key_mask.view();
+  const int NH = static_cast<int>(p.NH);
+  cpu.attention_forward({out.view(), lse.view(), p.qkv.view(), mask, NH, p.mask});
+  cpu.attention_backward(
+      {dqkv.view(), p.dout.view(), p.qkv.view(), out.view(), lse.view(), mask, NH, p.mask});
+  return {out.floats(), lse.floats(), dqkv.floats()};
+}
+
+Outputs emulated(const Problem& p, Kernels kernels) {
+  const HostTensor out = HostTensor::poisoned(p.dtype, {p.B, p.T, p.C()});
+  const HostTensor lse = HostTensor::poisoned(DType::F32, {p.B * p.NH * p.T});
+  const HostTensor dqkv = HostTensor::poisoned(p.dtype, {p.B, p.T, 3 * p.C()});
+  const HostTensor row_dots = HostTensor::poisoned(DType::F32, {p.B * p.NH * p.T});
+  const int kind = element_kind(p.dtype);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(p.HS));
+  const auto forward =
+      kernels == Kernels::Tiles ? cuda::flash_attention_forward : cuda::general_attention_forward;
+  const auto backward =
+      kernels == Kernels::Tiles ? cuda::flash_attention_backward : cuda::general_attention_backward;
+  EXPECT_TRUE(launched(forward(out.data(), lse.as<float>(), p.qkv.data(), p.mask_pointer(), kind,
+                               p.B, p.T, p.NH, p.HS, p.causal(), scale)));
+  EXPECT_TRUE(launched(backward(dqkv.data(), p.dout.data(), p.qkv.data(), out.data(),
+                                lse.as<float>(), p.mask_pointer(), kind, p.B, p.T, p.NH, p.HS,
+                                p.causal(), scale, row_dots.data())));
+  for (const HostTensor* tensor : {&out, &lse, &dqkv, &row_dots})
+    EXPECT_TRUE(tensor->guard_intact()) << "a kernel wrote past one of its outputs";
+  return {out.floats(), lse.floats(), dqkv.floats()};
+}
+
+using Case = std::tuple<Kernels, DType, int64_t, AttentionMask>;
+
+class EmulatedAttention : public ::testing::TestWithParam<Case> {};
+
+TEST_P(EmulatedAttention, MatchesTheCpuAcrossTiles) {
+  const auto [kernels, dtype, HS, mask] = GetParam();
+  const Problem problem = make_problem(dtype, HS, mask);
+  const Outputs expected = reference(problem);
+  const Outputs actual = emulated(problem, kernels);
+  const double bound = dtype == DType::BF16 ? 1e-2 : 2e-3;
+  EXPECT_LT(normalized_error(actual.out, expected.out), bound);
+  EXPECT_LT(normalized_error_with_infinities(actual.lse, expected.lse), bound);
+  EXPECT_LT(normalized_error(actual.dqkv, expected.dqkv), 2 * bound);
+}
+
+// With the block's threads run highest first instead of lowest first (cuda_emulator::Schedule),
+// code that lacks a barrier gives other answers; with every barrier in place the bits agree.
+class EmulatedAttentionSchedule : public ::testing::TestWithParam<Case> {};
+
+TEST_P(EmulatedAttentionSchedule, DoesNotDependOnTheOrderThreadsRun) {
+  const auto [kernels, dtype, HS, mask] = GetParam();
+  const Problem problem = make_problem(dtype, HS, mask);
+  const Outputs lowest_first = emulated(problem, kernels);
+  cuda_emulator::set_schedule(cuda_emulator::Schedule::Reverse);
+  const Outputs highest_first = emulated(problem, kernels);
+  cuda_emulator::set_schedule(cuda_emulator::Schedule::Forward);
+  EXPECT_EQ(lowest_first.out, highest_first.out);
+  EXPECT_EQ(lowest_first.lse, highest_first.lse);
+  EXPECT_EQ(lowest_first.dqkv, highest_first.dqkv);
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  const auto [kernels, dtype, HS, mask] = info.param;
+  return std::string(kernels == Kernels::Tiles ? "tiles_" : "general_") +
+         std::string(dtype_name(dtype)) + "_HS" + std::to_string(HS) + "_" +
+         (mask == AttentionMask::Causal       ? "causal"
+          : mask == AttentionMask::KeyPadding ? "padding"
+                                              : "causal_padding");
+}
+
+const auto kMasks = ::testing::Values(AttentionMask::Causal, AttentionMask::KeyPadding,
+                                      AttentionMask::CausalKeyPadding);
+const auto kTileHeads = ::testing::Values(64, 128, 24, 80);
+const auto kGeneralHeads = ::testing::Values(20, 4, 256, 64, 128);
+
+// Heads 64 and 128 fill the tiles; 24 and 80 are zero-padded inside them.
+INSTANTIATE_TEST_SUITE_P(Tiles, EmulatedAttention,
+                         ::testing::Combine(::testing::Values(Kernels::Tiles),
+                                            ::testing::Values(DType::BF16, DType::F16), kTileHeads,
+                                            kMasks),
+                         case_name);
+// 20 (not a multiple of 8), 4 and 256 (wider than a tile) only run here on sm_80+; 64 and 128
+// too on older GPUs. One lane dimension per width class: up to 64, 128 and 256 channels.
+INSTANTIATE_TEST_SUITE_P(General, EmulatedAttention,
+                         ::testing::Combine(::testing::Values(Kernels::General),
+                                            ::testing::Values(DType::BF16, DType::F16),
+                                            kGeneralHeads, kMasks),
+                         case_name);
+
+// One mask (both kinds at once) is enough for the schedule.
+INSTANTIATE_TEST_SUITE_P(Tiles, EmulatedAttentionSchedule,
+                         ::testing::Combine(::testing::Values(Kernels::Tiles),
+                                            ::testing::Values(DType::BF16, DType::F16), kTileHeads,
+                                            ::testing::Values(AttentionMask::CausalKeyPadding)),
+                         case_name);
+INSTANTIATE_TEST_SUITE_P(General, EmulatedAttentionSchedule,
+                         ::testing::Combine(::testing::Values(Kernels::General),
+                                            ::testing::Values(DType::BF16, DType::F16),
+                                            kGeneralHeads,
+                                            ::testing::Values(AttentionMask::CausalKeyPadding)),
+                         case_name);
+
+}  // namespace
+}  // namespace kiln::testing

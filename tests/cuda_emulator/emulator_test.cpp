@@ -1,0 +1,165 @@
+// The CPU emulator of CUDA itself (cuda_emulator.h): that it runs kernels as CUDA defines them
+// (indices, barriers, shuffles, WMMA products) and that it reports, as failed launches, the misuses
+// the kernel tests rely on it to catch.
+#include <cuda_runtime.h>  // the emulator's
+#include <gtest/gtest.h>
+#include <mma.h>
+
+#include <string>
+#include <vector>
+
+#include "cuda_emulator.h"
+
+namespace {
+
+// The status and failure of one launch, as a kernel launcher would see them.
+struct Launched {
+  int status;
+  std::string failure;
+};
+
+template <typename... Params, typename... Args>
+Launched launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
+                Args... args) {
+  cuda_emulator::launch(kernel, grid, block, shared_bytes, args...);
+  const int status = cuda_emulator::get_last_error();
+  return {status, status ? cuda_emulator::failure() : ""};
+}
+
+__global__ void write_indices(int* out) {
+  const unsigned thread = threadIdx.x + blockDim.x * threadIdx.y;
+  const unsigned block = blockIdx.x + gridDim.x * blockIdx.y;
+  out[block * blockDim.x * blockDim.y + thread] = static_cast<int>(block * 1000 + thread);
+}
+
+TEST(CudaEmulator, RunsEveryThreadOfEveryBlockWithItsIndices) {
+  std::vector<int> out(2 * 3 * 32 * 2, -1);
+  ASSERT_EQ(launch(write_indices, dim3(2, 3), dim3(32, 2), 0, out.data()).status, 0);
+  for (size_t i = 0; i < out.size(); ++i)
+    EXPECT_EQ(out[i], static_cast<int>(i / 64 * 1000 + i % 64));
+}
+
+// Each thread writes its slot, waits, then reads its neighbour's: right only if the barrier holds
+// every thread until all have written.
+__global__ void rotate_through_shared(int* out) {
+  __shared__ int slots[128];
+  slots[threadIdx.x] = static_cast<int>(threadIdx.x) * 3;
+  __syncthreads();
+  out[threadIdx.x] = slots[(threadIdx.x + 1) % blockDim.x];
+}
+
+__global__ void butterfly_sum(float* out) {
+  float value = static_cast<float>(threadIdx.x);
+  for (int offset = 16; offset > 0; offset >>= 1)
+    value += __shfl_xor_sync(0xffffffffu, value, offset);
+  out[threadIdx.x] = value + __shfl_sync(0xffffffffu, static_cast<float>(threadIdx.x), 5);
+}
+
+TEST(CudaEmulator, BarriersAndShufflesHaveCudaSemantics) {
+  for (const auto schedule : {cuda_emulator::Schedule::Forward, cuda_emulator::Schedule::Reverse}) {
+    cuda_emulator::set_schedule(schedule);
+    std::vector<int> rotated(128);
+    ASSERT_EQ(launch(rotate_through_shared, 1, 128, 0, rotated.data()).status, 0);
+    for (int i = 0; i < 128; ++i) EXPECT_EQ(rotated[i], (i + 1) % 128 * 3);
+    std::vector<float> sums(64);
+    ASSERT_EQ(launch(butterfly_sum, 1, 64, 0, sums.data()).status, 0);
+    for (int i = 0; i < 64; ++i)
+      EXPECT_EQ(sums[i], (i < 32 ? 496.0f : 1520.0f) + (i < 32 ? 5.0f : 37.0f));
+  }
+  cuda_emulator::set_schedule(cuda_emulator::Schedule::Forward);
+}
+
+__global__ void barrier_in_one_branch() {
+  if (threadIdx.x < 32) __syncthreads();
+}
+
+// Half a warp waits at __syncthreads for the other half, which waits in a shuffle for the first.
+__global__ void barrier_or_shuffle() {
+  if (threadIdx.x < 16) {
+    __syncthreads();
+  } else {
+    __shfl_sync(0xffffffffu, 1.0f, 0);
+  }
+}
+
+__global__ void shuffle_with_an_exited_lane(float* out) {
+  if (threadIdx.x == 7) return;
+  out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
+}
+
+__global__ void write_past_dynamic_shared(int bytes) {
+  unsigned char* shared = cuda_emulator::dynamic_shared_memory();
+  if (threadIdx.x == 0) shared[bytes] = 1;
+}
+
+TEST(CudaEmulator, ReportsWhatAGpuWouldNotForgive) {
+  Launched result = launch(barrier_in_one_branch, 1, 64, 0);
+  EXPECT_EQ(result.status, 719);
+  EXPECT_NE(result.failure.find("exited while other threads wait at __syncthreads"),
+            std::string::npos)
+      << result.failure;
+
+  result = launch(barrier_or_shuffle, 1, 32, 0);
+  EXPECT_EQ(result.status, 719);
+  EXPECT_NE(result.failure.find("deadlock"), std::string::npos) << result.failure;
+
+  std::vector<float> out(32);
+  result = launch(shuffle_with_an_exited_lane, 1, 32, 0, out.data());
+  EXPECT_EQ(result.status, 719);
+  EXPECT_NE(result.failure.find("exited while its warp waits for it"), std::string::npos)
+      << result.failure;
+
+  result = launch(write_past_dynamic_shared, 1, 32, 1024, 1024);
+  EXPECT_EQ(result.status, 719);
+  EXPECT_NE(result.failure.find("past the 1024 bytes"), std::string::npos) << result.failure;
+
+  result = launch(write_past_dynamic_shared, 1, 32, 64 * 1024, 0);
+  EXPECT_EQ(result.status, 1) << "over 48 KiB of dynamic shared memory needs cudaFuncSetAttribute";
+  ASSERT_EQ(cudaFuncSetAttribute(write_past_dynamic_shared,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024),
+            cudaSuccess);
+  EXPECT_EQ(launch(write_past_dynamic_shared, 1, 32, 64 * 1024, 0).status, 0);
+
+  std::vector<int> unused(1);
+  EXPECT_EQ(launch(write_indices, 1, 2048, 0, unused.data()).status, 9)
+      << "over 1024 threads in a block";
+}
+
+namespace wmma = nvcuda::wmma;
+
+// C = A B for one 16 x 16 x 16 product: A row-major, B column-major, as the flash kernels load
+// them.
+__global__ void one_product(float* c, const __nv_bfloat16* a, const __nv_bfloat16* b, int offset) {
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+  wmma::fill_fragment(acc, 1.0f);
+  wmma::load_matrix_sync(fa, a + offset, 16);
+  wmma::load_matrix_sync(fb, b, 16);
+  wmma::mma_sync(acc, fa, fb, acc);
+  wmma::store_matrix_sync(c, acc, 16, wmma::mem_row_major);
+}
+
+TEST(CudaEmulator, WmmaProductsAreMatrixProductsAndCheckAlignment) {
+  alignas(32) __nv_bfloat16 a[16 * 16 + 8], b[16 * 16];
+  alignas(32) float c[16 * 16];
+  for (int i = 0; i < 16 * 16; ++i) {
+    a[i] = __float2bfloat16_rn(static_cast<float>(i % 7) - 3.0f);
+    b[i] = __float2bfloat16_rn(static_cast<float>(i % 5) - 2.0f);
+  }
+  ASSERT_EQ(launch(one_product, 1, 32, 0, c, a, b, 0).status, 0);
+  for (int r = 0; r < 16; ++r)
+    for (int col = 0; col < 16; ++col) {
+      float expected = 1.0f;
+      for (int k = 0; k < 16; ++k)
+        expected +=
+            __bfloat162float(a[r * 16 + k]) * __bfloat162float(b[col * 16 + k]);  // b column-major
+      EXPECT_EQ(c[r * 16 + col], expected) << r << ", " << col;
+    }
+  const Launched misaligned = launch(one_product, 1, 32, 0, c, a, b, 8);  // 16 bytes off
+  EXPECT_EQ(misaligned.status, 719);
+  EXPECT_NE(misaligned.failure.find("not 256-bit aligned"), std::string::npos)
+      << misaligned.failure;
+}
+
+}  // namespace

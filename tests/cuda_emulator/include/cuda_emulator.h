@@ -1,0 +1,81 @@
+// A CPU emulator of the part of CUDA that kiln's kernels use, so that CI, which has no GPU, runs
+// every kernel of src/kiln/backend/cuda/*.cu and compares it with the CPU reference. The .cu files
+// are compiled unchanged by the host compiler against this folder's cuda_runtime.h, mma.h and cub
+// headers (CMakeLists.txt: kiln_emulated_kernels); kernels are launched through
+// kiln/backend/cuda/launch.cuh, which calls launch() below instead of <<<...>>>.
+//
+// Model: the blocks of a grid run one after another; the threads of a block run as fibers on the
+// calling OS thread, each until it must wait at a barrier (__syncthreads, __syncwarp, a shuffle, a
+// WMMA call), and the next to run is always the first runnable thread in schedule order (lowest
+// index first, or highest: set_schedule). So one warp runs as far as it can before the next starts,
+// and a missing __syncthreads shows as reads of what other warps have not written yet (NaN in fresh
+// shared memory) rather than as a rare race. What the hardware would not forgive ends the launch
+// with a failure that says which thread did what (failure()): a barrier that some thread never
+// reaches (CUDA asks every thread of the block to reach each __syncthreads, so one that has exited
+// counts), a warp collective whose mask names an exited or absent lane, dynamic shared memory over
+// the kernel's allowance or written past its end, a misaligned WMMA pointer or leading dimension.
+// Dynamic shared memory starts as NaN bytes, as on a GPU it starts as leftovers.
+//
+// Fibers switch in x86-64 assembly (cuda_emulator.cpp): one switch costs nanoseconds, where
+// ucontext's swapcontext made a system call, and the kernels switch at every shuffle.
+//
+// What it does not model: timing, memory coalescing or bank conflicts, races between blocks
+// (they never overlap here), out-of-bounds global accesses (tests guard their buffers), and the
+// hardware's WMMA fragment layout: fragments use a scrambled one of their own (mma.h), so code
+// that assumes any layout fails.
+#pragma once
+
+#include <vector_types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace cuda_emulator {
+
+// Runs `thread_body` once for every thread of `grid` x `block`. Returns a cudaError_t value: 0, 1
+// (invalid value: too much dynamic shared memory for `kernel`), 9 (invalid configuration) or 719
+// (launch failure: a misuse inside the kernel, see failure()). The error is also kept for
+// get_last_error(), as a real launch's is.
+int run(const void* kernel, dim3 grid, dim3 block, size_t shared_bytes,
+        const std::function<void()>& thread_body);
+
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, Args... args) {
+  run(reinterpret_cast<const void*>(kernel), grid, block, shared_bytes, [&] { kernel(args...); });
+}
+
+// Which runnable thread of a block runs next: the lowest-numbered (Forward) or the highest
+// (Reverse); the two orders give different interleavings to code that lacks a barrier.
+enum class Schedule { Forward, Reverse };
+void set_schedule(Schedule schedule);
+
+// cudaGetLastError: the first error since the last call, then cleared.
+int get_last_error();
+// Why the last failed launch failed; empty when none has.
+const std::string& failure();
+// cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes): launches of
+// `kernel` may then use up to `bytes` (227 KiB at most, an H100's limit) instead of 48 KiB.
+int set_max_dynamic_shared_bytes(const void* kernel, int bytes);
+
+// Inside a kernel (the calling fiber's thread).
+const uint3& thread_index();
+const uint3& block_index();
+const dim3& block_dim();
+const dim3& grid_dim();
+unsigned char* dynamic_shared_memory();
+int lane();  // linear thread index % 32
+void sync_block();
+// Waits until every lane of `mask` (which must include the caller's lane) has arrived.
+void sync_warp(unsigned mask);
+// Publishes `value` for the warp; once every lane of `mask` has, returns what lane `source`
+// published. The value is read before the lanes move on.
+uint64_t exchange(unsigned mask, uint64_t value, int source);
+// Publishes `mine`; once all 32 lanes have, returns the lanes' pointers, valid until the caller's
+// next call of sync_warp (which the caller must make before changing what it published).
+const void* const* gather(const void* mine);
+// Ends the launch with this failure, naming the calling thread.
+[[noreturn]] void fail(const std::string& why);
+
+}  // namespace cuda_emulator

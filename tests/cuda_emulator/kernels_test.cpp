@@ -1,0 +1,276 @@
+// The CUDA back-end's own kernels other than attention (kernels.h) on the CPU emulator
+// (cuda_emulator.h), against the CPU back-end's ops on the same inputs, in every storage dtype:
+// embedding, LayerNorm (with the residual, and its parameter gradients' chunked column sums),
+// GELU, residual, fill, convert, softmax cross-entropy, AdamW and the sum of squares. Shapes are
+// picked to cross the kernels' edges: rows that do not fill a block of eight, more than one chunk
+// of column sums (M > 1024), token runs longer than a block's 256 staged rows, vocabularies with
+// padding columns. Outputs start as NaN; accumulating outputs start random. Bounds as the CUDA op
+// table's (ops_test.cpp): normalised error 1e-5 in fp32, 1e-2 in bf16, 2e-3 in fp16.
+#include "kiln/backend/cuda/kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <tuple>
+
+#include "host_tensor.h"
+#include "kiln/backend/cpu/cpu_backend.h"
+#include "kiln/core/rng.h"
+
+namespace kiln::testing {
+namespace {
+
+double bound(DType dtype) {
+  return dtype == DType::F32 ? 1e-5 : dtype == DType::BF16 ? 1e-2 : 2e-3;
+}
+
+std::vector<float> randoms(int64_t count, uint64_t seed, float scale = 1.0f) {
+  Rng rng(seed);
+  return random_floats(static_cast<size_t>(count), rng, scale);
+}
+
+// Each case in every dtype, and with the threads of a block run lowest first and highest first
+// (cuda_emulator::Schedule): a missing barrier tends to give different answers in one of the two.
+class EmulatedKernels
+    : public ::testing::TestWithParam<std::tuple<DType, cuda_emulator::Schedule>> {
+ protected:
+  void SetUp() override { cuda_emulator::set_schedule(std::get<1>(GetParam())); }
+  void TearDown() override { cuda_emulator::set_schedule(cuda_emulator::Schedule::Forward); }
+  DType dtype() const { return std::get<0>(GetParam()); }
+  int kind() const { return element_kind(dtype()); }
+  HostTensor acts(Shape shape, uint64_t seed, float scale = 1.0f) const {
+    return HostTensor(dtype(), shape, randoms(shape.numel(), seed, scale));
+  }
+  HostTensor poisoned(Shape shape) const { return HostTensor::poisoned(dtype(), shape); }
+  static HostTensor floats(Shape shape, uint64_t seed) {
+    return HostTensor(DType::F32, shape, randoms(shape.numel(), seed));
+  }
+  // A copy of `tensor` (same dtype and values), for an output both sides accumulate into.
+  static HostTensor copy_of(const HostTensor& tensor, DType dtype) {
+    return HostTensor(dtype, tensor.view().shape, tensor.floats());
+  }
+  CpuBackend cpu;
+};
+
+void expect_close(const HostTensor& actual, const HostTensor& expected, double limit,
+                  const std::string& what) {
+  EXPECT_LT(normalized_error(actual.floats(), expected.floats()), limit) << what;
+  EXPECT_TRUE(actual.guard_intact()) << what << ": written past its end";
+}
+
+TEST_P(EmulatedKernels, EmbeddingForwardAndBackward) {
+  constexpr int64_t B = 3, T = 400, C = 24, Vp = 5, maxT = 410;
+  std::vector<int32_t> token_values(static_cast<size_t>(B * T));
+  Rng rng(3);
+  for (int32_t& token : token_values)
+    token = static_cast<int32_t>(rng.below(3));  // runs of ~400 > 256
+  const HostTensor tokens = HostTensor::ints({B, T}, token_values);
+  const HostTensor wte = acts({Vp, C}, 1), wpe = acts({maxT, C}, 2), dout = acts({B, T, C}, 4);
+
+  const HostTensor out = poisoned({B, T, C}), expected_out = poisoned({B, T, C});
+  cpu.embedding_forward({expected_out.view(), tokens.view(), wte.view(), wpe.view()});
+  ASSERT_TRUE(launched(cuda::embedding_forward(out.data(), tokens.as<int32_t>(), wte.data(),
+                                               wpe.data(), kind(), B, T, C)));
+  expect_close(out, expected_out, bound(dtype()), "out");
+
+  const HostTensor expected_dwte = floats({Vp, C}, 5), expected_dwpe = floats({maxT, C}, 6);
+  const HostTensor dwte = copy_of(expected_dwte, DType::F32),
+                   dwpe = copy_of(expected_dwpe, DType::F32);
+  cpu.embedding_backward({expected_dwte.view(), expected_dwpe.view(), dout.view(), tokens.view()});
+  const size_t workspace_bytes = cuda::embedding_backward_workspace_bytes(B * T);
+  const HostTensor workspace =
+      HostTensor::poisoned(DType::F32, {static_cast<int64_t>(workspace_bytes / 4 + 1)});
+  ASSERT_TRUE(launched(cuda::embedding_backward(dwte.as<float>(), dwpe.as<float>(), dout.data(),
+                                                kind(), tokens.as<int32_t>(), B, T, C,
+                                                workspace.data(), workspace_bytes)));
+  expect_close(dwte, expected_dwte, 1e-5, "dwte");
+  expect_close(dwpe, expected_dwpe, 1e-5, "dwpe");
+}
+
+TEST_P(EmulatedKernels, LayerNormForwardWithAndWithoutTheResidual) {
+  constexpr int64_t M = 37, C = 200;  // rows: four blocks of eight and a partial one
+  const HostTensor in = acts({M, C}, 1, 2.0f), residual = acts({M, C}, 2), weight = acts({C}, 3),
+                   bias = acts({C}, 4);
+  for (const bool with_residual : {false, true}) {
+    const std::string what = with_residual ? "with residual: " : "plain: ";
+    const HostTensor out = poisoned({M, C}), expected_out = poisoned({M, C});
+    const HostTensor mean = HostTensor::poisoned(DType::F32, {M}),
+                     expected_mean = HostTensor::poisoned(DType::F32, {M});
+    const HostTensor rstd = HostTensor::poisoned(DType::F32, {M}),
+                     expected_rstd = HostTensor::poisoned(DType::F32, {M});
+    const HostTensor sum = poisoned({M, C}), expected_sum = poisoned({M, C});
+    const LayerNormForward reference{expected_out.view(),  expected_mean.view(),
+                                     expected_rstd.view(), in.view(),
+                                     weight.view(),        bias.view()};
+    if (with_residual) {
+      cpu.residual_layernorm_forward({reference, residual.view(), expected_sum.view()});
+    } else {
+      cpu.layernorm_forward(reference);
+    }
+    ASSERT_TRUE(launched(cuda::layernorm_forward(
+        out.data(), mean.as<float>(), rstd.as<float>(), in.data(), weight.data(), bias.data(),
+        with_residual ? residual.data() : nullptr, with_residual ? sum.data() : nullptr, kind(), M,
+        C, 1e-5f)));
+    expect_close(out, expected_out, bound(dtype()), what + "out");
+    expect_close(mean, expected_mean, 1e-5, what + "mean");
+    expect_close(rstd, expected_rstd, 1e-5, what + "rstd");
+    if (with_residual) expect_close(sum, expected_sum, bound(dtype()), what + "residual_out");
+  }
+}
+
+TEST_P(EmulatedKernels, LayerNormBackwardOverSeveralColumnSumChunks) {
+  constexpr int64_t M = 1100, C = 40;  // two chunks of column sums, a partial block of columns
+  const HostTensor in = acts({M, C}, 1, 2.0f), weight = acts({C}, 2), bias = acts({C}, 3),
+                   dout = acts({M, C}, 4);
+  const HostTensor mean = HostTensor::poisoned(DType::F32, {M}),
+                   rstd = HostTensor::poisoned(DType::F32, {M});
+  const HostTensor normed = poisoned({M, C});
+  cpu.layernorm_forward(
+      {normed.view(), mean.view(), rstd.view(), in.view(), weight.view(), bias.view()});
+
+  const HostTensor expected_din = acts({M, C}, 5), expected_dweight = floats({C}, 6),
+                   expected_dbias = floats({C}, 7);
+  const HostTensor din = copy_of(expected_din, dtype()),
+                   dweight = copy_of(expected_dweight, DType::F32),
+                   dbias = copy_of(expected_dbias, DType::F32);
+  cpu.layernorm_backward({expected_din.view(), expected_dweight.view(), expected_dbias.view(),
+                          dout.view(), in.view(), weight.view(), mean.view(), rstd.view()});
+  const size_t workspace_bytes = cuda::column_sums_workspace_bytes(M, C);
+  const HostTensor workspace =
+      HostTensor::poisoned(DType::F32, {static_cast<int64_t>(workspace_bytes / 4 + 1)});
+  ASSERT_TRUE(launched(cuda::layernorm_backward(
+      din.data(), dweight.as<float>(), dbias.as<float>(), dout.data(), in.data(), weight.data(),
+      kind(), mean.as<float>(), rstd.as<float>(), M, C, workspace.data())));
+  expect_close(din, expected_din, 2 * bound(dtype()), "din");
+  expect_close(dweight, expected_dweight, 1e-5, "dweight");
+  expect_close(dbias, expected_dbias, 1e-5, "dbias");
+}
+
+TEST_P(EmulatedKernels, BiasGradientColumnSums) {
+  constexpr int64_t M = 1100, N = 70;
+  const HostTensor in = acts({M, N}, 1), weight = acts({N, 3}, 2), bias = floats({N}, 3);
+  const HostTensor expected_dbias = floats({N}, 4), sums = copy_of(expected_dbias, DType::F32);
+  // The CPU reference's bias gradient: matmul_backward's dbias is the column sums of dout.
+  const HostTensor din = poisoned({M, 3}),
+                   dweight = HostTensor(DType::F32, {N, 3}, std::vector<float>(N * 3, 0.0f));
+  const HostTensor x = acts({M, 3}, 5);
+  cpu.matmul_backward({din.view(), dweight.view(), expected_dbias.view(), in.view(), x.view(),
+                       weight.view(), WeightLayout::OutIn});
+  const size_t workspace_bytes = cuda::column_sums_workspace_bytes(M, N);
+  const HostTensor workspace =
+      HostTensor::poisoned(DType::F32, {static_cast<int64_t>(workspace_bytes / 4 + 1)});
+  ASSERT_TRUE(
+      launched(cuda::column_sums_add(sums.as<float>(), in.data(), kind(), M, N, workspace.data())));
+  expect_close(sums, expected_dbias, 1e-5, "column sums");
+}
+
+TEST_P(EmulatedKernels, GeluResidualFillAndConvert) {
+  constexpr int64_t count = 3000;  // blocks of 256 and a partial one
+  const HostTensor in = acts({count}, 1, 3.0f), other = acts({count}, 2), dout = acts({count}, 3);
+  const HostTensor out = poisoned({count}), expected = poisoned({count});
+  cpu.gelu_forward({expected.view(), in.view()});
+  ASSERT_TRUE(launched(cuda::gelu_forward(out.data(), in.data(), kind(), count)));
+  expect_close(out, expected, bound(dtype()), "gelu");
+
+  cpu.gelu_backward({expected.view(), in.view(), dout.view()});
+  ASSERT_TRUE(launched(cuda::gelu_backward(out.data(), in.data(), dout.data(), kind(), count)));
+  expect_close(out, expected, bound(dtype()), "gelu backward");
+
+  cpu.residual_forward({expected.view(), in.view(), other.view()});
+  ASSERT_TRUE(launched(cuda::residual_forward(out.data(), in.data(), other.data(), kind(), count)));
+  expect_close(out, expected, bound(dtype()), "residual");
+
+  ASSERT_TRUE(launched(cuda::fill(out.data(), kind(), 0.375f, count)));
+  EXPECT_EQ(out.floats(), std::vector<float>(count, 0.375f));
+
+  for (const DType from : {DType::F32, DType::BF16, DType::F16}) {
+    const HostTensor source(from, {count}, randoms(count, 7, 1e3f));
+    const HostTensor converted = poisoned({count}), expected_converted = poisoned({count});
+    cpu.convert({expected_converted.view(), source.view()});
+    ASSERT_TRUE(launched(
+        cuda::convert(converted.data(), kind(), source.data(), element_kind(from), count)));
+    EXPECT_EQ(converted.floats(), expected_converted.floats())
+        << "from " << dtype_name(from);  // rounding is exact
+  }
+}
+
+TEST_P(EmulatedKernels, SoftmaxCrossEntropyWithPaddingAndIgnoredRows) {
+  constexpr int64_t M = 37, V = 1000, Vp = 1024;
+  std::vector<int32_t> target_values(M);
+  Rng rng(5);
+  for (int32_t& target : target_values) target = static_cast<int32_t>(rng.below(V));
+  target_values[3] = target_values[20] = -100;
+  const HostTensor targets = HostTensor::ints({M}, target_values);
+  const float loss_scale = dtype() == DType::F16 ? 1024.0f : 0.5f;
+  for (const bool write_grad : {false, true}) {
+    const HostTensor logits = acts({M, Vp}, 1, 4.0f), expected_logits = copy_of(logits, dtype());
+    const HostTensor losses = HostTensor::poisoned(DType::F32, {M}),
+                     expected_losses = HostTensor::poisoned(DType::F32, {M});
+    cpu.softmax_cross_entropy({expected_logits.view(), expected_losses.view(), targets.view(), V,
+                               -100, loss_scale, write_grad});
+    ASSERT_TRUE(launched(cuda::softmax_cross_entropy(logits.data(), kind(), losses.as<float>(),
+                                                     targets.as<int32_t>(), M, V, Vp, -100,
+                                                     loss_scale, write_grad)));
+    const std::string what = write_grad ? "with gradient: " : "losses only: ";
+    expect_close(losses, expected_losses, 1e-5, what + "losses");
+    expect_close(logits, expected_logits, bound(dtype()), what + "logits");
+  }
+}
+
+TEST_P(EmulatedKernels, AdamwAndTheSumOfSquares) {
+  constexpr int64_t P = 3000;
+  const std::vector<AdamwSegment> segments = {{0, 1000, 0.1f}, {1000, 2000, 0.0f}};
+  const HostTensor master = floats({P}, 1), grad = floats({P}, 2), exp_avg = floats({P}, 3);
+  std::vector<float> squares = randoms(P, 4);
+  for (float& value : squares) value *= value;
+  const HostTensor exp_avg_sq(DType::F32, {P}, squares);
+  const HostTensor expected_master = copy_of(master, DType::F32),
+                   expected_m = copy_of(exp_avg, DType::F32),
+                   expected_v = copy_of(exp_avg_sq, DType::F32);
+  const HostTensor param = poisoned({P}), expected_param = poisoned({P});
+  const AdamwStep step{expected_master.view(),
+                       expected_param.view(),
+                       grad.view(),
+                       expected_m.view(),
+                       expected_v.view(),
+                       segments,
+                       1e-3f,
+                       0.9f,
+                       0.95f,
+                       1e-8f,
+                       0.5f,
+                       7};
+  cpu.adamw_step(step);
+  for (const AdamwSegment& segment : segments)
+    ASSERT_TRUE(launched(
+        cuda::adamw(master.as<float>(), param.data(), kind(), grad.as<float>(), exp_avg.as<float>(),
+                    exp_avg_sq.as<float>(), segment.offset, segment.count, step.lr, step.beta1,
+                    step.beta2, step.eps, segment.weight_decay, step.grad_scale,
+                    1.0f - std::pow(step.beta1, 7.0f), 1.0f - std::pow(step.beta2, 7.0f))));
+  expect_close(master, expected_master, 1e-6, "master");
+  expect_close(exp_avg, expected_m, 1e-6, "exp_avg");
+  expect_close(exp_avg_sq, expected_v, 1e-6, "exp_avg_sq");
+  expect_close(param, expected_param, bound(dtype()), "param");
+
+  const HostTensor partials = HostTensor::poisoned(DType::F32, {2 * cuda::kSumBlocks + 2});
+  auto* scratch = partials.as<double>();
+  ASSERT_TRUE(
+      launched(cuda::sum_of_squares(grad.as<float>(), P, scratch, scratch + cuda::kSumBlocks)));
+  EXPECT_NEAR(scratch[cuda::kSumBlocks], cpu.sum_of_squares({grad.view()}),
+              1e-9 * scratch[cuda::kSumBlocks]);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDtypes, EmulatedKernels,
+                         ::testing::Combine(::testing::Values(DType::F32, DType::BF16, DType::F16),
+                                            ::testing::Values(cuda_emulator::Schedule::Forward,
+                                                              cuda_emulator::Schedule::Reverse)),
+                         [](const ::testing::TestParamInfo<EmulatedKernels::ParamType>& info) {
+                           return std::string(dtype_name(std::get<0>(info.param))) +
+                                  (std::get<1>(info.param) == cuda_emulator::Schedule::Forward
+                                       ? "_lowest_first"
+                                       : "_highest_first");
+                         });
+
+}  // namespace
+}  // namespace kiln::testing
