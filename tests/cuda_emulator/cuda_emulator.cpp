@@ -5,6 +5,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <bit>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -89,8 +91,12 @@ struct Warp {
   unsigned lanes = 0;         // the lanes that exist (the last warp of a block may be partial)
   unsigned barrier_mask = 0;  // the mask of the barrier under way, 0 when none
   unsigned arrived = 0;
-  uint64_t slots[32] = {};
+  unsigned exited = 0;  // lanes whose thread has returned
+  uint64_t slots[32] = {},
+           results[32] = {};  // a shuffle's published values and what each lane gets
+  int sources[32] = {};       // the lane each lane reads in a shuffle
   const void* pointers[32] = {};
+  float scratch[256] = {};  // what gather()'s completion leaves for the lanes to read
 };
 
 struct Block {
@@ -103,6 +109,7 @@ struct Block {
       nullptr;  // in shared_storage, kSharedAlignment-aligned: the kernel's bytes, then a guard
   size_t shared_bytes = 0;
   int alive = 0, at_block_barrier = 0;
+  int first_candidate = 0;  // schedule position below which no thread is runnable
   Thread* current = nullptr;
   const std::function<void()>* body = nullptr;
   void* scheduler = nullptr;  // the scheduler's stack pointer while a thread runs
@@ -154,22 +161,52 @@ Block& block() {
 
 Thread& self() { return *block().current; }
 
-// Back to the scheduler; returns when this thread is resumed.
+// Where thread `index` comes in the schedule's order (and the thread at a position: its own
+// inverse).
+int position(const Block& b, int index) {
+  return schedule == Schedule::Forward ? index : static_cast<int>(b.threads.size()) - 1 - index;
+}
+
+void make_runnable(Block& b, Thread& t) {
+  t.state = State::Runnable;
+  b.first_candidate = std::min(b.first_candidate, position(b, t.linear));
+}
+
+// The first runnable thread in schedule order, or null.
+Thread* next_runnable(Block& b) {
+  const int count = static_cast<int>(b.threads.size());
+  for (; b.first_candidate < count; ++b.first_candidate) {
+    Thread& t = b.threads[static_cast<size_t>(position(b, b.first_candidate))];
+    if (t.state == State::Runnable) return &t;
+  }
+  return nullptr;
+}
+
+// Leaves thread `from` (waiting, done, or runnable but no longer first) for the next runnable
+// thread, directly, or for the scheduler when there is none; returns when `from` is resumed.
+void switch_onward(Block& b, Thread& from) {
+  Thread* next = next_runnable(b);
+  if (next == &from) return;
+  b.current = next;
+  cuda_emulator_switch_stacks(&from.stack_pointer, next ? next->stack_pointer : b.scheduler);
+}
+
+// Lets the schedule pick who runs next (maybe the caller); returns when the caller runs again.
 void yield() {
   Block& b = block();
-  cuda_emulator_switch_stacks(&b.current->stack_pointer, b.scheduler);
+  switch_onward(b, *b.current);
 }
 
 void release_block_barrier(Block& b) {
   for (Thread& t : b.threads)
-    if (t.state == State::AtBlockBarrier) t.state = State::Runnable;
+    if (t.state == State::AtBlockBarrier) make_runnable(b, t);
   b.at_block_barrier = 0;
 }
 
 void release_warp_barrier(Block& b, int warp) {
   Warp& w = b.warps[warp];
   for (int lane = 0; lane < 32; ++lane)
-    if (w.barrier_mask >> lane & 1u) b.threads[warp * 32 + lane].state = State::Runnable;
+    if (w.barrier_mask >> lane & 1u) make_runnable(b, b.threads[warp * 32 + lane]);
   w.barrier_mask = 0;
   w.arrived = 0;
 }
@@ -181,12 +218,17 @@ void fiber_entry() {
   t.state = State::Done;
   --b.alive;
   Warp& w = b.warps[t.linear / 32];
+  w.exited |= 1u << (t.linear % 32);
   if (w.barrier_mask >> (t.linear % 32) & 1u)
     b.failure =
         "thread " + describe(t.index) + " exited while its warp waits for it at a warp barrier";
   if (b.at_block_barrier > 0)
     b.failure = "thread " + describe(t.index) + " exited while other threads wait at __syncthreads";
-  cuda_emulator_switch_stacks(&t.stack_pointer, b.scheduler);  // never resumed
+  if (!b.failure.empty()) {
+    b.current = nullptr;
+    cuda_emulator_switch_stacks(&t.stack_pointer, b.scheduler);  // never resumed
+  }
+  switch_onward(b, t);  // never resumed
   std::abort();
 }
 
@@ -211,12 +253,10 @@ bool run_block(Block& b) {
   // Always the first runnable thread in schedule order: one warp runs as far as it can (to a block
   // barrier, or its end) before the next starts, so a missing __syncthreads makes it read what the
   // other warps have not written yet (NaN, in fresh shared memory).
+  // Threads hand over to each other (switch_onward) and come back here only when none is runnable:
+  // all done, a deadlock, or a failure.
   while (b.alive > 0) {
-    Thread* next = nullptr;
-    for (int n = 0; n < count && !next; ++n) {
-      Thread& t = b.threads[static_cast<size_t>(schedule == Schedule::Forward ? n : count - 1 - n)];
-      if (t.state == State::Runnable) next = &t;
-    }
+    Thread* next = next_runnable(b);
     if (!next) {
       b.failure = "deadlock: no thread can go on; waiting: " + waiting_threads(b);
       return false;
@@ -290,9 +330,10 @@ int run(const void* kernel, dim3 grid, dim3 block_shape, size_t shared_bytes,
         std::memset(b.shared, 0xFF, shared_bytes);  // NaN in every float type
         std::memset(b.shared + shared_bytes, kGuardByte, kGuardBytes);
         for (Thread& t : b.threads) t.state = State::Runnable;
-        for (Warp& w : b.warps) w.barrier_mask = w.arrived = 0;
+        for (Warp& w : b.warps) w.barrier_mask = w.arrived = w.exited = 0;
         b.alive = static_cast<int>(threads);
         b.at_block_barrier = 0;
+        b.first_candidate = 0;
         if (!run_block(b)) failure = "block " + describe(b.index) + ": " + b.failure;
       }
   running = outer;
@@ -306,6 +347,8 @@ int get_last_error() {
   last_error = 0;
   return error;
 }
+
+int peek_last_error() { return last_error; }
 
 const std::string& failure() { return last_failure; }
 
@@ -339,7 +382,12 @@ void sync_block() {
   yield();  // even when this thread released the others: the schedule picks who goes on first
 }
 
-void sync_warp(unsigned mask) {
+namespace {
+
+// The calling lane arrives at a warp barrier over `mask`; the last lane to arrive calls
+// complete(warp) before releasing the others, so a collective needs one barrier, not two.
+template <typename Complete>
+void arrive(unsigned mask, Complete complete) {
   Block& b = block();
   Thread& t = *b.current;
   const int lane_id = t.linear % 32;
@@ -348,34 +396,51 @@ void sync_warp(unsigned mask) {
   if (mask & ~w.lanes) fail("a warp barrier's mask names lanes the block does not have");
   if (w.barrier_mask != 0 && w.barrier_mask != mask)
     fail("lanes of one warp wait at barriers with different masks");
-  for (int lane_bit = 0; lane_bit < 32; ++lane_bit)
-    if ((mask >> lane_bit & 1u) && b.threads[(t.linear / 32) * 32 + lane_bit].state == State::Done)
-      fail("a warp barrier's mask names lane " + std::to_string(lane_bit) + ", which has exited");
+  if (const unsigned gone = mask & w.exited)
+    fail("a warp barrier's mask names lane " + std::to_string(std::countr_zero(gone)) +
+         ", which has exited");
   w.barrier_mask = mask;
   w.arrived |= 1u << lane_id;
   t.state = State::AtWarpBarrier;
-  if (w.arrived == mask) release_warp_barrier(b, t.linear / 32);
+  if (w.arrived == mask) {
+    complete(w);
+    release_warp_barrier(b, t.linear / 32);
+  }
   yield();
+}
+
+Warp& my_warp() { return block().warps[static_cast<size_t>(self().linear / 32)]; }
+
+}  // namespace
+
+void sync_warp(unsigned mask) {
+  arrive(mask, [](Warp&) {});
 }
 
 uint64_t exchange(unsigned mask, uint64_t value, int source) {
   if (source < 0 || source > 31 || !(mask >> source & 1u))
     fail("a shuffle reads a lane outside its mask");
-  Warp& w = block().warps[static_cast<size_t>(self().linear / 32)];
-  w.slots[lane()] = value;
-  sync_warp(mask);
-  const uint64_t result = w.slots[source];
-  sync_warp(mask);
-  return result;
+  Warp& w = my_warp();
+  const int me = lane();
+  w.slots[me] = value;
+  w.sources[me] = source;
+  arrive(mask, [mask](Warp& warp) {
+    for (int l = 0; l < 32; ++l)
+      if (mask >> l & 1u) warp.results[l] = warp.slots[warp.sources[l]];
+  });
+  return w.results[me];  // rewritten only when this lane has arrived at the warp's next collective
 }
 
-const void* const* gather(const void* mine) {
-  Warp& w = block().warps[static_cast<size_t>(self().linear / 32)];
+void gather(const void* mine, const std::function<void(const void* const*, float*)>& complete) {
+  Warp& w = my_warp();
   if (w.lanes != 0xffffffffu)
     fail("a warp-wide matrix operation in a warp of fewer than 32 threads");
   w.pointers[lane()] = mine;
-  sync_warp(0xffffffffu);
-  return w.pointers;
+  arrive(0xffffffffu, [&complete](Warp& warp) { complete(warp.pointers, warp.scratch); });
+}
+
+const float* warp_scratch() {
+  return block().warps[static_cast<size_t>(self().linear / 32)].scratch;
 }
 
 }  // namespace cuda_emulator

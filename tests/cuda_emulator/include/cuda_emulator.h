@@ -1,8 +1,9 @@
-// A CPU emulator of the part of CUDA that kiln's kernels use, so that CI, which has no GPU, runs
-// every kernel of src/kiln/backend/cuda/*.cu and compares it with the CPU reference. The .cu files
-// are compiled unchanged by the host compiler against this folder's cuda_runtime.h, mma.h and cub
-// headers (CMakeLists.txt: kiln_emulated_kernels); kernels are launched through
-// kiln/backend/cuda/launch.cuh, which calls launch() below instead of <<<...>>>.
+// A CPU emulator of the part of CUDA that kiln's CUDA back-end uses, so that CI, which has no GPU,
+// runs the back-end and every test of it. The .cu files are compiled unchanged by the host
+// compiler against this folder's cuda_runtime.h, mma.h and cub headers, kernels being launched
+// through kiln/backend/cuda/launch.cuh (launch() below instead of <<<...>>>); the back-end's .cpp
+// files link against cuda_runtime_stand_in.cpp and cublaslt_stand_in.cpp instead of libcudart and
+// libcublasLt (CMakeLists.txt: kiln_emulated_cuda, kiln_tests_on_emulator).
 //
 // Model: the blocks of a grid run one after another; the threads of a block run as fibers on the
 // calling OS thread, each until it must wait at a barrier (__syncthreads, __syncwarp, a shuffle, a
@@ -19,8 +20,9 @@
 // Fibers switch in x86-64 assembly (cuda_emulator.cpp): one switch costs nanoseconds, where
 // ucontext's swapcontext made a system call, and the kernels switch at every shuffle.
 //
-// What it does not model: timing, memory coalescing or bank conflicts, races between blocks
-// (they never overlap here), out-of-bounds global accesses (tests guard their buffers), and the
+// What it does not model: timing, memory coalescing or bank conflicts, races between blocks or
+// between streams (blocks never overlap here, and every launch and copy completes when issued),
+// out-of-bounds global accesses (the kernel tests guard their buffers), and the
 // hardware's WMMA fragment layout: fragments use a scrambled one of their own (mma.h), so code
 // that assumes any layout fails.
 #pragma once
@@ -51,8 +53,9 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_byte
 enum class Schedule { Forward, Reverse };
 void set_schedule(Schedule schedule);
 
-// cudaGetLastError: the first error since the last call, then cleared.
+// cudaGetLastError: the first error since the last call, then cleared; peek_last_error leaves it.
 int get_last_error();
+int peek_last_error();
 // Why the last failed launch failed; empty when none has.
 const std::string& failure();
 // cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes): launches of
@@ -70,11 +73,14 @@ void sync_block();
 // Waits until every lane of `mask` (which must include the caller's lane) has arrived.
 void sync_warp(unsigned mask);
 // Publishes `value` for the warp; once every lane of `mask` has, returns what lane `source`
-// published. The value is read before the lanes move on.
+// published.
 uint64_t exchange(unsigned mask, uint64_t value, int source);
-// Publishes `mine`; once all 32 lanes have, returns the lanes' pointers, valid until the caller's
-// next call of sync_warp (which the caller must make before changing what it published).
-const void* const* gather(const void* mine);
+// A warp-wide collective of all 32 lanes: each publishes `mine`; the last to arrive calls
+// complete(the 32 lanes' pointers, scratch) once for the warp, before any lane goes on. scratch is
+// the warp's 256 floats, which each lane can read with warp_scratch() until it arrives at the
+// warp's next collective.
+void gather(const void* mine, const std::function<void(const void* const*, float*)>& complete);
+const float* warp_scratch();
 // Ends the launch with this failure, naming the calling thread.
 [[noreturn]] void fail(const std::string& why);
 

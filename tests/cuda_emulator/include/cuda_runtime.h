@@ -2,12 +2,13 @@
 // emulator (cuda_emulator.h). First on the include path of kiln_emulated_kernels only, so the .cu
 // files compile unchanged: the toolkit's own headers give the types (dim3, int4, __nv_bfloat16,
 // __half, cudaError_t) and the host halves of the conversions; this header gives the built-in
-// variables, barriers, shuffles and device math in terms of the emulator, and the two runtime calls
-// the kernel files make (cudaGetLastError, cudaFuncSetAttribute).
+// variables, barriers, shuffles and device math in terms of the emulator. The runtime's functions
+// are declared by the toolkit's cuda_runtime_api.h and defined by cuda_runtime_stand_in.cpp.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
 #include <driver_types.h>
 #include <vector_functions.h>
 #include <vector_types.h>
@@ -32,16 +33,12 @@
 #define blockDim (::cuda_emulator::block_dim())
 #define gridDim (::cuda_emulator::grid_dim())
 
-// The runtime calls, routed to the emulator (the toolkit's declarations stay unused).
-#define cudaGetLastError() static_cast<cudaError_t>(::cuda_emulator::get_last_error())
+// The runtime's C++ overload for kernels (the C function takes const void*); the runtime itself
+// is cuda_runtime_stand_in.cpp.
 template <typename Kernel>
-cudaError_t cuda_emulated_func_set_attribute(Kernel* kernel, cudaFuncAttribute attribute,
-                                             int value) {
-  if (attribute != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaSuccess;
-  return static_cast<cudaError_t>(
-      ::cuda_emulator::set_max_dynamic_shared_bytes(reinterpret_cast<const void*>(kernel), value));
+cudaError_t cudaFuncSetAttribute(Kernel* kernel, cudaFuncAttribute attribute, int value) {
+  return ::cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), attribute, value);
 }
-#define cudaFuncSetAttribute cuda_emulated_func_set_attribute
 
 inline void __syncthreads() { ::cuda_emulator::sync_block(); }
 inline void __syncwarp(unsigned mask = 0xffffffffu) { ::cuda_emulator::sync_warp(mask); }

@@ -6,8 +6,8 @@
 // permutation of the 256 positions), so a kernel that assumes any layout, or that a and accumulator
 // fragments share one, gives wrong answers under the emulator. Every call is warp-wide: each one
 // waits for all 32 lanes (a diverged warp is caught), loads and stores check the alignment rules
-// (pointer 256-bit aligned, leading dimension a multiple of 16 bytes), and mma_sync reads the
-// other lanes' elements before any lane writes its result, so d may alias c.
+// (pointer 256-bit aligned, leading dimension a multiple of 16 bytes), and mma_sync reads every
+// lane's a, b and c before any lane writes its d, so d may alias c.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -54,18 +54,6 @@ constexpr int position(int lane, int element) {
   return (Scramble<Use>::multiplier * (lane * kPerLane + element) + Scramble<Use>::offset) & 255;
 }
 
-// (lane, element) holding `position`, as lane * kPerLane + element.
-template <typename Use>
-struct Owners {
-  int of[256] = {};
-  constexpr Owners() {
-    for (int slot = 0; slot < 256; ++slot)
-      of[position<Use>(slot / kPerLane, slot % kPerLane)] = slot;
-  }
-};
-template <typename Use>
-inline constexpr Owners<Use> owners{};
-
 inline float widen(float value) { return value; }
 inline float widen(__nv_bfloat16 value) { return __bfloat162float(value); }
 inline float widen(__half value) { return __half2float(value); }
@@ -76,6 +64,22 @@ inline void check_layout(const void* pointer, unsigned ldm, size_t element_bytes
   if (ldm * element_bytes % 16 != 0)
     cuda_emulator::fail("a WMMA leading dimension of " + std::to_string(ldm) +
                         " elements is not a multiple of 16 bytes");
+}
+
+// The warp-wide part of a load or store: checks the pointer and ldm, waits for all 32 lanes, then
+// calls visit(element, offset) for each of this lane's elements, offset being where the element's
+// position (r, c) lies: r * ldm + c row-major, c * ldm + r column-major.
+template <typename Use, typename Visit>
+void each_element(const void* pointer, unsigned ldm, size_t element_bytes, bool row_major,
+                  Visit visit) {
+  check_layout(pointer, ldm, element_bytes);
+  cuda_emulator::sync_warp(0xffffffffu);
+  const int lane = cuda_emulator::lane();
+  for (int e = 0; e < kPerLane; ++e) {
+    const auto position = static_cast<unsigned>(detail::position<Use>(lane, e)), r = position / 16,
+               c = position % 16;
+    visit(e, row_major ? r * ldm + c : c * ldm + r);
+  }
 }
 
 }  // namespace detail
@@ -98,37 +102,20 @@ void fill_fragment(fragment<Use, 16, 16, 16, T, Layout>& f, float value) {
 // row-major, c * ldm + r column-major.
 template <typename Use, typename T, typename Layout>
 void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout>& f, const T* pointer, unsigned ldm) {
-  detail::check_layout(pointer, ldm, sizeof(T));
-  cuda_emulator::sync_warp(0xffffffffu);
-  const int lane = cuda_emulator::lane();
-  for (int e = 0; e < detail::kPerLane; ++e) {
-    const int position = detail::position<Use>(lane, e), r = position / 16, c = position % 16;
-    f.x[e] = std::is_same_v<Layout, row_major> ? pointer[r * ldm + c] : pointer[c * ldm + r];
-  }
+  detail::each_element<Use>(pointer, ldm, sizeof(T), std::is_same_v<Layout, row_major>,
+                            [&](int e, unsigned offset) { f.x[e] = pointer[offset]; });
 }
 
 inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float>& f, const float* pointer,
                              unsigned ldm, layout_t layout) {
-  detail::check_layout(pointer, ldm, sizeof(float));
-  cuda_emulator::sync_warp(0xffffffffu);
-  const int lane = cuda_emulator::lane();
-  for (int e = 0; e < detail::kPerLane; ++e) {
-    const int position = detail::position<accumulator>(lane, e), r = position / 16,
-              c = position % 16;
-    f.x[e] = layout == mem_row_major ? pointer[r * ldm + c] : pointer[c * ldm + r];
-  }
+  detail::each_element<accumulator>(pointer, ldm, sizeof(float), layout == mem_row_major,
+                                    [&](int e, unsigned offset) { f.x[e] = pointer[offset]; });
 }
 
 inline void store_matrix_sync(float* pointer, const fragment<accumulator, 16, 16, 16, float>& f,
                               unsigned ldm, layout_t layout) {
-  detail::check_layout(pointer, ldm, sizeof(float));
-  cuda_emulator::sync_warp(0xffffffffu);
-  const int lane = cuda_emulator::lane();
-  for (int e = 0; e < detail::kPerLane; ++e) {
-    const int position = detail::position<accumulator>(lane, e), r = position / 16,
-              c = position % 16;
-    (layout == mem_row_major ? pointer[r * ldm + c] : pointer[c * ldm + r]) = f.x[e];
-  }
+  detail::each_element<accumulator>(pointer, ldm, sizeof(float), layout == mem_row_major,
+                                    [&](int e, unsigned offset) { pointer[offset] = f.x[e]; });
 }
 
 // d = a b + c over the warp, in fp32 (the 16-bit products are exact in fp32).
@@ -143,25 +130,26 @@ void mma_sync(fragment<accumulator, 16, 16, 16, float>& d,
     const fragment<accumulator, 16, 16, 16, float>* c;
   };
   const Operands mine{&a, &b, &c};
-  const void* const* lanes = cuda_emulator::gather(&mine);
-  const auto element = [&](const auto& owners, int position, auto member) {
-    const int slot = owners.of[position];
-    return detail::widen((static_cast<const Operands*>(lanes[slot / detail::kPerLane])->*member)
-                             ->x[slot % detail::kPerLane]);
+  // Once for the warp (the last lane in): the three 16 x 16 matrices gathered from the lanes'
+  // fragments, then D = A B + C row-major into the warp's scratch.
+  const auto multiply = [](const void* const* lanes, float* out) {
+    float ma[256], mb[256];
+    for (int slot = 0; slot < 256; ++slot) {
+      const auto& operands = *static_cast<const Operands*>(lanes[slot / detail::kPerLane]);
+      const int e = slot % detail::kPerLane, lane = slot / detail::kPerLane;
+      ma[detail::position<matrix_a>(lane, e)] = detail::widen(operands.a->x[e]);
+      mb[detail::position<matrix_b>(lane, e)] = detail::widen(operands.b->x[e]);
+      out[detail::position<accumulator>(lane, e)] = operands.c->x[e];
+    }
+    for (int r = 0; r < 16; ++r)
+      for (int k = 0; k < 16; ++k)
+        for (int col = 0; col < 16; ++col) out[r * 16 + col] += ma[r * 16 + k] * mb[k * 16 + col];
   };
+  cuda_emulator::gather(&mine, multiply);  // c is read before any lane writes d, which may alias it
+  const float* product = cuda_emulator::warp_scratch();
   const int lane = cuda_emulator::lane();
-  float result[detail::kPerLane];
-  for (int e = 0; e < detail::kPerLane; ++e) {
-    const int position = detail::position<accumulator>(lane, e), r = position / 16,
-              col = position % 16;
-    float sum = element(detail::owners<accumulator>, position, &Operands::c);
-    for (int k = 0; k < 16; ++k)
-      sum += element(detail::owners<matrix_a>, r * 16 + k, &Operands::a) *
-             element(detail::owners<matrix_b>, k * 16 + col, &Operands::b);
-    result[e] = sum;
-  }
-  cuda_emulator::sync_warp(0xffffffffu);  // every lane has read a, b and c
-  for (int e = 0; e < detail::kPerLane; ++e) d.x[e] = result[e];
+  for (int e = 0; e < detail::kPerLane; ++e)
+    d.x[e] = product[detail::position<accumulator>(lane, e)];
 }
 
 }  // namespace nvcuda::wmma
