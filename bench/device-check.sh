@@ -45,7 +45,7 @@ if ((prebuilt)); then
   export LD_LIBRARY_PATH=$PWD/build-pack/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 elif ((rebuild)) || [[ ! -x build/kiln ]]; then
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
-  cmake --build build -j "$(nproc)"
+  cmake --build build -j "$(nproc)" --target kiln kiln_tests
 fi
 kiln=$PWD/$bin/kiln
 "$kiln" --version

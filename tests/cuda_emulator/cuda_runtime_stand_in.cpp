@@ -1,19 +1,29 @@
-// The CUDA runtime calls kiln makes, defined for the CPU emulator (cuda_emulator.h) under their real
-// names and signatures (checked against the toolkit's cuda_runtime_api.h, included here), so the
-// CUDA back-end compiled by the host compiler links against this instead of libcudart: one device,
-// "device" memory on the host heap within a fixed capacity, streams and events that complete at
-// once (every launch and copy runs when it is issued), the sticky-error rules of cudaGetLastError.
+// The CUDA runtime calls kiln makes, defined for the CPU emulator (cuda_emulator.h) under their
+// real names and signatures (checked against the toolkit's cuda_runtime_api.h, included here), so
+// the CUDA back-end compiled by the host compiler links against this instead of libcudart: one
+// device, "device" memory on the host heap within a fixed capacity, the sticky-error rules of
+// cudaGetLastError, and streams that keep their order as late as CUDA allows: work on the legacy
+// default stream (every kernel launch and copy kiln issues there) runs when issued, but work on a
+// stream of its own runs only when something must wait for it (an event on it waited for,
+// cudaStreamSynchronize, cudaDeviceSynchronize). So a copy on kiln's copy stream lands as late as
+// it could on a GPU: a kernel that reads the slot without waiting for the copy's event reads the
+// old batch, and a host slot refilled before its copy's event was waited for is copied refilled
+// (pinned memory is read when the copy runs; pageable memory when it is issued, as CUDA stages it).
 //
-// What it cannot check: overlap between streams (the missing-event bugs that would only show as
-// races on a GPU) and timing (events measure the host's wall clock).
+// What it cannot check: work on the default stream running late (a copy stream that does not wait
+// for a kernel that still reads its slot), and timing (events read the host's wall clock).
 #include <cuda_runtime_api.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <new>
+#include <vector>
 
 #include "cuda_emulator.h"
 
@@ -34,10 +44,61 @@ Memory& memory() {
   return instance;
 }
 
+struct Stream;
+
 struct Event {
   std::chrono::steady_clock::time_point recorded{};
   bool timing = true;
+  Stream* stream = nullptr;  // the stream whose work it waits for, null once that work has run
+  uint64_t ticket = 0;       // the work on `stream` up to and including this ticket
 };
+
+// A stream other than the default one: work in issue order, run when something waits for it.
+struct Stream {
+  struct Work {
+    uint64_t ticket;
+    std::function<void()> run;
+  };
+  std::deque<Work> pending;
+  uint64_t next_ticket = 1;
+
+  uint64_t enqueue(std::function<void()> run) {
+    pending.push_back({next_ticket, std::move(run)});
+    return next_ticket++;
+  }
+  void run_through(uint64_t ticket) {
+    while (!pending.empty() && pending.front().ticket <= ticket) {
+      const std::function<void()> run = std::move(pending.front().run);
+      pending.pop_front();
+      run();
+    }
+  }
+  void run_all() { run_through(next_ticket); }
+};
+
+Stream* stream_of(cudaStream_t stream) {
+  return reinterpret_cast<Stream*>(stream);
+}  // null: default
+Event* event_of(cudaEvent_t event) { return reinterpret_cast<Event*>(event); }
+
+std::vector<Stream*>& live_streams() {
+  static std::vector<Stream*> streams;
+  return streams;
+}
+
+// Runs what `event` waits for and marks it reached.
+void complete(Event& event) {
+  if (event.stream) event.stream->run_through(event.ticket);  // its marker clears event.stream
+}
+
+bool pinned(const void* pointer) {
+  Memory& m = memory();
+  std::lock_guard lock(m.mutex);
+  auto after = m.host.upper_bound(const_cast<void*>(pointer));
+  if (after == m.host.begin()) return false;
+  --after;
+  return static_cast<const char*>(pointer) < static_cast<const char*>(after->first) + after->second;
+}
 
 cudaError_t status(int error) { return static_cast<cudaError_t>(error); }
 
@@ -96,7 +157,10 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int dev
   }
 }
 
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) {
+  for (Stream* stream : live_streams()) stream->run_all();
+  return cudaSuccess;
+}
 
 cudaError_t cudaMalloc(void** pointer, size_t bytes) {
   Memory& m = memory();
@@ -152,22 +216,53 @@ cudaError_t cudaMemcpy(void* destination, const void* source, size_t bytes, cuda
   if (bytes) std::memmove(destination, source, bytes);
   return cudaSuccess;
 }
-cudaError_t cudaMemcpyAsync(void* destination, const void* source, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
-  return cudaMemcpy(destination, source, bytes, kind);
+cudaError_t cudaMemcpyAsync(void* destination, const void* source, size_t bytes,
+                            cudaMemcpyKind kind, cudaStream_t stream) {
+  Stream* queue = stream_of(stream);
+  if (!queue || bytes == 0) return cudaMemcpy(destination, source, bytes, kind);
+  if (pinned(source)) {
+    queue->enqueue([=] { std::memmove(destination, source, bytes); });
+  } else {
+    auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(source),
+                                                      static_cast<const char*>(source) + bytes);
+    queue->enqueue([=] { std::memmove(destination, staged->data(), bytes); });
+  }
+  return cudaSuccess;
 }
 
-// Streams: distinct handles with nothing behind them, since work completes when issued.
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) {
-  *stream = reinterpret_cast<cudaStream_t>(new char);
+  auto* created = new Stream;
+  live_streams().push_back(created);
+  *stream = reinterpret_cast<cudaStream_t>(created);
   return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  delete reinterpret_cast<char*>(stream);
+  Stream* queue = stream_of(stream);
+  if (!queue) return cudaErrorInvalidResourceHandle;
+  queue->run_all();  // as CUDA: the work finishes, then the stream is released
+  std::erase(live_streams(), queue);
+  delete queue;
   return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned int) {
-  return event ? cudaSuccess : cudaErrorInvalidResourceHandle;
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  if (Stream* queue = stream_of(stream)) queue->run_all();
+  return cudaSuccess;
+}
+// The default stream waits at once; another stream waits when its work gets that far.
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
+  Event* awaited = event_of(event);
+  if (!awaited) return cudaErrorInvalidResourceHandle;
+  Stream* queue = stream_of(stream);
+  if (!queue || awaited->stream == queue) {
+    if (!queue) complete(*awaited);
+    return cudaSuccess;
+  }
+  if (awaited->stream) {
+    Stream* other = awaited->stream;
+    const uint64_t ticket = awaited->ticket;
+    queue->enqueue([other, ticket] { other->run_through(ticket); });
+  }
+  return cudaSuccess;
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
@@ -178,19 +273,40 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
 }
 cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, cudaEventDefault); }
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
-  delete reinterpret_cast<Event*>(event);
+  if (Event* destroyed = event_of(event)) complete(*destroyed);  // its marker must not outlive it
+  delete event_of(event);
   return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
-  if (!event) return cudaErrorInvalidResourceHandle;
-  reinterpret_cast<Event*>(event)->recorded = std::chrono::steady_clock::now();
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  Event* recorded = event_of(event);
+  if (!recorded) return cudaErrorInvalidResourceHandle;
+  Stream* queue = stream_of(stream);
+  if (!queue) {
+    recorded->stream = nullptr;
+    recorded->recorded = std::chrono::steady_clock::now();
+    return cudaSuccess;
+  }
+  // The marker reaches the event only if the event has not been recorded again since.
+  const uint64_t ticket = queue->next_ticket;
+  recorded->stream = queue;
+  recorded->ticket = queue->enqueue([recorded, ticket] {
+    if (recorded->ticket != ticket) return;
+    recorded->stream = nullptr;
+    recorded->recorded = std::chrono::steady_clock::now();
+  });
   return cudaSuccess;
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t event) { return event ? cudaSuccess : cudaErrorInvalidResourceHandle; }
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  Event* awaited = event_of(event);
+  if (!awaited) return cudaErrorInvalidResourceHandle;
+  complete(*awaited);
+  return cudaSuccess;
+}
 cudaError_t cudaEventElapsedTime(float* milliseconds, cudaEvent_t start, cudaEvent_t end) {
-  const auto* first = reinterpret_cast<const Event*>(start);
-  const auto* last = reinterpret_cast<const Event*>(end);
+  const Event* first = event_of(start);
+  const Event* last = event_of(end);
   if (!first || !last || !first->timing || !last->timing) return cudaErrorInvalidResourceHandle;
+  if (first->stream || last->stream) return cudaErrorNotReady;
   *milliseconds = std::chrono::duration<float, std::milli>(last->recorded - first->recorded).count();
   return cudaSuccess;
 }

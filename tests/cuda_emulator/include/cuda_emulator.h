@@ -20,8 +20,11 @@
 // Fibers switch in x86-64 assembly (cuda_emulator.cpp): one switch costs nanoseconds, where
 // ucontext's swapcontext made a system call, and the kernels switch at every shuffle.
 //
-// What it does not model: timing, memory coalescing or bank conflicts, races between blocks or
-// between streams (blocks never overlap here, and every launch and copy completes when issued),
+// Streams (cuda_runtime_stand_in.cpp): work on a stream of kiln's own runs as late as CUDA allows,
+// when something waits for it, so a missing event wait shows as stale data.
+//
+// What it does not model: timing, memory coalescing or bank conflicts, races between blocks
+// (they never overlap here), work on the default stream running late (it runs when issued),
 // out-of-bounds global accesses (the kernel tests guard their buffers), and the
 // hardware's WMMA fragment layout: fragments use a scrambled one of their own (mma.h), so code
 // that assumes any layout fails.
