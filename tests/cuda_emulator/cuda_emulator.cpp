@@ -75,7 +75,7 @@ constexpr int kLaunchFailure = 719, kInvalidValue = 1, kInvalidConfiguration = 9
 constexpr size_t kDefaultSharedBytes = 48 * 1024, kMaxSharedBytes = 227 * 1024;
 constexpr size_t kStackBytes = 256 * 1024;
 constexpr size_t kGuardBytes = 256;
-constexpr size_t kSharedAlignment = 128;  // as launch.cuh's dynamic_shared_memory() promises
+constexpr size_t kSharedAlignment = 128;  // as launch.cuh's KILN_DYNAMIC_SHARED_MEMORY promises
 constexpr unsigned char kGuardByte = 0xA5;
 
 enum class State { Runnable, AtBlockBarrier, AtWarpBarrier, Done };
@@ -92,11 +92,13 @@ struct Warp {
   unsigned barrier_mask = 0;  // the mask of the barrier under way, 0 when none
   unsigned arrived = 0;
   unsigned exited = 0;  // lanes whose thread has returned
-  uint64_t slots[32] = {},
-           results[32] = {};  // a shuffle's published values and what each lane gets
-  int sources[32] = {};       // the lane each lane reads in a shuffle
+  // A shuffle: the values published, the lane each lane reads, what each lane gets.
+  uint64_t slots[32] = {};
+  int sources[32] = {};
+  uint64_t results[32] = {};
+  // A WMMA product (gather): each lane's operands, and what the completion leaves for the lanes.
   const void* pointers[32] = {};
-  float scratch[256] = {};  // what gather()'s completion leaves for the lanes to read
+  float scratch[256] = {};
 };
 
 struct Block {
@@ -104,9 +106,10 @@ struct Block {
   uint3 index;
   std::vector<Thread> threads;
   std::vector<Warp> warps;
+  // Dynamic shared memory: kSharedAlignment-aligned in shared_storage, the kernel's bytes, then a
+  // guard.
   std::vector<unsigned char> shared_storage;
-  unsigned char* shared =
-      nullptr;  // in shared_storage, kSharedAlignment-aligned: the kernel's bytes, then a guard
+  unsigned char* shared = nullptr;
   size_t shared_bytes = 0;
   int alive = 0, at_block_barrier = 0;
   int first_candidate = 0;  // schedule position below which no thread is runnable
