@@ -13,19 +13,26 @@
 // would fault or fail on a GPU.
 //
 // Not known here, so not checked: which algorithms real cuBLASLt offers for an epilogue (here every
-// one; kiln's fallbacks run in CI only under --no-matmul-epilogues), and which GELU its epilogues
-// compute (the documentation does not say; this uses the tanh form kiln's ops use).
+// one, unless a test refuses them with cuda_emulator::set_cublaslt_epilogues to run kiln's
+// fallbacks), and which GELU its epilogues compute (the documentation does not say; this uses the
+// tanh form kiln's ops use).
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
-#include <algorithm>
+
+#include "cuda_emulator.h"
 
 namespace {
+
+cuda_emulator::Epilogues epilogues_offered = cuda_emulator::Epilogues::Offered;
+
+bool has_epilogue(uint32_t epilogue) { return epilogue != CUBLASLT_EPILOGUE_DEFAULT; }
 
 struct Layout {
   cudaDataType type;
@@ -231,6 +238,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
   if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
   const Desc& op = desc(operation);
   if (!consistent(op, layout(a), layout(b), layout(c), layout(d))) return CUBLAS_STATUS_INVALID_VALUE;
+  if (has_epilogue(op.epilogue) && epilogues_offered == cuda_emulator::Epilogues::NoAlgorithm)
+    return CUBLAS_STATUS_SUCCESS;
   const bool gelu_aux = op.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || op.epilogue == CUBLASLT_EPILOGUE_DGELU;
   if (gelu_aux && op.aux_ld % 8 != 0) return CUBLAS_STATUS_NOT_SUPPORTED;  // cuBLASLt asks aux ld % 8 == 0
   const auto& p = *reinterpret_cast<const Preference*>(preference);
@@ -250,6 +259,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t operation, 
   const Desc& op = desc(operation);
   const Layout &a = layout(a_layout), &b = layout(b_layout), &c = layout(c_layout), &out = layout(d_layout);
   if (!algo || !consistent(op, a, b, c, out)) return CUBLAS_STATUS_INVALID_VALUE;
+  if (has_epilogue(op.epilogue) && epilogues_offered == cuda_emulator::Epilogues::RefusedWhenRun)
+    return CUBLAS_STATUS_NOT_SUPPORTED;
   uint32_t alignment[4];
   std::memcpy(alignment, algo->data, sizeof(alignment));
   if (!aligned(a_data, alignment[0]) || !aligned(b_data, alignment[1]) || !aligned(c_data, alignment[2]) ||
@@ -318,3 +329,5 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t operation, 
 }
 
 }  // extern "C"
+
+void cuda_emulator::set_cublaslt_epilogues(Epilogues epilogues) { epilogues_offered = epilogues; }

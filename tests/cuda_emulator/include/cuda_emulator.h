@@ -65,6 +65,13 @@ const std::string& failure();
 // `kernel` may then use up to `bytes` (227 KiB at most, an H100's limit) instead of 48 KiB.
 int set_max_dynamic_shared_bytes(const void* kernel, int bytes);
 
+// Which products with an epilogue the cuBLASLt stand-in accepts: all (the default), none from
+// its heuristic (no algorithm found), or none when run (an algorithm offered, then
+// CUBLAS_STATUS_NOT_SUPPORTED). Real cuBLASLt may do either for some shapes; kiln must then do the
+// epilogue's work in its own kernels.
+enum class Epilogues { Offered, NoAlgorithm, RefusedWhenRun };
+void set_cublaslt_epilogues(Epilogues epilogues);
+
 // Inside a kernel (the calling fiber's thread).
 const uint3& thread_index();
 const uint3& block_index();
