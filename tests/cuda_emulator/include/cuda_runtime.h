@@ -1,5 +1,5 @@
 // Stands in for the CUDA runtime header when a host compiler builds kiln's kernels for the CPU
-// emulator (cuda_emulator.h). First on the include path of kiln_emulated_kernels only, so the .cu
+// emulator (cuda_emulator.h). First on the include path of kiln_emulated_cuda only, so the .cu
 // files compile unchanged: the toolkit's own headers give the types (dim3, int4, __nv_bfloat16,
 // __half, cudaError_t) and the host halves of the conversions; this header gives the built-in
 // variables, barriers, shuffles and device math in terms of the emulator. The runtime's functions

@@ -1,7 +1,8 @@
 // Kernel launch and dynamic shared memory, the two places where kiln's kernels need CUDA's own
-// syntax (<<<...>>> and extern __shared__), behind functions, so that a host compiler can also
-// build the kernel files for tests/cuda_emulator, which runs them on the CPU in CI. Under nvcc
-// these are the plain CUDA forms; included by every .cu file that launches a kernel.
+// syntax (<<<...>>> and extern __shared__), behind launch() and KILN_DYNAMIC_SHARED_MEMORY, so
+// that a host compiler can also build the kernel files for tests/cuda_emulator, which runs them on
+// the CPU in CI. Under nvcc these are the plain CUDA forms; included by every .cu file that
+// launches a kernel.
 #pragma once
 
 #include <cuda_runtime.h>
