@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -33,6 +34,10 @@ namespace {
 // fails as it would on one, large enough for every test model.
 constexpr size_t kDeviceBytes = size_t{8} << 30;
 constexpr size_t kAlignment = 256;  // cudaMalloc's alignment
+// Every cudaMalloc allocation is followed by a guard band, checked when it is freed: a kernel or
+// copy that wrote past the end aborts the test there, naming the allocation's size.
+constexpr size_t kGuardBytes = 64;
+constexpr unsigned char kGuardByte = 0xA5;
 
 struct Memory {
   std::mutex mutex;
@@ -167,8 +172,9 @@ cudaError_t cudaMalloc(void** pointer, size_t bytes) {
   std::lock_guard lock(m.mutex);
   *pointer = nullptr;
   if (bytes > kDeviceBytes - m.device_bytes) return cudaErrorMemoryAllocation;
-  void* allocation = aligned_allocation(bytes);
+  void* allocation = aligned_allocation(bytes + kGuardBytes);
   if (!allocation) return cudaErrorMemoryAllocation;
+  std::memset(static_cast<char*>(allocation) + bytes, kGuardByte, kGuardBytes);
   m.device[allocation] = bytes;
   m.device_bytes += bytes;
   *pointer = allocation;
@@ -181,6 +187,15 @@ cudaError_t cudaFree(void* pointer) {
   std::lock_guard lock(m.mutex);
   const auto found = m.device.find(pointer);
   if (found == m.device.end()) return cudaErrorInvalidValue;
+  const auto* guard = static_cast<const unsigned char*>(pointer) + found->second;
+  for (size_t i = 0; i < kGuardBytes; ++i)
+    if (guard[i] != kGuardByte) {
+      std::fprintf(stderr,
+                   "cuda emulator: a kernel or copy wrote past the end of a %zu-byte cudaMalloc "
+                   "allocation\n",
+                   found->second);
+      std::abort();
+    }
   m.device_bytes -= found->second;
   m.device.erase(found);
   aligned_free(pointer);

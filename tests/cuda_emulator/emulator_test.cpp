@@ -125,6 +125,21 @@ TEST(CudaEmulator, ReportsWhatAGpuWouldNotForgive) {
       << "over 1024 threads in a block";
 }
 
+TEST(CudaEmulator, AWritePastACudaMallocAllocationAbortsWhenItIsFreed) {
+  void* buffer = nullptr;
+  ASSERT_EQ(cudaMalloc(&buffer, 40), cudaSuccess);
+  static_cast<char*>(buffer)[39] = 1;  // the last byte is fine
+  EXPECT_EQ(cudaFree(buffer), cudaSuccess);
+  EXPECT_DEATH(
+      {
+        void* overrun = nullptr;
+        cudaMalloc(&overrun, 40);
+        static_cast<char*>(overrun)[40] = 1;
+        cudaFree(overrun);
+      },
+      "wrote past the end of a 40-byte cudaMalloc allocation");
+}
+
 namespace wmma = nvcuda::wmma;
 
 // C = A B for one 16 x 16 x 16 product: A row-major, B column-major, as the flash kernels load
