@@ -80,11 +80,20 @@ constexpr unsigned char kGuardByte = 0xA5;
 
 enum class State { Runnable, AtBlockBarrier, AtWarpBarrier, Done };
 
+// A cp.async copy not made yet (copy_async).
+struct AsyncCopy {
+  void* destination;
+  const void* source;
+  int source_bytes;
+};
+
 struct Thread {
   void* stack_pointer = nullptr;  // where it was switched away from, or start_stack's
   uint3 index;
   int linear = 0;
   State state = State::Runnable;
+  std::vector<AsyncCopy> open_copies;                    // issued since the last commit
+  std::vector<std::vector<AsyncCopy>> committed_copies;  // groups, oldest first
 };
 
 struct Warp {
@@ -332,7 +341,11 @@ int run(const void* kernel, dim3 grid, dim3 block_shape, size_t shared_bytes,
         b.index = uint3{x, y, z};
         std::memset(b.shared, 0xFF, shared_bytes);  // NaN in every float type
         std::memset(b.shared + shared_bytes, kGuardByte, kGuardBytes);
-        for (Thread& t : b.threads) t.state = State::Runnable;
+        for (Thread& t : b.threads) {
+          t.state = State::Runnable;
+          t.open_copies.clear();
+          t.committed_copies.clear();
+        }
         for (Warp& w : b.warps) w.barrier_mask = w.arrived = w.exited = 0;
         b.alive = static_cast<int>(threads);
         b.at_block_barrier = 0;
@@ -444,6 +457,45 @@ void gather(const void* mine, const std::function<void(const void* const*, float
 
 const float* warp_scratch() {
   return block().warps[static_cast<size_t>(self().linear / 32)].scratch;
+}
+
+void check_shared(const void* pointer, size_t bytes, size_t alignment, const char* what) {
+  const Block& b = block();
+  const auto* bytes_at = static_cast<const unsigned char*>(pointer);
+  if (bytes_at < b.shared || bytes_at + bytes > b.shared + b.shared_bytes)
+    fail(std::string(what) + " addresses memory outside the block's dynamic shared memory");
+  if (reinterpret_cast<uintptr_t>(pointer) % alignment != 0)
+    fail(std::string(what) + " addresses shared memory not " + std::to_string(alignment) +
+         "-byte aligned");
+}
+
+void copy_async(void* shared_destination, const void* source, int source_bytes) {
+  constexpr size_t kBytes = 16;
+  check_shared(shared_destination, kBytes, kBytes, "cp.async");
+  if (source_bytes != 0 && source_bytes != static_cast<int>(kBytes))
+    fail("cp.async of " + std::to_string(source_bytes) + " source bytes (kiln copies 16 or 0)");
+  if (source_bytes != 0 && reinterpret_cast<uintptr_t>(source) % kBytes != 0)
+    fail("cp.async reads global memory not 16-byte aligned");
+  std::memset(shared_destination, 0xFF, kBytes);  // in flight: undefined until waited for
+  self().open_copies.push_back({shared_destination, source, source_bytes});
+}
+
+void copy_commit() {
+  Thread& t = self();
+  t.committed_copies.push_back(std::move(t.open_copies));
+  t.open_copies.clear();
+}
+
+void copy_wait(int pending) {
+  Thread& t = self();
+  while (t.committed_copies.size() > static_cast<size_t>(std::max(pending, 0))) {
+    for (const AsyncCopy& copy : t.committed_copies.front()) {
+      std::memset(copy.destination, 0, 16);
+      if (copy.source_bytes > 0)
+        std::memcpy(copy.destination, copy.source, static_cast<size_t>(copy.source_bytes));
+    }
+    t.committed_copies.erase(t.committed_copies.begin());
+  }
 }
 
 }  // namespace cuda_emulator

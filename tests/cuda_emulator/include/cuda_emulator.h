@@ -17,6 +17,10 @@
 // the kernel's allowance or written past its end, a misaligned WMMA pointer or leading dimension.
 // Dynamic shared memory starts as NaN bytes, as on a GPU it starts as leftovers.
 //
+// Asynchronous copies into shared memory land only when the issuing thread waits for them, so a
+// missing wait or barrier shows as NaN. The PTX matrix instructions (ldmatrix, mma.sync) use the
+// documented fragment layouts, which code may rely on.
+//
 // Fibers switch in x86-64 assembly (cuda_emulator.cpp): one switch costs nanoseconds, where
 // ucontext's swapcontext made a system call, and the kernels switch at every shuffle.
 //
@@ -91,6 +95,26 @@ uint64_t exchange(unsigned mask, uint64_t value, int source);
 // warp's next collective.
 void gather(const void* mine, const std::function<void(const void* const*, float*)>& complete);
 const float* warp_scratch();
+
+// PTX's warp-level matrix instructions and asynchronous copies, with the fragment layouts the PTX
+// ISA documents (kiln/backend/cuda/warp_matrix.cuh states them; warp_matrix_stand_in.cpp).
+// ldmatrix.m8n8.x4.b16 (.trans when `transposed`): each lane's `row` is 16 bytes of the block's
+// dynamic shared memory, 16-byte aligned.
+void load_matrices(uint32_t (&r)[4], const void* row, bool transposed);
+// mma.sync.m16n8k16.row.col with fp32 accumulation, d += a b; inputs bf16, or fp16 when !bf16.
+void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], bool bf16);
+// cp.async.cg of 16 bytes into dynamic shared memory: the first source_bytes (0 or 16) from
+// `source`, zeros for the rest. The destination reads as NaN bytes until the issuing thread's
+// copy_wait covers the copy's group, which is when the copy is made: a read before the wait (or
+// by another thread without a __syncthreads after it) sees NaN, as it could see anything on a GPU.
+void copy_async(void* shared_destination, const void* source, int source_bytes);
+// cp.async.commit_group: the calling thread's copies since its last commit become one group.
+void copy_commit();
+// cp.async.wait_group: completes the calling thread's committed groups but the newest `pending`.
+void copy_wait(int pending);
+// Fails unless [pointer, pointer + bytes) lies in the block's dynamic shared memory and pointer is
+// `alignment`-byte aligned; `what` names the operation in the failure.
+void check_shared(const void* pointer, size_t bytes, size_t alignment, const char* what);
 // Ends the launch with this failure, naming the calling thread.
 [[noreturn]] void fail(const std::string& why);
 
