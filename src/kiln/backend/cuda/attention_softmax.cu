@@ -1,6 +1,7 @@
 // Attention's softmax for the general (cuBLASLt) attention path under the flash-attention contract
 // (ops.h): forward turns scaled scores into probabilities and the log-sum-exp; backward recomputes
-// P from lse and forms dS. One block per row (b, h, t). The fused path is flash_attention.cu.
+// P from lse and forms dS. One block per row (b, h, t). The fused paths are flash_attention.h and
+// general_attention.h.
 #include "kiln/backend/cuda/kernel_common.cuh"
 
 namespace kiln::cuda {

@@ -1,4 +1,4 @@
-// Which keys a query sees, for the fused attention kernels (flash_attention.cu,
+// Which keys a query sees, for the fused attention kernels (flash_forward.cu, flash_backward.cu,
 // general_attention.cu): the mask semantics of backend/ops.h. Device code only.
 #pragma once
 

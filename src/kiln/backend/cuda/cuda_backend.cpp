@@ -367,11 +367,11 @@ void CudaBackend::gelu_backward(const GeluBackward& a) {
 }
 
 // The flash-attention contract (ops.h). bf16/fp16 heads up to 256: fused kernels, on tensor cores
-// (flash_attention.cu) or CUDA cores (general_attention.cu); see attention_path(). Otherwise
-// cuBLASLt products: the T x T scores and probabilities live only in the shared workspace during
-// the call (in the compute dtype, products accumulated in fp32, softmax in fp32), and backward
-// recomputes them from q, k and lse. Consecutive heads are HS apart in qkv, so each batch entry's
-// heads are one strided-batched GEMM.
+// (flash_forward.cu, flash_backward.cu) or CUDA cores (general_attention.cu); see attention_path().
+// Otherwise cuBLASLt products: the T x T scores and probabilities live only in the shared workspace
+// during the call (in the compute dtype, products accumulated in fp32, softmax in fp32), and
+// backward recomputes them from q, k and lse. Consecutive heads are HS apart in qkv, so each batch
+// entry's heads are one strided-batched GEMM.
 void CudaBackend::attention_forward(const AttentionForward& a) {
   const auto [B, T, C, NH, HS] = checks::attention_forward(a, kCuda);
   const DType dtype = a.qkv.dtype;

@@ -1,14 +1,15 @@
 // Fused attention on tensor cores (the flash-attention algorithm: Dao et al. 2022, Dao 2023) for
 // bf16/fp16 on sm_80 and newer, head sizes that are multiples of 8 up to 128: the T x T scores
-// never leave shared memory. Same contract as the attention ops in backend/ops.h (lse saved,
+// never reach global memory. Same contract as the attention ops in backend/ops.h (lse saved,
 // backward recomputes the probabilities from it, D = rowsum(dout * out)). Plain pointers only,
 // like kernels.h. Other head sizes and GPUs: general_attention.h.
 //
 // Tiles of 64 queries x 64 keys, 64 or 128 channels wide (heads of 64 and 128 fill them; narrower
-// heads, e.g. 24 or 80, are zero-padded to the next width); four warps; 16 x 16 x 16 WMMA
-// products with fp32 accumulation; softmax statistics in fp32. Backward is two kernels, one per key tile (dK, dV) and one per query
-// tile (dQ), so every gradient element is written by one block in a fixed order: deterministic,
-// no atomics.
+// heads, e.g. 24 or 80, are zero-padded to the next width); four warps; fp32 accumulation and
+// softmax statistics. Forward (flash_forward.cu): mma.sync products with scores, probabilities
+// and output in registers, tiles double-buffered by cp.async. Backward (flash_backward.cu): WMMA
+// products, two kernels, one per key tile (dK, dV) and one per query tile (dQ), so every gradient
+// element is written by one block in a fixed order: deterministic, no atomics.
 #pragma once
 
 #include <cstddef>
@@ -16,6 +17,8 @@
 
 namespace kiln::cuda {
 
+// Whether the tiled kernels take this storage type (kind, kernels.h) and head size, on any device.
+bool tiled_attention_shape(int kind, int64_t head_size);
 // Whether the tiled kernels handle this call: kind bf16 or fp16 (kernels.h), head size a multiple
 // of 8 up to 128, on a device whose compute capability's major version is `compute_major` (the
 // tiles need 8, sm_80, or newer). The pointers must be 16-byte aligned.

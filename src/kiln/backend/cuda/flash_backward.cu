@@ -1,17 +1,13 @@
-// Fused attention on tensor cores (flash_attention.h). One block of four warps per (batch, head)
-// and 64-row tile; warp w owns rows [16w, 16w + 16) of every 64 x 64 or 64 x HS tile it computes,
-// so the softmax bookkeeping between products needs only warp barriers; tiles that all warps read
-// (K and V in forward, P and dS in the dK/dV kernel) are fenced with block barriers.
+// Fused attention backward on tensor cores (flash_attention.h; the forward is flash_forward.cu).
+// One block of four warps per (batch, head) and 64-row tile; warp w owns rows [16w, 16w + 16) of
+// every 64 x 64 or 64 x HS tile it computes, so the bookkeeping between products needs only warp
+// barriers; tiles that all warps read (P and dS in the dK/dV kernel) are fenced with block barriers.
 //
-// Forward (per query tile): for each key tile, S = Q K^T (fp32), online softmax per row (running
-// max m and sum l, Dao et al. 2022 Algorithm 1), O = O * exp(m_old - m_new) + P V; at the end
-// out = O / l and lse = m + log l.
-// Backward: D = rowsum(dout * out) first; then per key tile: P = exp(s - lse), dV += P^T dO,
-// dP = dO V^T, dS = P (dP - D) / sqrt(HS), dK += dS^T Q; and per query tile the same P and dS
-// with dQ += dS K (Dao 2023 Algorithm 2, split so that no two blocks write one gradient row).
-// Forward's O and backward's dK, dV and dQ stay in WMMA accumulators in registers for the whole
-// tile loop (WarpRows); O's rows are rescaled there as the maximum moves, through a map from
-// fragment element to row read back once (row_of_element: WMMA does not document the layout).
+// D = rowsum(dout * out) first; then per key tile: P = exp(s - lse), dV += P^T dO, dP = dO V^T,
+// dS = P (dP - D) / sqrt(HS), dK += dS^T Q; and per query tile the same P and dS with dQ += dS K
+// (Dao 2023 Algorithm 2, split so that no two blocks write one gradient row). dK, dV and dQ stay in
+// WMMA accumulators in registers for the whole tile loop (WarpRows); S, P, dP and dS pass through
+// shared memory, since WMMA does not document its fragment layout.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -91,7 +87,7 @@ __device__ void mma_block(float* c, int ldc, bool accumulate, const T* a, int ld
 }
 
 // A warp's 16 x HS rows of fp32 accumulators held in registers across a kernel's tile loop
-// (forward's O, backward's dK, dV and dQ), stored to shared memory once at the end.
+// (dK, dV and dQ), stored to shared memory once at the end.
 template <int HS>
 struct WarpRows {
   Accumulator columns[HS / kFrag];
@@ -108,33 +104,12 @@ struct WarpRows {
       mma_into<T, ALayout, wmma::row_major>(columns[column], a, lda, a_step, b + column * kFrag, HS, kFrag * HS,
                                             kTile / kFrag);
   }
-  // Row r *= factors[r]; row_of says which row each fragment element holds (row_of_element).
-  __device__ void scale_rows(const float* factors, const Accumulator& row_of) {
-#pragma unroll
-    for (int column = 0; column < HS / kFrag; ++column)
-#pragma unroll
-      for (int i = 0; i < Accumulator::num_elements; ++i)
-        columns[column].x[i] *= factors[static_cast<int>(row_of.x[i])];
-  }
   __device__ void store(float* rows) const {  // [16][HS], row-major
 #pragma unroll
     for (int column = 0; column < HS / kFrag; ++column)
       wmma::store_matrix_sync(rows + column * kFrag, columns[column], HS, wmma::mem_row_major);
   }
 };
-
-// Which row of a 16 x 16 accumulator block each of this lane's fragment elements holds. WMMA leaves
-// that mapping unspecified, so it is read back once: a block whose every element is its row number
-// is loaded into a fragment. `scratch`: 16 x 16 floats of this warp's shared memory, ld `ld`.
-__device__ Accumulator row_of_element(float* scratch, int ld) {
-  const int lane = threadIdx.x % 32;
-  for (int i = lane; i < kFrag * kFrag; i += 32) scratch[(i / kFrag) * ld + i % kFrag] = static_cast<float>(i / kFrag);
-  __syncwarp();
-  Accumulator row_of;
-  wmma::load_matrix_sync(row_of, scratch, ld, wmma::mem_row_major);
-  __syncwarp();
-  return row_of;
-}
 
 // This warp's 16 rows of S = X Y^T for two [kTile][HS] tiles (queries x keys), into s [kTile][kTile].
 template <typename T, int HS>
@@ -143,96 +118,6 @@ __device__ void scores(float* s, const T* x, const T* y, int warp) {
     mma_block<T, wmma::row_major, wmma::col_major>(s + warp * kFrag * kTile + column * kFrag, kTile, false,
                                                    x + warp * kFrag * HS, HS, kFrag, y + column * kFrag * HS, HS,
                                                    kFrag, HS / kFrag);
-}
-
-template <typename T, int HS>
-constexpr size_t forward_shared_bytes() {
-  return 3 * kTile * HS * sizeof(T) + kTile * kTile * sizeof(T) + kTile * kTile * sizeof(float) +
-         kTile * HS * sizeof(float) + 3 * kTile * sizeof(float);
-}
-
-template <typename T, int HS>
-__global__ void __launch_bounds__(kThreads) flash_forward_kernel(T* out, float* lse, const T* qkv,
-                                                                 const int32_t* key_mask, int NH, int T_, int hs,
-                                                                 bool causal, float scale) {
-#if KILN_TENSOR_CORE_BODIES
-  KILN_DYNAMIC_SHARED_MEMORY(shared);
-  T* q = reinterpret_cast<T*>(shared);
-  T* k = q + kTile * HS;
-  T* v = k + kTile * HS;
-  T* p = v + kTile * HS;
-  float* s = reinterpret_cast<float*>(p + kTile * kTile);
-  float* o = s + kTile * kTile;
-  float* row_max = o + kTile * HS;
-  float* row_sum = row_max + kTile;
-  float* row_scale = row_sum + kTile;
-
-  const int b = blockIdx.y / NH, h = blockIdx.y % NH, q0 = blockIdx.x * kTile;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int row = threadIdx.x / 2, half = threadIdx.x % 2;  // softmax: two lanes of one warp per row
-  const int query = q0 + row;
-  const int64_t C = static_cast<int64_t>(NH) * hs, stride = 3 * C;
-  const T* sequence = qkv + static_cast<int64_t>(b) * T_ * stride + h * hs;
-  const Visibility visible{T_, causal, key_mask ? key_mask + static_cast<int64_t>(b) * T_ : nullptr};
-
-  load_tile<T, HS>(q, sequence + q0 * stride, T_ - q0, stride, hs);
-  // This warp's 16 output rows, unnormalised, in registers; s's rows are free until the first scores.
-  const Accumulator row_of = row_of_element(s + warp * kFrag * kTile, kTile);
-  WarpRows<HS> o_acc;
-  if (threadIdx.x < kTile) {
-    row_max[threadIdx.x] = -INFINITY;
-    row_sum[threadIdx.x] = 0.0f;
-  }
-  const int key_end = causal ? min(T_, q0 + kTile) : T_;
-  for (int k0 = 0; k0 < key_end; k0 += kTile) {
-    __syncthreads();  // every warp is done with the previous k and v (and q, o, stats are set)
-    load_tile<T, HS>(k, sequence + C + k0 * stride, T_ - k0, stride, hs);
-    load_tile<T, HS>(v, sequence + 2 * C + k0 * stride, T_ - k0, stride, hs);
-    __syncthreads();
-    scores<T, HS>(s, q, k, warp);
-    __syncwarp();
-    // Online softmax of row `row`, columns [32 half, 32 half + 32).
-    float* s_row = s + row * kTile;
-    const float old_max = row_max[row], old_sum = row_sum[row];
-    float tile_max = -INFINITY;
-    for (int c = half * 32; c < half * 32 + 32; ++c) {
-      s_row[c] = visible(query, k0 + c) ? s_row[c] * scale : -INFINITY;
-      tile_max = fmaxf(tile_max, s_row[c]);
-    }
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-    const float new_max = fmaxf(old_max, tile_max);
-    float tile_sum = 0.0f;
-    for (int c = half * 32; c < half * 32 + 32; ++c) {
-      const float value = s_row[c] == -INFINITY ? 0.0f : expf(s_row[c] - new_max);
-      p[row * kTile + c] = from_float<T>(value);
-      tile_sum += value;
-    }
-    tile_sum += __shfl_xor_sync(0xffffffffu, tile_sum, 1);
-    const float alpha = old_max == -INFINITY ? 0.0f : expf(old_max - new_max);
-    __syncwarp();  // both lanes of a row have read the old statistics
-    if (half == 0) {
-      row_max[row] = new_max;
-      row_sum[row] = old_sum * alpha + tile_sum;
-      row_scale[row] = alpha;
-    }
-    __syncwarp();
-    o_acc.scale_rows(row_scale + warp * kFrag, row_of);                                 // O *= exp(m_old - m_new)
-    o_acc.template add<T, wmma::row_major>(p + warp * kFrag * kTile, kTile, kFrag, v);  // O += P V
-  }
-  o_acc.store(o + warp * kFrag * HS);
-  __syncwarp();
-  const float* o_rows = o + warp * kFrag * HS;
-  for (int i = lane; i < kFrag * HS; i += 32) {
-    const int r = warp * kFrag + i / HS, row_query = q0 + r;
-    if (row_query >= T_ || i % HS >= hs) continue;
-    const float total = row_sum[r];
-    out[(static_cast<int64_t>(b) * T_ + row_query) * C + h * hs + i % HS] =
-        from_float<T>(total > 0.0f ? o_rows[i] / total : 0.0f);
-  }
-  if (half == 0 && query < T_)
-    lse[(static_cast<int64_t>(b) * NH + h) * T_ + query] =
-        row_sum[row] > 0.0f ? row_max[row] + logf(row_sum[row]) : -INFINITY;
-#endif
 }
 
 template <typename T, int HS>
@@ -262,7 +147,7 @@ struct BackwardTiles {
 };
 
 // For the tile pair (q0, k0): P of this thread's row into p, and later, once dP = dO V^T is in
-// s, dS into ds. Rows are queries; two lanes per row as in forward.
+// s, dS into ds. Rows are queries; two lanes per row.
 template <typename T, int HS>
 __device__ void fill_probabilities(T* p, const float* s, int row, int half, int query, int k0, float row_lse,
                                    float scale, const Visibility& visible) {
@@ -392,20 +277,6 @@ __global__ void __launch_bounds__(kThreads) flash_backward_q_kernel(T* dqkv, con
 int launch_status() { return static_cast<int>(cudaGetLastError()); }
 
 template <typename T, int HS>
-int forward(void* out, float* lse, const void* qkv, const int32_t* key_mask, int64_t B, int64_t seq, int64_t NH,
-            int64_t hs, bool causal, float scale) {
-  constexpr size_t bytes = forward_shared_bytes<T, HS>();
-  const auto kernel = flash_forward_kernel<T, HS>;
-  if (const cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes))
-    return static_cast<int>(status);
-  const dim3 grid(static_cast<unsigned>((seq + kTile - 1) / kTile), static_cast<unsigned>(B * NH));
-  launch(kernel, grid, kThreads, bytes, static_cast<T*>(out), lse, static_cast<const T*>(qkv),
-         key_mask, static_cast<int>(NH), static_cast<int>(seq), static_cast<int>(hs), causal,
-         scale);
-  return launch_status();
-}
-
-template <typename T, int HS>
 int backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
              const int32_t* key_mask, int kind, int64_t B, int64_t seq, int64_t NH, int64_t hs, bool causal,
              float scale, void* workspace) {
@@ -427,35 +298,23 @@ int backward(void* dqkv, const void* dout, const void* qkv, const void* out, con
   return launch_status();
 }
 
-// The storage types and head sizes the tiles take: bf16/fp16, head size a multiple of 8 (16-byte
-// loads) up to 128; a head narrower than its tile (64 or 128 wide) is zero-padded inside it.
-bool tiles_apply(int kind, int64_t head_size) {
+}  // namespace
+
+// bf16/fp16, head size a multiple of 8 (16-byte loads) up to 128; a head narrower than its tile
+// (64 or 128 wide) is zero-padded inside it.
+bool tiled_attention_shape(int kind, int64_t head_size) {
   return (kind == kBf16 || kind == kFp16) && head_size > 0 && head_size <= 128 && head_size % 8 == 0;
 }
 
-}  // namespace
-
 bool tiled_attention_applies(int kind, int64_t head_size, int compute_major) {
-  return compute_major >= 8 && tiles_apply(kind, head_size);
-}
-
-// The (storage type, tile width) instantiations: the narrowest tile that holds the head.
-int flash_attention_forward(void* out, float* lse, const void* qkv, const int32_t* key_mask, int kind, int64_t B,
-                            int64_t T, int64_t NH, int64_t HS, bool causal, float scale) {
-  if (B * NH * T == 0) return 0;
-  if (!tiles_apply(kind, HS)) return static_cast<int>(cudaErrorInvalidValue);
-  const auto run = [&](auto instance) {
-    return instance(out, lse, qkv, key_mask, B, T, NH, HS, causal, scale);
-  };
-  if (kind == kBf16) return HS <= 64 ? run(forward<__nv_bfloat16, 64>) : run(forward<__nv_bfloat16, 128>);
-  return HS <= 64 ? run(forward<__half, 64>) : run(forward<__half, 128>);
+  return compute_major >= 8 && tiled_attention_shape(kind, head_size);
 }
 
 int flash_attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
                              const int32_t* key_mask, int kind, int64_t B, int64_t T, int64_t NH, int64_t HS,
                              bool causal, float scale, void* workspace) {
   if (B * NH * T == 0) return 0;
-  if (!tiles_apply(kind, HS)) return static_cast<int>(cudaErrorInvalidValue);
+  if (!tiled_attention_shape(kind, HS)) return static_cast<int>(cudaErrorInvalidValue);
   const auto run = [&](auto instance) {
     return instance(dqkv, dout, qkv, out, lse, key_mask, kind, B, T, NH, HS, causal, scale,
                     workspace);
