@@ -5,11 +5,11 @@
 // like kernels.h. Other head sizes and GPUs: general_attention.h.
 //
 // Tiles of 64 queries x 64 keys, 64 or 128 channels wide (heads of 64 and 128 fill them; narrower
-// heads, e.g. 24 or 80, are zero-padded to the next width); four warps; fp32 accumulation and
-// softmax statistics. Forward (flash_forward.cu): mma.sync products with scores, probabilities
-// and output in registers, tiles double-buffered by cp.async. Backward (flash_backward.cu): WMMA
-// products, two kernels, one per key tile (dK, dV) and one per query tile (dQ), so every gradient
-// element is written by one block in a fixed order: deterministic, no atomics.
+// heads, e.g. 24 or 80, are zero-padded to the next width); four warps; mma.sync products with
+// every fragment in registers, fp32 accumulation and softmax statistics; streamed tiles
+// double-buffered by cp.async (flash_tiles.cuh). Forward: flash_forward.cu. Backward
+// (flash_backward.cu): two kernels, one per key tile (dK, dV) and one per query tile (dQ), so every
+// gradient element is written by one block in a fixed order: deterministic, no atomics.
 #pragma once
 
 #include <cstddef>

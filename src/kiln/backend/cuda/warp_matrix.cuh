@@ -1,5 +1,5 @@
 // The PTX warp-level matrix instructions and asynchronous copies of sm_80 and newer, for kernels
-// that keep their matrix fragments in registers (flash_forward.cu). Unlike WMMA, whose fragment
+// that keep their matrix fragments in registers (flash_tiles.cuh). Unlike WMMA, whose fragment
 // layout is unspecified, these have the layouts the PTX ISA documents (section "Matrix Fragments
 // for mma.m16n8k16 with floating point type", and ldmatrix), so a kernel may compute with the
 // elements it holds. With groupID g = lane / 4 and t = lane % 4:

@@ -1,0 +1,182 @@
+// The tile plumbing shared by the tensor-core attention kernels (flash_forward.cu,
+// flash_backward.cu): 64-row tiles of a head's rows in shared memory, and one warp's products
+// over them with mma.sync fragments in registers (warp_matrix.cuh states the layouts).
+//
+// Conventions: a tile is [64][kPitch<HS>] elements of a 16-bit type T, HS = 64 or 128 wide, rows
+// padded by 16 bytes so that the 8 row addresses of an ldmatrix fall in distinct banks. A warp owns
+// 16 rows of its products; an m16n8 accumulator `float[4]` holds, for groupID g = lane / 4 and
+// t = lane % 4, rows g (elements 0, 1) and g + 8 (2, 3) at columns 2t and 2t + 1 of its 8.
+// Blocks are kFlashThreads threads (four warps). Device code only.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "kiln/backend/cuda/element.cuh"
+#include "kiln/backend/cuda/warp_matrix.cuh"
+
+// The kernels need sm_80 (bf16 mma.sync, ldmatrix, cp.async): compiled for older targets their
+// bodies are empty (the host never launches them there), which leaves helpers unreferenced.
+// Without __CUDA_ARCH__ (nvcc's host pass, and the host compiler building tests/cuda_emulator) the
+// bodies are kept.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define KILN_TENSOR_CORE_BODIES 0
+#pragma nv_diag_suppress 177
+#else
+#define KILN_TENSOR_CORE_BODIES 1
+#endif
+
+namespace kiln::cuda::flash {
+
+constexpr int kTileRows = 64;
+constexpr int kThreads = 128;
+constexpr unsigned kFullWarp = 0xffffffffu;
+constexpr float kLog2E = 1.44269504088896341f;  // exp(x) = 2^(x log2 e)
+
+template <int HS>
+constexpr int kPitch = HS + 8;
+
+// Queues this thread's part of the copy of min(rows, 64) rows of hs elements (`stride` apart; hs a
+// multiple of 8, rows > 0) into `tile` by cp.async; rows past `rows` and columns past hs become
+// zeros, so they add nothing to any product. The caller commits and waits (warp_matrix.cuh).
+template <typename T, int HS>
+__device__ __forceinline__ void copy_tile(T* tile, const T* source, int rows, int64_t stride,
+                                          int hs) {
+  constexpr int kChunksPerRow = HS / 8;  // 16 bytes each
+  for (int chunk = static_cast<int>(threadIdx.x); chunk < kTileRows * kChunksPerRow;
+       chunk += kThreads) {
+    const int row = chunk / kChunksPerRow, column = chunk % kChunksPerRow * 8;
+    const bool inside = row < rows && column < hs;
+    copy_async_16(tile + row * kPitch<HS> + column,
+                  inside ? source + row * stride + column : source, inside);
+  }
+}
+
+// The A fragment (16 x 16) of rows [row0, row0 + 16), columns [16 step, 16 step + 16) of `tile`.
+template <typename T, int HS>
+__device__ __forceinline__ void load_row_fragment(uint32_t (&a)[4], const T* tile, int row0,
+                                                  int step) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  load_matrices(a, tile + (row0 + lane % 16) * kPitch<HS> + step * 16 + lane / 16 * 8);
+}
+
+// acc [16 x 64] += A_step Y_step^T for k-step `step`: A's 16 x 16 fragment times columns
+// [16 step, 16 step + 16) of the 64 rows Y of `tile` (B[k][n] = Y[n][k], which is ldmatrix's
+// untransposed layout of Y's rows).
+template <typename T, int HS>
+__device__ __forceinline__ void add_step_by_rows_transposed(float (&acc)[kTileRows / 8][4],
+                                                            const uint32_t (&a)[4], const T* tile,
+                                                            int step) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+#pragma unroll
+  for (int pair = 0; pair < kTileRows / 16; ++pair) {
+    uint32_t b[4];  // b0, b1 of column tiles 2 pair and 2 pair + 1
+    load_matrices(b, tile + (pair * 16 + lane % 8 + lane / 16 * 8) * kPitch<HS> + step * 16 +
+                         lane / 8 % 2 * 8);
+    const uint32_t first[2] = {b[0], b[1]}, second[2] = {b[2], b[3]};
+    mma_16x8x16<T>(acc[2 * pair], a, first);
+    mma_16x8x16<T>(acc[2 * pair + 1], a, second);
+  }
+}
+
+__device__ __forceinline__ void zero(float (&acc)[kTileRows / 8][4]) {
+#pragma unroll
+  for (int n = 0; n < kTileRows / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+}
+
+// acc [16 x 64] = A Y^T: A [16 x HS] as fragments held in registers, Y the 64 rows of `tile`.
+template <typename T, int HS>
+__device__ __forceinline__ void multiply_by_rows_transposed(float (&acc)[kTileRows / 8][4],
+                                                            const uint32_t (&a)[HS / 16][4],
+                                                            const T* tile) {
+  zero(acc);
+#pragma unroll
+  for (int step = 0; step < HS / 16; ++step)
+    add_step_by_rows_transposed<T, HS>(acc, a[step], tile, step);
+}
+
+// The same with A read from rows [row0, row0 + 16) of `a_tile` one k-step at a time, so that only
+// one of its fragments occupies registers.
+template <typename T, int HS>
+__device__ __forceinline__ void multiply_by_rows_transposed(float (&acc)[kTileRows / 8][4],
+                                                            const T* a_tile, int row0,
+                                                            const T* tile) {
+  zero(acc);
+#pragma unroll
+  for (int step = 0; step < HS / 16; ++step) {
+    uint32_t a[4];
+    load_row_fragment<T, HS>(a, a_tile, row0, step);
+    add_step_by_rows_transposed<T, HS>(acc, a, tile, step);
+  }
+}
+
+// acc [16 x HS] += A Y: A [16 x 64] as fragments (pack_fragments), Y the [64 x HS] `tile` (B[k][n]
+// = Y[k][n], ldmatrix's transposed layout of Y's rows).
+template <typename T, int HS>
+__device__ __forceinline__ void accumulate_by_rows(float (&acc)[HS / 8][4],
+                                                   const uint32_t (&a)[kTileRows / 16][4],
+                                                   const T* tile) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+#pragma unroll
+  for (int step = 0; step < kTileRows / 16; ++step)
+#pragma unroll
+    for (int pair = 0; pair < HS / 16; ++pair) {
+      uint32_t b[4];  // b0, b1 of output tiles 2 pair and 2 pair + 1
+      load_matrices_transposed(b, tile + (step * 16 + lane % 8 + lane / 8 % 2 * 8) * kPitch<HS> +
+                                      pair * 16 + lane / 16 * 8);
+      const uint32_t first[2] = {b[0], b[1]}, second[2] = {b[2], b[3]};
+      mma_16x8x16<T>(acc[2 * pair], a[step], first);
+      mma_16x8x16<T>(acc[2 * pair + 1], a[step], second);
+    }
+}
+
+// The accumulators of a [16 x 64] product rounded to T as the A fragments of the next product over
+// those 64 columns: column tiles 2s and 2s + 1 are k-step s, pair by pair (PTX ISA layouts).
+template <typename T>
+__device__ __forceinline__ void pack_fragments(uint32_t (&a)[kTileRows / 16][4],
+                                               const float (&acc)[kTileRows / 8][4]) {
+#pragma unroll
+  for (int step = 0; step < kTileRows / 16; ++step) {
+    a[step][0] = pack_pair<T>(acc[2 * step][0], acc[2 * step][1]);
+    a[step][1] = pack_pair<T>(acc[2 * step][2], acc[2 * step][3]);
+    a[step][2] = pack_pair<T>(acc[2 * step + 1][0], acc[2 * step + 1][1]);
+    a[step][3] = pack_pair<T>(acc[2 * step + 1][2], acc[2 * step + 1][3]);
+  }
+}
+
+// Element i of accumulator tile n as pack_fragments rounded it into `a`.
+template <typename T>
+__device__ __forceinline__ float packed_element(const uint32_t (&a)[kTileRows / 16][4], int n,
+                                                int i) {
+  const uint32_t pair = a[n / 2][n % 2 * 2 + i / 2];
+  using Raw = std::conditional_t<std::is_same_v<T, __half>, __half_raw, __nv_bfloat16_raw>;
+  Raw raw;
+  raw.x = static_cast<unsigned short>(pair >> (16 * (i % 2)));
+  return to_float(T(raw));
+}
+
+// Writes rows row0 + g and row0 + g + 8 (those below `rows`) of a warp's [16 x HS] accumulators,
+// times `factor[0]` and `factor[1]`, to `out` (rows `stride` elements apart), columns below hs.
+template <typename T, int HS>
+__device__ __forceinline__ void store_rows(T* out, int64_t stride, int rows, int hs, int row0,
+                                           const float (&acc)[HS / 8][4],
+                                           const float (&factor)[2]) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, group = lane / 4, in_group = lane % 4;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + group + r * 8;
+    if (row >= rows) continue;
+#pragma unroll
+    for (int n = 0; n < HS / 8; ++n) {
+      const int column = n * 8 + 2 * in_group;  // hs is a multiple of 8: both columns or neither
+      if (column < hs)
+        *reinterpret_cast<uint32_t*>(out + row * stride + column) =
+            pack_pair<T>(acc[n][2 * r] * factor[r], acc[n][2 * r + 1] * factor[r]);
+    }
+  }
+}
+
+}  // namespace kiln::cuda::flash
