@@ -105,7 +105,8 @@ struct Warp {
   uint64_t slots[32] = {};
   int sources[32] = {};
   uint64_t results[32] = {};
-  // A WMMA product (gather): each lane's operands, and what the completion leaves for the lanes.
+  // A matrix instruction (gather): each lane's operands, and what the completion leaves for the
+  // lanes.
   const void* pointers[32] = {};
   float scratch[256] = {};
 };

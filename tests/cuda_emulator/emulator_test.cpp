@@ -1,9 +1,8 @@
 // The CPU emulator of CUDA itself (cuda_emulator.h): that it runs kernels as CUDA defines them
-// (indices, barriers, shuffles, WMMA products) and that it reports, as failed launches, the misuses
+// (indices, barriers, shuffles) and that it reports, as failed launches, the misuses
 // the kernel tests rely on it to catch.
 #include <cuda_runtime.h>  // the emulator's
 #include <gtest/gtest.h>
-#include <mma.h>
 
 #include <string>
 #include <vector>
@@ -138,43 +137,6 @@ TEST(CudaEmulator, AWritePastACudaMallocAllocationAbortsWhenItIsFreed) {
         cudaFree(overrun);
       },
       "wrote past the end of a 40-byte cudaMalloc allocation");
-}
-
-namespace wmma = nvcuda::wmma;
-
-// C = A B for one 16 x 16 x 16 product: A row-major, B column-major, as the flash kernels load
-// them.
-__global__ void one_product(float* c, const __nv_bfloat16* a, const __nv_bfloat16* b, int offset) {
-  wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
-  wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-  wmma::fill_fragment(acc, 1.0f);
-  wmma::load_matrix_sync(fa, a + offset, 16);
-  wmma::load_matrix_sync(fb, b, 16);
-  wmma::mma_sync(acc, fa, fb, acc);
-  wmma::store_matrix_sync(c, acc, 16, wmma::mem_row_major);
-}
-
-TEST(CudaEmulator, WmmaProductsAreMatrixProductsAndCheckAlignment) {
-  alignas(32) __nv_bfloat16 a[16 * 16 + 8], b[16 * 16];
-  alignas(32) float c[16 * 16];
-  for (int i = 0; i < 16 * 16; ++i) {
-    a[i] = __float2bfloat16_rn(static_cast<float>(i % 7) - 3.0f);
-    b[i] = __float2bfloat16_rn(static_cast<float>(i % 5) - 2.0f);
-  }
-  ASSERT_EQ(launch(one_product, 1, 32, 0, c, a, b, 0).status, 0);
-  for (int r = 0; r < 16; ++r)
-    for (int col = 0; col < 16; ++col) {
-      float expected = 1.0f;
-      for (int k = 0; k < 16; ++k)
-        expected +=
-            __bfloat162float(a[r * 16 + k]) * __bfloat162float(b[col * 16 + k]);  // b column-major
-      EXPECT_EQ(c[r * 16 + col], expected) << r << ", " << col;
-    }
-  const Launched misaligned = launch(one_product, 1, 32, 0, c, a, b, 8);  // 16 bytes off
-  EXPECT_EQ(misaligned.status, 719);
-  EXPECT_NE(misaligned.failure.find("not 256-bit aligned"), std::string::npos)
-      << misaligned.failure;
 }
 
 }  // namespace

@@ -1,21 +1,22 @@
 // A CPU emulator of the part of CUDA that kiln's CUDA back-end uses, so that CI, which has no GPU,
 // runs the back-end and every test of it. The .cu files are compiled unchanged by the host
-// compiler against this folder's cuda_runtime.h, mma.h and cub headers, kernels being launched
+// compiler against this folder's cuda_runtime.h and cub headers, kernels being launched
 // through kiln/backend/cuda/launch.cuh (launch() below instead of <<<...>>>); the back-end's .cpp
 // files link against cuda_runtime_stand_in.cpp and cublaslt_stand_in.cpp instead of libcudart and
 // libcublasLt (CMakeLists.txt: kiln_emulated_cuda, kiln_tests_on_emulator).
 //
 // Model: the blocks of a grid run one after another; the threads of a block run as fibers on the
 // calling OS thread, each until it must wait at a barrier (__syncthreads, __syncwarp, a shuffle, a
-// WMMA call), and the next to run is always the first runnable thread in schedule order (lowest
-// index first, or highest: set_schedule). So one warp runs as far as it can before the next starts,
-// and a missing __syncthreads shows as reads of what other warps have not written yet (NaN in fresh
-// shared memory) rather than as a rare race. What the hardware would not forgive ends the launch
-// with a failure that says which thread did what (failure()): a barrier that some thread never
-// reaches (CUDA asks every thread of the block to reach each __syncthreads, so one that has exited
-// counts), a warp collective whose mask names an exited or absent lane, dynamic shared memory over
-// the kernel's allowance or written past its end, a misaligned WMMA pointer or leading dimension.
-// Dynamic shared memory starts as NaN bytes, as on a GPU it starts as leftovers.
+// warp-wide matrix instruction), and the next to run is always the first runnable thread in
+// schedule order (lowest index first, or highest: set_schedule). So one warp runs as far as it can
+// before the next starts, and a missing __syncthreads shows as reads of what other warps have not
+// written yet (NaN in fresh shared memory) rather than as a rare race. What the hardware would not
+// forgive ends the launch with a failure that says which thread did what (failure()): a barrier
+// that some thread never reaches (CUDA asks every thread of the block to reach each __syncthreads,
+// so one that has exited counts), a warp collective whose mask names an exited or absent lane,
+// dynamic shared memory over the kernel's allowance or written past its end, an ldmatrix or
+// cp.async outside it or misaligned. Dynamic shared memory starts as NaN bytes, as on a GPU it
+// starts as leftovers.
 //
 // Asynchronous copies into shared memory land only when the issuing thread waits for them, so a
 // missing wait or barrier shows as NaN. The PTX matrix instructions (ldmatrix, mma.sync) use the
@@ -29,9 +30,7 @@
 //
 // What it does not model: timing, memory coalescing or bank conflicts, races between blocks
 // (they never overlap here), work on the default stream running late (it runs when issued),
-// out-of-bounds global accesses (the kernel tests guard their buffers), and the
-// hardware's WMMA fragment layout: fragments use a scrambled one of their own (mma.h), so code
-// that assumes any layout fails.
+// and out-of-bounds global accesses (the kernel tests guard their buffers).
 #pragma once
 
 #include <vector_types.h>
@@ -89,10 +88,10 @@ void sync_warp(unsigned mask);
 // Publishes `value` for the warp; once every lane of `mask` has, returns what lane `source`
 // published.
 uint64_t exchange(unsigned mask, uint64_t value, int source);
-// A warp-wide collective of all 32 lanes: each publishes `mine`; the last to arrive calls
-// complete(the 32 lanes' pointers, scratch) once for the warp, before any lane goes on. scratch is
-// the warp's 256 floats, which each lane can read with warp_scratch() until it arrives at the
-// warp's next collective.
+// A warp-wide collective of all 32 lanes (the matrix instructions below): each publishes `mine`;
+// the last to arrive calls complete(the 32 lanes' pointers, scratch) once for the warp, before any
+// lane goes on. scratch is the warp's 256 floats, which each lane can read with warp_scratch()
+// until it arrives at the warp's next collective.
 void gather(const void* mine, const std::function<void(const void* const*, float*)>& complete);
 const float* warp_scratch();
 
