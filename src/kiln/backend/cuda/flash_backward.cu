@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(kThreads)
   const Head head(NH, T_, hs);
   const int k0 = static_cast<int>(blockIdx.x) * kTileRows;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int group = lane / 4, in_group = lane % 4;
+  const int in_group = lane % 4;
   const T* sequence = qkv + head.qkv_offset;
   const T* gradient = dout + head.dout_offset;
   const Visibility visible{
@@ -122,17 +122,16 @@ __global__ void __launch_bounds__(kThreads)
 
     float s[kTileRows / 8][4];  // S^T = K Q^T: rows keys, columns this tile's queries
     multiply_by_rows_transposed<T, HS>(s, k, warp * 16, queries(buffer));
-    const bool masked =
-        key_mask != nullptr || q0 + kTileRows > T_ || k0 + kTileRows > T_ || (causal && q0 == k0);
-#pragma unroll
-    for (int n = 0; n < kTileRows / 8; ++n)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int column = n * 8 + 2 * in_group + i % 2, key = k0 + warp * 16 + group + i / 2 * 8;
-        const float row_lse = tile_lse[column];
-        const bool seen = !masked || (visible(q0 + column, key) && row_lse != -INFINITY);
-        s[n][i] = seen ? exp2f(s[n][i] * scale_log2 - row_lse) : 0.0f;  // P^T
-      }
+    // Query columns past the sequence's end need no mask: their Q and dO rows are zeros and their
+    // lse and D are staged as 0, so P^T = 1 and dS^T = 0 there, finite values that meet only the
+    // zero rows of dO and Q.
+    const bool masked = tile_hides_keys(key_mask != nullptr, causal, q0, k0, T_);
+    for_each_element(s, [&](float& score, int row, int column) {  // P^T
+      const float row_lse = tile_lse[column];
+      const bool seen =
+          !masked || (visible(q0 + column, k0 + warp * 16 + row) && row_lse != -INFINITY);
+      score = seen ? exp2f(score * scale_log2 - row_lse) : 0.0f;
+    });
     uint32_t p[kTileRows / 16][4];
     pack_fragments<T>(p, s);
     accumulate_by_rows<T, HS>(dv, p, gradients(buffer));  // dV += P^T dO
@@ -174,7 +173,7 @@ __global__ void __launch_bounds__(kThreads)
   const Head head(NH, T_, hs);
   const int q0 = static_cast<int>(blockIdx.x) * kTileRows;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int group = lane / 4, in_group = lane % 4;
+  const int group = lane / 4;
   const T* sequence = qkv + head.qkv_offset;
   const Visibility visible{
       T_, causal, key_mask ? key_mask + static_cast<int64_t>(blockIdx.y / NH) * T_ : nullptr};
@@ -213,17 +212,13 @@ __global__ void __launch_bounds__(kThreads)
     }
     float s[kTileRows / 8][4];  // S = Q K^T
     multiply_by_rows_transposed<T, HS>(s, q, warp * 16, keys(buffer));
-    const bool masked =
-        key_mask != nullptr || k0 + kTileRows > T_ || q0 + kTileRows > T_ || (causal && k0 == q0);
-#pragma unroll
-    for (int n = 0; n < kTileRows / 8; ++n)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int query = q0 + warp * 16 + group + i / 2 * 8,
-                  key = k0 + n * 8 + 2 * in_group + i % 2;
-        const bool seen = !masked || (visible(query, key) && row_lse[i / 2] != -INFINITY);
-        s[n][i] = seen ? exp2f(s[n][i] * scale_log2 - row_lse[i / 2]) : 0.0f;  // P
-      }
+    const bool masked = tile_hides_keys(key_mask != nullptr, causal, q0, k0, T_);
+    for_each_element(s, [&](float& score, int row, int column) {  // P
+      const float lse_row = row_lse[row / 8];
+      const bool seen =
+          !masked || (visible(q0 + warp * 16 + row, k0 + column) && lse_row != -INFINITY);
+      score = seen ? exp2f(score * scale_log2 - lse_row) : 0.0f;
+    });
     float dp[kTileRows / 8][4];  // dP = dO V^T
     multiply_by_rows_transposed<T, HS>(dp, g, warp * 16, values(buffer));
 #pragma unroll

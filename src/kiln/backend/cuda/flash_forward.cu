@@ -88,16 +88,11 @@ __global__ void __launch_bounds__(kThreads)
     multiply_by_rows_transposed<T, HS>(s, q_fragments, keys(tile % 2));
 
     // Scale into base-2 units; keys a query does not see become -inf (only tiles that have any).
-    const bool masked =
-        key_mask != nullptr || k0 + kTileRows > T_ || (causal && k0 + kTileRows - 1 > q0);
-#pragma unroll
-    for (int n = 0; n < kTileRows / 8; ++n)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int query = q0 + warp * 16 + group + i / 2 * 8,
-                  key = k0 + n * 8 + 2 * in_group + i % 2;
-        s[n][i] = !masked || visible(query, key) ? s[n][i] * scale_log2 : -INFINITY;
-      }
+    const bool masked = tile_hides_keys(key_mask != nullptr, causal, q0, k0, T_);
+    for_each_element(s, [&](float& score, int row, int column) {
+      const bool seen = !masked || visible(q0 + warp * 16 + row, k0 + column);
+      score = seen ? score * scale_log2 : -INFINITY;
+    });
 
     // Online softmax; s becomes P = 2^(s - m_new).
     float rescale[2];

@@ -147,6 +147,26 @@ __device__ __forceinline__ void pack_fragments(uint32_t (&a)[kTileRows / 16][4],
   }
 }
 
+// Visits this lane's elements of a warp's [16 x 64] accumulators as visit(element, row, column),
+// row in [0, 16) and column in [0, 64) of the product.
+template <typename Visit>
+__device__ __forceinline__ void for_each_element(float (&acc)[kTileRows / 8][4], Visit visit) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+#pragma unroll
+  for (int n = 0; n < kTileRows / 8; ++n)
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      visit(acc[n][i], lane / 4 + i / 2 * 8, n * 8 + lane % 4 * 2 + i % 2);
+}
+
+// Whether some query of the 64 at q0 does not see some key of the 64 at k0 (k0 <= q0 when causal),
+// so that the tile needs its mask: a key mask, keys past the sequence's end, the causal diagonal.
+// Queries past the end are not counted: kernels whose rows are queries never store theirs.
+__device__ __forceinline__ bool tile_hides_keys(bool key_mask, bool causal, int q0, int k0,
+                                                int T_) {
+  return key_mask || k0 + kTileRows > T_ || (causal && k0 + kTileRows - 1 > q0);
+}
+
 // Element i of accumulator tile n as pack_fragments rounded it into `a`.
 template <typename T>
 __device__ __forceinline__ float packed_element(const uint32_t (&a)[kTileRows / 16][4], int n,
