@@ -214,7 +214,7 @@ __global__ void __launch_bounds__(kThreads)
     multiply_by_rows_transposed<T, HS>(s, q, warp * 16, keys(buffer));
     const bool masked = tile_hides_keys(key_mask != nullptr, causal, q0, k0, T_);
     for_each_element(s, [&](float& score, int row, int column) {  // P
-      const float lse_row = row_lse[row / 8];
+      const float lse_row = row < 8 ? row_lse[0] : row_lse[1];
       const bool seen =
           !masked || (visible(q0 + warp * 16 + row, k0 + column) && lse_row != -INFINITY);
       score = seen ? exp2f(score * scale_log2 - lse_row) : 0.0f;

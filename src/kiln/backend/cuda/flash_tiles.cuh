@@ -151,7 +151,9 @@ __device__ __forceinline__ void pack_fragments(uint32_t (&a)[kTileRows / 16][4],
 // row in [0, 16) and column in [0, 64) of the product.
 template <typename Visit>
 __device__ __forceinline__ void for_each_element(float (&acc)[kTileRows / 8][4], Visit visit) {
-  const int lane = static_cast<int>(threadIdx.x) % 32;
+  // Unsigned, so that the compiler knows the lane lies in [0, 32) and folds a visitor's row < 8
+  // (a run-time index into a per-row array would put the array on the stack).
+  const int lane = static_cast<int>(threadIdx.x % 32u);
 #pragma unroll
   for (int n = 0; n < kTileRows / 8; ++n)
 #pragma unroll
