@@ -453,6 +453,8 @@ std::vector<OpCase> all_op_cases() {
   cases.push_back(attention_case(1, 5, 1, 256, AttentionMask::Causal, rng));
   cases.push_back(cross_entropy_case(5, 11, 64, rng));
   cases.push_back(cross_entropy_case(3, 257, 320, rng));
+  cases.push_back(
+      cross_entropy_case(4, 19, 21, rng));  // rows of an odd length: CUDA's element-wise path
   return cases;
 }
 

@@ -1,5 +1,6 @@
 // Softmax + cross-entropy over the (padded) vocabulary, writing the logits' gradient in place;
-// one block per row, two passes over it (online softmax, then the gradient) instead of three.
+// one block per row, two passes over it (online softmax, then the gradient) instead of three,
+// 16 bytes at a time where the padded row allows.
 #include "kiln/backend/cuda/kernel_common.cuh"
 
 namespace kiln::cuda {
@@ -41,25 +42,40 @@ __device__ SoftmaxState block_merge(SoftmaxState state) {
   return total;
 }
 
-// Two passes over the row: the online softmax state, then (with write_grad) the gradient.
-template <typename T>
-__global__ void cross_entropy_kernel(T* logits, float* losses, const int32_t* targets, int64_t V, int64_t Vp,
-                                     int32_t ignore_index, float loss_scale, bool write_grad) {
+// Two passes over the row: the online softmax state, then (with write_grad) the gradient. W
+// elements at a time (Pack, element.cuh; Vp is a multiple of W, so a pack never leaves the row).
+template <typename T, int W>
+__global__ void cross_entropy_kernel(T* logits, float* losses, const int32_t* targets, int64_t V,
+                                     int64_t Vp, int32_t ignore_index, float loss_scale,
+                                     bool write_grad) {
+  using P = Pack<T, W>;
   const int64_t row = blockIdx.x;
   T* x = logits + row * Vp;
   const int32_t target = targets[row];
   const bool ignored = target == ignore_index;
   SoftmaxState state;
-  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) state.add(to_float(x[v]));
+  for (int64_t v = threadIdx.x * W; v < V; v += blockDim.x * W) {
+    const P values = P::load(x + v);
+#pragma unroll
+    for (int w = 0; w < W; ++w)
+      if (v + w < V) state.add(values[w]);
+  }
   state = block_merge(state);
   const float log_sum = logf(state.sum) + state.max;
   if (threadIdx.x == 0) losses[row] = ignored ? 0.0f : log_sum - to_float(x[target]);
   if (!write_grad) return;
   __syncthreads();  // the loss read x[target] before it is overwritten
-  for (int64_t v = threadIdx.x; v < Vp; v += blockDim.x) {
-    float grad = 0.0f;
-    if (!ignored && v < V) grad = (expf(to_float(x[v]) - log_sum) - (v == target ? 1.0f : 0.0f)) * loss_scale;
-    x[v] = from_float<T>(grad);
+  for (int64_t v = threadIdx.x * W; v < Vp; v += blockDim.x * W) {
+    const P values = P::load(x + v);
+    P gradients;
+#pragma unroll
+    for (int w = 0; w < W; ++w) {
+      float grad = 0.0f;
+      if (!ignored && v + w < V)
+        grad = (expf(values[w] - log_sum) - (v + w == target ? 1.0f : 0.0f)) * loss_scale;
+      gradients.set(w, grad);
+    }
+    gradients.store(x + v);
   }
 }
 
@@ -70,9 +86,11 @@ int softmax_cross_entropy(void* logits, int kind, float* losses, const int32_t* 
   if (M == 0) return 0;
   return dispatch(kind, [&](auto tag) {
     using E = decltype(tag);
-    launch(cross_entropy_kernel<E>, static_cast<unsigned>(M), kThreads, 0, static_cast<E*>(logits),
-           losses, targets, V, Vp, ignore_index, loss_scale, write_grad);
-    return launch_status();
+    return with_pack_width<E>(Vp, {logits}, [&](auto width) {
+      launch(cross_entropy_kernel<E, decltype(width)::value>, static_cast<unsigned>(M), kThreads, 0,
+             static_cast<E*>(logits), losses, targets, V, Vp, ignore_index, loss_scale, write_grad);
+      return launch_status();
+    });
   });
 }
 

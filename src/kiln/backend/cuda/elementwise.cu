@@ -5,19 +5,35 @@
 namespace kiln::cuda {
 namespace {
 
-template <typename T>
+// The elementwise kernels move W elements at a time (Pack, element.cuh); count is a multiple of W.
+template <typename T, int W>
 __global__ void residual_kernel(T* out, const T* a, const T* b, int64_t count) {
-  GRID_STRIDE(i, count) out[i] = from_float<T>(to_float(a[i]) + to_float(b[i]));
+  GRID_STRIDE(p, count / W) {
+    const auto x = Pack<T, W>::load(a + p * W), y = Pack<T, W>::load(b + p * W);
+    Pack<T, W> sum;
+#pragma unroll
+    for (int w = 0; w < W; ++w) sum.set(w, x[w] + y[w]);
+    sum.store(out + p * W);
+  }
 }
 
-template <typename T>
+template <typename T, int W>
 __global__ void fill_kernel(T* out, float value, int64_t count) {
-  GRID_STRIDE(i, count) out[i] = from_float<T>(value);
+  Pack<T, W> values;
+#pragma unroll
+  for (int w = 0; w < W; ++w) values.set(w, value);
+  GRID_STRIDE(p, count / W) values.store(out + p * W);
 }
 
-template <typename Out, typename In>
+template <typename Out, typename In, int W>
 __global__ void convert_kernel(Out* out, const In* in, int64_t count) {
-  GRID_STRIDE(i, count) out[i] = from_float<Out>(to_float(in[i]));
+  GRID_STRIDE(p, count / W) {
+    const auto source = Pack<In, W>::load(in + p * W);
+    Pack<Out, W> converted;
+#pragma unroll
+    for (int w = 0; w < W; ++w) converted.set(w, source[w]);
+    converted.store(out + p * W);
+  }
 }
 
 __global__ void fill_random_kernel(void* out, int kind, int64_t count, uint64_t seed) {
@@ -38,28 +54,38 @@ __global__ void fill_random_kernel(void* out, int kind, int64_t count, uint64_t 
 int residual_forward(void* out, const void* a, const void* b, int kind, int64_t count) {
   return dispatch(kind, [&](auto tag) {
     using E = decltype(tag);
-    launch(residual_kernel<E>, blocks_for(count), kThreads, 0, static_cast<E*>(out),
-           static_cast<const E*>(a), static_cast<const E*>(b), count);
-    return launch_status();
+    return with_pack_width<E>(count, {out, a, b}, [&](auto width) {
+      launch(residual_kernel<E, decltype(width)::value>, blocks_for(count / decltype(width)::value),
+             kThreads, 0, static_cast<E*>(out), static_cast<const E*>(a), static_cast<const E*>(b),
+             count);
+      return launch_status();
+    });
   });
 }
 
 int fill(void* out, int kind, float value, int64_t count) {
   return dispatch(kind, [&](auto tag) {
     using E = decltype(tag);
-    launch(fill_kernel<E>, blocks_for(count), kThreads, 0, static_cast<E*>(out), value, count);
-    return launch_status();
+    return with_pack_width<E>(count, {out}, [&](auto width) {
+      launch(fill_kernel<E, decltype(width)::value>, blocks_for(count / decltype(width)::value),
+             kThreads, 0, static_cast<E*>(out), value, count);
+      return launch_status();
+    });
   });
 }
 
+// Packs of four elements (16 bytes of fp32, 8 of a 16-bit type) when the count and pointers allow.
 int convert(void* out, int out_kind, const void* in, int in_kind, int64_t count) {
   return dispatch(out_kind, [&](auto out_tag) {
     using Out = decltype(out_tag);
     return dispatch(in_kind, [&](auto in_tag) {
       using In = decltype(in_tag);
-      launch(convert_kernel<Out, In>, blocks_for(count), kThreads, 0, static_cast<Out*>(out),
-             static_cast<const In*>(in), count);
-      return launch_status();
+      return with_pack_width<float>(count, {out, in}, [&](auto width) {
+        launch(convert_kernel<Out, In, decltype(width)::value>,
+               blocks_for(count / decltype(width)::value), kThreads, 0, static_cast<Out*>(out),
+               static_cast<const In*>(in), count);
+        return launch_status();
+      });
     });
   });
 }

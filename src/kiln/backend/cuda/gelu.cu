@@ -8,22 +8,33 @@ namespace {
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kCubic = 0.044715f;
 
-template <typename T>
+// W elements at a time (Pack, element.cuh); count is a multiple of W.
+template <typename T, int W>
 __global__ void gelu_forward_kernel(T* out, const T* in, int64_t count) {
-  GRID_STRIDE(i, count) {
-    const float x = to_float(in[i]);
-    out[i] = from_float<T>(0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + kCubic * x * x * x))));
+  GRID_STRIDE(p, count / W) {
+    const auto x = Pack<T, W>::load(in + p * W);
+    Pack<T, W> y;
+#pragma unroll
+    for (int w = 0; w < W; ++w)
+      y.set(w, 0.5f * x[w] * (1.0f + tanhf(kSqrt2OverPi * (x[w] + kCubic * x[w] * x[w] * x[w]))));
+    y.store(out + p * W);
   }
 }
 
-template <typename T>
+template <typename T, int W>
 __global__ void gelu_backward_kernel(T* din, const T* in, const T* dout, int64_t count) {
-  GRID_STRIDE(i, count) {
-    const float x = to_float(in[i]);
-    const float tanh_inner = tanhf(kSqrt2OverPi * (x + kCubic * x * x * x));
-    const float sech_squared = 1.0f - tanh_inner * tanh_inner;
-    const float local = 0.5f * (1.0f + tanh_inner) + 0.5f * x * sech_squared * kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
-    din[i] = from_float<T>(local * to_float(dout[i]));
+  GRID_STRIDE(p, count / W) {
+    const auto x = Pack<T, W>::load(in + p * W), g = Pack<T, W>::load(dout + p * W);
+    Pack<T, W> d;
+#pragma unroll
+    for (int w = 0; w < W; ++w) {
+      const float tanh_inner = tanhf(kSqrt2OverPi * (x[w] + kCubic * x[w] * x[w] * x[w]));
+      const float sech_squared = 1.0f - tanh_inner * tanh_inner;
+      const float local = 0.5f * (1.0f + tanh_inner) + 0.5f * x[w] * sech_squared * kSqrt2OverPi *
+                                                           (1.0f + 3.0f * kCubic * x[w] * x[w]);
+      d.set(w, local * g[w]);
+    }
+    d.store(din + p * W);
   }
 }
 
@@ -32,18 +43,24 @@ __global__ void gelu_backward_kernel(T* din, const T* in, const T* dout, int64_t
 int gelu_forward(void* out, const void* in, int kind, int64_t count) {
   return dispatch(kind, [&](auto tag) {
     using E = decltype(tag);
-    launch(gelu_forward_kernel<E>, blocks_for(count), kThreads, 0, static_cast<E*>(out),
-           static_cast<const E*>(in), count);
-    return launch_status();
+    return with_pack_width<E>(count, {out, in}, [&](auto width) {
+      launch(gelu_forward_kernel<E, decltype(width)::value>,
+             blocks_for(count / decltype(width)::value), kThreads, 0, static_cast<E*>(out),
+             static_cast<const E*>(in), count);
+      return launch_status();
+    });
   });
 }
 
 int gelu_backward(void* din, const void* in, const void* dout, int kind, int64_t count) {
   return dispatch(kind, [&](auto tag) {
     using E = decltype(tag);
-    launch(gelu_backward_kernel<E>, blocks_for(count), kThreads, 0, static_cast<E*>(din),
-           static_cast<const E*>(in), static_cast<const E*>(dout), count);
-    return launch_status();
+    return with_pack_width<E>(count, {din, in, dout}, [&](auto width) {
+      launch(gelu_backward_kernel<E, decltype(width)::value>,
+             blocks_for(count / decltype(width)::value), kThreads, 0, static_cast<E*>(din),
+             static_cast<const E*>(in), static_cast<const E*>(dout), count);
+      return launch_status();
+    });
   });
 }
 

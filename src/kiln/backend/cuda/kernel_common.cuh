@@ -8,6 +8,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
+#include <type_traits>
 
 #include "kiln/backend/cuda/element.cuh"
 #include "kiln/backend/cuda/kernels.h"
@@ -71,6 +73,15 @@ int dispatch(int kind, Launch launch) {
     case kFp16: return launch(__half{});
   }
   return static_cast<int>(cudaErrorInvalidValue);
+}
+
+// Calls launch(std::integral_constant<int, W>{}) with W = kPackWidth<T> where packs_fit(extent,
+// pointers), else W = 1 (element.cuh); returns its status. Kernels templated on W then move rows
+// of `extent` elements W at a time.
+template <typename T, typename Launch>
+int with_pack_width(int64_t extent, std::initializer_list<const void*> pointers, Launch launch) {
+  if (packs_fit<T>(extent, pointers)) return launch(std::integral_constant<int, kPackWidth<T>>{});
+  return launch(std::integral_constant<int, 1>{});
 }
 
 // Column sums without atomics, in a fixed order, spread over many blocks: the rows are cut into

@@ -8,35 +8,54 @@ namespace {
 
 // One warp per row, kRowsPerBlock rows per block: the row's statistics need only warp shuffles (no
 // block barriers), and a block of 256 threads keeps eight rows in flight where one row per block
-// kept one. Every loop strides over c as lane + 32 i, so each lane reads back only what it wrote.
+// kept one. Every loop strides over the same columns per lane, so each lane reads back only what
+// it wrote.
 constexpr int kRowsPerBlock = kThreads / 32;
 
 inline unsigned row_blocks(int64_t M) { return static_cast<unsigned>((M + kRowsPerBlock - 1) / kRowsPerBlock); }
 
-template <typename T>
-__global__ void layernorm_forward_kernel(T* out, float* mean_out, float* rstd_out, const T* in, const T* weight,
-                                         const T* bias, const T* residual, T* residual_out, int64_t M, int64_t C,
-                                         float eps) {
+// Columns move W at a time (Pack, element.cuh; C is a multiple of W): lane l takes columns
+// [W (l + 32 i), W (l + 32 i) + W).
+template <typename T, int W>
+__global__ void layernorm_forward_kernel(T* out, float* mean_out, float* rstd_out, const T* in,
+                                         const T* weight, const T* bias, const T* residual,
+                                         T* residual_out, int64_t M, int64_t C, float eps) {
+  using P = Pack<T, W>;
   const int64_t row = blockIdx.x * static_cast<int64_t>(kRowsPerBlock) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= M) return;  // whole warps leave together
   const T* x = in + row * C;
   if (residual != nullptr) {  // fused residual add: normalise the rounded sum it writes (may alias in)
-    for (int64_t c = lane; c < C; c += 32)
-      residual_out[row * C + c] = from_float<T>(to_float(x[c]) + to_float(residual[row * C + c]));
+    for (int64_t c = lane * W; c < C; c += 32 * W) {
+      const P a = P::load(x + c), b = P::load(residual + row * C + c);
+      P sum;
+#pragma unroll
+      for (int w = 0; w < W; ++w) sum.set(w, a[w] + b[w]);
+      sum.store(residual_out + row * C + c);
+    }
     x = residual_out + row * C;
   }
   float sum = 0.0f;
-  for (int64_t c = lane; c < C; c += 32) sum += to_float(x[c]);
+  for (int64_t c = lane * W; c < C; c += 32 * W) {
+    const P values = P::load(x + c);
+#pragma unroll
+    for (int w = 0; w < W; ++w) sum += values[w];
+  }
   const float mean = warp_sum(sum) / static_cast<float>(C);
   float squares = 0.0f;
-  for (int64_t c = lane; c < C; c += 32) {
-    const float centred = to_float(x[c]) - mean;
-    squares += centred * centred;
+  for (int64_t c = lane * W; c < C; c += 32 * W) {
+    const P values = P::load(x + c);
+#pragma unroll
+    for (int w = 0; w < W; ++w) squares += (values[w] - mean) * (values[w] - mean);
   }
   const float rstd = rsqrtf(warp_sum(squares) / static_cast<float>(C) + eps);
-  for (int64_t c = lane; c < C; c += 32)
-    out[row * C + c] = from_float<T>((to_float(x[c]) - mean) * rstd * to_float(weight[c]) + to_float(bias[c]));
+  for (int64_t c = lane * W; c < C; c += 32 * W) {
+    const P values = P::load(x + c), scale = P::load(weight + c), shift = P::load(bias + c);
+    P normalised;
+#pragma unroll
+    for (int w = 0; w < W; ++w) normalised.set(w, (values[w] - mean) * rstd * scale[w] + shift[w]);
+    normalised.store(out + row * C + c);
+  }
   if (lane == 0) {
     mean_out[row] = mean;
     rstd_out[row] = rstd;
@@ -44,9 +63,11 @@ __global__ void layernorm_forward_kernel(T* out, float* mean_out, float* rstd_ou
 }
 
 // din += the input gradient, one warp per row as in forward.
-template <typename T>
+template <typename T, int W>
 __global__ void layernorm_backward_input_kernel(T* din, const T* dout, const T* in, const T* weight,
-                                                const float* means, const float* rstds, int64_t M, int64_t C) {
+                                                const float* means, const float* rstds, int64_t M,
+                                                int64_t C) {
+  using P = Pack<T, W>;
   const int64_t row = blockIdx.x * static_cast<int64_t>(kRowsPerBlock) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= M) return;
@@ -54,17 +75,27 @@ __global__ void layernorm_backward_input_kernel(T* din, const T* dout, const T* 
   const T* x = in + row * C;
   const T* g = dout + row * C;
   float grad_sum = 0.0f, grad_dot = 0.0f;
-  for (int64_t c = lane; c < C; c += 32) {
-    const float gw = to_float(g[c]) * to_float(weight[c]);
-    grad_sum += gw;
-    grad_dot += gw * (to_float(x[c]) - mean) * rstd;
+  for (int64_t c = lane * W; c < C; c += 32 * W) {
+    const P gradients = P::load(g + c), values = P::load(x + c), scale = P::load(weight + c);
+#pragma unroll
+    for (int w = 0; w < W; ++w) {
+      const float gw = gradients[w] * scale[w];
+      grad_sum += gw;
+      grad_dot += gw * (values[w] - mean) * rstd;
+    }
   }
   const float grad_mean = warp_sum(grad_sum) / static_cast<float>(C);
   const float grad_dot_mean = warp_sum(grad_dot) / static_cast<float>(C);
-  for (int64_t c = lane; c < C; c += 32) {
-    const float xhat = (to_float(x[c]) - mean) * rstd;
-    const float delta = rstd * (to_float(g[c]) * to_float(weight[c]) - grad_mean - xhat * grad_dot_mean);
-    din[row * C + c] = from_float<T>(to_float(din[row * C + c]) + delta);
+  for (int64_t c = lane * W; c < C; c += 32 * W) {
+    const P gradients = P::load(g + c), values = P::load(x + c), scale = P::load(weight + c);
+    P accumulated = P::load(din + row * C + c);
+#pragma unroll
+    for (int w = 0; w < W; ++w) {
+      const float xhat = (values[w] - mean) * rstd;
+      const float delta = rstd * (gradients[w] * scale[w] - grad_mean - xhat * grad_dot_mean);
+      accumulated.set(w, accumulated[w] + delta);
+    }
+    accumulated.store(din + row * C + c);
   }
 }
 
@@ -85,11 +116,13 @@ int layernorm_forward(void* out, float* mean, float* rstd, const void* in, const
   if (M == 0) return 0;
   return dispatch(kind, [&](auto tag) {
     using E = decltype(tag);
-    launch(layernorm_forward_kernel<E>, row_blocks(M), kThreads, 0, static_cast<E*>(out), mean,
-           rstd, static_cast<const E*>(in), static_cast<const E*>(weight),
-           static_cast<const E*>(bias), static_cast<const E*>(residual),
-           static_cast<E*>(residual_out), M, C, eps);
-    return launch_status();
+    return with_pack_width<E>(C, {out, in, weight, bias, residual, residual_out}, [&](auto width) {
+      launch(layernorm_forward_kernel<E, decltype(width)::value>, row_blocks(M), kThreads, 0,
+             static_cast<E*>(out), mean, rstd, static_cast<const E*>(in),
+             static_cast<const E*>(weight), static_cast<const E*>(bias),
+             static_cast<const E*>(residual), static_cast<E*>(residual_out), M, C, eps);
+      return launch_status();
+    });
   });
 }
 
@@ -102,8 +135,11 @@ int layernorm_backward(void* din, float* dweight, float* dbias, const void* dout
     using E = decltype(tag);
     const E* grad = static_cast<const E*>(dout);
     const E* x = static_cast<const E*>(in);
-    launch(layernorm_backward_input_kernel<E>, row_blocks(M), kThreads, 0, static_cast<E*>(din),
-           grad, x, static_cast<const E*>(weight), mean, rstd, M, C);
+    with_pack_width<E>(C, {din, dout, in, weight}, [&](auto width) {
+      launch(layernorm_backward_input_kernel<E, decltype(width)::value>, row_blocks(M), kThreads, 0,
+             static_cast<E*>(din), grad, x, static_cast<const E*>(weight), mean, rstd, M, C);
+      return 0;
+    });
     launch(layernorm_backward_params_kernel<E>, column_sums_grid(M, C), dim3(32, kRowGroups), 0,
            partial_dweight, partial_dbias, grad, x, mean, rstd, M, C);
     return launch_status();
