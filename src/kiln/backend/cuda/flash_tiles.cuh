@@ -6,7 +6,8 @@
 // padded by 16 bytes so that the 8 row addresses of an ldmatrix fall in distinct banks. A warp owns
 // 16 rows of its products; an m16n8 accumulator `float[4]` holds, for groupID g = lane / 4 and
 // t = lane % 4, rows g (elements 0, 1) and g + 8 (2, 3) at columns 2t and 2t + 1 of its 8.
-// Blocks are kFlashThreads threads (four warps). Device code only.
+// Blocks are kThreads threads (four warps). Device code only; kernels wrap their bodies in
+// `#if KILN_TENSOR_CORE_BODIES` (below).
 #pragma once
 
 #include <cuda_bf16.h>
