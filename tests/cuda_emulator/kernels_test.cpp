@@ -147,8 +147,11 @@ TEST_P(EmulatedKernels, LayerNormBackwardOverSeveralColumnSumChunks) {
   expect_close(dbias, expected_dbias, 1e-5, "dbias");
 }
 
+// N = 72 takes 16-byte packs in every dtype; the same rows one element further into a buffer are
+// misaligned for packs and take the element-wise path, which must give the same bits (the order of
+// addition per column does not depend on the pack width).
 TEST_P(EmulatedKernels, BiasGradientColumnSums) {
-  constexpr int64_t M = 1100, N = 70;
+  constexpr int64_t M = 1100, N = 72;
   const HostTensor in = acts({M, N}, 1), weight = acts({N, 3}, 2), bias = floats({N}, 3);
   const HostTensor expected_dbias = floats({N}, 4), sums = copy_of(expected_dbias, DType::F32);
   // The CPU reference's bias gradient: matmul_backward's dbias is the column sums of dout.
@@ -160,9 +163,19 @@ TEST_P(EmulatedKernels, BiasGradientColumnSums) {
   const size_t workspace_bytes = cuda::column_sums_workspace_bytes(M, N);
   const HostTensor workspace =
       HostTensor::poisoned(DType::F32, {static_cast<int64_t>(workspace_bytes / 4 + 1)});
+  const std::vector<float> initial = sums.floats();
   ASSERT_TRUE(
       launched(cuda::column_sums_add(sums.as<float>(), in.data(), kind(), M, N, workspace.data())));
   expect_close(sums, expected_dbias, 1e-5, "column sums");
+
+  std::vector<float> shifted_values = in.floats();
+  shifted_values.insert(shifted_values.begin(), 0.0f);
+  const HostTensor shifted(dtype(), {M * N + 1}, shifted_values);
+  const HostTensor unpacked_sums(DType::F32, {N}, initial);
+  const void* misaligned = static_cast<const char*>(shifted.data()) + dtype_size(dtype());
+  ASSERT_TRUE(launched(cuda::column_sums_add(unpacked_sums.as<float>(), misaligned, kind(), M, N,
+                                             workspace.data())));
+  EXPECT_EQ(unpacked_sums.floats(), sums.floats()) << "packed and element-wise column sums differ";
 }
 
 TEST_P(EmulatedKernels, GeluResidualFillAndConvert) {

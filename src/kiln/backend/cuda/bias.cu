@@ -12,10 +12,14 @@ __global__ void broadcast_rows_kernel(T* out, const T* row, int64_t N, int64_t c
   GRID_STRIDE(i, count) out[i] = row[i % N];
 }
 
-template <typename T>
+template <typename T, int W>
 __global__ void column_sums_partial_kernel(float* partials, const T* in, int64_t M, int64_t N) {
-  column_sums_partial(partials, nullptr, M, N,
-                      [=] __device__(int64_t m, int64_t n) { return make_float2(to_float(in[m * N + n]), 0.0f); });
+  column_sums_partial<W>(partials, nullptr, M, N,
+                         [=] __device__(int64_t m, int64_t n, float(&a)[W], float(&)[W]) {
+                           const auto values = Pack<T, W>::load(in + m * N + n);
+#pragma unroll
+                           for (int w = 0; w < W; ++w) a[w] += values[w];
+                         });
 }
 
 __global__ void column_sums_finish_kernel(float* sums_a, float* sums_b, const float* partial_a,
@@ -62,9 +66,12 @@ int column_sums_add(float* sums, const void* in, int kind, int64_t M, int64_t N,
   auto* partials = static_cast<float*>(workspace);
   const int status = dispatch(kind, [&](auto tag) {
     using E = decltype(tag);
-    launch(column_sums_partial_kernel<E>, column_sums_grid(M, N), dim3(32, kRowGroups), 0, partials,
-           static_cast<const E*>(in), M, N);
-    return launch_status();
+    return with_pack_width<E>(N, {in}, [&](auto width) {
+      constexpr int W = decltype(width)::value;
+      launch(column_sums_partial_kernel<E, W>, column_sums_grid(M, N, W), dim3(32, kRowGroups), 0,
+             partials, static_cast<const E*>(in), M, N);
+      return launch_status();
+    });
   });
   return status != 0 ? status : column_sums_finish(sums, nullptr, partials, nullptr, M, N);
 }

@@ -85,12 +85,13 @@ int with_pack_width(int64_t extent, std::initializer_list<const void*> pointers,
 }
 
 // Column sums without atomics, in a fixed order, spread over many blocks: the rows are cut into
-// column_sum_chunks(M) chunks; block (x, y) sums 32 columns over chunk y with kRowGroups warps
-// striding over its rows (each warp reads 32 consecutive columns of a row), adds the warps' sums in
-// order through shared memory and writes them to partials[y][column]; column_sums_finish() then
-// adds the chunks in order into the result. The chunk count depends only on M, so the bits do not
-// depend on the GPU. (One block per 32 columns alone, the first version, left 24 blocks for C = 768
-// and most of an H100 idle.)
+// column_sum_chunks(M) chunks; block (x, y) sums 32 W columns over chunk y, thread x taking W
+// adjacent columns (one 16-byte pack where W = kPackWidth) with kRowGroups warps striding over the
+// chunk's rows, adds the warps' sums in order through shared memory and writes them to
+// partials[y][column]; column_sums_finish() then adds the chunks in order into the result. Each
+// column's order of addition depends only on M, not on W or the GPU, so the bits do not either.
+// (One block per 32 columns alone, the first version, left 24 blocks for C = 768 and most of an
+// H100 idle.)
 constexpr int kRowGroups = 8;
 
 inline int64_t column_sum_chunks(int64_t M) {
@@ -98,38 +99,41 @@ inline int64_t column_sum_chunks(int64_t M) {
   return chunks < 1 ? 1 : chunks > 64 ? 64 : chunks;
 }
 
-inline dim3 column_sums_grid(int64_t M, int64_t N) {
-  return dim3(static_cast<unsigned>((N + 31) / 32), static_cast<unsigned>(column_sum_chunks(M)));
+inline dim3 column_sums_grid(int64_t M, int64_t N, int W) {
+  return dim3(static_cast<unsigned>((N + 32 * W - 1) / (32 * W)),
+              static_cast<unsigned>(column_sum_chunks(M)));
 }
 
-// The partial pass, inside a kernel launched with column_sums_grid(M, N) blocks of (32, kRowGroups)
-// threads: term(m, n) gives the two summands of row m, column n; partial_b may be null.
-template <typename Term>
-__device__ __forceinline__ void column_sums_partial(float* partial_a, float* partial_b, int64_t M, int64_t N,
-                                                    Term term) {
-  __shared__ float shared_a[kRowGroups][33], shared_b[kRowGroups][33];
-  const int64_t column = blockIdx.x * 32 + threadIdx.x;
+// The partial pass, inside a kernel launched with column_sums_grid(M, N, W) blocks of
+// (32, kRowGroups) threads (N a multiple of W): term(m, n, a, b) adds row m's two summands of
+// columns [n, n + W) into a[0..W) and b[0..W); partial_b may be null.
+template <int W, typename Term>
+__device__ __forceinline__ void column_sums_partial(float* partial_a, float* partial_b, int64_t M,
+                                                    int64_t N, Term term) {
+  __shared__ float shared_a[kRowGroups][32 * W + 1], shared_b[kRowGroups][32 * W + 1];
+  const int64_t column = (blockIdx.x * 32 + threadIdx.x) * static_cast<int64_t>(W);
   const int64_t rows_per_chunk = (M + gridDim.y - 1) / gridDim.y;
   const int64_t begin = blockIdx.y * rows_per_chunk;
   const int64_t end = begin + rows_per_chunk < M ? begin + rows_per_chunk : M;
-  float a = 0.0f, b = 0.0f;
-  if (column < N) {
-    for (int64_t m = begin + threadIdx.y; m < end; m += kRowGroups) {
-      const float2 values = term(m, column);
-      a += values.x;
-      b += values.y;
-    }
+  float a[W] = {}, b[W] = {};
+  if (column < N)
+    for (int64_t m = begin + threadIdx.y; m < end; m += kRowGroups) term(m, column, a, b);
+#pragma unroll
+  for (int w = 0; w < W; ++w) {
+    shared_a[threadIdx.y][threadIdx.x * W + w] = a[w];
+    shared_b[threadIdx.y][threadIdx.x * W + w] = b[w];
   }
-  shared_a[threadIdx.y][threadIdx.x] = a;
-  shared_b[threadIdx.y][threadIdx.x] = b;
   __syncthreads();
   if (threadIdx.y == 0 && column < N) {
-    for (int g = 1; g < kRowGroups; ++g) {
-      a += shared_a[g][threadIdx.x];
-      b += shared_b[g][threadIdx.x];
+#pragma unroll
+    for (int w = 0; w < W; ++w) {
+      for (int g = 1; g < kRowGroups; ++g) {
+        a[w] += shared_a[g][threadIdx.x * W + w];
+        b[w] += shared_b[g][threadIdx.x * W + w];
+      }
+      partial_a[blockIdx.y * N + column + w] = a[w];
+      if (partial_b) partial_b[blockIdx.y * N + column + w] = b[w];
     }
-    partial_a[blockIdx.y * N + column] = a;
-    if (partial_b) partial_b[blockIdx.y * N + column] = b;
   }
 }
 

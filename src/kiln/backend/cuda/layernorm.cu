@@ -99,14 +99,21 @@ __global__ void layernorm_backward_input_kernel(T* din, const T* dout, const T* 
   }
 }
 
-template <typename T>
-__global__ void layernorm_backward_params_kernel(float* partial_dweight, float* partial_dbias, const T* dout,
-                                                 const T* in, const float* means, const float* rstds, int64_t M,
-                                                 int64_t C) {
-  column_sums_partial(partial_dweight, partial_dbias, M, C, [=] __device__(int64_t m, int64_t c) {
-    const float g = to_float(dout[m * C + c]);
-    return make_float2(g * (to_float(in[m * C + c]) - means[m]) * rstds[m], g);
-  });
+template <typename T, int W>
+__global__ void layernorm_backward_params_kernel(float* partial_dweight, float* partial_dbias,
+                                                 const T* dout, const T* in, const float* means,
+                                                 const float* rstds, int64_t M, int64_t C) {
+  column_sums_partial<W>(
+      partial_dweight, partial_dbias, M, C,
+      [=] __device__(int64_t m, int64_t c, float(&dweight)[W], float(&dbias)[W]) {
+        const auto g = Pack<T, W>::load(dout + m * C + c), x = Pack<T, W>::load(in + m * C + c);
+        const float mean = means[m], rstd = rstds[m];
+#pragma unroll
+        for (int w = 0; w < W; ++w) {
+          dweight[w] += g[w] * (x[w] - mean) * rstd;
+          dbias[w] += g[w];
+        }
+      });
 }
 
 }  // namespace
@@ -135,14 +142,14 @@ int layernorm_backward(void* din, float* dweight, float* dbias, const void* dout
     using E = decltype(tag);
     const E* grad = static_cast<const E*>(dout);
     const E* x = static_cast<const E*>(in);
-    with_pack_width<E>(C, {din, dout, in, weight}, [&](auto width) {
-      launch(layernorm_backward_input_kernel<E, decltype(width)::value>, row_blocks(M), kThreads, 0,
+    return with_pack_width<E>(C, {din, dout, in, weight}, [&](auto width) {
+      constexpr int W = decltype(width)::value;
+      launch(layernorm_backward_input_kernel<E, W>, row_blocks(M), kThreads, 0,
              static_cast<E*>(din), grad, x, static_cast<const E*>(weight), mean, rstd, M, C);
-      return 0;
+      launch(layernorm_backward_params_kernel<E, W>, column_sums_grid(M, C, W),
+             dim3(32, kRowGroups), 0, partial_dweight, partial_dbias, grad, x, mean, rstd, M, C);
+      return launch_status();
     });
-    launch(layernorm_backward_params_kernel<E>, column_sums_grid(M, C), dim3(32, kRowGroups), 0,
-           partial_dweight, partial_dbias, grad, x, mean, rstd, M, C);
-    return launch_status();
   });
   return status != 0 ? status : column_sums_finish(dweight, dbias, partial_dweight, partial_dbias, M, C);
 }
