@@ -43,8 +43,8 @@ __global__ void __launch_bounds__(kThreads)
   const int b = static_cast<int>(blockIdx.y) / NH, h = static_cast<int>(blockIdx.y) % NH;
   const int q0 = static_cast<int>(blockIdx.x) * kTileRows;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int group = lane / 4,
-            in_group = lane % 4;  // the PTX fragment layouts' groupID, threadID_in_group
+  // The PTX fragment layouts' groupID and threadID_in_group (flash_tiles.cuh).
+  const int group = lane / 4, in_group = lane % 4;
   const int64_t C = static_cast<int64_t>(NH) * hs, stride = 3 * C;
   const T* sequence = qkv + static_cast<int64_t>(b) * T_ * stride + h * hs;
   const Visibility visible{T_, causal,
@@ -68,9 +68,9 @@ __global__ void __launch_bounds__(kThreads)
 
   for (int tile = 0; tile < tiles; ++tile) {
     const int k0 = tile * kTileRows;
+    // This tile (and Q) has landed for every thread, and no warp still reads the other buffer.
     copy_wait<0>();
-    __syncthreads();  // this tile (and Q) landed for every thread; no warp still reads the other
-                      // buffer
+    __syncthreads();
     if (tile + 1 < tiles) {
       const int64_t next = static_cast<int64_t>(k0 + kTileRows) * stride;
       copy_tile<T, HS>(keys((tile + 1) % 2), sequence + C + next, T_ - k0 - kTileRows, stride, hs);
@@ -105,8 +105,8 @@ __global__ void __launch_bounds__(kThreads)
       tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarp, tile_max, 1));
       tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarp, tile_max, 2));
       const float new_max = fmaxf(row_max[r], tile_max);
-      const float base =
-          new_max == -INFINITY ? 0.0f : new_max;  // a row that sees no key yet: no -inf - -inf
+      // A row that sees no key yet keeps base 0: no -inf - -inf.
+      const float base = new_max == -INFINITY ? 0.0f : new_max;
       rescale[r] = exp2f(row_max[r] - base);
       row_max[r] = new_max;
       float tile_sum = 0.0f;
