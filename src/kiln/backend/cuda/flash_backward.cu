@@ -30,58 +30,49 @@ namespace kiln::cuda {
 namespace flash {
 namespace {
 
-// Six tiles (the block's own two, two streamed ones twice), then the key kernel's per-query lse and
-// D for both buffers.
+// The key kernel keeps K and V and streams Q and dO, then stages the per-query lse and D of both
+// buffers after the tiles; the query kernel keeps Q and dO and streams K and V.
+template <typename T, int HS>
+using BackwardTiles = SharedTiles<T, HS, 2>;
+
 template <typename T, int HS>
 constexpr size_t backward_shared_bytes() {
-  return static_cast<size_t>(6 * kTileRows) * kPitch<HS> * sizeof(T) +
-         4 * kTileRows * sizeof(float);
+  return BackwardTiles<T, HS>::kBytes + 4 * kTileRows * sizeof(float);
 }
 
-// Where a block's slices of qkv, dout and the statistics start, for (batch, head) blockIdx.y.
-struct Head {
-  int64_t C, stride;  // qkv's row stride is 3C
-  int64_t qkv_offset, dout_offset, statistics_offset;
-  __device__ Head(int NH, int T_, int hs) {
-    const int b = static_cast<int>(blockIdx.y) / NH, h = static_cast<int>(blockIdx.y) % NH;
-    C = static_cast<int64_t>(NH) * hs;
-    stride = 3 * C;
-    qkv_offset = static_cast<int64_t>(b) * T_ * stride + h * hs;
-    dout_offset = static_cast<int64_t>(b) * T_ * C + h * hs;
-    statistics_offset = static_cast<int64_t>(blockIdx.y) * T_;
-  }
-};
-
+// At head 64, ptxas left to itself aims at three blocks per SM and spills; two blocks is what its
+// registers allow anyway (about 170 a thread), so it is told two. At head 128 (0: no minimum) its
+// own choice has no spills; a minimum there made it spill.
 template <typename T, int HS>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, HS == 64 ? 2 : 0)
     key_gradients_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
                          const float* row_dots, const int32_t* key_mask, int NH, int T_, int hs,
                          bool causal, float scale) {
 #if KILN_TENSOR_CORE_BODIES
-  constexpr int kTile = kTileRows * kPitch<HS>;
   KILN_DYNAMIC_SHARED_MEMORY(shared);
-  T* const k = reinterpret_cast<T*>(shared);
-  T* const v = k + kTile;
-  const auto queries = [&](int buffer) { return v + (1 + 2 * buffer) * kTile; };
-  const auto gradients = [&](int buffer) { return queries(buffer) + kTile; };
+  const BackwardTiles<T, HS> tiles_at{reinterpret_cast<T*>(shared)};
+  T* const k = tiles_at.own(0);
+  T* const v = tiles_at.own(1);
+  const auto queries = [&](int buffer) { return tiles_at.first(buffer); };
+  const auto gradients = [&](int buffer) { return tiles_at.second(buffer); };
   // Per buffer: the tile's 64 lse values (base-2 units), then its 64 D values.
-  float* const statistics = reinterpret_cast<float*>(v + 5 * kTile);
+  float* const statistics = static_cast<float*>(tiles_at.end());
 
   const Head head(NH, T_, hs);
   const int k0 = static_cast<int>(blockIdx.x) * kTileRows;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int in_group = lane % 4;
   const T* sequence = qkv + head.qkv_offset;
-  const T* gradient = dout + head.dout_offset;
-  const Visibility visible{
-      T_, causal, key_mask ? key_mask + static_cast<int64_t>(blockIdx.y / NH) * T_ : nullptr};
+  const T* gradient = dout + head.output_offset;
+  const Visibility visible{T_, causal, key_mask ? key_mask + head.key_mask_offset : nullptr};
   const float scale_log2 = scale * kLog2E;
-  // Thread i < 64 stages lse of query q0 + i, thread 64 + i its D.
+  // Thread i < 64 stages lse of query q0 + i (in base-2 units), thread 64 + i its D.
+  const bool stages_lse = threadIdx.x < kTileRows;
+  const float* staged = (stages_lse ? lse : row_dots) + head.statistics_offset;
+  const float staged_scale = stages_lse ? kLog2E : 1.0f;
   const auto statistic = [&](int q0) {
     const int query = q0 + static_cast<int>(threadIdx.x) % kTileRows;
-    if (query >= T_) return 0.0f;
-    const int64_t at = head.statistics_offset + query;
-    return threadIdx.x < kTileRows ? lse[at] * kLog2E : row_dots[at];
+    return query < T_ ? staged[query] * staged_scale : 0.0f;
   };
 
   const int first_query = causal ? k0 : 0;  // earlier queries see none of these keys
@@ -98,10 +89,8 @@ __global__ void __launch_bounds__(kThreads)
   statistics[threadIdx.x] = statistic(first_query);
 
   float dk[HS / 8][4], dv[HS / 8][4];
-#pragma unroll
-  for (int n = 0; n < HS / 8; ++n)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) dk[n][i] = dv[n][i] = 0.0f;
+  zero(dk);
+  zero(dv);
 
   for (int tile = 0; tile < tiles; ++tile) {
     const int q0 = first_query + tile * kTileRows, buffer = tile % 2;
@@ -163,20 +152,19 @@ __global__ void __launch_bounds__(kThreads)
                            const float* row_dots, const int32_t* key_mask, int NH, int T_, int hs,
                            bool causal, float scale) {
 #if KILN_TENSOR_CORE_BODIES
-  constexpr int kTile = kTileRows * kPitch<HS>;
   KILN_DYNAMIC_SHARED_MEMORY(shared);
-  T* const q = reinterpret_cast<T*>(shared);
-  T* const g = q + kTile;
-  const auto keys = [&](int buffer) { return g + (1 + 2 * buffer) * kTile; };
-  const auto values = [&](int buffer) { return keys(buffer) + kTile; };
+  const BackwardTiles<T, HS> tiles_at{reinterpret_cast<T*>(shared)};
+  T* const q = tiles_at.own(0);
+  T* const g = tiles_at.own(1);
+  const auto keys = [&](int buffer) { return tiles_at.first(buffer); };
+  const auto values = [&](int buffer) { return tiles_at.second(buffer); };
 
   const Head head(NH, T_, hs);
   const int q0 = static_cast<int>(blockIdx.x) * kTileRows;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int group = lane / 4;
   const T* sequence = qkv + head.qkv_offset;
-  const Visibility visible{
-      T_, causal, key_mask ? key_mask + static_cast<int64_t>(blockIdx.y / NH) * T_ : nullptr};
+  const Visibility visible{T_, causal, key_mask ? key_mask + head.key_mask_offset : nullptr};
   const float scale_log2 = scale * kLog2E;
   float row_lse[2], row_dot[2];  // rows group and group + 8 of this warp's 16; lse in base-2 units
 #pragma unroll
@@ -189,15 +177,14 @@ __global__ void __launch_bounds__(kThreads)
   const int key_end = causal ? min(T_, q0 + kTileRows) : T_;
   const int tiles = (key_end + kTileRows - 1) / kTileRows;
   copy_tile<T, HS>(q, sequence + static_cast<int64_t>(q0) * head.stride, T_ - q0, head.stride, hs);
-  copy_tile<T, HS>(g, dout + head.dout_offset + static_cast<int64_t>(q0) * head.C, T_ - q0, head.C,
-                   hs);
+  copy_tile<T, HS>(g, dout + head.output_offset + static_cast<int64_t>(q0) * head.C, T_ - q0,
+                   head.C, hs);
   copy_tile<T, HS>(keys(0), sequence + head.C, T_, head.stride, hs);
   copy_tile<T, HS>(values(0), sequence + 2 * head.C, T_, head.stride, hs);
   copy_commit();
 
   float dq[HS / 8][4];
-#pragma unroll
-  for (int n = 0; n < HS / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+  zero(dq);
   for (int tile = 0; tile < tiles; ++tile) {
     const int k0 = tile * kTileRows, buffer = tile % 2;
     copy_wait<0>();

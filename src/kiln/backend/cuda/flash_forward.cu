@@ -25,10 +25,9 @@ namespace kiln::cuda {
 namespace flash {
 namespace {
 
+// Q, then K and V twice.
 template <typename T, int HS>
-constexpr size_t forward_shared_bytes() {  // Q, then K and V twice
-  return static_cast<size_t>(5 * kTileRows) * kPitch<HS> * sizeof(T);
-}
+using ForwardTiles = SharedTiles<T, HS, 1>;
 
 template <typename T, int HS>
 __global__ void __launch_bounds__(kThreads)
@@ -36,19 +35,19 @@ __global__ void __launch_bounds__(kThreads)
                    int hs, bool causal, float scale) {
 #if KILN_TENSOR_CORE_BODIES
   KILN_DYNAMIC_SHARED_MEMORY(shared);
-  T* const q = reinterpret_cast<T*>(shared);
-  const auto keys = [&](int buffer) { return q + (1 + 2 * buffer) * kTileRows * kPitch<HS>; };
-  const auto values = [&](int buffer) { return keys(buffer) + kTileRows * kPitch<HS>; };
+  const ForwardTiles<T, HS> tiles_at{reinterpret_cast<T*>(shared)};
+  T* const q = tiles_at.own(0);
+  const auto keys = [&](int buffer) { return tiles_at.first(buffer); };
+  const auto values = [&](int buffer) { return tiles_at.second(buffer); };
 
-  const int b = static_cast<int>(blockIdx.y) / NH, h = static_cast<int>(blockIdx.y) % NH;
+  const Head head(NH, T_, hs);
   const int q0 = static_cast<int>(blockIdx.x) * kTileRows;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   // The PTX fragment layouts' groupID and threadID_in_group (flash_tiles.cuh).
   const int group = lane / 4, in_group = lane % 4;
-  const int64_t C = static_cast<int64_t>(NH) * hs, stride = 3 * C;
-  const T* sequence = qkv + static_cast<int64_t>(b) * T_ * stride + h * hs;
-  const Visibility visible{T_, causal,
-                           key_mask ? key_mask + static_cast<int64_t>(b) * T_ : nullptr};
+  const int64_t C = head.C, stride = head.stride;
+  const T* sequence = qkv + head.qkv_offset;
+  const Visibility visible{T_, causal, key_mask ? key_mask + head.key_mask_offset : nullptr};
   const float scale_log2 = scale * kLog2E;
 
   const int key_end = causal ? min(T_, q0 + kTileRows) : T_;
@@ -60,8 +59,7 @@ __global__ void __launch_bounds__(kThreads)
 
   uint32_t q_fragments[HS / 16][4];  // this warp's 16 rows of Q, kept for every tile
   float o[HS / 8][4];
-#pragma unroll
-  for (int n = 0; n < HS / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  zero(o);
   // Rows `group` and `group + 8` of this warp's 16: maxima (base-2 units), and this lane's part of
   // the sums (its columns only: the four lanes of a row add theirs at the end).
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
@@ -139,13 +137,12 @@ __global__ void __launch_bounds__(kThreads)
     row_sum[r] += __shfl_xor_sync(kFullWarp, row_sum[r], 2);
     inverse[r] = row_sum[r] > 0.0f ? 1.0f / row_sum[r] : 0.0f;  // a row that sees no key: zeros
   }
-  const int64_t first_row = static_cast<int64_t>(b) * T_ * C + h * hs;
-  store_rows<T, HS>(out + first_row, C, T_, hs, q0 + warp * 16, o, inverse);
+  store_rows<T, HS>(out + head.output_offset, C, T_, hs, q0 + warp * 16, o, inverse);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int query = q0 + warp * 16 + group + r * 8;
     if (in_group == 0 && query < T_)
-      lse[(static_cast<int64_t>(b) * NH + h) * T_ + query] =
+      lse[head.statistics_offset + query] =
           row_sum[r] > 0.0f ? (row_max[r] + log2f(row_sum[r])) / kLog2E : -INFINITY;
   }
 #endif
@@ -154,7 +151,7 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T, int HS>
 int forward(void* out, float* lse, const void* qkv, const int32_t* key_mask, int64_t B, int64_t seq,
             int64_t NH, int64_t hs, bool causal, float scale) {
-  constexpr size_t bytes = forward_shared_bytes<T, HS>();
+  constexpr size_t bytes = ForwardTiles<T, HS>::kBytes;
   const auto kernel = forward_kernel<T, HS>;
   if (const cudaError_t status =
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes))

@@ -40,6 +40,37 @@ constexpr float kLog2E = 1.44269504088896341f;  // exp(x) = 2^(x log2 e)
 template <int HS>
 constexpr int kPitch = HS + 8;
 
+// Where a block's (batch, head) = blockIdx.y slices start: in qkv [B, T, 3C], in the [B, T, C]
+// tensors (out, dout, and dqkv's rows likewise at qkv_offset), in the [B, NH, T] statistics (lse,
+// D) and in the [B, T] key mask.
+struct Head {
+  int64_t C, stride;  // stride: qkv's row, 3C
+  int64_t qkv_offset, output_offset, statistics_offset, key_mask_offset;
+  __device__ Head(int NH, int T_, int hs) {
+    const int b = static_cast<int>(blockIdx.y) / NH, h = static_cast<int>(blockIdx.y) % NH;
+    C = static_cast<int64_t>(NH) * hs;
+    stride = 3 * C;
+    qkv_offset = static_cast<int64_t>(b) * T_ * stride + h * hs;
+    output_offset = static_cast<int64_t>(b) * T_ * C + h * hs;
+    statistics_offset = static_cast<int64_t>(blockIdx.y) * T_;
+    key_mask_offset = static_cast<int64_t>(b) * T_;
+  }
+};
+
+// A kernel's shared memory: `Own` tiles it keeps for its whole loop, then two buffers of the pair
+// of tiles it streams (one filled by cp.async while the other is read), then whatever else it
+// needs from end() on.
+template <typename T, int HS, int Own>
+struct SharedTiles {
+  static constexpr int kTile = kTileRows * kPitch<HS>;
+  static constexpr size_t kBytes = static_cast<size_t>(Own + 4) * kTile * sizeof(T);
+  T* base;
+  __device__ T* own(int i) const { return base + i * kTile; }
+  __device__ T* first(int buffer) const { return base + (Own + 2 * buffer) * kTile; }
+  __device__ T* second(int buffer) const { return first(buffer) + kTile; }
+  __device__ void* end() const { return base + (Own + 4) * kTile; }
+};
+
 // Queues this thread's part of the copy of min(rows, 64) rows of hs elements (`stride` apart; hs a
 // multiple of 8, rows > 0) into `tile` by cp.async; rows past `rows` and columns past hs become
 // zeros, so they add nothing to any product. The caller commits and waits (warp_matrix.cuh).
@@ -83,9 +114,11 @@ __device__ __forceinline__ void add_step_by_rows_transposed(float (&acc)[kTileRo
   }
 }
 
-__device__ __forceinline__ void zero(float (&acc)[kTileRows / 8][4]) {
+// Zeros N m16n8 accumulators.
+template <int N>
+__device__ __forceinline__ void zero(float (&acc)[N][4]) {
 #pragma unroll
-  for (int n = 0; n < kTileRows / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+  for (int n = 0; n < N; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 }
 
 // acc [16 x 64] = A Y^T: A [16 x HS] as fragments held in registers, Y the 64 rows of `tile`.
