@@ -8,8 +8,8 @@
 #   bench/device-check.sh --prebuilt     use build-pack/ from scripts/pack-for-device.sh (for a
 #                                        machine that cannot build kiln: no -dev packages)
 #   ... --stages tests,table,levers      which stages run (default tests,table); `levers`: on
-#                                        124M/64, what each switch buys (fused attention, matmul
-#                                        epilogues, selective recomputation), the attention core
+#                                        124M/64, what each switch buys (CUDA graphs, fused attention,
+#                                        matmul epilogues, selective recomputation), the attention core
 #                                        alone against PyTorch's SDPA, and the time split by op
 #                                        (--profile-ops); not part of the 10 minutes
 #
@@ -101,7 +101,7 @@ echo "== levers on 124M micro-batch 64 (each row one kiln bench train; the first
 model="--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --micro-batch-size 64"
 levers=$out/levers.jsonl
 : > "$levers"
-for switch in "" "--no-fused-attention" "--no-matmul-epilogues" "--recompute-granularity selective"; do
+for switch in "" "--cuda-graph" "--no-fused-attention" "--no-matmul-epilogues" "--recompute-granularity selective"; do
   "$kiln" bench train --device cuda --bf16 $model --vocab-size 50257 --skip-gemm-ceiling --json $switch \
     | sed "s/^{/{\"switch\":\"${switch:-(defaults)}\",/" >> "$levers"
 done

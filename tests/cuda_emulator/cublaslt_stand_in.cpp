@@ -135,6 +135,11 @@ bool consistent(const Desc& d, const Layout& a, const Layout& b, const Layout& c
          c.batch == out.batch;
 }
 
+// The product and its epilogue, as the stream runs it (defined after the API).
+void multiply(const Desc& op, const Layout& a, const void* a_data, const Layout& b,
+              const void* b_data, float alpha, float beta, const Layout& c, const void* c_data,
+              const Layout& out, void* d_data);
+
 }  // namespace
 
 extern "C" {
@@ -251,13 +256,18 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
   return CUBLAS_STATUS_SUCCESS;
 }
 
-cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t operation, const void* alpha_pointer,
-                              const void* a_data, cublasLtMatrixLayout_t a_layout, const void* b_data,
-                              cublasLtMatrixLayout_t b_layout, const void* beta_pointer, const void* c_data,
-                              cublasLtMatrixLayout_t c_layout, void* d_data, cublasLtMatrixLayout_t d_layout,
-                              const cublasLtMatmulAlgo_t* algo, void*, size_t, cudaStream_t) {
-  const Desc& op = desc(operation);
-  const Layout &a = layout(a_layout), &b = layout(b_layout), &c = layout(c_layout), &out = layout(d_layout);
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t operation,
+                              const void* alpha_pointer, const void* a_data,
+                              cublasLtMatrixLayout_t a_layout, const void* b_data,
+                              cublasLtMatrixLayout_t b_layout, const void* beta_pointer,
+                              const void* c_data, cublasLtMatrixLayout_t c_layout, void* d_data,
+                              cublasLtMatrixLayout_t d_layout, const cublasLtMatmulAlgo_t* algo,
+                              void*, size_t, cudaStream_t stream) {
+  // Copies: the call is what CUDA's is, whatever the descriptors say by the time the stream runs
+  // it.
+  const Desc op = desc(operation);
+  const Layout a = layout(a_layout), b = layout(b_layout), c = layout(c_layout),
+               out = layout(d_layout);
   if (!algo || !consistent(op, a, b, c, out)) return CUBLAS_STATUS_INVALID_VALUE;
   if (has_epilogue(op.epilogue) && epilogues_offered == cuda_emulator::Epilogues::RefusedWhenRun)
     return CUBLAS_STATUS_NOT_SUPPORTED;
@@ -274,6 +284,20 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t operation, 
   if (out.batch > 1 && (bias || aux || bias_grad)) return CUBLAS_STATUS_NOT_SUPPORTED;
 
   const float alpha = *static_cast<const float*>(alpha_pointer), beta = *static_cast<const float*>(beta_pointer);
+  cuda_emulator::submit(
+      stream, [=] { multiply(op, a, a_data, b, b_data, alpha, beta, c, c_data, out, d_data); });
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // extern "C"
+
+namespace {
+
+void multiply(const Desc& op, const Layout& a, const void* a_data, const Layout& b,
+              const void* b_data, float alpha, float beta, const Layout& c, const void* c_data,
+              const Layout& out, void* d_data) {
+  const bool bias =
+      op.epilogue == CUBLASLT_EPILOGUE_BIAS || op.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
   const bool round_tf32 = op.compute == CUBLAS_COMPUTE_32F_FAST_TF32 && a.type == CUDA_R_32F;
   uint64_t m, k, unused, n;
   op_shape(a, op.trans_a, m, k);
@@ -325,9 +349,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t operation, 
       for (uint64_t p = 0; p < k; ++p) sum += b_op[p * n + j];
       store(out.type, const_cast<void*>(op.bias), static_cast<int64_t>(j), sum);
     }
-  return CUBLAS_STATUS_SUCCESS;
 }
 
-}  // extern "C"
+}  // namespace
 
 void cuda_emulator::set_cublaslt_epilogues(Epilogues epilogues) { epilogues_offered = epilogues; }

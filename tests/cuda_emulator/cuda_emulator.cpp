@@ -298,8 +298,7 @@ int finish(int error, const std::string& why) {
 
 }  // namespace
 
-int run(const void* kernel, dim3 grid, dim3 block_shape, size_t shared_bytes,
-        const std::function<void()>& thread_body) {
+int check_configuration(const void* kernel, dim3 grid, dim3 block_shape, size_t shared_bytes) {
   const uint64_t threads = static_cast<uint64_t>(block_shape.x) * block_shape.y * block_shape.z;
   if (threads == 0 || threads > 1024 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
       grid.y > 65535 || grid.z > 65535)
@@ -312,6 +311,13 @@ int run(const void* kernel, dim3 grid, dim3 block_shape, size_t shared_bytes,
     return finish(kInvalidValue, std::to_string(shared_bytes) +
                                      " bytes of dynamic shared memory requested, " +
                                      std::to_string(allowed) + " allowed for this kernel");
+  return 0;
+}
+
+int run(const void* kernel, dim3 grid, dim3 block_shape, size_t shared_bytes,
+        const std::function<void()>& thread_body) {
+  if (const int error = check_configuration(kernel, grid, block_shape, shared_bytes)) return error;
+  const uint64_t threads = static_cast<uint64_t>(block_shape.x) * block_shape.y * block_shape.z;
   while (stacks.size() < threads) stacks.push_back(std::make_unique<Stack>());
 
   Block b;

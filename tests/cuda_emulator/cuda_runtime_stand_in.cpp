@@ -3,15 +3,21 @@
 // the CUDA back-end compiled by the host compiler links against this instead of libcudart: one
 // device, "device" memory on the host heap within a fixed capacity, the sticky-error rules of
 // cudaGetLastError, and streams that keep their order as late as CUDA allows: work on the legacy
-// default stream (every kernel launch and copy kiln issues there) runs when issued, but work on a
-// stream of its own runs only when something must wait for it (an event on it waited for,
-// cudaStreamSynchronize, cudaDeviceSynchronize). So a copy on kiln's copy stream lands as late as
-// it could on a GPU: a kernel that reads the slot without waiting for the copy's event reads the
-// old batch, and a host slot refilled before its copy's event was waited for is copied refilled
-// (pinned memory is read when the copy runs; pageable memory when it is issued, as CUDA stages it).
+// default stream runs when issued, but work on a stream of its own (kiln's compute stream and copy
+// stream) runs only when something must wait for it (an event on it waited for,
+// cudaStreamSynchronize, cudaDeviceSynchronize, cudaFree). So a copy on kiln's copy stream lands
+// as late as it could on a GPU: a kernel that reads the slot without waiting for the copy's event
+// reads the old batch, and a host slot refilled before its copy's event was waited for is copied
+// refilled (pinned memory is read when the copy runs; pageable memory when it is issued, as CUDA
+// stages it); and a result read on the host without waiting for the compute stream is stale.
 //
-// What it cannot check: work on the default stream running late (a copy stream that does not wait
-// for a kernel that still reads its slot), and timing (events read the host's wall clock).
+// Graphs: a stream being captured (cudaStreamBeginCapture) records its work instead of queueing
+// it; an instantiated graph replays the records in order when launched. What CUDA forbids while a
+// capture is open (synchronising, cudaMalloc, cudaFree, synchronous copies, work on the legacy
+// stream, events on the captured stream) fails and invalidates the capture, so its end reports it.
+//
+// What it cannot check: work on the default stream running late, and timing (events read the
+// host's wall clock).
 #include <cuda_runtime_api.h>
 
 #include <chrono>
@@ -58,6 +64,11 @@ struct Event {
   uint64_t ticket = 0;       // the work on `stream` up to and including this ticket
 };
 
+// What a captured stream has recorded (cudaGraph_t), or an instantiated graph (cudaGraphExec_t).
+struct Graph {
+  std::vector<std::function<void()>> work;
+};
+
 // A stream other than the default one: work in issue order, run when something waits for it.
 struct Stream {
   struct Work {
@@ -66,8 +77,14 @@ struct Stream {
   };
   std::deque<Work> pending;
   uint64_t next_ticket = 1;
+  std::unique_ptr<Graph> capture;  // set between cudaStreamBeginCapture and cudaStreamEndCapture
+  bool capture_invalidated = false;
 
   uint64_t enqueue(std::function<void()> run) {
+    if (capture) {
+      capture->work.push_back(std::move(run));
+      return 0;
+    }
     pending.push_back({next_ticket, std::move(run)});
     return next_ticket++;
   }
@@ -89,6 +106,25 @@ Event* event_of(cudaEvent_t event) { return reinterpret_cast<Event*>(event); }
 std::vector<Stream*>& live_streams() {
   static std::vector<Stream*> streams;
   return streams;
+}
+
+// The stream being captured, if any (kiln captures from one thread, one stream at a time).
+Stream*& capturing() {
+  static Stream* stream = nullptr;
+  return stream;
+}
+
+// For a call CUDA forbids while a capture is open: invalidates the capture and returns true.
+bool refused_during_capture() {
+  if (!capturing()) return false;
+  capturing()->capture_invalidated = true;
+  return true;
+}
+
+// What a synchronisation reports: a kernel that failed while the stream ran (its error is sticky).
+cudaError_t after_synchronising() {
+  return cuda_emulator::peek_last_error() == cudaErrorLaunchFailure ? cudaErrorLaunchFailure
+                                                                    : cudaSuccess;
 }
 
 // Runs what `event` waits for and marks it reached.
@@ -126,6 +162,12 @@ const char* cudaGetErrorString(cudaError_t error) {
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorLaunchFailure: return "unspecified launch failure (emulator)";
+    case cudaErrorStreamCaptureUnsupported:
+      return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated:
+      return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureImplicit:
+      return "operation would make the legacy stream depend on a capturing blocking stream";
     default: return "CUDA error (emulator)";
   }
 }
@@ -163,11 +205,13 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int dev
 }
 
 cudaError_t cudaDeviceSynchronize(void) {
+  if (refused_during_capture()) return cudaErrorStreamCaptureUnsupported;
   for (Stream* stream : live_streams()) stream->run_all();
-  return cudaSuccess;
+  return after_synchronising();
 }
 
 cudaError_t cudaMalloc(void** pointer, size_t bytes) {
+  if (refused_during_capture()) return cudaErrorStreamCaptureUnsupported;
   Memory& m = memory();
   std::lock_guard lock(m.mutex);
   *pointer = nullptr;
@@ -181,8 +225,11 @@ cudaError_t cudaMalloc(void** pointer, size_t bytes) {
   return cudaSuccess;
 }
 
+// As CUDA's, it waits for all work first: a kernel still queued may use the memory.
 cudaError_t cudaFree(void* pointer) {
+  if (refused_during_capture()) return cudaErrorStreamCaptureUnsupported;
   if (!pointer) return cudaSuccess;
+  for (Stream* stream : live_streams()) stream->run_all();
   Memory& m = memory();
   std::lock_guard lock(m.mutex);
   const auto found = m.device.find(pointer);
@@ -228,6 +275,7 @@ cudaError_t cudaFreeHost(void* pointer) {
 }
 
 cudaError_t cudaMemcpy(void* destination, const void* source, size_t bytes, cudaMemcpyKind) {
+  if (refused_during_capture()) return cudaErrorStreamCaptureImplicit;
   if (bytes) std::memmove(destination, source, bytes);
   return cudaSuccess;
 }
@@ -235,7 +283,13 @@ cudaError_t cudaMemcpyAsync(void* destination, const void* source, size_t bytes,
                             cudaMemcpyKind kind, cudaStream_t stream) {
   Stream* queue = stream_of(stream);
   if (!queue || bytes == 0) return cudaMemcpy(destination, source, bytes, kind);
-  if (pinned(source)) {
+  if (queue->capture && !pinned(source) && kind == cudaMemcpyHostToDevice) {
+    queue->capture_invalidated = true;  // CUDA cannot capture a copy from pageable memory
+    return cudaErrorStreamCaptureUnsupported;
+  }
+  // Pinned memory and device memory are read when the copy runs; pageable host memory is staged
+  // now.
+  if (kind != cudaMemcpyHostToDevice || pinned(source)) {
     queue->enqueue([=] { std::memmove(destination, source, bytes); });
   } else {
     auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(source),
@@ -253,21 +307,26 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) {
 }
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   Stream* queue = stream_of(stream);
-  if (!queue) return cudaErrorInvalidResourceHandle;
+  if (!queue || queue->capture) return cudaErrorInvalidResourceHandle;
   queue->run_all();  // as CUDA: the work finishes, then the stream is released
   std::erase(live_streams(), queue);
   delete queue;
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  if (refused_during_capture()) return cudaErrorStreamCaptureUnsupported;
   if (Stream* queue = stream_of(stream)) queue->run_all();
-  return cudaSuccess;
+  return after_synchronising();
 }
 // The default stream waits at once; another stream waits when its work gets that far.
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
   Event* awaited = event_of(event);
   if (!awaited) return cudaErrorInvalidResourceHandle;
   Stream* queue = stream_of(stream);
+  if (queue ? queue->capture != nullptr : refused_during_capture()) {
+    if (queue) queue->capture_invalidated = true;  // kiln's captures wait for no event
+    return cudaErrorStreamCaptureUnsupported;
+  }
   if (!queue || awaited->stream == queue) {
     if (!queue) complete(*awaited);
     return cudaSuccess;
@@ -296,6 +355,10 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   Event* recorded = event_of(event);
   if (!recorded) return cudaErrorInvalidResourceHandle;
   Stream* queue = stream_of(stream);
+  if (queue ? queue->capture != nullptr : refused_during_capture()) {
+    if (queue) queue->capture_invalidated = true;  // kiln's captures record no event
+    return cudaErrorStreamCaptureUnsupported;
+  }
   if (!queue) {
     recorded->stream = nullptr;
     recorded->recorded = std::chrono::steady_clock::now();
@@ -314,8 +377,9 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   Event* awaited = event_of(event);
   if (!awaited) return cudaErrorInvalidResourceHandle;
+  if (refused_during_capture()) return cudaErrorStreamCaptureUnsupported;
   complete(*awaited);
-  return cudaSuccess;
+  return after_synchronising();
 }
 cudaError_t cudaEventElapsedTime(float* milliseconds, cudaEvent_t start, cudaEvent_t end) {
   const Event* first = event_of(start);
@@ -326,9 +390,61 @@ cudaError_t cudaEventElapsedTime(float* milliseconds, cudaEvent_t start, cudaEve
   return cudaSuccess;
 }
 
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode) {
+  Stream* queue = stream_of(stream);
+  if (!queue) return cudaErrorStreamCaptureUnsupported;  // the legacy stream cannot be captured
+  if (capturing()) return cudaErrorIllegalState;
+  queue->capture = std::make_unique<Graph>();
+  queue->capture_invalidated = false;
+  capturing() = queue;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
+  Stream* queue = stream_of(stream);
+  if (!queue || !queue->capture) return cudaErrorIllegalState;
+  capturing() = nullptr;
+  std::unique_ptr<Graph> captured = std::move(queue->capture);
+  *graph = nullptr;
+  if (queue->capture_invalidated) return cudaErrorStreamCaptureInvalidated;
+  *graph = reinterpret_cast<cudaGraph_t>(captured.release());
+  return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* executable, cudaGraph_t graph,
+                                 unsigned long long) {
+  if (!graph) return cudaErrorInvalidValue;
+  *executable = reinterpret_cast<cudaGraphExec_t>(new Graph(*reinterpret_cast<Graph*>(graph)));
+  return cudaSuccess;
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t executable, cudaStream_t stream) {
+  const auto* graph = reinterpret_cast<const Graph*>(executable);
+  if (!graph) return cudaErrorInvalidValue;
+  cuda_emulator::submit(stream, [graph] {
+    for (const std::function<void()>& work : graph->work) work();
+  });
+  return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  delete reinterpret_cast<Graph*>(graph);
+  return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t executable) {
+  for (Stream* stream : live_streams()) stream->run_all();  // a queued launch may still replay it
+  delete reinterpret_cast<Graph*>(executable);
+  return cudaSuccess;
+}
+
 cudaError_t cudaFuncSetAttribute(const void* kernel, cudaFuncAttribute attribute, int value) {
   if (attribute != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaSuccess;
   return status(cuda_emulator::set_max_dynamic_shared_bytes(kernel, value));
 }
 
 }  // extern "C"
+
+void cuda_emulator::submit(cudaStream_t stream, std::function<void()> work) {
+  Stream* queue = stream_of(stream);
+  if (!queue) {
+    if (!refused_during_capture()) work();  // the legacy stream cannot take work during a capture
+    return;
+  }
+  queue->enqueue(std::move(work));
+}

@@ -15,6 +15,7 @@
 
 #include "cuda_emulator.h"
 #include "kiln/backend/cuda/kernels.h"
+#include "kiln/backend/cuda/stream.h"
 #include "kiln/core/tensor.h"
 #include "support/device_tensors.h"
 
@@ -83,8 +84,10 @@ inline int element_kind(DType dtype) {
   return dtype == DType::BF16 ? cuda::kBf16 : dtype == DType::F16 ? cuda::kFp16 : cuda::kFp32;
 }
 
-// A launcher's status as a test assertion: 0, or the emulator's account of what went wrong.
+// A launcher's status as a test assertion, once the compute stream has run what it issued: 0, or
+// the emulator's account of what went wrong.
 inline ::testing::AssertionResult launched(int status) {
+  if (status == 0) status = cudaStreamSynchronize(cuda::compute_stream());
   if (status == 0) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << "status " << status << ": " << cuda_emulator::failure();
 }

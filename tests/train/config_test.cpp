@@ -108,6 +108,13 @@ TEST(Config, InconsistentValuesAreErrors) {
   check([](Config& c) { c.save_interval = 10; }, "'save_interval'");
   check([](Config& c) { c.lr_decay_style = "step"; }, "'step'");
   check([](Config& c) { c.device = "tpu"; }, "'device'");
+  check([](Config& c) { c.cuda_graph = true; }, "'cuda_graph' needs --device cuda");
+  check(
+      [](Config& c) {
+        c.device = "cuda";
+        c.cuda_graph = c.profile_ops = true;
+      },
+      "'cuda_graph' and 'profile_ops'");
 }
 
 TEST(Config, YamlRoundTrips) {

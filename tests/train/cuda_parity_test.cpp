@@ -1,5 +1,6 @@
 // End to end on the GPU: 20 fp32 training steps of a small GPT on the CUDA back-end follow the
 // CPU reference run's losses to a relative 1e-4. Skips with the reason where no GPU is usable.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,11 +14,20 @@
 namespace kiln {
 namespace {
 
-class LossRecorder : public TrainObserver {
- public:
-  void on_iteration(const IterationStats& stats) override { losses.push_back(stats.lm_loss); }
-  std::vector<double> losses;
-};
+// Trains `config` to the end; returns every iteration's statistics and, in `backend_notes`, what
+// the back-end says it chose (Backend::run_notes).
+std::vector<IterationStats> train_steps(const Config& config,
+                                        std::string* backend_notes = nullptr) {
+  Trainer trainer(config);
+  struct Recorder : TrainObserver {
+    void on_iteration(const IterationStats& stats) override { steps.push_back(stats); }
+    std::vector<IterationStats> steps;
+  } recorder;
+  trainer.add_observer(&recorder);
+  trainer.run();
+  if (backend_notes) *backend_notes = trainer.backend().run_notes();
+  return recorder.steps;
+}
 
 std::vector<double> train_losses(const std::string& data, const std::string& device,
                                  const std::string& recompute = "none", bool pin_memory = true,
@@ -27,11 +37,9 @@ std::vector<double> train_losses(const std::string& data, const std::string& dev
   config.h2d_stream = h2d_stream;
   config.recompute_granularity = recompute;
   if (recompute == "full") config.recompute_method = "uniform";
-  Trainer trainer(config);
-  LossRecorder recorder;
-  trainer.add_observer(&recorder);
-  trainer.run();
-  return recorder.losses;
+  std::vector<double> losses;
+  for (const IterationStats& step : train_steps(config)) losses.push_back(step.lm_loss);
+  return losses;
 }
 
 TEST(CudaParity, Fp32TrainingFollowsTheCpuLosses) {
@@ -69,6 +77,62 @@ TEST(CudaParity, RecomputationOnTheGpuIsBitIdentical) {
   const std::vector<double> none = train_losses(dir.path(), "cuda");
   EXPECT_EQ(train_losses(dir.path(), "cuda", "full"), none);
   EXPECT_EQ(train_losses(dir.path(), "cuda", "selective"), none);
+}
+
+// Replays from CUDA graphs run the same kernels on the same data as direct calls, so every loss
+// agrees bit for bit. A graph replayed with another micro-batch's stager slot, or a capture not
+// replayed, or replayed twice, changes the losses.
+std::vector<IterationStats> train_steps(Config config, bool cuda_graph,
+                                        std::string* backend_notes) {
+  config.cuda_graph = cuda_graph;
+  return train_steps(config, backend_notes);
+}
+
+TEST(CudaParity, CudaGraphReplaysGiveBitIdenticalLosses) {
+  const std::string reason = testing::backend_skip_reason("cuda");
+  if (!reason.empty()) GTEST_SKIP() << reason;
+  testing::TempDir dir;
+  testing::write_toy_dataset(dir.path(), 61, 20000, 2000);
+  const Config config = testing::small_gpt_config(dir.path(), "cuda");
+  std::string direct_notes, graph_notes;
+  const std::vector<IterationStats> direct = train_steps(config, false, &direct_notes);
+  const std::vector<IterationStats> graphed = train_steps(config, true, &graph_notes);
+  ASSERT_EQ(graphed.size(), direct.size());
+  for (size_t i = 0; i < direct.size(); ++i) {
+    EXPECT_EQ(graphed[i].lm_loss, direct[i].lm_loss) << "iteration " << i + 1;
+    EXPECT_EQ(graphed[i].grad_norm, direct[i].grad_norm) << "iteration " << i + 1;
+  }
+  // 20 steps of 2 micro-batches: the first runs directly, the next two are recorded (one per
+  // stager slot), and every one after the first is a replay.
+  EXPECT_NE(graph_notes.find("CUDA graphs: 2 captured, 39 replays"), std::string::npos)
+      << graph_notes;
+  EXPECT_EQ(direct_notes.find("CUDA graphs"), std::string::npos) << direct_notes;
+}
+
+TEST(CudaParity, CudaGraphsAreRecordedAgainWhenTheLossScaleChanges) {
+  const std::string reason = testing::backend_skip_reason("cuda");
+  if (!reason.empty()) GTEST_SKIP() << reason;
+  testing::TempDir dir;
+  testing::write_toy_dataset(dir.path(), 61, 20000, 2000);
+  Config config = testing::small_gpt_config(dir.path(), "cuda");
+  config.fp16 = true;
+  config.initial_loss_scale =
+      1e12;  // overflows: skipped steps and a falling scale, as in MixedPrecision
+  std::string direct_notes, graph_notes;
+  const std::vector<IterationStats> direct = train_steps(config, false, &direct_notes);
+  const std::vector<IterationStats> graphed = train_steps(config, true, &graph_notes);
+  ASSERT_EQ(graphed.size(), direct.size());
+  int64_t scale_changes = 0;
+  for (size_t i = 0; i < direct.size(); ++i) {
+    EXPECT_EQ(graphed[i].loss_scale, direct[i].loss_scale) << "iteration " << i + 1;
+    EXPECT_EQ(graphed[i].skipped, direct[i].skipped) << "iteration " << i + 1;
+    EXPECT_EQ(graphed[i].lm_loss, direct[i].lm_loss) << "iteration " << i + 1;
+    scale_changes += i > 0 && direct[i].loss_scale != direct[i - 1].loss_scale;
+  }
+  ASSERT_GT(scale_changes, 2);
+  EXPECT_NE(graph_notes.find(fmt::format("CUDA graphs: {} captured", 2 * (scale_changes + 1))),
+            std::string::npos)
+      << graph_notes << " (each scale is recorded once per stager slot)";
 }
 
 }  // namespace

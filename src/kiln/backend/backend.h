@@ -7,6 +7,7 @@
 // A Backend is used from one host thread at a time.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,6 +25,15 @@ struct BackendOptions {
                                 // size up to 256); off: T x T scores through cuBLASLt
   bool matmul_epilogues = true; // CUDA: bias, GELU and bias gradients inside the cuBLASLt products
                                 // where it has algorithms for them; off: separate kernels
+};
+
+// Ops recorded by Backend::capture, replayed as one unit: replay() issues exactly the work the ops
+// issued while they were recorded, with the same arguments and device addresses, so it computes
+// what calling them again would, on whatever those addresses hold when it runs.
+class OpGraph {
+ public:
+  virtual ~OpGraph() = default;
+  virtual void replay() = 0;
 };
 
 // Device memory owned by a back-end; freed when the buffer is destroyed.
@@ -70,6 +80,14 @@ class Backend {
   virtual size_t reserve_workspace(const WorkspaceNeeds& needs) = 0;
   // What reserve_workspace(needs) would hold, without allocating (memory pre-flight checks).
   virtual size_t workspace_bytes(const WorkspaceNeeds& needs) const = 0;
+  // Records the ops that `ops` calls, without running them, into a graph to replay (CUDA graphs:
+  // one launch for hundreds of kernels). Null where the back-end has no graphs; then nothing was
+  // recorded or run. While recording, the ops must not copy to or from the host, synchronise or
+  // grow their workspace: run them once before capturing (a failure names the capture).
+  virtual std::unique_ptr<OpGraph> capture(const std::function<void()>& ops) {
+    (void)ops;
+    return nullptr;
+  }
   // Input batches to the device, overlapped with compute (batch_stager.h).
   virtual std::unique_ptr<BatchStager> make_batch_stager(const StagerOptions& options) = 0;
 

@@ -103,6 +103,14 @@ void Gpt::zero_grads() { backend_.fill({grads_, 0.0f}); }
 
 double Gpt::forward(std::span<const int32_t> tokens, std::span<const int32_t> targets,
                     int64_t batch, int64_t seq, bool prepare_backward, float loss_scale, GptStagedInputs staged) {
+  begin_forward(tokens, targets, batch, seq, prepare_backward, loss_scale, staged);
+  forward_ops();
+  return loss();
+}
+
+void Gpt::begin_forward(std::span<const int32_t> tokens, std::span<const int32_t> targets,
+                        int64_t batch, int64_t seq, bool prepare_backward, float loss_scale,
+                        GptStagedInputs staged) {
   KILN_CHECK(arena_ != nullptr, "Gpt::forward before allocate_activations");
   KILN_CHECK(batch > 0 && seq > 0 && batch <= max_batch_ && seq <= max_seq_,
              "batch {} x sequence {} exceeds the planned {} x {}", batch, seq, max_batch_, max_seq_);
@@ -112,22 +120,45 @@ double Gpt::forward(std::span<const int32_t> tokens, std::span<const int32_t> ta
   KILN_CHECK(targets.empty() || targets.size() == positions, "{} targets given for {} positions",
              targets.size(), positions);
   KILN_CHECK(!prepare_backward || !targets.empty(), "a training forward needs targets");
-  if (batch != acts_.batch || seq != acts_.seq) {
-    arena_->reset();
-    acts_ = GptActivations::lay_out(*arena_, config_, batch, seq, backend_.device(), recompute_, dtype(), logit_rows_);
-  }
+  KILN_CHECK((staged.tokens == nullptr) == (staged.targets == nullptr),
+             "staged inputs carry both tokens and targets, or neither");
   for (size_t i = 0; i < positions; ++i)
     KILN_CHECK(tokens[i] >= 0 && tokens[i] < config_.vocab_size,
                "token id {} at position {} is outside the vocabulary [0, {})", tokens[i], i,
                config_.vocab_size);
-  KILN_CHECK((staged.tokens == nullptr) == (staged.targets == nullptr),
-             "staged inputs carry both tokens and targets, or neither");
-  tokens_in_use_ = acts_.tokens;
-  if (staged.tokens) {
-    tokens_in_use_.data = const_cast<int32_t*>(staged.tokens);  // read only by the ops
-  } else {
-    backend_.copy_to_device(acts_.tokens.data, tokens.data(), positions * sizeof(int32_t));
+  counted_ = 0;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const int32_t target = targets[i];
+    KILN_CHECK(target == ignore_index() || (target >= 0 && target < config_.vocab_size),
+               "target id {} at position {} is outside the vocabulary [0, {})", target, i,
+               config_.vocab_size);
+    counted_ += target != ignore_index();
   }
+  if (batch != acts_.batch || seq != acts_.seq) {
+    arena_->reset();
+    acts_ = GptActivations::lay_out(*arena_, config_, batch, seq, backend_.device(), recompute_,
+                                    dtype(), logit_rows_);
+  }
+  inputs_ = ForwardInputs{};
+  inputs_.batch = batch;
+  inputs_.seq = seq;
+  inputs_.prepare_backward = prepare_backward;
+  inputs_.tokens = staged.tokens ? staged.tokens : acts_.tokens.as<int32_t>();
+  if (!staged.tokens)
+    backend_.copy_to_device(acts_.tokens.data, tokens.data(), positions * sizeof(int32_t));
+  if (!targets.empty()) {
+    inputs_.targets = staged.targets ? staged.targets : acts_.targets.as<int32_t>();
+    if (!staged.targets)
+      backend_.copy_to_device(acts_.targets.data, targets.data(), positions * sizeof(int32_t));
+    inputs_.gradient_scale = counted_ ? loss_scale / static_cast<float>(counted_) : 0.0f;
+  }
+  tokens_in_use_ = acts_.tokens;
+  tokens_in_use_.data = const_cast<int32_t*>(inputs_.tokens);  // read only by the ops
+  backward_ready_ = false;
+}
+
+void Gpt::forward_ops() {
+  KILN_CHECK(inputs_.tokens != nullptr, "Gpt::forward_ops without begin_forward");
   backend_.embedding_forward({acts_.embedded, tokens_in_use_, weights_.wte, weights_.wpe});
   Tensor residual = acts_.embedded;
   for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
@@ -139,43 +170,39 @@ double Gpt::forward(std::span<const int32_t> tokens, std::span<const int32_t> ta
   backend_.layernorm_forward({acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, residual,
                               weights_.lnf_weight, weights_.lnf_bias, config_.layernorm_eps});
   backward_ready_ = false;
-  if (targets.empty()) return 0.0;
+  if (!inputs_.targets) return;
 
-  int64_t counted = 0;
-  for (size_t i = 0; i < positions; ++i) {
-    const int32_t target = targets[i];
-    KILN_CHECK(target == ignore_index() || (target >= 0 && target < config_.vocab_size),
-               "target id {} at position {} is outside the vocabulary [0, {})", target, i, config_.vocab_size);
-    counted += target != ignore_index();
-  }
   Tensor targets_in_use = acts_.targets;
-  if (staged.targets) {
-    targets_in_use.data = const_cast<int32_t*>(staged.targets);
-  } else {
-    backend_.copy_to_device(acts_.targets.data, targets.data(), positions * sizeof(int32_t));
-  }
-  const float per_token_scale = counted ? loss_scale / static_cast<float>(counted) : 0.0f;
+  targets_in_use.data = const_cast<int32_t*>(inputs_.targets);
   // Classifier (tied to wte) and loss, a chunk of positions at a time; in training each chunk's
   // logits gradient goes straight back through the classifier.
-  const int64_t rows = batch * seq, C = config_.hidden_size, Vp = config_.padded_vocab_size();
+  const int64_t rows = inputs_.batch * inputs_.seq, C = config_.hidden_size,
+                Vp = config_.padded_vocab_size();
   const int64_t chunk = acts_.logits.shape[0];
+  const bool prepare_backward = inputs_.prepare_backward;
   for (int64_t first = 0; first < rows; first += chunk) {
     const int64_t n = std::min(chunk, rows - first);
     const Tensor logits = acts_.logits.slice(0, n * Vp).reshaped({n, Vp});
     const Tensor lnf = acts_.lnf.slice(first * C, n * C).reshaped({n, C});
     backend_.matmul_forward({logits, lnf, weights_.wte, Tensor{}, WeightLayout::OutIn});
-    backend_.softmax_cross_entropy({logits, acts_.losses.slice(first, n), targets_in_use.slice(first, n),
-                                    config_.vocab_size, ignore_index(), per_token_scale, prepare_backward});
+    backend_.softmax_cross_entropy({logits, acts_.losses.slice(first, n),
+                                    targets_in_use.slice(first, n), config_.vocab_size,
+                                    ignore_index(), inputs_.gradient_scale, prepare_backward});
     if (prepare_backward)
       backend_.matmul_backward({acts_.d_hidden.slice(first * C, n * C).reshaped({n, C}), weight_grads_.wte, Tensor{},
                                 logits, lnf, weights_.wte, WeightLayout::OutIn});
   }
+  backward_ready_ = prepare_backward;
+}
+
+double Gpt::loss() {
+  if (!inputs_.targets || counted_ == 0) return 0.0;
+  const auto positions = static_cast<size_t>(inputs_.batch * inputs_.seq);
   std::vector<float> losses(positions);
   backend_.copy_to_host(losses.data(), acts_.losses.data, positions * sizeof(float));
   double sum = 0.0;
   for (float loss : losses) sum += loss;
-  backward_ready_ = prepare_backward;
-  return counted ? sum / static_cast<double>(counted) : 0.0;
+  return sum / static_cast<double>(counted_);
 }
 
 void Gpt::backward() {

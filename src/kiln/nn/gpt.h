@@ -68,6 +68,28 @@ class Gpt {
   // until backward() returns.
   double forward(std::span<const int32_t> tokens, std::span<const int32_t> targets, int64_t batch,
                  int64_t seq, bool prepare_backward = false, float loss_scale = 1.0f, GptStagedInputs staged = {});
+
+  // forward() in three parts, for a caller that records the ops into a graph (Backend::capture):
+  // begin_forward() takes forward()'s arguments, checks them on the host and copies what is not
+  // staged; forward_ops() issues the forward's ops and nothing else (no copy, no wait); loss()
+  // waits for them and returns what forward() would. backward() may come before loss().
+  void begin_forward(std::span<const int32_t> tokens, std::span<const int32_t> targets,
+                     int64_t batch, int64_t seq, bool prepare_backward = false,
+                     float loss_scale = 1.0f, GptStagedInputs staged = {});
+  void forward_ops();
+  double loss();
+  // What the ops of forward_ops() and backward() read from begin_forward()'s arguments besides the
+  // tensors' contents: ops recorded after one begin_forward() replay correctly after another
+  // exactly when the two give equal ForwardInputs.
+  struct ForwardInputs {
+    const int32_t* tokens = nullptr;   // device addresses the ops read the batch from
+    const int32_t* targets = nullptr;  // null without targets
+    int64_t batch = 0, seq = 0;
+    float gradient_scale = 0.0f;  // loss_scale over the counted positions
+    bool prepare_backward = false;
+    bool operator==(const ForwardInputs&) const = default;
+  };
+  const ForwardInputs& forward_inputs() const { return inputs_; }
   // Adds the rest of this micro-batch's parameter gradients to grads(); requires
   // forward(prepare_backward) just before it.
   void backward();
@@ -92,6 +114,8 @@ class Gpt {
   int64_t logit_rows_ = kDefaultLogitRows;
   size_t workspace_bytes_ = 0;
   GptActivations acts_;
+  ForwardInputs inputs_;  // of the last begin_forward()
+  int64_t counted_ = 0;   // positions whose target is not ignore_index
   Tensor tokens_in_use_;  // acts_.tokens, or the staged tokens of the current micro-batch
   bool backward_ready_ = false;
 };

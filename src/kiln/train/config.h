@@ -66,6 +66,7 @@ struct Config {
   bool fused_attention = true;  // fused attention kernels where they apply (CUDA)
   bool matmul_epilogues = true; // bias/GELU/bias-gradient epilogues in the cuBLASLt products (CUDA)
   bool profile_ops = false;     // time every back-end op, waiting for the device after each
+  bool cuda_graph = false;      // replay each micro-batch's forward and backward from a CUDA graph
   double loss_scale = 0.0;  // > 0: static scale; 0: dynamic when fp16
   double initial_loss_scale = 4294967296.0;
   double min_loss_scale = 1.0;

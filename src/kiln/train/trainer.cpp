@@ -89,6 +89,7 @@ Trainer::Trainer(const Config& config)
   staging.pinned = config_.pin_memory;
   staging.own_stream = config_.h2d_stream;
   stager_ = backend_->make_batch_stager(staging);
+  if (config_.cuda_graph) graphs_ = std::make_unique<MicroBatchGraphs>(*backend_);
   scaler_ = LossScaler(config_.loss_scaler());
   if (config_.load.empty()) {
     model_->init_weights(static_cast<uint64_t>(config_.seed));
@@ -174,9 +175,15 @@ IterationStats Trainer::train_step() {
     const StagedBatch next = step + 1 < accumulation ? stage(state_.consumed_samples + (step + 1) * micro) : StagedBatch{};
     stager_->wait_for_copy(current.device);
     const GptStagedInputs device{current.device, current.device + current.tokens.size()};
-    loss_sum += model_->forward(current.tokens, current.targets, micro, seq, /*prepare_backward=*/true,
-                                scale / static_cast<float>(accumulation), device);
-    model_->backward();
+    model_->begin_forward(current.tokens, current.targets, micro, seq, /*prepare_backward=*/true,
+                          scale / static_cast<float>(accumulation), device);
+    if (graphs_) {
+      graphs_->forward_backward(*model_);
+    } else {
+      model_->forward_ops();
+      model_->backward();
+    }
+    loss_sum += model_->loss();  // waits for the device once per micro-batch, with backward queued
     stager_->release(current.device);
     current = next;
   }

@@ -1,5 +1,6 @@
 // Trainer: owns one training run (ARCHITECTURE.md decision 6). Per iteration:
-//   micro-batches (forward, backward; gradients accumulate) -> global gradient norm and inf/NaN
+//   micro-batches (forward, backward; gradients accumulate; with cuda_graph both replayed from a
+//   graph, micro_batch_graphs.h) -> global gradient norm and inf/NaN
 //   check -> loss-scaler update (skip the step on overflow) -> unscale and clip folded into one
 //   factor -> AdamW at the scheduled learning rate.
 // global batch = micro-batch x data-parallel size x accumulation steps. Validation, checkpoints
@@ -16,8 +17,8 @@
 
 #include "kiln/backend/backend.h"
 #include "kiln/backend/op_timing.h"
-#include "kiln/data/token_dataset.h"
 #include "kiln/data/loader.h"
+#include "kiln/data/token_dataset.h"
 #include "kiln/data/token_source.h"
 #include "kiln/nn/gpt.h"
 #include "kiln/obs/observer.h"
@@ -26,6 +27,7 @@
 #include "kiln/optim/lr_schedule.h"
 #include "kiln/train/checkpoint.h"
 #include "kiln/train/config.h"
+#include "kiln/train/micro_batch_graphs.h"
 
 namespace kiln {
 
@@ -73,6 +75,7 @@ class Trainer {
   std::unique_ptr<TokenSource> train_data_, val_data_;
   std::unique_ptr<DataLoader> train_loader_, val_loader_;  // over train_data_, val_data_
   std::unique_ptr<BatchStager> stager_;  // training micro-batches to the device
+  std::unique_ptr<MicroBatchGraphs> graphs_;  // with cuda_graph
   size_t train_shards_ = 0;
   std::vector<TrainObserver*> observers_;
   std::vector<int32_t> tokens_, targets_;

@@ -25,14 +25,16 @@
 // Fibers switch in x86-64 assembly (cuda_emulator.cpp): one switch costs nanoseconds, where
 // ucontext's swapcontext made a system call, and the kernels switch at every shuffle.
 //
-// Streams (cuda_runtime_stand_in.cpp): work on a stream of kiln's own runs as late as CUDA allows,
-// when something waits for it, so a missing event wait shows as stale data.
+// Streams (cuda_runtime_stand_in.cpp): work on a stream of kiln's own (the compute stream every
+// kernel and product goes on, the batch stager's copy stream) runs as late as CUDA allows, when
+// something waits for it, so a missing event wait or synchronisation shows as stale data.
 //
 // What it does not model: timing, memory coalescing or bank conflicts, races between blocks
 // (they never overlap here), work on the default stream running late (it runs when issued),
 // and out-of-bounds global accesses (the kernel tests guard their buffers).
 #pragma once
 
+#include <driver_types.h>
 #include <vector_types.h>
 
 #include <cstddef>
@@ -49,9 +51,30 @@ namespace cuda_emulator {
 int run(const void* kernel, dim3 grid, dim3 block, size_t shared_bytes,
         const std::function<void()>& thread_body);
 
+// What CUDA checks when a launch is issued: the block's size, the grid's extents, and the dynamic
+// shared memory against the kernel's allowance. Returns 0 or the error, kept as run()'s are.
+int check_configuration(const void* kernel, dim3 grid, dim3 block, size_t shared_bytes);
+
+// Issues `work` on `stream` (cuda_runtime_stand_in.cpp): on the legacy default stream (null) it
+// runs now; on a stream of kiln's own it runs when something waits for that stream's work, or is
+// recorded into the stream's graph while the stream is being captured.
+void submit(cudaStream_t stream, std::function<void()> work);
+
+// kernel<<<grid, block, shared_bytes, stream>>>(args...): the configuration is checked now, the
+// grid runs when `stream` gets to it, with the arguments as they were when issued. A failure inside
+// the kernel is kept for get_last_error then, and the stream's synchronisations report it.
+template <typename... Params, typename... Args>
+void launch_on(cudaStream_t stream, void (*kernel)(Params...), dim3 grid, dim3 block,
+               size_t shared_bytes, Args... args) {
+  const void* key = reinterpret_cast<const void*>(kernel);
+  if (check_configuration(key, grid, block, shared_bytes) != 0) return;
+  submit(stream, [=] { run(key, grid, block, shared_bytes, [&] { kernel(args...); }); });
+}
+
+// A launch on the legacy default stream: the grid has run when this returns.
 template <typename... Params, typename... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, Args... args) {
-  run(reinterpret_cast<const void*>(kernel), grid, block, shared_bytes, [&] { kernel(args...); });
+  launch_on(nullptr, kernel, grid, block, shared_bytes, args...);
 }
 
 // Which runnable thread of a block runs next: the lowest-numbered (Forward) or the highest

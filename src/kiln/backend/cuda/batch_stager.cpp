@@ -1,14 +1,16 @@
 // The CUDA back-end's BatchStager (batch_stager.h): page-locked host slots (cudaHostAlloc) or
 // pageable ones, device slots from cudaMalloc, and per slot two events: `copied` (recorded on the
 // copy stream after the slot's host-to-device copy) and `free` (recorded on the compute stream
-// after the last kernel that read the slot). The copy stream is created non-blocking, so it never
-// synchronises implicitly with the legacy default stream the ops run on; the events order them.
+// after the last kernel that read the slot). The ops run on the compute stream (stream.h), the
+// copies on a non-blocking stream of the stager's own (own_stream), ordered against the ops by
+// the events, or else on the compute stream itself, in line with the ops.
 #include <cuda_runtime_api.h>
 
 #include <cstdlib>
 #include <vector>
 
 #include "kiln/backend/cuda/cuda_backend.h"
+#include "kiln/backend/cuda/stream.h"
 #include "kiln/core/error.h"
 
 namespace kiln {
@@ -63,7 +65,7 @@ class CudaBatchStager final : public BatchStager {
 
   const int32_t* submit() override {
     Slot& slot = slots_[current_];
-    cudaStream_t stream = copy_stream_ ? copy_stream_ : cudaStream_t{};
+    cudaStream_t stream = copy_stream_ ? copy_stream_ : cuda::compute_stream();
     if (slot.used && copy_stream_) check(cudaStreamWaitEvent(copy_stream_, slot.free, 0), "wait for a free slot");
     check(cudaMemcpyAsync(slot.device, slot.host, options_.ints_per_batch * sizeof(int32_t), cudaMemcpyHostToDevice,
                           stream),
@@ -74,10 +76,13 @@ class CudaBatchStager final : public BatchStager {
   }
 
   void wait_for_copy(const int32_t* device) override {
-    if (copy_stream_) check(cudaStreamWaitEvent(cudaStream_t{}, find(device).copied, 0), "wait for a copy");
+    if (copy_stream_)
+      check(cudaStreamWaitEvent(cuda::compute_stream(), find(device).copied, 0), "wait for a copy");
   }
 
-  void release(const int32_t* device) override { check(cudaEventRecord(find(device).free, cudaStream_t{}), "event record"); }
+  void release(const int32_t* device) override {
+    check(cudaEventRecord(find(device).free, cuda::compute_stream()), "event record");
+  }
 
   size_t host_bytes() const override { return slots_.size() * options_.ints_per_batch * sizeof(int32_t); }
   size_t device_bytes() const override { return host_bytes(); }

@@ -12,6 +12,7 @@
 #include "kiln/backend/cuda/general_attention.h"
 #include "kiln/backend/cuda/kernels.h"
 #include "kiln/backend/cuda/lt_matmul.h"
+#include "kiln/backend/cuda/stream.h"
 #include "kiln/backend/op_checks.h"
 #include "kiln/core/error.h"
 
@@ -179,8 +180,13 @@ std::string CudaBackend::run_notes() const {
                         counts.fused, counts.fell_back, counts.plain)
           : "cuBLASLt epilogues off (--no-matmul-epilogues): bias and GELU in kernels";
   const auto& calls = handles_->attention_forward_calls;
-  return fmt::format("{}; attention forward calls: {} fused on tensor cores, {} fused general, {} materialised", products,
-                     calls[0], calls[1], calls[2]);
+  std::string notes = fmt::format(
+      "{}; attention forward calls: {} fused on tensor cores, {} fused general, {} materialised",
+      products, calls[0], calls[1], calls[2]);
+  if (graph_counts_->captures > 0)  // a recorded call is counted once, however often it is replayed
+    notes += fmt::format("; CUDA graphs: {} captured, {} replays (calls inside them counted once)",
+                         graph_counts_->captures, graph_counts_->replays);
+  return notes;
 }
 
 std::string CudaBackend::description() const {
@@ -208,10 +214,10 @@ double CudaBackend::time_gemm_ms(DType dtype, bool tf32, int64_t M, int64_t N, i
   check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
   std::vector<double> times;
   for (int i = 0; i <= iterations; ++i) {  // the first run warms up and is not counted
-    check_cuda(cudaEventRecord(start), "cudaEventRecord");
+    check_cuda(cudaEventRecord(start, cuda::compute_stream()), "cudaEventRecord");
     gemm(*handles_->matmul, {dtype, dtype, tf32}, false, false, M, N, K, 1.0f, a->data(), K, b->data(), N, 0.0f,
          c->data(), N);
-    check_cuda(cudaEventRecord(stop), "cudaEventRecord");
+    check_cuda(cudaEventRecord(stop, cuda::compute_stream()), "cudaEventRecord");
     check_cuda(cudaEventSynchronize(stop), "cudaEventSynchronize");
     float ms = 0.0f;
     check_cuda(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
@@ -223,12 +229,21 @@ double CudaBackend::time_gemm_ms(DType dtype, bool tf32, int64_t M, int64_t N, i
   return times[times.size() / 2];
 }
 
+// Both copies go on the compute stream, after the ops issued before them, and return once done.
 void CudaBackend::copy_to_device(void* device_dst, const void* host_src, size_t bytes) {
-  if (bytes) check_cuda(cudaMemcpy(device_dst, host_src, bytes, cudaMemcpyHostToDevice), "copy to device");
+  if (!bytes) return;
+  check_cuda(
+      cudaMemcpyAsync(device_dst, host_src, bytes, cudaMemcpyHostToDevice, cuda::compute_stream()),
+      "copy to device");
+  check_cuda(cudaStreamSynchronize(cuda::compute_stream()), "copy to device");
 }
 
 void CudaBackend::copy_to_host(void* host_dst, const void* device_src, size_t bytes) {
-  if (bytes) check_cuda(cudaMemcpy(host_dst, device_src, bytes, cudaMemcpyDeviceToHost), "copy to host");
+  if (!bytes) return;
+  check_cuda(
+      cudaMemcpyAsync(host_dst, device_src, bytes, cudaMemcpyDeviceToHost, cuda::compute_stream()),
+      "copy to host");
+  check_cuda(cudaStreamSynchronize(cuda::compute_stream()), "copy to host");
 }
 
 void CudaBackend::synchronize() { check_cuda(cudaDeviceSynchronize(), "synchronize"); }

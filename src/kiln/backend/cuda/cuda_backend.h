@@ -5,8 +5,8 @@
 // bias, GELU and bias-gradient epilogues. The rest are the kernels of kernels.h, one .cu file per
 // op family, templated on the storage type. Attention keeps the flash-attention contract (only the
 // log-sum-exp is saved): fused tensor-core kernels where they apply (flash_attention.h), else the
-// T x T matrices in a shared workspace through cuBLASLt. Everything runs on the default stream;
-// copies are synchronous. Compiled only in CUDA builds.
+// T x T matrices in a shared workspace through cuBLASLt. Everything runs on the compute stream
+// (stream.h); copies wait for it. Compiled only in CUDA builds.
 //
 // Values inside device memory (token ids, targets) are not range-checked here: that would need a
 // copy to the host per op. Gpt::forward checks them on the host before they are uploaded.
@@ -38,6 +38,11 @@ class CudaBackend final : public Backend {
   size_t reserve_workspace(const WorkspaceNeeds& needs) override;
   size_t workspace_bytes(const WorkspaceNeeds& needs) const override;
   std::unique_ptr<BatchStager> make_batch_stager(const StagerOptions& options) override;
+  std::unique_ptr<OpGraph> capture(const std::function<void()>& ops) override;  // op_graph.cpp
+  // How many graphs capture() made and how often they were replayed (run_notes() reports them).
+  struct GraphCounts {
+    int64_t captures = 0, replays = 0;
+  };
   double time_gemm_ms(DType dtype, bool tf32, int64_t M, int64_t N, int64_t K, int iterations) override;
 
   void embedding_forward(const EmbeddingForward& args) override;
@@ -63,6 +68,8 @@ class CudaBackend final : public Backend {
   size_t fixed_workspace_bytes() const;  // held from construction: cuBLASLt's and the norm's scratch
   struct Handles;
   std::shared_ptr<MemoryTracker> memory_ = std::make_shared<MemoryTracker>();
+  // Shared with the graphs capture() returns.
+  std::shared_ptr<GraphCounts> graph_counts_ = std::make_shared<GraphCounts>();
   std::unique_ptr<Handles> handles_;
 };
 

@@ -2,8 +2,8 @@
 // layernorm, bias, gelu, elementwise, attention_softmax, cross_entropy, optimizer; the fused
 // attention has its own header). Plain pointers and sizes only, no kiln headers, so nvcc compiles
 // the .cu files without fmt; CudaBackend (cuda_backend.cpp) validates arguments and calls these.
-// All pointers are device memory; every launcher runs on the default stream and returns the
-// launch status (cudaError_t as int, 0 on success).
+// All pointers are device memory; every launcher issues its work on the compute stream (stream.h)
+// and returns the launch status (cudaError_t as int, 0 on success).
 //
 // Each launcher has the semantics of the op of the same name in backend/ops.h; the reductions
 // (parameter gradients, norms) use a fixed order, so results are deterministic.

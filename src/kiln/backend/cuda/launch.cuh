@@ -9,15 +9,17 @@
 
 #include <cstddef>
 
+#include "kiln/backend/cuda/stream.h"
+
 namespace kiln::cuda {
 
 #if defined(__CUDACC__)
 
-// kernel<<<grid, block, shared_bytes>>>(args...) on the default stream; the status is read with
-// cudaGetLastError() as after any launch.
+// kernel<<<grid, block, shared_bytes>>>(args...) on the compute stream (stream.h); the status is
+// read with cudaGetLastError() as after any launch.
 template <typename... Params, typename... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, Args... args) {
-  kernel<<<grid, block, shared_bytes>>>(args...);
+  kernel<<<grid, block, shared_bytes, compute_stream()>>>(args...);
 }
 
 // Declares `name`, the block's dynamic shared memory (the launch's shared_bytes) as unsigned char,
@@ -29,7 +31,7 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_byte
 
 template <typename... Params, typename... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, Args... args) {
-  ::cuda_emulator::launch(kernel, grid, block, shared_bytes, args...);
+  ::cuda_emulator::launch_on(compute_stream(), kernel, grid, block, shared_bytes, args...);
 }
 
 #define KILN_DYNAMIC_SHARED_MEMORY(name) \

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 
+#include "kiln/backend/cuda/stream.h"
 #include "kiln/core/error.h"
 
 namespace kiln::cuda {
@@ -169,8 +170,9 @@ bool LtMatmul::run(const Gemm& g) {
   if (g.bias_grad) set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(g.bias_grad));
   if (g.aux) set(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<const void*>(g.aux));
   const cublasStatus_t status =
-      cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), plan.desc, &g.alpha, g.B, plan.a, g.A, plan.b, &g.beta,
-                     g.C, plan.c, g.C, plan.c, &plan.algo, workspace_, workspace_bytes_, nullptr);
+      cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), plan.desc, &g.alpha, g.B, plan.a, g.A,
+                     plan.b, &g.beta, g.C, plan.c, g.C, plan.c, &plan.algo, workspace_,
+                     workspace_bytes_, compute_stream());
   if (status == CUBLAS_STATUS_NOT_SUPPORTED && g.epilogue != GemmEpilogue::None) {
     plan.supported = false;  // the heuristic offered an algorithm the call then refused: fall back from now on
     return false;

@@ -66,9 +66,9 @@ class LtMatmul {
   LtMatmul(const LtMatmul&) = delete;
   LtMatmul& operator=(const LtMatmul&) = delete;
 
-  // Runs the product on the default stream. Returns false, having run nothing, when cuBLASLt has no
-  // algorithm for this epilogue with these shapes, types and alignments (the caller then does the
-  // epilogue's work itself); throws kiln::Error when even the plain product has none.
+  // Issues the product on the compute stream (stream.h). Returns false, having run nothing, when
+  // cuBLASLt has no algorithm for this epilogue with these shapes, types and alignments (the caller
+  // then does the epilogue's work itself); throws kiln::Error when even the plain product has none.
   bool run(const Gemm& gemm);
 
   // Plans made so far: with an epilogue that cuBLASLt took, with one it had no algorithm for.

@@ -1,0 +1,37 @@
+#include "kiln/train/micro_batch_graphs.h"
+
+#include <algorithm>
+
+namespace kiln {
+
+void MicroBatchGraphs::forward_backward(Gpt& model) {
+  const auto ops = [&model] {
+    model.forward_ops();
+    model.backward();
+  };
+  if (!warmed_up_ || !has_graphs_) {
+    ops();
+    warmed_up_ = true;
+    return;
+  }
+  const Gpt::ForwardInputs& inputs = model.forward_inputs();
+  auto found = std::find_if(recorded_.begin(), recorded_.end(),
+                            [&](const Recorded& recorded) { return recorded.inputs == inputs; });
+  if (found == recorded_.end()) {
+    std::unique_ptr<OpGraph> graph = backend_.capture(ops);
+    if (!graph) {  // the back-end has no graphs: nothing was recorded or run
+      has_graphs_ = false;
+      ops();
+      return;
+    }
+    if (recorded_.size() == kMaxGraphs) recorded_.erase(recorded_.begin());
+    recorded_.push_back({inputs, std::move(graph)});
+    found = recorded_.end() - 1;
+  } else {
+    std::rotate(found, found + 1, recorded_.end());  // most recently used last
+    found = recorded_.end() - 1;
+  }
+  found->graph->replay();
+}
+
+}  // namespace kiln

@@ -1,0 +1,46 @@
+// MicroBatchGraphs: a training micro-batch's forward and backward replayed from a recorded graph
+// (Backend::capture; the `cuda_graph` switch), so that its several hundred kernel launches cost
+// the host one launch. The ops of Gpt::forward_ops() and Gpt::backward() read the micro-batch
+// through device addresses fixed by Gpt::begin_forward() (the stager slot the batch is in) and a
+// gradient scale (the loss scale over the counted positions); a graph recorded with one set of
+// those (Gpt::ForwardInputs) replays correctly for every micro-batch that has the same, so one
+// graph is kept per set, a few at most: one per stager slot, and again when fp16's dynamic loss
+// scale or the count of ignored targets changes the scale.
+//
+// The first call runs the ops directly: it lets every op settle what it must do outside a capture
+// (grow its workspace, plan its cuBLASLt products, raise kernels' shared-memory limits). Where the
+// back-end has no graphs (the CPU) every call runs the ops directly.
+// Must not outlive the back-end or the model. Not thread-safe.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "kiln/backend/backend.h"
+#include "kiln/nn/gpt.h"
+
+namespace kiln {
+
+class MicroBatchGraphs {
+ public:
+  explicit MicroBatchGraphs(Backend& backend) : backend_(backend) {}
+
+  // Issues model.forward_ops() then model.backward(), as recorded or directly; call after
+  // model.begin_forward(..., prepare_backward = true, ...), before model.loss().
+  void forward_backward(Gpt& model);
+
+ private:
+  // Graphs kept: enough for two stager slots at two gradient scales.
+  static constexpr size_t kMaxGraphs = 4;
+  struct Recorded {
+    Gpt::ForwardInputs inputs;
+    std::unique_ptr<OpGraph> graph;
+  };
+
+  Backend& backend_;
+  bool warmed_up_ = false;
+  bool has_graphs_ = true;
+  std::vector<Recorded> recorded_;  // least recently used first
+};
+
+}  // namespace kiln
