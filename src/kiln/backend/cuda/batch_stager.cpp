@@ -10,34 +10,39 @@
 #include <vector>
 
 #include "kiln/backend/cuda/cuda_backend.h"
+#include "kiln/backend/cuda/cuda_check.h"
 #include "kiln/backend/cuda/stream.h"
 #include "kiln/core/error.h"
 
 namespace kiln {
 namespace {
 
-void check(cudaError_t status, const char* what) {
-  KILN_CHECK(status == cudaSuccess, "CUDA error in batch stager {}: {}", what, cudaGetErrorString(status));
-}
+using cuda::check_cuda;
 
 class CudaBatchStager final : public BatchStager {
  public:
   explicit CudaBatchStager(const StagerOptions& options) : options_(options) {
     KILN_CHECK(options.slots >= 2, "batch stager: needs at least 2 slots, got {}", options.slots);
     const size_t bytes = options.ints_per_batch * sizeof(int32_t);
-    if (options.own_stream) check(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking), "stream");
+    if (options.own_stream)
+      check_cuda(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking),
+                 "batch stager stream");
     slots_.resize(static_cast<size_t>(options.slots));
     for (Slot& slot : slots_) {
       if (options.pinned) {
-        check(cudaHostAlloc(reinterpret_cast<void**>(&slot.host), bytes ? bytes : 1, cudaHostAllocDefault),
-              "pinned host allocation");
+        check_cuda(cudaHostAlloc(reinterpret_cast<void**>(&slot.host), bytes ? bytes : 1,
+                                 cudaHostAllocDefault),
+                   "batch stager pinned host allocation");
       } else {
         slot.host = static_cast<int32_t*>(std::malloc(bytes ? bytes : 1));
         KILN_CHECK(slot.host != nullptr, "out of host memory: {} bytes for a batch slot", bytes);
       }
-      check(cudaMalloc(reinterpret_cast<void**>(&slot.device), bytes ? bytes : 1), "device allocation");
-      check(cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming), "event");
-      check(cudaEventCreateWithFlags(&slot.free, cudaEventDisableTiming), "event");
+      check_cuda(cudaMalloc(reinterpret_cast<void**>(&slot.device), bytes ? bytes : 1),
+                 "batch stager device allocation");
+      check_cuda(cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming),
+                 "batch stager event");
+      check_cuda(cudaEventCreateWithFlags(&slot.free, cudaEventDisableTiming),
+                 "batch stager event");
     }
   }
   ~CudaBatchStager() override {
@@ -59,29 +64,34 @@ class CudaBatchStager final : public BatchStager {
   std::span<int32_t> next_host_slot() override {
     current_ = (current_ + 1) % slots_.size();
     Slot& slot = slots_[current_];
-    if (slot.used) check(cudaEventSynchronize(slot.copied), "wait for the slot's last copy");
+    if (slot.used)
+      check_cuda(cudaEventSynchronize(slot.copied), "batch stager wait for the slot's last copy");
     return {slot.host, options_.ints_per_batch};
   }
 
   const int32_t* submit() override {
     Slot& slot = slots_[current_];
     cudaStream_t stream = copy_stream_ ? copy_stream_ : cuda::compute_stream();
-    if (slot.used && copy_stream_) check(cudaStreamWaitEvent(copy_stream_, slot.free, 0), "wait for a free slot");
-    check(cudaMemcpyAsync(slot.device, slot.host, options_.ints_per_batch * sizeof(int32_t), cudaMemcpyHostToDevice,
-                          stream),
-          "host-to-device copy");
-    check(cudaEventRecord(slot.copied, stream), "event record");
+    if (slot.used && copy_stream_)
+      check_cuda(cudaStreamWaitEvent(copy_stream_, slot.free, 0),
+                 "batch stager wait for a free slot");
+    check_cuda(cudaMemcpyAsync(slot.device, slot.host, options_.ints_per_batch * sizeof(int32_t),
+                               cudaMemcpyHostToDevice, stream),
+               "batch stager host-to-device copy");
+    check_cuda(cudaEventRecord(slot.copied, stream), "batch stager event record");
     slot.used = true;
     return slot.device;
   }
 
   void wait_for_copy(const int32_t* device) override {
     if (copy_stream_)
-      check(cudaStreamWaitEvent(cuda::compute_stream(), find(device).copied, 0), "wait for a copy");
+      check_cuda(cudaStreamWaitEvent(cuda::compute_stream(), find(device).copied, 0),
+                 "batch stager wait for a copy");
   }
 
   void release(const int32_t* device) override {
-    check(cudaEventRecord(find(device).free, cuda::compute_stream()), "event record");
+    check_cuda(cudaEventRecord(find(device).free, cuda::compute_stream()),
+               "batch stager event record");
   }
 
   size_t host_bytes() const override { return slots_.size() * options_.ints_per_batch * sizeof(int32_t); }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kiln/backend/attention_workspace.h"
+#include "kiln/backend/cuda/cuda_check.h"
 #include "kiln/backend/cuda/flash_attention.h"
 #include "kiln/backend/cuda/general_attention.h"
 #include "kiln/backend/cuda/kernels.h"
@@ -21,9 +22,7 @@ namespace {
 
 constexpr Device kCuda = Device::CUDA;
 
-void check_cuda(int status, const char* what) {
-  KILN_CHECK(status == 0, "CUDA error in {}: {}", what, cudaGetErrorString(static_cast<cudaError_t>(status)));
-}
+using cuda::check_cuda;
 
 class CudaBuffer final : public DeviceBuffer {
  public:

@@ -6,15 +6,14 @@
 #include <cuda_runtime_api.h>
 
 #include "kiln/backend/cuda/cuda_backend.h"
+#include "kiln/backend/cuda/cuda_check.h"
 #include "kiln/backend/cuda/stream.h"
 #include "kiln/core/error.h"
 
 namespace kiln {
 namespace {
 
-void check(cudaError_t status, const char* what) {
-  KILN_CHECK(status == cudaSuccess, "CUDA error in {}: {}", what, cudaGetErrorString(status));
-}
+using cuda::check_cuda;
 
 class CudaGraph final : public OpGraph {
  public:
@@ -25,7 +24,7 @@ class CudaGraph final : public OpGraph {
   CudaGraph& operator=(const CudaGraph&) = delete;
 
   void replay() override {
-    check(cudaGraphLaunch(graph_, cuda::compute_stream()), "cudaGraphLaunch");
+    check_cuda(cudaGraphLaunch(graph_, cuda::compute_stream()), "cudaGraphLaunch");
     ++counts_->replays;
   }
 
@@ -45,7 +44,8 @@ cudaGraph_t end_capture(cudaStream_t stream, cudaError_t& status) {
 
 std::unique_ptr<OpGraph> CudaBackend::capture(const std::function<void()>& ops) {
   cudaStream_t stream = cuda::compute_stream();
-  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+             "cudaStreamBeginCapture");
   cudaError_t status = cudaSuccess;
   try {
     ops();
@@ -67,7 +67,7 @@ std::unique_ptr<OpGraph> CudaBackend::capture(const std::function<void()>& ops) 
   cudaGraphExec_t executable = nullptr;
   status = cudaGraphInstantiate(&executable, graph, 0);
   cudaGraphDestroy(graph);
-  check(status, "cudaGraphInstantiate");
+  check_cuda(status, "cudaGraphInstantiate");
   ++graph_counts_->captures;
   return std::make_unique<CudaGraph>(executable, graph_counts_);
 }
