@@ -102,30 +102,19 @@ void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
                           kCeilingSize, kCeilingSize, kCeilingSize);
 
   if (options.json) {
-    nlohmann::json out = {{"device", device},
-                          {"precision", precision},
-                          {"num_layers", resolved.num_layers},
-                          {"hidden_size", resolved.hidden_size},
-                          {"num_attention_heads", resolved.num_attention_heads},
-                          {"seq_length", resolved.seq_length},
-                          {"micro_batch_size", resolved.micro_batch_size},
-                          {"global_batch_size", resolved.global_batch_size},
-                          {"parameters", trainer.model().num_parameters()},
-                          {"timed_iters", options.timed_iters},
-                          {"median_ms_per_iteration", ms},
-                          {"tokens_per_second", tokens_per_second},
-                          {"model_tflops", model_tflops},
-                          {"datasheet_peak_tflops", datasheet},
-                          {"mfu_datasheet", datasheet > 0 ? model_tflops / datasheet : 0.0},
-                          {"gemm_ceiling_tflops", ceiling},
-                          {"mfu_gemm_ceiling", ceiling > 0 ? model_tflops / ceiling : 0.0},
-                          {"peak_memory_gib", peak_gib},
-                          {"device_used_gib", device_used_gib},
-                          {"fused_attention", resolved.fused_attention},
-                          {"matmul_epilogues", resolved.matmul_epilogues},
-                          {"cuda_graph", resolved.cuda_graph},
-                          {"backend_notes", backend.run_notes()},
-                          {"recompute", resolved.recompute_policy().describe()}};
+    nlohmann::json out = {
+        {"device", device}, {"precision", precision}, {"num_layers", resolved.num_layers},
+        {"hidden_size", resolved.hidden_size}, {"num_attention_heads", resolved.num_attention_heads},
+        {"seq_length", resolved.seq_length}, {"micro_batch_size", resolved.micro_batch_size},
+        {"global_batch_size", resolved.global_batch_size}, {"parameters", trainer.model().num_parameters()},
+        {"timed_iters", options.timed_iters}, {"median_ms_per_iteration", ms},
+        {"tokens_per_second", tokens_per_second}, {"model_tflops", model_tflops},
+        {"datasheet_peak_tflops", datasheet}, {"mfu_datasheet", datasheet > 0 ? model_tflops / datasheet : 0.0},
+        {"gemm_ceiling_tflops", ceiling}, {"mfu_gemm_ceiling", ceiling > 0 ? model_tflops / ceiling : 0.0},
+        {"peak_memory_gib", peak_gib}, {"device_used_gib", device_used_gib},
+        {"fused_attention", resolved.fused_attention}, {"matmul_epilogues", resolved.matmul_epilogues},
+        {"cuda_graph", resolved.cuda_graph}, {"backend_notes", backend.run_notes()},
+        {"recompute", resolved.recompute_policy().describe()}};
     if (const OpTimingBackend* timing = trainer.op_timing()) {
       out["op_times"] = nlohmann::json::array();
       for (const OpTimingBackend::OpTime& time : timing->times())

@@ -15,11 +15,9 @@ const std::vector<ConfigField>& config_fields() {
   static const std::vector<ConfigField> fields = {
       {"num_layers", &Config::num_layers, "transformer blocks"},
       {"hidden_size", &Config::hidden_size, "model width C"},
-      {"num_attention_heads", &Config::num_attention_heads,
-       "attention heads (must divide hidden_size)"},
+      {"num_attention_heads", &Config::num_attention_heads, "attention heads (must divide hidden_size)"},
       {"seq_length", &Config::seq_length, "tokens per sample"},
-      {"max_position_embeddings", &Config::max_position_embeddings,
-       "position table size (0: seq_length)"},
+      {"max_position_embeddings", &Config::max_position_embeddings, "position table size (0: seq_length)"},
       {"vocab_size", &Config::vocab_size, "vocabulary size (0: from the data's meta.json)"},
       {"init_method_std", &Config::init_method_std, "std of the normal initialisation"},
       {"micro_batch_size", &Config::micro_batch_size, "samples per forward/backward"},
@@ -31,18 +29,15 @@ const std::vector<ConfigField>& config_fields() {
       {"min_lr", &Config::min_lr, "learning rate at the end of decay"},
       {"lr_decay_style", &Config::lr_decay_style, "constant, linear or cosine"},
       {"lr_decay_iters", &Config::lr_decay_iters, "iterations to decay over (0: train_iters)"},
-      {"lr_warmup_fraction", &Config::lr_warmup_fraction,
-       "warm-up as a fraction of lr_decay_iters"},
+      {"lr_warmup_fraction", &Config::lr_warmup_fraction, "warm-up as a fraction of lr_decay_iters"},
       {"lr_warmup_iters", &Config::lr_warmup_iters, "warm-up iterations"},
       {"adam_beta1", &Config::adam_beta1, "Adam beta1"},
       {"adam_beta2", &Config::adam_beta2, "Adam beta2"},
       {"adam_eps", &Config::adam_eps, "Adam epsilon"},
       {"weight_decay", &Config::weight_decay, "decoupled weight decay (not on biases, LayerNorm)"},
       {"clip_grad", &Config::clip_grad, "clip the global gradient norm to this (0: off)"},
-      {"recompute_granularity", &Config::recompute_granularity,
-       "activation recomputation: none, full, selective"},
-      {"recompute_method", &Config::recompute_method,
-       "with full: uniform (chunks of N layers) or block (first N layers)"},
+      {"recompute_granularity", &Config::recompute_granularity, "activation recomputation: none, full, selective"},
+      {"recompute_method", &Config::recompute_method, "with full: uniform (chunks of N layers) or block (first N layers)"},
       {"recompute_num_layers", &Config::recompute_num_layers, "N of recompute_method"},
       {"activations_checkpoint_method", &Config::activations_checkpoint_method,
        "older name of recompute_method (implies full granularity)"},
@@ -50,20 +45,16 @@ const std::vector<ConfigField>& config_fields() {
       {"bf16", &Config::bf16, "bf16 mixed precision"},
       {"tf32", &Config::tf32, "fp32 matrix products on TF32 tensor cores (CUDA)"},
       {"fused_attention", &Config::fused_attention,
-       "attention in fused kernels where they apply: CUDA, bf16/fp16, head size up to 256 (tensor "
-       "cores for "
+       "attention in fused kernels where they apply: CUDA, bf16/fp16, head size up to 256 (tensor cores for "
        "multiples of 8 up to 128 on sm_80+) (--no-fused-attention: T x T scores through cuBLASLt)"},
       {"profile_ops", &Config::profile_ops,
-       "time every back-end op, waiting for the device after each (where a step's time goes; slows "
-       "the step); "
+       "time every back-end op, waiting for the device after each (where a step's time goes; slows the step); "
        "kiln train prints the split at the end, kiln bench train after the timed iterations"},
       {"cuda_graph", &Config::cuda_graph,
-       "replay each micro-batch's forward and backward from a CUDA graph, recorded once per batch "
-       "slot and "
+       "replay each micro-batch's forward and backward from a CUDA graph, recorded once per batch slot and "
        "gradient scale: one launch instead of hundreds (CUDA)"},
       {"matmul_epilogues", &Config::matmul_epilogues,
-       "bias, GELU and bias gradients inside the cuBLASLt products where it has algorithms for "
-       "them (CUDA; "
+       "bias, GELU and bias gradients inside the cuBLASLt products where it has algorithms for them (CUDA; "
        "--no-matmul-epilogues: separate kernels)"},
       {"loss_scale", &Config::loss_scale, "static loss scale (0: dynamic under fp16)"},
       {"initial_loss_scale", &Config::initial_loss_scale, "initial dynamic loss scale"},
@@ -73,32 +64,23 @@ const std::vector<ConfigField>& config_fields() {
       {"device", &Config::device, "cpu or cuda"},
       {"seed", &Config::seed, "random seed (initialisation and data order)"},
       {"log_interval", &Config::log_interval, "iterations between log lines"},
-      {"eval_interval", &Config::eval_interval,
-       "iterations between validations (0: only at the end)"},
+      {"eval_interval", &Config::eval_interval, "iterations between validations (0: only at the end)"},
       {"eval_iters", &Config::eval_iters, "batches per validation (0: no validation)"},
       {"data_path", &Config::data_path,
-       "folder of token shards (train_*.bin, val_*.bin), or Megatron indexed data: PREFIX or '0.3 "
-       "A 0.7 B'; "
+       "folder of token shards (train_*.bin, val_*.bin), or Megatron indexed data: PREFIX or '0.3 A 0.7 B'; "
        "local paths or s3://bucket/key"},
       {"split", &Config::split, "train,validation,test weights of indexed datasets' documents"},
-      {"num_workers", &Config::num_workers,
-       "data loader threads preparing batches ahead (0: synchronous)"},
+      {"num_workers", &Config::num_workers, "data loader threads preparing batches ahead (0: synchronous)"},
       {"prefetch_factor", &Config::prefetch_factor, "batches queued ahead per worker"},
-      {"data_cache_samples", &Config::data_cache_samples,
-       "decoded samples kept in an in-memory LRU cache"},
+      {"data_cache_samples", &Config::data_cache_samples, "decoded samples kept in an in-memory LRU cache"},
       {"pin_memory", &Config::pin_memory, "stage batches in page-locked host memory (CUDA)"},
-      {"h2d_stream", &Config::h2d_stream,
-       "copy batches to the GPU on their own stream, overlapping compute (CUDA)"},
+      {"h2d_stream", &Config::h2d_stream, "copy batches to the GPU on their own stream, overlapping compute (CUDA)"},
       {"data_io", &Config::data_io, "how local data files are read: mmap or pread"},
-      {"cache_dir", &Config::cache_dir,
-       "local folder caching s3:// data on first read (an NVMe scratch disk)"},
-      {"s3_addressing", &Config::s3_addressing,
-       "S3 URLs: auto (path-style for AWS_ENDPOINT_URL), path or virtual"},
-      {"mock_data", &Config::mock_data,
-       "train on random tokens (needs vocab_size), for benchmarks"},
+      {"cache_dir", &Config::cache_dir, "local folder caching s3:// data on first read (an NVMe scratch disk)"},
+      {"s3_addressing", &Config::s3_addressing, "S3 URLs: auto (path-style for AWS_ENDPOINT_URL), path or virtual"},
+      {"mock_data", &Config::mock_data, "train on random tokens (needs vocab_size), for benchmarks"},
       {"save", &Config::save, "checkpoint folder"},
-      {"save_interval", &Config::save_interval,
-       "iterations between checkpoints (0: only at the end)"},
+      {"save_interval", &Config::save_interval, "iterations between checkpoints (0: only at the end)"},
       {"load", &Config::load, "checkpoint folder to resume from"},
   };
   return fields;
@@ -251,11 +233,9 @@ void Config::validate() const {
   KILN_CHECK(!tf32 || (!fp16 && !bf16), "config key 'tf32' applies to fp32 training, not to fp16/bf16");
   KILN_CHECK(!tf32 || device == "cuda", "config key 'tf32' needs --device cuda (the CPU has no TF32)");
   KILN_CHECK(!cuda_graph || device == "cuda",
-             "config key 'cuda_graph' needs --device cuda (the CPU back-end runs each op as it is "
-             "called)");
+             "config key 'cuda_graph' needs --device cuda (the CPU back-end runs each op as it is called)");
   KILN_CHECK(!cuda_graph || !profile_ops,
-             "config keys 'cuda_graph' and 'profile_ops' are both set: profiling waits for the "
-             "device after every "
+             "config keys 'cuda_graph' and 'profile_ops' are both set: profiling waits for the device after every "
              "op, which a recorded graph cannot do; choose one");
   KILN_CHECK(loss_scale >= 0, "config key 'loss_scale' must be >= 0, got {}", loss_scale);
   KILN_CHECK(device == "cpu" || device == "cuda", "config key 'device': '{}' is not cpu or cuda", device);
