@@ -283,10 +283,10 @@ cudaError_t cudaMemcpyAsync(void* destination, const void* source, size_t bytes,
                             cudaMemcpyKind kind, cudaStream_t stream) {
   Stream* queue = stream_of(stream);
   if (!queue || bytes == 0) return cudaMemcpy(destination, source, bytes, kind);
-  if (queue->capture && !pinned(source) && kind == cudaMemcpyHostToDevice) {
-    queue->capture_invalidated = true;  // CUDA cannot capture a copy from pageable memory
+  // CUDA cannot capture a copy from pageable memory.
+  if (queue->capture && !pinned(source) && kind == cudaMemcpyHostToDevice &&
+      refused_during_capture())
     return cudaErrorStreamCaptureUnsupported;
-  }
   // Pinned memory and device memory are read when the copy runs; pageable host memory is staged
   // now.
   if (kind != cudaMemcpyHostToDevice || pinned(source)) {
@@ -323,10 +323,9 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   Event* awaited = event_of(event);
   if (!awaited) return cudaErrorInvalidResourceHandle;
   Stream* queue = stream_of(stream);
-  if (queue ? queue->capture != nullptr : refused_during_capture()) {
-    if (queue) queue->capture_invalidated = true;  // kiln's captures wait for no event
+  // Waits on the legacy stream or inside kiln's captures (which wait for no event) are refused.
+  if ((!queue || queue->capture) && refused_during_capture())
     return cudaErrorStreamCaptureUnsupported;
-  }
   if (!queue || awaited->stream == queue) {
     if (!queue) complete(*awaited);
     return cudaSuccess;
@@ -355,10 +354,9 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   Event* recorded = event_of(event);
   if (!recorded) return cudaErrorInvalidResourceHandle;
   Stream* queue = stream_of(stream);
-  if (queue ? queue->capture != nullptr : refused_during_capture()) {
-    if (queue) queue->capture_invalidated = true;  // kiln's captures record no event
+  // Records on the legacy stream or inside kiln's captures (which record no event) are refused.
+  if ((!queue || queue->capture) && refused_during_capture())
     return cudaErrorStreamCaptureUnsupported;
-  }
   if (!queue) {
     recorded->stream = nullptr;
     recorded->recorded = std::chrono::steady_clock::now();

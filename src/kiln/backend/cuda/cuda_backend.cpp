@@ -228,24 +228,31 @@ double CudaBackend::time_gemm_ms(DType dtype, bool tf32, int64_t M, int64_t N, i
   return times[times.size() / 2];
 }
 
-// Both copies go on the compute stream, after the ops issued before them, and return once done.
-void CudaBackend::copy_to_device(void* device_dst, const void* host_src, size_t bytes) {
+namespace {
+
+// Copies on the compute stream, after the ops issued before it, and returns once it is done.
+void copy_in_order(void* destination, const void* source, size_t bytes, cudaMemcpyKind kind,
+                   const char* what) {
   if (!bytes) return;
-  check_cuda(
-      cudaMemcpyAsync(device_dst, host_src, bytes, cudaMemcpyHostToDevice, cuda::compute_stream()),
-      "copy to device");
-  check_cuda(cudaStreamSynchronize(cuda::compute_stream()), "copy to device");
+  check_cuda(cudaMemcpyAsync(destination, source, bytes, kind, cuda::compute_stream()), what);
+  check_cuda(cudaStreamSynchronize(cuda::compute_stream()), what);
+}
+
+}  // namespace
+
+void CudaBackend::copy_to_device(void* device_dst, const void* host_src, size_t bytes) {
+  copy_in_order(device_dst, host_src, bytes, cudaMemcpyHostToDevice, "copy to device");
 }
 
 void CudaBackend::copy_to_host(void* host_dst, const void* device_src, size_t bytes) {
-  if (!bytes) return;
-  check_cuda(
-      cudaMemcpyAsync(host_dst, device_src, bytes, cudaMemcpyDeviceToHost, cuda::compute_stream()),
-      "copy to host");
-  check_cuda(cudaStreamSynchronize(cuda::compute_stream()), "copy to host");
+  copy_in_order(host_dst, device_src, bytes, cudaMemcpyDeviceToHost, "copy to host");
 }
 
-void CudaBackend::synchronize() { check_cuda(cudaDeviceSynchronize(), "synchronize"); }
+// Every op is on the compute stream, so waiting for it waits for them all, and not for a batch
+// copy on the stager's own stream that the next step will wait for itself (ARCHITECTURE.md 7).
+void CudaBackend::synchronize() {
+  check_cuda(cudaStreamSynchronize(cuda::compute_stream()), "synchronize");
+}
 
 void CudaBackend::embedding_forward(const EmbeddingForward& a) {
   const auto [B, T, C] = checks::embedding_forward(a, kCuda);

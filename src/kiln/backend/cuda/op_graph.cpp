@@ -33,41 +33,38 @@ class CudaGraph final : public OpGraph {
   std::shared_ptr<CudaBackend::GraphCounts> counts_;
 };
 
-// Ends the capture on `stream`, returning what was recorded (null if the capture was invalidated).
-cudaGraph_t end_capture(cudaStream_t stream, cudaError_t& status) {
-  cudaGraph_t graph = nullptr;
-  status = cudaStreamEndCapture(stream, &graph);
-  return graph;
-}
-
 }  // namespace
 
 std::unique_ptr<OpGraph> CudaBackend::capture(const std::function<void()>& ops) {
   cudaStream_t stream = cuda::compute_stream();
   check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
              "cudaStreamBeginCapture");
-  cudaError_t status = cudaSuccess;
+  cudaGraph_t graph = nullptr;
+  // Ends the capture after a failed op, dropping what was recorded, so the stream works again.
+  const auto abandon = [&] {
+    cudaStreamEndCapture(stream, &graph);
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();  // the failure is the exception's to report
+  };
   try {
     ops();
   } catch (const Error& error) {
-    if (cudaGraph_t graph = end_capture(stream, status)) cudaGraphDestroy(graph);
-    cudaGetLastError();  // the failed op's error is reported below
+    abandon();
     fail("CUDA graph capture failed: {} (ops being recorded may not copy, synchronise or allocate)",
          error.what());
   } catch (...) {
-    if (cudaGraph_t graph = end_capture(stream, status)) cudaGraphDestroy(graph);
-    cudaGetLastError();
+    abandon();
     throw;
   }
-  cudaGraph_t graph = end_capture(stream, status);
-  KILN_CHECK(status == cudaSuccess && graph != nullptr,
+  const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+  KILN_CHECK(ended == cudaSuccess && graph != nullptr,
              "CUDA graph capture failed ({}): an op copied, synchronised or allocated while being "
              "recorded",
-             cudaGetErrorString(status));
+             cudaGetErrorString(ended));
   cudaGraphExec_t executable = nullptr;
-  status = cudaGraphInstantiate(&executable, graph, 0);
+  const cudaError_t instantiated = cudaGraphInstantiate(&executable, graph, 0);
   cudaGraphDestroy(graph);
-  check_cuda(status, "cudaGraphInstantiate");
+  check_cuda(instantiated, "cudaGraphInstantiate");
   ++graph_counts_->captures;
   return std::make_unique<CudaGraph>(executable, graph_counts_);
 }
