@@ -66,7 +66,7 @@ echo "== GEMM ceilings"
 results=$out/results.jsonl
 : > "$results"
 # name layers hidden heads micro-batch
-# The CUDA back-end issue's sizes; kiln's plan for them in bf16 (kiln estimate) is 24-36 GiB.
+# The CUDA back-end issue's sizes; kiln's plan for them in bf16 (kiln estimate) is 21-36 GiB.
 for shape in "124M 12 768 12 64" "350M 24 1024 16 32" "774M 36 1280 20 16"; do
   read -r name layers hidden heads micro <<< "$shape"
   model="--num-layers $layers --hidden-size $hidden --num-attention-heads $heads --seq-length 1024 --micro-batch-size $micro"

@@ -176,6 +176,16 @@ TEST(Cli, EstimateGpt3) {
       "--recompute-granularity full --recompute-method uniform --json");
   ASSERT_EQ(result.exit_code, 0) << result.output;
   EXPECT_NE(result.output.find("\"parameters_exact\":174615846912"), std::string::npos) << result.output;
+  // The memory rows need no speed input; the full report asks for one.
+  const std::string gpt2 = "estimate --num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 "
+                           "--vocab-size 50257 --global-batch-size 64 --micro-batch-size 64 --precision bf16";
+  const Result memory = run_kiln(gpt2 + " memory");
+  ASSERT_EQ(memory.exit_code, 0) << memory.output;
+  EXPECT_NE(memory.output.find("gradients 0.46 GiB"), std::string::npos) << memory.output;  // fp32
+  EXPECT_EQ(memory.output.find("time per iteration"), std::string::npos) << memory.output;
+  const Result no_speed = run_kiln(gpt2);
+  EXPECT_EQ(no_speed.exit_code, 1);
+  EXPECT_NE(no_speed.output.find("or ask for the memory rows alone"), std::string::npos) << no_speed.output;
   const Result bad = run_kiln("estimate --num-layers 2 --hidden-size 64 --num-attention-heads 3 --seq-length 8 "
                               "--vocab-size 10 --global-batch-size 1 --tflops-per-gpu 1");
   EXPECT_EQ(bad.exit_code, 1);

@@ -65,18 +65,36 @@ TEST(Estimator, Gpt3ParametersAndTrainingTime) {
 }
 
 TEST(Estimator, ModelStateBytesFollowZero) {
-  // ZeRO paper's example: 7.5 B parameters, 64-way data parallel, mixed-precision Adam.
+  // kiln keeps fp32 gradients: Megatron-LM's "float16 param, fp32 grads" row, 18 bytes per
+  // parameter, 6 + 12/d with the optimizer state sharded. 7.5 B parameters, 64-way data parallel.
   const double psi = 7.5e9;
   auto total = [&](int stage) {
     const MemoryEstimate m = model_state_bytes(psi, "bf16", stage, 64);
     return (m.weights + m.gradients + m.optimizer) / 1e9;
   };
-  EXPECT_DOUBLE_EQ(total(0), 120.0);                // 16 psi
-  EXPECT_DOUBLE_EQ(total(1), 31.40625);             // (4 + 12/64) psi
-  EXPECT_DOUBLE_EQ(total(2), 16.640625);            // (2 + 14/64) psi
-  EXPECT_DOUBLE_EQ(total(3), 1.875);                // 16 psi / 64
+  EXPECT_DOUBLE_EQ(total(0), 135.0);                // 18 psi
+  EXPECT_DOUBLE_EQ(total(1), 46.40625);             // (6 + 12/64) psi
+  EXPECT_DOUBLE_EQ(total(2), 16.875);               // (2 + 16/64) psi
+  EXPECT_DOUBLE_EQ(total(3), 2.109375);             // 18 psi / 64
+  const MemoryEstimate bf16 = model_state_bytes(1e9, "bf16", 0, 1);
+  EXPECT_DOUBLE_EQ(bf16.gradients, 4e9);            // fp32 gradients in mixed precision too
   const MemoryEstimate fp32 = model_state_bytes(1e9, "fp32", 0, 1);  // 4 + 4 + 8 bytes
   EXPECT_DOUBLE_EQ(fp32.weights + fp32.gradients + fp32.optimizer, 16e9);
+}
+
+TEST(Estimator, MemoryNeedsNoSpeedInput) {
+  EstimateInput in = small_model();
+  in.tflops_per_gpu.reset();
+  const Estimate memory_only = estimate(in);
+  EXPECT_FALSE(memory_only.has_speed);
+  EXPECT_EQ(memory_only.seconds_per_iteration, 0.0);
+  EXPECT_EQ(memory_only.days_with_recompute, 0.0);
+  in.tflops_per_gpu = 100;
+  const Estimate with_speed = estimate(in);
+  EXPECT_TRUE(with_speed.has_speed);
+  EXPECT_GT(with_speed.seconds_per_iteration, 0.0);
+  EXPECT_EQ(memory_only.memory.total(), with_speed.memory.total());
+  EXPECT_EQ(memory_only.largest_micro_batch, with_speed.largest_micro_batch);
 }
 
 TEST(Estimator, TimeFromMeasuredIterationAndMemoryFromThePlanner) {
@@ -144,7 +162,7 @@ TEST(Estimator, BadInputNamesTheFlag) {
   EXPECT_NE(message([](EstimateInput& in) { in.num_attention_heads = 5; }).find("does not divide"), std::string::npos);
   EXPECT_NE(message([](EstimateInput& in) { in.gpu = "tpu-v5"; }).find("--gpu 'tpu-v5' is not known"),
             std::string::npos);
-  EXPECT_NE(message([](EstimateInput& in) { in.time_per_iteration_s = 1.0; }).find("exactly one"), std::string::npos);
+  EXPECT_NE(message([](EstimateInput& in) { in.time_per_iteration_s = 1.0; }).find("not both"), std::string::npos);
   EXPECT_NE(message([](EstimateInput& in) { in.zero_stage = 4; }).find("--zero-stage"), std::string::npos);
   EXPECT_NE(message([](EstimateInput& in) { in.gpu = "v100"; }).find("no bf16 tensor cores"), std::string::npos);
   EXPECT_NE(message([](EstimateInput& in) { in.global_batch_size = 6; }).find("not a multiple"), std::string::npos);

@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "kiln/core/error.h"
+#include "kiln/perf/estimator.h"
 #include "support/error_of.h"
 #include "support/temp_dir.h"
 
@@ -73,6 +74,37 @@ TEST(Trainer, LossFallsAndValidationRuns) {
   for (const char* category : {"parameters", "gradients", "Adam first moment", "Adam second moment",
                                "activations", "workspace", "data buffers"})
     EXPECT_NE(memory.find(category), std::string::npos) << category;
+}
+
+// ARCHITECTURE.md decision 4: `kiln estimate memory` predicts the buffers `kiln train` allocates.
+TEST(Trainer, MemoryPlanIsWhatTheEstimatorPredicts) {
+  TempDir dir;
+  testing::write_toy_dataset(dir.path(), 29, 2000, 200);
+  for (const auto& [precision, recompute] : {std::pair{"fp32", "none"}, {"bf16", "none"}, {"fp16", "full"}}) {
+    SCOPED_TRACE(std::string(precision) + ", recompute " + recompute);
+    Config config = toy_config(dir.path());
+    config.bf16 = std::string(precision) == "bf16";
+    config.fp16 = std::string(precision) == "fp16";
+    config.recompute_granularity = recompute;
+    if (std::string(recompute) == "full") config.recompute_method = "uniform";
+    const Trainer trainer(config);
+    EstimateInput in;
+    in.num_layers = config.num_layers;
+    in.hidden_size = config.hidden_size;
+    in.num_attention_heads = config.num_attention_heads;
+    in.seq_length = config.seq_length;
+    in.vocab_size = trainer.config().vocab_size;
+    in.global_batch_size = config.global_batch_size;
+    in.micro_batch_size = config.micro_batch_size;
+    in.precision = precision;
+    in.recompute = trainer.config().recompute_policy();
+    const MemoryEstimate predicted = estimate(in).memory;
+    EXPECT_EQ(predicted.weights, static_cast<double>(trainer.model().params().bytes()));
+    EXPECT_EQ(predicted.gradients, static_cast<double>(trainer.model().grads().bytes()));
+    EXPECT_EQ(predicted.optimizer,
+              static_cast<double>(trainer.optimizer().state_bytes() + trainer.optimizer().master_bytes()));
+    EXPECT_EQ(predicted.activations, static_cast<double>(trainer.model().activation_bytes()));
+  }
 }
 
 TEST(Trainer, ResumeIsBitForBit) {

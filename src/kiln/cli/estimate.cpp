@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/cli/commands.h"
+#include "kiln/core/error.h"
 #include "kiln/perf/estimator.h"
 
 namespace kiln::cli {
@@ -60,20 +61,21 @@ void print_memory(const Estimate& e) {
 }
 
 void print_json(const EstimateInput& in, const Estimate& e) {
-  const nlohmann::json out = {
+  nlohmann::json out = {
       {"gpu", e.gpu.key}, {"precision", in.precision}, {"gpus", in.gpus}, {"zero_stage", in.zero_stage},
       {"recompute", in.recompute.describe()}, {"parameters_formula", e.parameters_formula},
       {"parameters_exact", e.parameters_exact}, {"flops_per_iteration", e.flops_per_iteration},
       {"flops_without_recompute", e.flops_without_recompute},
       {"flops_with_full_recompute", e.flops_with_full_recompute},
-      {"seconds_per_iteration", e.seconds_per_iteration}, {"tflops_per_gpu", e.achieved_tflops_per_gpu},
-      {"share_of_peak", e.share_of_peak}, {"tokens", in.tokens}, {"days_with_recompute", e.days_with_recompute},
-      {"days_without_recompute", e.days_without_recompute},
       {"memory_bytes", {{"weights", e.memory.weights}, {"gradients", e.memory.gradients},
                         {"optimizer", e.memory.optimizer}, {"activations", e.memory.activations},
                         {"attention_workspace", e.memory.workspace}, {"total", e.memory.total()}}},
       {"korthikanti_layer_bytes", e.korthikanti_layer_bytes},
       {"largest_micro_batch", e.largest_micro_batch}};
+  if (e.has_speed)
+    out.update({{"seconds_per_iteration", e.seconds_per_iteration}, {"tflops_per_gpu", e.achieved_tflops_per_gpu},
+                {"share_of_peak", e.share_of_peak}, {"tokens", in.tokens},
+                {"days_with_recompute", e.days_with_recompute}, {"days_without_recompute", e.days_without_recompute}});
   fmt::print("{}\n", out.dump());
 }
 
@@ -109,8 +111,12 @@ void add_estimate_command(CLI::App& root) {
     if (options->tflops_per_gpu != 0) input.tflops_per_gpu = options->tflops_per_gpu;
     input.recompute = RecomputePolicy::parse(options->recompute_granularity, options->recompute_method,
                                              options->recompute_num_layers);
+    const bool memory_only = options->report == "memory";
+    KILN_CHECK(memory_only || input.time_per_iteration_s || input.tflops_per_gpu,
+               "give one of --time-per-iteration (measured seconds) and --tflops-per-gpu (a target) for the "
+               "speed and days rows, or ask for the memory rows alone: kiln estimate memory ...");
     const Estimate result = estimate(input);
-    options->json ? print_json(input, result) : print_estimate(input, result, options->report == "memory");
+    options->json ? print_json(input, result) : print_estimate(input, result, memory_only);
   });
 }
 

@@ -28,8 +28,8 @@ void validate(const EstimateInput& in) {
   KILN_CHECK(in.precision == "fp32" || in.precision == "tf32" || in.precision == "bf16" || in.precision == "fp16",
              "--precision '{}' is not one of fp32, tf32, bf16, fp16", in.precision);
   KILN_CHECK(in.zero_stage >= 0 && in.zero_stage <= 3, "--zero-stage must be 0, 1, 2 or 3, got {}", in.zero_stage);
-  KILN_CHECK(in.time_per_iteration_s.has_value() != in.tflops_per_gpu.has_value(),
-             "give exactly one of --time-per-iteration (measured seconds) and --tflops-per-gpu (a target)");
+  KILN_CHECK(!(in.time_per_iteration_s && in.tflops_per_gpu),
+             "give one of --time-per-iteration (measured seconds) and --tflops-per-gpu (a target), not both");
   KILN_CHECK(!in.time_per_iteration_s || *in.time_per_iteration_s > 0, "--time-per-iteration must be positive");
   KILN_CHECK(!in.tflops_per_gpu || *in.tflops_per_gpu > 0, "--tflops-per-gpu must be positive");
   KILN_CHECK(in.tokens > 0, "--tokens must be positive, got {}", in.tokens);
@@ -56,9 +56,9 @@ GptConfig model_shape(const EstimateInput& in) {
 MemoryEstimate model_state_bytes(double parameters, const std::string& precision, int zero_stage,
                                  int64_t data_parallel) {
   const bool mixed = precision == "bf16" || precision == "fp16";
-  // Mixed precision: 2-byte weights and gradients, fp32 master + two moments (12). fp32: the
-  // weights are the master copy (4), 4-byte gradients, two moments (8).
-  const double weight = mixed ? 2 : 4, gradient = mixed ? 2 : 4, optimizer = mixed ? 12 : 8;
+  // kiln's buffers: gradients are fp32 in every precision (4). Mixed precision: 2-byte weights,
+  // fp32 master + two moments (12). fp32: the weights are the master copy (4), two moments (8).
+  const double weight = mixed ? 2 : 4, gradient = 4, optimizer = mixed ? 12 : 8;
   const double shards = static_cast<double>(data_parallel);
   MemoryEstimate memory;
   memory.weights = parameters * (zero_stage >= 3 ? weight / shards : weight);
@@ -87,17 +87,20 @@ Estimate estimate(const EstimateInput& in) {
   const bool full = in.recompute.granularity == RecomputeGranularity::Full;
   out.flops_per_iteration = full ? out.flops_with_full_recompute : out.flops_without_recompute;
   const double gpus = static_cast<double>(in.gpus);
+  out.has_speed = in.time_per_iteration_s || in.tflops_per_gpu;
   if (in.time_per_iteration_s) {
     out.seconds_per_iteration = *in.time_per_iteration_s;
     out.achieved_tflops_per_gpu = achieved_tflops(out.flops_per_iteration, out.seconds_per_iteration, in.gpus);
-  } else {
+  } else if (in.tflops_per_gpu) {
     out.achieved_tflops_per_gpu = *in.tflops_per_gpu;
     out.seconds_per_iteration = out.flops_per_iteration / (gpus * out.achieved_tflops_per_gpu * 1e12);
   }
-  out.share_of_peak = out.achieved_tflops_per_gpu / spec->peak_tflops(in.precision);
-  const double rate = gpus * out.achieved_tflops_per_gpu * 1e12;  // n X, FLOP/s
-  out.days_with_recompute = 8 * in.tokens * out.parameters_formula / rate / 86400;
-  out.days_without_recompute = 6 * in.tokens * out.parameters_formula / rate / 86400;
+  if (out.has_speed) {
+    out.share_of_peak = out.achieved_tflops_per_gpu / spec->peak_tflops(in.precision);
+    const double rate = gpus * out.achieved_tflops_per_gpu * 1e12;  // n X, FLOP/s
+    out.days_with_recompute = 8 * in.tokens * out.parameters_formula / rate / 86400;
+    out.days_without_recompute = 6 * in.tokens * out.parameters_formula / rate / 86400;
+  }
 
   out.memory = model_state_bytes(static_cast<double>(out.parameters_exact), in.precision, in.zero_stage, in.gpus);
   const DType dtype = in.precision == "bf16" ? DType::BF16 : in.precision == "fp16" ? DType::F16 : DType::F32;

@@ -5,18 +5,22 @@
 //                 final LayerNorm included)
 //   FLOPs         per iteration with and without full recomputation (perf/flops.h)
 //   speed         achieved TFLOP/s per GPU from a measured time per iteration, or the time per
-//                 iteration from a target TFLOP/s; its share of the GPU's datasheet peak
+//                 iteration from a target TFLOP/s; its share of the GPU's datasheet peak (neither
+//                 given: no speed or time, has_speed false; the memory rows need neither)
 //   time          days for a token budget T on n GPUs at rate X: 8 T P / (n X) with recomputation,
 //                 6 T P / (n X) without
-//   memory        per GPU: weights, gradients and optimizer state per parameter by ZeRO stage
-//                 (Rajbhandari et al. 2020: mixed precision 2 + 2 + 12 bytes; ZeRO-1 4 + 12/Nd,
-//                 ZeRO-2 2 + 14/Nd, ZeRO-3 16/Nd; fp32 training 4 + 4 + 8), plus activations as
+//   memory        per GPU, as kiln's buffers hold it: weights, gradients and optimizer state per
+//                 parameter by ZeRO stage. kiln keeps gradients in fp32 in every precision, so
+//                 mixed precision is 2 (weights) + 4 (gradients) + 12 (fp32 master, two moments)
+//                 = 18 bytes, the "bf16 param, fp32 grads" row of Megatron-LM's distributed-
+//                 optimizer table (docs/source/api-guide/dist_optimizer.md; ZeRO-1 6 + 12/Nd,
+//                 ZeRO-2 2 + 16/Nd, ZeRO-3 18/Nd), and fp32 training 4 + 4 + 8 (Rajbhandari et al.
+//                 2020 count 2-byte gradients, 16 bytes, for their fp16 layout). Plus activations as
 //                 kiln's planner lays them out (in the precision's dtype) under the recompute
 //                 policy, and the CUDA back-end's attention workspace (backend/attention_workspace.h:
 //                 with the fused kernels one fp32 per query and head, else two micro-batch x heads
-//                 x s^2 matrices, shared by all layers); kiln itself keeps gradients in fp32 (2
-//                 more bytes per parameter); Korthikanti
-//                 et al. 2022 (arXiv 2205.05198) per-layer activation bytes are given for reference
+//                 x s^2 matrices, shared by all layers); Korthikanti et al. 2022 (arXiv 2205.05198)
+//                 per-layer activation bytes are given for reference
 //   fit           the largest micro-batch whose total fits in the GPU's memory, less 1.5 GiB
 //                 for the CUDA context and library workspaces
 // Parallelism is pure data parallelism over --gpus (tensor and pipeline parallelism are not modelled).
@@ -55,6 +59,7 @@ struct Estimate {
   int64_t parameters_exact = 0;
   double flops_per_iteration = 0;          // under the chosen recompute policy (full: 96 form)
   double flops_without_recompute = 0, flops_with_full_recompute = 0;
+  bool has_speed = false;  // a time per iteration or a TFLOP/s target was given; else the next 5 are 0
   double seconds_per_iteration = 0, achieved_tflops_per_gpu = 0, share_of_peak = 0;
   double days_with_recompute = 0, days_without_recompute = 0;  // 8TP/(nX), 6TP/(nX)
   MemoryEstimate memory;

@@ -47,6 +47,7 @@ class Trainer {
   const Config& config() const { return config_; }
   const TrainerState& state() const { return state_; }
   const Gpt& model() const { return *model_; }
+  const AdamW& optimizer() const { return *optimizer_; }
   Backend& backend() const { return *backend_; }
   // The per-op timer when the config asks for it (profile_ops), else null.
   OpTimingBackend* op_timing() const { return dynamic_cast<OpTimingBackend*>(backend_.get()); }
