@@ -5,6 +5,7 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 namespace kiln {
 namespace {
@@ -73,6 +74,61 @@ TEST(Fp16, NanAndInfinity) {
   EXPECT_EQ(float_to_fp16(std::numeric_limits<float>::infinity()), 0x7c00);
   EXPECT_TRUE(std::isnan(fp16_to_float(float_to_fp16(std::numeric_limits<float>::quiet_NaN()))));
   EXPECT_TRUE(std::isinf(fp16_to_float(0xfc00)));
+}
+
+TEST(Fp8E4M3, KnownCodes) {
+  // Values from the OCP 8-bit floating point specification's E4M3 table.
+  EXPECT_EQ(float_to_fp8_e4m3(0.0f), 0x00);
+  EXPECT_EQ(float_to_fp8_e4m3(-0.0f), 0x80);
+  EXPECT_EQ(float_to_fp8_e4m3(1.0f), 0x38);
+  EXPECT_EQ(float_to_fp8_e4m3(-2.0f), 0xc0);
+  EXPECT_EQ(float_to_fp8_e4m3(448.0f), 0x7e);                  // largest finite
+  EXPECT_EQ(float_to_fp8_e4m3(std::ldexp(1.0f, -6)), 0x08);    // smallest normal
+  EXPECT_EQ(float_to_fp8_e4m3(std::ldexp(7.0f, -9)), 0x07);    // largest subnormal
+  EXPECT_EQ(float_to_fp8_e4m3(std::ldexp(1.0f, -9)), 0x01);    // smallest subnormal
+  EXPECT_EQ(fp8_e4m3_to_float(0x7e), 448.0f);
+  EXPECT_EQ(fp8_e4m3_to_float(0x01), std::ldexp(1.0f, -9));
+  EXPECT_EQ(fp8_e4m3_to_float(0x62), 40.0f);                   // 1.25 * 2^5
+  EXPECT_EQ(fp8_e4m3_to_float(0xb4), -0.75f);                  // -1.5 * 2^-1
+}
+
+TEST(Fp8E4M3, EveryCodeRoundTrips) {
+  for (int code = 0; code < 256; ++code) {
+    const auto bits = static_cast<uint8_t>(code);
+    const float value = fp8_e4m3_to_float(bits);
+    if ((code & 0x7f) == 0x7f) {
+      EXPECT_TRUE(std::isnan(value)) << code;
+      EXPECT_EQ(float_to_fp8_e4m3(value), bits) << code;  // NaN keeps its sign
+      continue;
+    }
+    EXPECT_EQ(float_to_fp8_e4m3(value), bits) << code << " = " << value;
+    if ((code & 0x7f) < 0x7e) {  // the next code up is larger, and the midpoint ties to even
+      const float next = fp8_e4m3_to_float(static_cast<uint8_t>(code + 1));
+      EXPECT_GT(std::fabs(next), std::fabs(value)) << code;
+      const float midpoint = (value + next) / 2;  // exact in fp32
+      const uint8_t even = (code & 1) ? static_cast<uint8_t>(code + 1) : bits;
+      EXPECT_EQ(float_to_fp8_e4m3(midpoint), even) << code;
+      EXPECT_EQ(float_to_fp8_e4m3(std::nextafter(midpoint, 2 * next)), code + 1) << code;
+      EXPECT_EQ(float_to_fp8_e4m3(std::nextafter(midpoint, 0.0f)), bits) << code;
+    }
+  }
+}
+
+TEST(Fp8E4M3, SaturatesAndKeepsNan) {
+  EXPECT_EQ(float_to_fp8_e4m3(449.0f), 0x7e);
+  EXPECT_EQ(float_to_fp8_e4m3(1e30f), 0x7e);
+  EXPECT_EQ(float_to_fp8_e4m3(std::numeric_limits<float>::infinity()), 0x7e);
+  EXPECT_EQ(float_to_fp8_e4m3(-std::numeric_limits<float>::infinity()), 0xfe);
+  EXPECT_EQ(float_to_fp8_e4m3(std::numeric_limits<float>::quiet_NaN()), 0x7f);
+  EXPECT_EQ(float_to_fp8_e4m3(std::ldexp(1.0f, -10)), 0x00);  // half the smallest subnormal: to even
+  EXPECT_EQ(float_to_fp8_e4m3(std::ldexp(1.0f, -140)), 0x00);  // an fp32 subnormal
+  std::vector<float> values = {1.0f, -0.3f, 500.0f};
+  std::vector<uint8_t> codes(3);
+  narrow_from_fp32(values.data(), DType::F8E4M3, codes.data(), 3);
+  widen_to_fp32(codes.data(), DType::F8E4M3, values.data(), 3);
+  EXPECT_EQ(values, (std::vector<float>{1.0f, -0.3125f, 448.0f}));
+  EXPECT_EQ(dtype_size(DType::F8E4M3), 1u);
+  EXPECT_EQ(dtype_name(DType::F8E4M3), "fp8_e4m3");
 }
 
 }  // namespace

@@ -3,10 +3,12 @@
 // back-end compiled by the host compiler links against this instead of libcublasLt.
 //
 // Semantics as cuBLASLt documents them: column-major D = alpha op(A) op(B) + beta C with strided
-// batches, and the epilogues kiln uses: BIAS (bias[i] added to row i of D), GELU_AUX_BIAS (aux =
-// the biased result before GELU, D = gelu(aux)), DGELU (D = result * gelu'(aux)), BGRADA and BGRADB
-// (the bias gradient: sums of op(A)'s rows or op(B)'s columns over k, written). Bias, bias
-// gradient and aux have D's type. Products accumulate in double from inputs widened exactly (TF32
+// batches; fp32, bf16, fp16 and fp8 E4M3 inputs (fp8 only in the "TN" layout with compute type
+// 32F and a 16- or 32-bit D, its documented requirements; other fp8 calls are invalid here); and
+// the epilogues kiln uses: BIAS (bias[i] added to row i of D), GELU_AUX_BIAS (aux = the biased
+// result before GELU, D = gelu(aux)), DGELU (D = result * gelu'(aux)), BGRADA and BGRADB (the
+// bias gradient: sums of op(A)'s rows or op(B)'s columns over k, written). Bias, bias gradient
+// and aux have D's type. Products accumulate in double from inputs widened exactly (TF32
 // compute rounds fp32 inputs to 10 mantissa bits first); D is rounded once. A call whose layouts do
 // not fit its dimensions, whose leading dimensions are too small, or whose pointers are less
 // aligned than the heuristic was promised fails with CUBLAS_STATUS_INVALID_VALUE, as a misuse
@@ -27,6 +29,7 @@
 #include <vector>
 
 #include "cuda_emulator.h"
+#include "kiln/core/dtype.h"
 
 namespace {
 
@@ -72,13 +75,16 @@ bool read(T& value, const void* buffer, size_t bytes) {
   return true;
 }
 
-size_t type_bytes(cudaDataType type) { return type == CUDA_R_32F ? 4 : 2; }
-bool known_type(cudaDataType type) { return type == CUDA_R_32F || type == CUDA_R_16BF || type == CUDA_R_16F; }
+size_t type_bytes(cudaDataType type) { return type == CUDA_R_32F ? 4 : type == CUDA_R_8F_E4M3 ? 1 : 2; }
+bool known_type(cudaDataType type) {
+  return type == CUDA_R_32F || type == CUDA_R_16BF || type == CUDA_R_16F || type == CUDA_R_8F_E4M3;
+}
 
 double load(cudaDataType type, const void* data, int64_t index) {
   switch (type) {
     case CUDA_R_16BF: return __bfloat162float(static_cast<const __nv_bfloat16*>(data)[index]);
     case CUDA_R_16F: return __half2float(static_cast<const __half*>(data)[index]);
+    case CUDA_R_8F_E4M3: return kiln::fp8_e4m3_to_float(static_cast<const uint8_t*>(data)[index]);
     default: return static_cast<const float*>(data)[index];
   }
 }
@@ -130,7 +136,11 @@ bool consistent(const Desc& d, const Layout& a, const Layout& b, const Layout& c
   uint64_t m, k, k_b, n;
   op_shape(a, d.trans_a, m, k);
   op_shape(b, d.trans_b, k_b, n);
-  return fits(a) && fits(b) && fits(c) && fits(out) && k == k_b && c.rows == m && c.cols == n &&
+  // fp8 inputs: cuBLASLt's "TN" layout only, a 16- or 32-bit C and D, compute type 32F.
+  const bool fp8_ok = a.type != CUDA_R_8F_E4M3 ||
+                      (d.trans_a == CUBLAS_OP_T && d.trans_b == CUBLAS_OP_N && d.compute == CUBLAS_COMPUTE_32F &&
+                       c.type != CUDA_R_8F_E4M3 && out.type != CUDA_R_8F_E4M3);
+  return fp8_ok && fits(a) && fits(b) && fits(c) && fits(out) && k == k_b && c.rows == m && c.cols == n &&
          out.rows == m && out.cols == n && a.type == b.type && a.batch == out.batch && b.batch == out.batch &&
          c.batch == out.batch;
 }

@@ -93,7 +93,8 @@ class Backend {
 
   // Benchmark hook for `kiln bench gemm`: median milliseconds of C[M,N] = A[M,K] B[K,N] on random
   // data, with inputs in `dtype` (F32, BF16 or F16) and fp32 accumulation; `tf32` selects TF32
-  // tensor cores for F32 where the device has them.
+  // tensor cores for F32 where the device has them. F8E4M3 (GPUs of compute capability 8.9 and
+  // newer): B is stored [N, K], the only fp8 layout cuBLASLt has, and C is bf16.
   virtual double time_gemm_ms(DType dtype, bool tf32, int64_t M, int64_t N, int64_t K, int iterations) = 0;
 
   // Ops (ops.h).

@@ -53,7 +53,10 @@ double median(std::vector<double> values) {
 }
 
 DType gemm_dtype(const std::string& precision) {
-  return precision == "bf16" ? DType::BF16 : precision == "fp16" ? DType::F16 : DType::F32;
+  return precision == "bf16"  ? DType::BF16
+         : precision == "fp16" ? DType::F16
+         : precision == "fp8"  ? DType::F8E4M3
+                               : DType::F32;
 }
 
 double gemm_tflops(double ms, int64_t M, int64_t N, int64_t K) {
@@ -151,21 +154,25 @@ struct BenchGemmOptions {
 
 void bench_gemm(const BenchGemmOptions& options) {
   std::vector<std::string> precisions = options.precisions;
-  if (precisions.empty())
-    precisions = options.device == "cpu" ? std::vector<std::string>{"fp32"}
-                                         : std::vector<std::string>{"fp32", "tf32", "bf16", "fp16"};
   auto backend = make_backend(options.device);
   const std::string device = backend->description();
   const auto spec = find_gpu_by_device_name(device);
+  if (precisions.empty()) {
+    precisions = options.device == "cpu" ? std::vector<std::string>{"fp32"}
+                                         : std::vector<std::string>{"fp32", "tf32", "bf16", "fp16"};
+    if (spec && spec->fp8_tflops > 0) precisions.push_back("fp8");  // the datasheet lists fp8 tensor cores
+  }
   if (!options.json) {
-    fmt::print("# kiln bench gemm | {} | C[M,N] = A[M,K] B[K,N], random inputs, median of {} after 1 warm-up\n",
+    fmt::print("# kiln bench gemm | {} | C[M,N] = A[M,K] B[K,N], random inputs, median of {} after 1 warm-up "
+               "(fp8: E4M3 inputs, B stored [N,K], bf16 C)\n",
                device, options.iterations);
     fmt::print("#{:>7} {:>7} {:>7} {:>7} {:>10} {:>10} {:>12}\n", "dtype", "M", "N", "K", "ms", "TFLOP/s",
                "of datasheet");
   }
   for (const std::string& precision : precisions) {
-    KILN_CHECK(precision == "fp32" || precision == "tf32" || precision == "bf16" || precision == "fp16",
-               "--dtype '{}' is not one of fp32, tf32, bf16, fp16", precision);
+    KILN_CHECK(precision == "fp32" || precision == "tf32" || precision == "bf16" || precision == "fp16" ||
+                   precision == "fp8",
+               "--dtype '{}' is not one of fp32, tf32, bf16, fp16, fp8", precision);
     const double ms = backend->time_gemm_ms(gemm_dtype(precision), precision == "tf32", options.m, options.n,
                                             options.k, options.iterations);
     const double tflops = gemm_tflops(ms, options.m, options.n, options.k);
@@ -202,7 +209,9 @@ void add_bench_command(CLI::App& root) {
   auto gemm_options = std::make_shared<BenchGemmOptions>();
   CLI::App* gemm = bench->add_subcommand("gemm", "measure the GEMM ceiling per precision");
   gemm->add_option("--device", gemm_options->device, "cpu or cuda");
-  gemm->add_option("--dtype", gemm_options->precisions, "fp32, tf32, bf16, fp16 (default: all the device has)");
+  gemm->add_option("--dtype", gemm_options->precisions,
+                   "fp32, tf32, bf16, fp16, fp8 (E4M3; default: all the device has)")
+      ->delimiter(',');
   gemm->add_option("--m", gemm_options->m, "rows of A and C");
   gemm->add_option("--n", gemm_options->n, "columns of B and C");
   gemm->add_option("--k", gemm_options->k, "inner dimension");

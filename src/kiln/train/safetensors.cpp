@@ -17,6 +17,7 @@ const char* safetensors_dtype(DType dtype) {
     case DType::F16: return "F16";
     case DType::I32: return "I32";
     case DType::U16: return "U16";
+    case DType::F8E4M3: return "F8_E4M3";  // the safetensors format's name
   }
   return "F32";
 }

@@ -109,7 +109,7 @@ struct CudaBackend::Handles {
   bool tf32 = false;
   bool matmul_epilogues = true;
   bool fused_attention = true;
-  int compute_major = 0;  // the device's compute capability, read once
+  int compute_major = 0, compute_minor = 0;  // the device's compute capability, read once
   std::array<int64_t, 3> attention_forward_calls{};  // by AttentionPath, for run_notes()
   std::unique_ptr<DeviceBuffer> sum_scratch;  // kSumBlocks partials + the result
   // Scratch of the ops that need it, one at a time on the stream: embedding backward's sort,
@@ -126,6 +126,8 @@ CudaBackend::CudaBackend(const BackendOptions& options) : handles_(std::make_uni
   int device = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   check_cuda(cudaDeviceGetAttribute(&handles_->compute_major, cudaDevAttrComputeCapabilityMajor, device),
+             "cudaDeviceGetAttribute");
+  check_cuda(cudaDeviceGetAttribute(&handles_->compute_minor, cudaDevAttrComputeCapabilityMinor, device),
              "cudaDeviceGetAttribute");
   handles_->matmul_workspace = allocate(cuda::LtMatmul::kWorkspaceBytes);
   handles_->matmul = std::make_unique<cuda::LtMatmul>(handles_->matmul_workspace->data(), cuda::LtMatmul::kWorkspaceBytes);
@@ -197,25 +199,35 @@ std::string CudaBackend::description() const {
 }
 
 double CudaBackend::time_gemm_ms(DType dtype, bool tf32, int64_t M, int64_t N, int64_t K, int iterations) {
-  KILN_CHECK(dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16,
-             "gemm benchmark: dtype {} is not a floating type", dtype_name(dtype));
+  const bool fp8 = dtype == DType::F8E4M3;
+  KILN_CHECK(dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16 || fp8,
+             "gemm benchmark: dtype {} is not fp32, bf16, fp16 or fp8_e4m3", dtype_name(dtype));
   KILN_CHECK(M > 0 && N > 0 && K > 0 && iterations > 0, "gemm sizes and iterations must be positive");
   KILN_CHECK(!tf32 || dtype == DType::F32, "gemm benchmark: tf32 applies to fp32 inputs only");
-  const int kind = element_kind(dtype);
+  KILN_CHECK(!fp8 || handles_->compute_major * 10 + handles_->compute_minor >= 89,
+             "fp8 products need a GPU of compute capability 8.9 or newer (Ada, Hopper); {} is {}.{}", description(),
+             handles_->compute_major, handles_->compute_minor);
+  // fp8: B stored [N, K] (cuBLASLt's only fp8 layout, lt_matmul.h) and a bf16 result.
+  const DType output = fp8 ? DType::BF16 : dtype;
   const size_t element = dtype_size(dtype);
   auto a = allocate(static_cast<size_t>(M * K) * element);
   auto b = allocate(static_cast<size_t>(K * N) * element);
-  auto c = allocate(static_cast<size_t>(M * N) * element);
-  check_cuda(cuda::fill_random(a->data(), kind, M * K, 1), "fill_random");
-  check_cuda(cuda::fill_random(b->data(), kind, K * N, 2), "fill_random");
+  auto c = allocate(static_cast<size_t>(M * N) * dtype_size(output));
+  if (fp8) {
+    check_cuda(cuda::fill_random_fp8_e4m3(static_cast<uint8_t*>(a->data()), M * K, 1), "fill_random_fp8_e4m3");
+    check_cuda(cuda::fill_random_fp8_e4m3(static_cast<uint8_t*>(b->data()), K * N, 2), "fill_random_fp8_e4m3");
+  } else {
+    check_cuda(cuda::fill_random(a->data(), element_kind(dtype), M * K, 1), "fill_random");
+    check_cuda(cuda::fill_random(b->data(), element_kind(dtype), K * N, 2), "fill_random");
+  }
   cudaEvent_t start = nullptr, stop = nullptr;
   check_cuda(cudaEventCreate(&start), "cudaEventCreate");
   check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
   std::vector<double> times;
   for (int i = 0; i <= iterations; ++i) {  // the first run warms up and is not counted
     check_cuda(cudaEventRecord(start, cuda::compute_stream()), "cudaEventRecord");
-    gemm(*handles_->matmul, {dtype, dtype, tf32}, false, false, M, N, K, 1.0f, a->data(), K, b->data(), N, 0.0f,
-         c->data(), N);
+    gemm(*handles_->matmul, {dtype, output, tf32}, false, fp8, M, N, K, 1.0f, a->data(), K, b->data(), fp8 ? K : N,
+         0.0f, c->data(), N);
     check_cuda(cudaEventRecord(stop, cuda::compute_stream()), "cudaEventRecord");
     check_cuda(cudaEventSynchronize(stop), "cudaEventSynchronize");
     float ms = 0.0f;

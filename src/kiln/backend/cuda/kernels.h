@@ -60,6 +60,8 @@ int adamw(float* master, void* param_out, int out_kind, const float* grad, float
           float bias_correction2);
 // Pseudo-random values in [-1, 1) from a hash of (seed, index).
 int fill_random(void* out, int kind, int64_t count, uint64_t seed);
+// Pseudo-random fp8 E4M3 codes of magnitude below 1 (never NaN), for the fp8 GEMM benchmark.
+int fill_random_fp8_e4m3(uint8_t* out, int64_t count, uint64_t seed);
 // Sum of squares in double with a fixed grid; `partials` holds kSumBlocks doubles of device memory.
 constexpr int kSumBlocks = 512;
 int sum_of_squares(const float* in, int64_t count, double* partials, double* result);

@@ -20,7 +20,8 @@ cudaDataType lt_type(DType dtype) {
     case DType::F32: return CUDA_R_32F;
     case DType::BF16: return CUDA_R_16BF;
     case DType::F16: return CUDA_R_16F;
-    default: fail("cuBLASLt products take fp32, bf16 or fp16, not {}", dtype_name(dtype));
+    case DType::F8E4M3: return CUDA_R_8F_E4M3;
+    default: fail("cuBLASLt products take fp32, bf16, fp16 or fp8 E4M3, not {}", dtype_name(dtype));
   }
 }
 
@@ -105,6 +106,11 @@ LtMatmul::Plan& LtMatmul::plan_for(const Gemm& g) {
   auto found = plans_.find(key);
   if (found != plans_.end()) return *found->second;
 
+  // cuBLASLt's fp8 kernels take only its "TN" layout, compute type 32F and scale type 32F
+  // (cublasLtMatmul(), "To use FP8 kernels..."): in our row-major terms, A [M,K] and B [N,K].
+  KILN_CHECK(t.inputs != DType::F8E4M3 || (!g.trans_a && g.trans_b && t.output != DType::F8E4M3),
+             "an fp8 product takes A [M,K] and B [N,K] (trans_a false, trans_b true) and writes a 16- or "
+             "32-bit C; got trans_a {}, trans_b {}, output {}", g.trans_a, g.trans_b, dtype_name(t.output));
   auto plan = std::make_unique<Plan>();
   plan->epilogue = g.epilogue;
   check_lt(cublasLtMatmulDescCreate(&plan->desc, compute_type(t), CUDA_R_32F), "cublasLtMatmulDescCreate");

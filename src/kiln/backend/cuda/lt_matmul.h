@@ -20,7 +20,9 @@
 namespace kiln::cuda {
 
 // Types of one product: A and B in `inputs`, C/D in `output` (the same, or fp32 for parameter
-// gradients), accumulation in fp32; fp32 inputs use TF32 tensor cores only when `tf32`.
+// gradients), accumulation in fp32; fp32 inputs use TF32 tensor cores only when `tf32`. fp8 E4M3
+// inputs (compute capability 8.9 and newer) need A [M,K] and B [N,K], both K-contiguous
+// (trans_a false, trans_b true: cuBLASLt's only fp8 layout), and a bf16, fp16 or fp32 output.
 struct GemmTypes {
   DType inputs = DType::F32, output = DType::F32;
   bool tf32 = false;
