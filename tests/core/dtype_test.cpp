@@ -92,26 +92,44 @@ TEST(Fp8E4M3, KnownCodes) {
   EXPECT_EQ(fp8_e4m3_to_float(0xb4), -0.75f);                  // -1.5 * 2^-1
 }
 
-TEST(Fp8E4M3, EveryCodeRoundTrips) {
+// Every code decodes and encodes back; the midpoint to the next code up ties to the even one and
+// anything off it rounds to the nearer.
+void expect_every_code_round_trips(uint8_t (*encode)(float), float (*decode)(uint8_t), uint8_t largest_finite) {
   for (int code = 0; code < 256; ++code) {
     const auto bits = static_cast<uint8_t>(code);
-    const float value = fp8_e4m3_to_float(bits);
-    if ((code & 0x7f) == 0x7f) {
-      EXPECT_TRUE(std::isnan(value)) << code;
-      EXPECT_EQ(float_to_fp8_e4m3(value), bits) << code;  // NaN keeps its sign
+    const float value = decode(bits);
+    if ((code & 0x7f) > largest_finite) {  // infinity (E5M2) or NaN
+      if (std::isnan(value)) EXPECT_EQ(encode(value), (bits & 0x80) | 0x7f) << code;
+      else EXPECT_EQ(encode(value), (bits & 0x80) | largest_finite) << code;  // saturates
       continue;
     }
-    EXPECT_EQ(float_to_fp8_e4m3(value), bits) << code << " = " << value;
-    if ((code & 0x7f) < 0x7e) {  // the next code up is larger, and the midpoint ties to even
-      const float next = fp8_e4m3_to_float(static_cast<uint8_t>(code + 1));
+    EXPECT_EQ(encode(value), bits) << code << " = " << value;
+    if ((code & 0x7f) < largest_finite) {
+      const float next = decode(static_cast<uint8_t>(code + 1));
       EXPECT_GT(std::fabs(next), std::fabs(value)) << code;
       const float midpoint = (value + next) / 2;  // exact in fp32
       const uint8_t even = (code & 1) ? static_cast<uint8_t>(code + 1) : bits;
-      EXPECT_EQ(float_to_fp8_e4m3(midpoint), even) << code;
-      EXPECT_EQ(float_to_fp8_e4m3(std::nextafter(midpoint, 2 * next)), code + 1) << code;
-      EXPECT_EQ(float_to_fp8_e4m3(std::nextafter(midpoint, 0.0f)), bits) << code;
+      EXPECT_EQ(encode(midpoint), even) << code;
+      EXPECT_EQ(encode(std::nextafter(midpoint, 2 * next)), code + 1) << code;
+      EXPECT_EQ(encode(std::nextafter(midpoint, 0.0f)), bits) << code;
     }
   }
+}
+
+TEST(Fp8E4M3, EveryCodeRoundTrips) { expect_every_code_round_trips(float_to_fp8_e4m3, fp8_e4m3_to_float, 0x7e); }
+TEST(Fp8E5M2, EveryCodeRoundTrips) { expect_every_code_round_trips(float_to_fp8_e5m2, fp8_e5m2_to_float, 0x7b); }
+
+TEST(Fp8E5M2, KnownCodesAndSaturation) {
+  EXPECT_EQ(float_to_fp8_e5m2(1.0f), 0x3c);
+  EXPECT_EQ(float_to_fp8_e5m2(57344.0f), 0x7b);                // largest finite
+  EXPECT_EQ(float_to_fp8_e5m2(1e9f), 0x7b);
+  EXPECT_EQ(float_to_fp8_e5m2(-std::numeric_limits<float>::infinity()), 0xfb);
+  EXPECT_EQ(float_to_fp8_e5m2(std::ldexp(1.0f, -14)), 0x04);   // smallest normal
+  EXPECT_EQ(float_to_fp8_e5m2(std::ldexp(1.0f, -16)), 0x01);   // smallest subnormal
+  EXPECT_EQ(fp8_e5m2_to_float(0x7c), std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(fp8_e5m2_to_float(0x7e)));
+  EXPECT_EQ(fp8_e5m2_to_float(0x47), 7.0f);                    // 1.75 * 2^2
+  EXPECT_EQ(dtype_name(DType::F8E5M2), "fp8_e5m2");
 }
 
 TEST(Fp8E4M3, SaturatesAndKeepsNan) {

@@ -3,8 +3,9 @@
 // back-end compiled by the host compiler links against this instead of libcublasLt.
 //
 // Semantics as cuBLASLt documents them: column-major D = alpha op(A) op(B) + beta C with strided
-// batches; fp32, bf16, fp16 and fp8 E4M3 inputs (fp8 only in the "TN" layout with compute type
-// 32F and a 16- or 32-bit D, its documented requirements; other fp8 calls are invalid here); and
+// batches; fp32, bf16, fp16 and fp8 inputs (E4M3 and E5M2, not both E5M2, only in the "TN"
+// layout with compute type 32F and a 16- or 32-bit D, with optional A and B scale pointers: its
+// documented requirements; other fp8 calls are invalid here); and
 // the epilogues kiln uses: BIAS (bias[i] added to row i of D), GELU_AUX_BIAS (aux = the biased
 // result before GELU, D = gelu(aux)), DGELU (D = result * gelu'(aux)), BGRADA and BGRADB (the
 // bias gradient: sums of op(A)'s rows or op(B)'s columns over k, written). Bias, bias gradient
@@ -52,6 +53,8 @@ struct Desc {
   const void* bias = nullptr;
   const void* aux = nullptr;
   int64_t aux_ld = 0;
+  const float* a_scale = nullptr;  // fp8: device factors of op(A), op(B), read when the product runs
+  const float* b_scale = nullptr;
 };
 
 struct Preference {
@@ -75,9 +78,10 @@ bool read(T& value, const void* buffer, size_t bytes) {
   return true;
 }
 
-size_t type_bytes(cudaDataType type) { return type == CUDA_R_32F ? 4 : type == CUDA_R_8F_E4M3 ? 1 : 2; }
+bool fp8(cudaDataType type) { return type == CUDA_R_8F_E4M3 || type == CUDA_R_8F_E5M2; }
+size_t type_bytes(cudaDataType type) { return type == CUDA_R_32F ? 4 : fp8(type) ? 1 : 2; }
 bool known_type(cudaDataType type) {
-  return type == CUDA_R_32F || type == CUDA_R_16BF || type == CUDA_R_16F || type == CUDA_R_8F_E4M3;
+  return type == CUDA_R_32F || type == CUDA_R_16BF || type == CUDA_R_16F || fp8(type);
 }
 
 double load(cudaDataType type, const void* data, int64_t index) {
@@ -85,6 +89,7 @@ double load(cudaDataType type, const void* data, int64_t index) {
     case CUDA_R_16BF: return __bfloat162float(static_cast<const __nv_bfloat16*>(data)[index]);
     case CUDA_R_16F: return __half2float(static_cast<const __half*>(data)[index]);
     case CUDA_R_8F_E4M3: return kiln::fp8_e4m3_to_float(static_cast<const uint8_t*>(data)[index]);
+    case CUDA_R_8F_E5M2: return kiln::fp8_e5m2_to_float(static_cast<const uint8_t*>(data)[index]);
     default: return static_cast<const float*>(data)[index];
   }
 }
@@ -136,13 +141,16 @@ bool consistent(const Desc& d, const Layout& a, const Layout& b, const Layout& c
   uint64_t m, k, k_b, n;
   op_shape(a, d.trans_a, m, k);
   op_shape(b, d.trans_b, k_b, n);
-  // fp8 inputs: cuBLASLt's "TN" layout only, a 16- or 32-bit C and D, compute type 32F.
-  const bool fp8_ok = a.type != CUDA_R_8F_E4M3 ||
-                      (d.trans_a == CUBLAS_OP_T && d.trans_b == CUBLAS_OP_N && d.compute == CUBLAS_COMPUTE_32F &&
-                       c.type != CUDA_R_8F_E4M3 && out.type != CUDA_R_8F_E4M3);
-  return fp8_ok && fits(a) && fits(b) && fits(c) && fits(out) && k == k_b && c.rows == m && c.cols == n &&
-         out.rows == m && out.cols == n && a.type == b.type && a.batch == out.batch && b.batch == out.batch &&
-         c.batch == out.batch;
+  // fp8 inputs: both fp8, not both E5M2, cuBLASLt's "TN" layout only, a 16- or 32-bit C and D,
+  // compute type 32F. Other inputs: one type for both.
+  const bool types_ok =
+      fp8(a.type) || fp8(b.type)
+          ? fp8(a.type) && fp8(b.type) && !(a.type == CUDA_R_8F_E5M2 && b.type == CUDA_R_8F_E5M2) &&
+                d.trans_a == CUBLAS_OP_T && d.trans_b == CUBLAS_OP_N && d.compute == CUBLAS_COMPUTE_32F &&
+                !fp8(c.type) && !fp8(out.type)
+          : a.type == b.type && !d.a_scale && !d.b_scale;
+  return types_ok && fits(a) && fits(b) && fits(c) && fits(out) && k == k_b && c.rows == m && c.cols == n &&
+         out.rows == m && out.cols == n && a.batch == out.batch && b.batch == out.batch && c.batch == out.batch;
 }
 
 // The product and its epilogue, as the stream runs it (defined after the API).
@@ -193,6 +201,8 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t handle, cubla
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER: ok = read(d.bias, buffer, bytes); break;
     case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: ok = read(d.aux, buffer, bytes); break;
     case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: ok = read(d.aux_ld, buffer, bytes); break;
+    case CUBLASLT_MATMUL_DESC_A_SCALE_POINTER: ok = read(d.a_scale, buffer, bytes); break;
+    case CUBLASLT_MATMUL_DESC_B_SCALE_POINTER: ok = read(d.b_scale, buffer, bytes); break;
     default: return CUBLAS_STATUS_NOT_SUPPORTED;  // an attribute kiln does not set
   }
   return ok ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
@@ -325,6 +335,8 @@ void multiply(const Desc& op, const Layout& a, const void* a_data, const Layout&
     return values;
   };
   std::vector<double> a_op, b_op, row(n);
+  // D = alpha scale_A scale_B op(A) op(B) + beta C (cuBLASLt's fp8 formula, scale_C = scale_D = 1).
+  alpha *= (op.a_scale ? *op.a_scale : 1.0f) * (op.b_scale ? *op.b_scale : 1.0f);
   for (int64_t batch = 0; batch < out.batch; ++batch) {
     a_op = widened(a, a_data, op.trans_a, batch, m, k);
     b_op = widened(b, b_data, op.trans_b, batch, k, n);

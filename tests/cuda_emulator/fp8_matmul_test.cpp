@@ -83,7 +83,8 @@ TEST_F(EmulatedFp8Matmul, OtherLayoutsAreRefusedByName) {
   cuda::Gemm nn = tn_product();
   nn.trans_b = false;
   nn.ldb = N;
-  EXPECT_NE(error_of([&] { lt.run(nn); }).find("an fp8 product takes A [M,K] and B [N,K]"), std::string::npos);
+  EXPECT_NE(error_of([&] { lt.run(nn); }).find("an fp8 product takes A [M,K] and B [N,K]"),
+            std::string::npos);
   cuda::Gemm fp8_out = tn_product();
   fp8_out.types.output = DType::F8E4M3;
   EXPECT_NE(error_of([&] { lt.run(fp8_out); }).find("output fp8_e4m3"), std::string::npos);

@@ -76,6 +76,7 @@ class Backend {
     int64_t batch = 0, seq = 0, heads = 0, head_size = 0;
     DType dtype = DType::F32;  // the compute dtype
     int64_t widest_row = 0;    // the most columns a parameter gradient sums over rows (a bias's N)
+    size_t fp8_cast_bytes = 0; // most fp8_cast_bytes() (fp8_workspace.h) of one fp8 product
   };
   virtual size_t reserve_workspace(const WorkspaceNeeds& needs) = 0;
   // What reserve_workspace(needs) would hold, without allocating (memory pre-flight checks).
@@ -112,6 +113,7 @@ class Backend {
   virtual void softmax_cross_entropy(const SoftmaxCrossEntropy& args) = 0;
   virtual void residual_forward(const ResidualForward& args) = 0;
   virtual void adamw_step(const AdamwStep& args) = 0;
+  virtual void fp8_update_scales(const Fp8UpdateScales& args) = 0;
   virtual double sum_of_squares(const SumOfSquares& args) = 0;
   virtual void fill(const Fill& args) = 0;
   virtual void convert(const Convert& args) = 0;

@@ -67,6 +67,29 @@ RowsDims layernorm_backward(const LayerNormBackward& a, Device device) {
   return {M, C};
 }
 
+namespace {
+void require_fp8_operand(const Fp8Operand& operand, Device device, const char* op, const char* name) {
+  for (auto [tensor, part] : {std::pair{&operand.scale, "scale"}, {&operand.scale_inv, "scale_inv"},
+                              {&operand.amax, "amax"}}) {
+    const std::string argument = fmt::format("fp8 {} {}", name, part);
+    require(*tensor, DType::F32, device, op, argument.c_str());
+    require_numel(*tensor, 1, op, argument.c_str());
+  }
+}
+
+void require_fp8(const Fp8Matmul& fp8, DType compute, Device device, const char* op, bool backward) {
+  KILN_CHECK(compute == DType::BF16 || compute == DType::F16, "{}: fp8 products take bf16 or fp16 operands, not {}",
+             op, dtype_name(compute));
+  require_fp8_operand(fp8.in, device, op, "in");
+  require_fp8_operand(fp8.weight, device, op, "weight");
+  if (!backward) return;
+  require_fp8_operand(fp8.dout, device, op, "dout");
+  KILN_CHECK(fp8.grad_dtype == DType::F8E5M2 || fp8.grad_dtype == DType::F8E4M3,
+             "{}: the output gradient's fp8 format must be fp8_e5m2 or fp8_e4m3, not {}", op,
+             dtype_name(fp8.grad_dtype));
+}
+}  // namespace
+
 MatmulDims matmul_forward(const MatmulForward& a, Device device) {
   constexpr const char* op = "matmul_forward";
   const DType dtype = compute_dtype(a.in, device, op, "in");
@@ -82,6 +105,7 @@ MatmulDims matmul_forward(const MatmulForward& a, Device device) {
     require(a.gelu_out, dtype, device, op, "gelu_out");
     require_numel(a.gelu_out, dims.M * dims.N, op, "gelu_out");
   }
+  if (a.fp8) require_fp8(*a.fp8, dtype, device, op, false);
   return dims;
 }
 
@@ -108,6 +132,7 @@ MatmulDims matmul_backward(const MatmulBackward& a, Device device) {
     require(a.gelu_in, dtype, device, op, "gelu_in");
     require_numel(a.gelu_in, dims.M * dims.K, op, "gelu_in");
   }
+  if (a.fp8) require_fp8(*a.fp8, dtype, device, op, true);
   return dims;
 }
 
@@ -224,6 +249,19 @@ int64_t convert(const Convert& a, Device device) {
   compute_dtype(a.in, device, "convert", "in");
   require_numel(a.in, a.out.numel(), "convert", "in");
   return a.out.numel();
+}
+
+int64_t fp8_update_scales(const Fp8UpdateScales& a, Device device) {
+  constexpr const char* op = "fp8_update_scales";
+  require(a.state, DType::F32, device, op, "state");
+  KILN_CHECK(a.state.shape.rank == 2 && a.state.shape[1] > kFp8StateColumns,
+             "{}: state must be [tensors, {} + history] with a history of at least 1, got {}", op, kFp8StateColumns,
+             a.state.shape.to_string());
+  const int64_t history = a.state.shape[1] - kFp8StateColumns;
+  KILN_CHECK(a.position >= 0 && a.position < history, "{}: history position {} is outside [0, {})", op, a.position,
+             history);
+  KILN_CHECK(a.margin >= 0, "{}: margin {} is negative", op, a.margin);
+  return history;
 }
 
 }  // namespace kiln::checks

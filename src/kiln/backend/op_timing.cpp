@@ -133,7 +133,7 @@ void OpTimingBackend::layernorm_backward(const LayerNormBackward& a) {
 void OpTimingBackend::matmul_forward(const MatmulForward& a) {
   const int64_t N = last_dim(a.out);
   const std::string op = "matmul_forward " + product_shape(a.in, N) + (a.bias.empty() ? "" : " +bias") +
-                         (a.gelu_out.empty() ? "" : " +gelu");
+                         (a.gelu_out.empty() ? "" : " +gelu") + (a.fp8 ? " fp8" : "");
   timed(op, {product_flops(a.in, N), bytes_of({&a.out, &a.in, &a.weight, &a.bias, &a.gelu_out})},
         [&] { inner_->matmul_forward(a); });
 }
@@ -142,7 +142,7 @@ void OpTimingBackend::matmul_forward(const MatmulForward& a) {
 void OpTimingBackend::matmul_backward(const MatmulBackward& a) {
   const int64_t N = last_dim(a.dout);
   const std::string op = "matmul_backward " + product_shape(a.in, N) + (a.dbias.empty() ? "" : " +dbias") +
-                         (a.gelu_in.empty() ? "" : " +dgelu");
+                         (a.gelu_in.empty() ? "" : " +dgelu") + (a.fp8 ? " fp8" : "");
   const double flops = product_flops(a.in, N) * (a.din.empty() ? 1.0 : 2.0);
   timed(op,
         {flops, 2 * bytes_of({&a.dweight, &a.dbias}) + bytes_of({&a.din, &a.dout, &a.in, &a.weight, &a.gelu_in})},
@@ -184,6 +184,9 @@ void OpTimingBackend::adamw_step(const AdamwStep& a) {
 }
 double OpTimingBackend::sum_of_squares(const SumOfSquares& a) {
   return timed("sum_of_squares", {0.0, bytes_of({&a.in})}, [&] { return inner_->sum_of_squares(a); });
+}
+void OpTimingBackend::fp8_update_scales(const Fp8UpdateScales& a) {
+  timed("fp8_update_scales", {0.0, 2 * bytes_of({&a.state})}, [&] { inner_->fp8_update_scales(a); });
 }
 void OpTimingBackend::fill(const Fill& a) {
   timed("fill", {0.0, bytes_of({&a.out})}, [&] { inner_->fill(a); });

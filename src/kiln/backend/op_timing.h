@@ -73,6 +73,7 @@ class OpTimingBackend final : public Backend {
   void residual_forward(const ResidualForward& args) override;
   void adamw_step(const AdamwStep& args) override;
   double sum_of_squares(const SumOfSquares& args) override;
+  void fp8_update_scales(const Fp8UpdateScales& args) override;
   void fill(const Fill& args) override;
   void convert(const Convert& args) override;
 

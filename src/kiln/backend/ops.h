@@ -78,6 +78,28 @@ enum class WeightLayout : uint8_t { InOut, OutIn };
 //     a back-end may apply GELU before rounding out to the compute dtype;
 //   - backward with gelu_in: `in` is gelu(gelu_in), and din receives the gradient of gelu_in,
 //     (dout @ W^T) * gelu'(gelu_in), instead of the gradient of `in`.
+//
+// fp8 products (Micikevicius et al. 2022, "FP8 Formats for Deep Learning"; the delayed scaling of
+// NVIDIA's Transformer Engine): with `fp8` given (bf16 or fp16 compute only), the products read
+// their operands cast to 8 bits, x -> fp8(x * scale) (core/fp8_codec.h: nearest even, saturating),
+// and take the scales back out, * scale_inv, after the product. Forward casts `in` and `weight` to
+// E4M3; backward casts `dout` to grad_dtype (E5M2, the "hybrid" format: gradients need range more
+// than precision, or E4M3) and `in` and `weight` to E4M3 as forward did. Every op max-accumulates
+// max |x| (before scaling) of each tensor it casts into that tensor's amax (fp8_update_scales
+// turns the history of those into the next scales). The bias, the bias gradient and GELU and its
+// derivative see the values before casting. Reference meaning: the op on the operands replaced
+// by dec(fp8(x * scale)) * scale_inv, exactly, in fp32; gradients pass the casts straight through.
+struct Fp8Operand {
+  Tensor scale;      // [1] fp32, read
+  Tensor scale_inv;  // [1] fp32, read: 1 / scale
+  Tensor amax;       // [1] fp32, max-accumulated
+};
+struct Fp8Matmul {
+  Fp8Operand in, weight;
+  Fp8Operand dout;                   // backward only
+  DType grad_dtype = DType::F8E5M2;  // dout's fp8 format: F8E5M2 or F8E4M3
+};
+
 struct MatmulForward {
   Tensor out;       // [M, N]
   Tensor in;        // [M, K]
@@ -85,6 +107,7 @@ struct MatmulForward {
   Tensor bias;      // [N] or empty
   WeightLayout layout = WeightLayout::InOut;
   Tensor gelu_out = {};  // [M, N] = gelu(out), or empty
+  const Fp8Matmul* fp8 = nullptr;  // fp8 products (above), or full precision
 };
 struct MatmulBackward {
   Tensor din;      // [M, K] = ; may be empty (not needed) unless gelu_in is given
@@ -95,6 +118,7 @@ struct MatmulBackward {
   Tensor weight;
   WeightLayout layout = WeightLayout::InOut;
   Tensor gelu_in = {};  // [M, K] with in = gelu(gelu_in), or empty: din is then d gelu_in (above)
+  const Fp8Matmul* fp8 = nullptr;
 };
 
 // ---- GELU, tanh approximation (Hendrycks & Gimpel 2016, as in GPT-2) --------------------------
@@ -187,6 +211,21 @@ struct AdamwStep {
 struct SumOfSquares {
   Tensor in;  // [P] fp32; the result is NaN/inf when any element is
 };
+
+// ---- fp8 delayed scaling: the next scales from the amax history, once per optimizer step ---------
+// `state` holds one row per fp8 tensor: [scale, scale_inv, amax, fp8_max, history[H]] (fp32, the
+// first three are the Fp8Operand views of the ops above; fp8_max is the format's largest finite
+// value, 448 for E4M3 or 57344 for E5M2). For each row: history[position] = amax; a = max(history)
+// when use_history_max, else amax (the most recent); when a is finite and positive,
+// scale = fp8_max / a / 2^margin and scale_inv = 1 / scale (otherwise both stay); then amax = 0.
+// Transformer Engine's DelayedScaling recipe with amax_compute_algo "max" or "most_recent".
+struct Fp8UpdateScales {
+  Tensor state;            // [tensors, 4 + history] fp32
+  int64_t position = 0;    // the history slot to write, in [0, history)
+  bool use_history_max = true;
+  int margin = 0;
+};
+constexpr int64_t kFp8StateColumns = 4;  // scale, scale_inv, amax, fp8_max; the history follows
 
 // ---- elementwise utilities ----------------------------------------------------------------------
 struct Fill {

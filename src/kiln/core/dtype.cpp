@@ -3,9 +3,9 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
-#include <limits>
 
 #include "kiln/core/error.h"
+#include "kiln/core/fp8_codec.h"
 
 namespace kiln {
 
@@ -17,6 +17,7 @@ size_t dtype_size(DType dtype) {
     case DType::I32: return 4;
     case DType::U16: return 2;
     case DType::F8E4M3: return 1;
+    case DType::F8E5M2: return 1;
   }
   fail("unknown dtype {}", static_cast<int>(dtype));
 }
@@ -29,6 +30,7 @@ std::string_view dtype_name(DType dtype) {
     case DType::I32: return "int32";
     case DType::U16: return "uint16";
     case DType::F8E4M3: return "fp8_e4m3";
+    case DType::F8E5M2: return "fp8_e5m2";
   }
   return "unknown";
 }
@@ -89,37 +91,10 @@ float fp16_to_float(uint16_t bits) {
   return std::bit_cast<float>(sign | ((exponent + 112u) << 23) | (mantissa << 13));
 }
 
-uint8_t float_to_fp8_e4m3(float value) {
-  const auto sign = static_cast<uint8_t>((std::bit_cast<uint32_t>(value) >> 24) & 0x80u);
-  const float magnitude = std::fabs(value);
-  if (std::isnan(value)) return sign | 0x7fu;
-  if (magnitude >= 448.0f) return sign | 0x7eu;  // saturate, infinities included
-  // magnitude = q * 2^(e - 3) with q in [8, 16) for a normal result (e >= -6), or q * 2^-9 with
-  // q in [0, 8) for a subnormal one. Scaling by a power of two is exact in fp32, so rounding q to
-  // an integer (nearbyint: ties to even in the default rounding mode) rounds the value.
-  int exponent = 0;
-  std::frexp(magnitude, &exponent);  // magnitude in [2^(exponent-1), 2^exponent) unless 0
-  const int e = magnitude < 0x1p-6f ? -6 : exponent - 1;
-  auto q = static_cast<uint32_t>(std::nearbyint(std::ldexp(magnitude, 3 - e)));
-  if (e == -6 && q < 8) return sign | static_cast<uint8_t>(q);  // subnormal (q == 8: 2^-6, normal)
-  int biased = e + 7;
-  if (q == 16) {  // rounded up into the next binade (below 448, so never past the largest finite)
-    q = 8;
-    ++biased;
-  }
-  return sign | static_cast<uint8_t>((biased << 3) | static_cast<int>(q - 8));
-}
-
-float fp8_e4m3_to_float(uint8_t bits) {
-  const bool negative = (bits & 0x80u) != 0;
-  const int exponent = (bits >> 3) & 0xf;
-  const int mantissa = bits & 0x7;
-  float magnitude;
-  if (exponent == 0xf && mantissa == 0x7) magnitude = std::numeric_limits<float>::quiet_NaN();
-  else if (exponent == 0) magnitude = std::ldexp(static_cast<float>(mantissa), -9);
-  else magnitude = std::ldexp(static_cast<float>(8 + mantissa), exponent - 10);
-  return negative ? -magnitude : magnitude;
-}
+uint8_t float_to_fp8_e4m3(float value) { return fp8::encode(value, fp8::Format::E4M3); }
+float fp8_e4m3_to_float(uint8_t bits) { return fp8::decode(bits, fp8::Format::E4M3); }
+uint8_t float_to_fp8_e5m2(float value) { return fp8::encode(value, fp8::Format::E5M2); }
+float fp8_e5m2_to_float(uint8_t bits) { return fp8::decode(bits, fp8::Format::E5M2); }
 
 void widen_to_fp32(const void* in, DType dtype, float* out, int64_t count) {
   const auto* bits = static_cast<const uint16_t*>(in);
@@ -136,8 +111,11 @@ void widen_to_fp32(const void* in, DType dtype, float* out, int64_t count) {
       for (int64_t i = 0; i < count; ++i) out[i] = fp16_to_float(bits[i]);
       return;
     case DType::F8E4M3:
-      for (int64_t i = 0; i < count; ++i) out[i] = fp8_e4m3_to_float(static_cast<const uint8_t*>(in)[i]);
+    case DType::F8E5M2: {
+      const fp8::Format format = dtype == DType::F8E4M3 ? fp8::Format::E4M3 : fp8::Format::E5M2;
+      for (int64_t i = 0; i < count; ++i) out[i] = fp8::decode(static_cast<const uint8_t*>(in)[i], format);
       return;
+    }
     default: fail("cannot widen {} values to fp32: not a floating dtype", dtype_name(dtype));
   }
 }
@@ -157,8 +135,11 @@ void narrow_from_fp32(const float* in, DType dtype, void* out, int64_t count) {
       for (int64_t i = 0; i < count; ++i) bits[i] = float_to_fp16(in[i]);
       return;
     case DType::F8E4M3:
-      for (int64_t i = 0; i < count; ++i) static_cast<uint8_t*>(out)[i] = float_to_fp8_e4m3(in[i]);
+    case DType::F8E5M2: {
+      const fp8::Format format = dtype == DType::F8E4M3 ? fp8::Format::E4M3 : fp8::Format::E5M2;
+      for (int64_t i = 0; i < count; ++i) static_cast<uint8_t*>(out)[i] = fp8::encode(in[i], format);
       return;
+    }
     default: fail("cannot round fp32 values to {}: not a floating dtype", dtype_name(dtype));
   }
 }

@@ -17,7 +17,8 @@ const char* safetensors_dtype(DType dtype) {
     case DType::F16: return "F16";
     case DType::I32: return "I32";
     case DType::U16: return "U16";
-    case DType::F8E4M3: return "F8_E4M3";  // the safetensors format's name
+    case DType::F8E4M3: return "F8_E4M3";  // the safetensors format's names
+    case DType::F8E5M2: return "F8_E5M2";
   }
   return "F32";
 }

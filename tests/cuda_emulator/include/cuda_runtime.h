@@ -69,6 +69,18 @@ T __shfl_down_sync(unsigned mask, T value, unsigned delta) {
   return other;
 }
 
+// Atomics: a read-modify-write is atomic here, as threads switch only at barriers and shuffles.
+inline int atomicMax(int* address, int value) {
+  const int old = *address;
+  if (value > old) *address = value;
+  return old;
+}
+inline int __float_as_int(float value) {
+  int bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  return bits;
+}
+
 // Device math with host equivalents.
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }

@@ -7,7 +7,7 @@
 // the same inputs give the same bits. Ops are written in fp32; bf16/fp16 calls run the same code on
 // widened copies and round the outputs (fp32_scope.h), which is the reference for low precision.
 // Op definitions live one family per file: embedding.cpp, layernorm.cpp, matmul.cpp, gelu.cpp,
-// attention.cpp, cross_entropy.cpp, elementwise.cpp, adamw.cpp.
+// attention.cpp, cross_entropy.cpp, elementwise.cpp, adamw.cpp, fp8_scaling.cpp.
 #pragma once
 
 #include "kiln/backend/backend.h"
@@ -48,6 +48,7 @@ class CpuBackend final : public Backend {
   void softmax_cross_entropy(const SoftmaxCrossEntropy& args) override;
   void residual_forward(const ResidualForward& args) override;
   void adamw_step(const AdamwStep& args) override;
+  void fp8_update_scales(const Fp8UpdateScales& args) override;
   double sum_of_squares(const SumOfSquares& args) override;
   void fill(const Fill& args) override;
   void convert(const Convert& args) override;

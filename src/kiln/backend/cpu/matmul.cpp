@@ -2,15 +2,47 @@
 // with the bias and lets sgemm accumulate onto it (beta = 1), saving a pass. Backward computes
 // din with beta = 0 (activation gradient, written) and dweight with beta = 1 (parameter
 // gradient, accumulated), matching the conventions in ops.h. The GELU fusions are, in the
-// reference, the GELU op after the product (forward) or on din (backward).
+// reference, the GELU op after the product (forward) or on din (backward). fp8 products are the
+// same products on the fp32 copies of the operands replaced by what their fp8 casts give back.
 #include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
 
 #include "kiln/backend/op_checks.h"
 #include "kiln/backend/cpu/cpu_backend.h"
+#include "kiln/core/fp8_codec.h"
 
 namespace kiln {
 
 namespace {
+// values <- dec(fp8(values * scale)) * scale_inv in place, and amax <- max(amax, max |values|)
+// (ops.h, fp8 products). `values` is an fp32 copy the op owns.
+void cast_through_fp8(const Tensor& values, const Fp8Operand& operand, DType format) {
+  const fp8::Format f = format == DType::F8E4M3 ? fp8::Format::E4M3 : fp8::Format::E5M2;
+  const float scale = *operand.scale.as<float>(), scale_inv = *operand.scale_inv.as<float>();
+  float* x = values.as<float>();
+  float amax = *operand.amax.as<float>();
+  for (int64_t i = 0; i < values.numel(); ++i) {
+    amax = std::max(amax, std::fabs(x[i]));
+    x[i] = fp8::decode(fp8::encode(x[i] * scale, f), f) * scale_inv;
+  }
+  *operand.amax.as<float>() = amax;
+}
+
+// sums[n] += column n of rows[M, N], in a fixed order.
+void add_column_sums(float* sums, const float* rows, int64_t M, int64_t N) {
+  constexpr int64_t kColumnBlock = 64;
+#pragma omp parallel for schedule(static)
+  for (int64_t n0 = 0; n0 < N; n0 += kColumnBlock) {
+    const int64_t n1 = std::min(N, n0 + kColumnBlock);
+    float block[kColumnBlock] = {};
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = n0; n < n1; ++n) block[n - n0] += rows[m * N + n];
+    for (int64_t n = n0; n < n1; ++n) sums[n] += block[n - n0];
+  }
+}
+
 void matmul_forward_fp32(const MatmulForward& args) {
   const auto [M, K, N] = checks::matmul_forward(args, Device::CPU);
   float* out = args.out.as<float>();
@@ -31,8 +63,13 @@ void matmul_forward_fp32(const MatmulForward& args) {
 void CpuBackend::matmul_forward(const MatmulForward& args) {
   checks::matmul_forward(args, Device::CPU);
   {
-    Fp32Scope f(scratch_);
-    matmul_forward_fp32({f.output(args.out), f.input(args.in), f.input(args.weight), f.input(args.bias), args.layout});
+    Fp32Scope f(scratch_);  // fp8 takes 16-bit operands, so `in` and `weight` are copies here
+    const Tensor in = f.input(args.in), weight = f.input(args.weight);
+    if (args.fp8) {
+      cast_through_fp8(in, args.fp8->in, DType::F8E4M3);
+      cast_through_fp8(weight, args.fp8->weight, DType::F8E4M3);
+    }
+    matmul_forward_fp32({f.output(args.out), in, weight, f.input(args.bias), args.layout});
     f.write_back();
   }
   if (!args.gelu_out.empty()) gelu_forward({args.gelu_out, args.out});  // the reference: the two ops in turn
@@ -57,18 +94,7 @@ void matmul_backward_fp32(const MatmulBackward& args) {
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, 1.0f, dout, N, in, K, 1.0f,
                 args.dweight.as<float>(), K);
   }
-  if (!args.dbias.empty()) {
-    float* dbias = args.dbias.as<float>();
-    constexpr int64_t kColumnBlock = 64;
-#pragma omp parallel for schedule(static)
-    for (int64_t n0 = 0; n0 < N; n0 += kColumnBlock) {
-      const int64_t n1 = std::min(N, n0 + kColumnBlock);
-      float sums[kColumnBlock] = {};
-      for (int64_t m = 0; m < M; ++m)
-        for (int64_t n = n0; n < n1; ++n) sums[n - n0] += dout[m * N + n];
-      for (int64_t n = n0; n < n1; ++n) dbias[n] += sums[n - n0];
-    }
-  }
+  if (!args.dbias.empty()) add_column_sums(args.dbias.as<float>(), dout, M, N);
 }
 }  // namespace
 
@@ -76,8 +102,17 @@ void CpuBackend::matmul_backward(const MatmulBackward& args) {
   checks::matmul_backward(args, Device::CPU);
   {
     Fp32Scope f(scratch_);
-    matmul_backward_fp32({f.output(args.din), args.dweight, args.dbias, f.input(args.dout),
-                          f.input(args.in), f.input(args.weight), args.layout});
+    const Tensor dout = f.input(args.dout), in = f.input(args.in), weight = f.input(args.weight);
+    if (!args.fp8) {
+      matmul_backward_fp32({f.output(args.din), args.dweight, args.dbias, dout, in, weight, args.layout});
+    } else {  // the bias gradient from dout before its cast
+      if (!args.dbias.empty()) add_column_sums(args.dbias.as<float>(), dout.as<float>(), dout.numel() / args.dbias.numel(),
+                                               args.dbias.numel());
+      cast_through_fp8(dout, args.fp8->dout, args.fp8->grad_dtype);
+      cast_through_fp8(in, args.fp8->in, DType::F8E4M3);
+      cast_through_fp8(weight, args.fp8->weight, DType::F8E4M3);
+      matmul_backward_fp32({f.output(args.din), args.dweight, Tensor{}, dout, in, weight, args.layout});
+    }
     f.write_back();
   }
   if (!args.gelu_in.empty()) gelu_backward({args.din, args.gelu_in, args.din});  // in place

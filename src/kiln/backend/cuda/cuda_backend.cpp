@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kiln/backend/attention_workspace.h"
+#include "kiln/backend/fp8_workspace.h"
 #include "kiln/backend/cuda/cuda_check.h"
 #include "kiln/backend/cuda/flash_attention.h"
 #include "kiln/backend/cuda/general_attention.h"
@@ -150,9 +151,10 @@ size_t CudaBackend::workspace_bytes(const WorkspaceNeeds& needs) const {
   const bool fused = attention_path(handles_->fused_attention, handles_->compute_major, needs.dtype, needs.batch,
                                     needs.heads, needs.head_size, {}) != AttentionPath::Materialized;
   const int64_t positions = needs.batch * needs.seq;
+  const size_t column_sums = cuda::column_sums_workspace_bytes(positions, needs.widest_row);
   return std::max({cuda::embedding_backward_workspace_bytes(positions),
-                   attention_workspace_bytes(needs.batch, needs.heads, needs.seq, needs.dtype, fused),
-                   cuda::column_sums_workspace_bytes(positions, needs.widest_row)}) +
+                   attention_workspace_bytes(needs.batch, needs.heads, needs.seq, needs.dtype, fused), column_sums,
+                   needs.fp8_cast_bytes > 0 ? needs.fp8_cast_bytes + column_sums : 0}) +
          fixed_workspace_bytes();
 }
 
@@ -308,6 +310,34 @@ void CudaBackend::layernorm_backward(const LayerNormBackward& a) {
 // Bias, GELU and their gradients go into cuBLASLt's epilogues where it has an algorithm for them
 // (lt_matmul.h); otherwise the bias is broadcast into the output before an accumulating product,
 // the bias gradient is a column-sum kernel, and GELU runs as its own kernel.
+namespace {
+
+// Where an fp8 product's operands are cast to (fp8_workspace.h): consecutive 256-byte-aligned
+// regions of the workspace.
+class Fp8Regions {
+ public:
+  explicit Fp8Regions(void* workspace) : next_(static_cast<uint8_t*>(workspace)) {}
+  uint8_t* take(int64_t elements) {
+    uint8_t* region = next_;
+    next_ += fp8_region_bytes(elements);
+    return region;
+  }
+
+ private:
+  uint8_t* next_;
+};
+
+// Casts `operand` ([rows, cols] of kind) to E4M3 or E5M2 into `out` (same layout) and/or `out_t`
+// (transposed), with its Fp8Operand's scale and amax.
+void cast(const Tensor& operand, int64_t rows, int64_t cols, const Fp8Operand& fp8, DType format, uint8_t* out,
+          uint8_t* out_t) {
+  check_cuda(cuda::cast_fp8(operand.data, element_kind(operand.dtype), rows, cols, fp8.scale.as<float>(),
+                            fp8.amax.as<float>(), format == DType::F8E4M3, out, out_t),
+             "cast_fp8");
+}
+
+}  // namespace
+
 void CudaBackend::matmul_forward(const MatmulForward& a) {
   const auto [M, K, N] = checks::matmul_forward(a, kCuda);
   const DType dtype = a.in.dtype;
@@ -315,6 +345,17 @@ void CudaBackend::matmul_forward(const MatmulForward& a) {
   cuda::LtMatmul& lt = *handles_->matmul;
   Gemm product{{dtype, dtype, handles_->tf32}, false, out_in, M, N, K, 1.0f, a.in.data, K, a.weight.data,
                out_in ? K : N, 0.0f, a.out.data, N};
+  if (a.fp8) {  // in [M,K] and the weight as [N,K], both E4M3 (ops.h)
+    Fp8Regions regions(workspace(fp8_cast_bytes(M, K, N)));
+    uint8_t* in8 = regions.take(M * K);
+    uint8_t* weight8 = regions.take(N * K);
+    cast(a.in, M, K, a.fp8->in, DType::F8E4M3, in8, nullptr);
+    if (out_in) cast(a.weight, N, K, a.fp8->weight, DType::F8E4M3, weight8, nullptr);
+    else cast(a.weight, K, N, a.fp8->weight, DType::F8E4M3, nullptr, weight8);
+    product = {{DType::F8E4M3, dtype}, false, true, M, N, K, 1.0f, in8, K, weight8, K, 0.0f, a.out.data, N};
+    product.a_scale = a.fp8->in.scale_inv.as<float>();
+    product.b_scale = a.fp8->weight.scale_inv.as<float>();
+  }
   const bool gelu = !a.gelu_out.empty();
   const bool epilogues = handles_->matmul_epilogues;
   if (epilogues && gelu && !a.bias.empty() && gelu_epilogue_applies(product.types, N)) {
@@ -344,6 +385,7 @@ void CudaBackend::matmul_forward(const MatmulForward& a) {
 
 void CudaBackend::matmul_backward(const MatmulBackward& a) {
   const auto [M, K, N] = checks::matmul_backward(a, kCuda);
+  if (a.fp8) return matmul_backward_fp8(a, M, K, N);
   const DType dtype = a.in.dtype;
   const int kind = element_kind(dtype);
   const bool in_out = a.layout == WeightLayout::InOut;
@@ -386,6 +428,48 @@ void CudaBackend::matmul_backward(const MatmulBackward& a) {
                "matmul_backward");
   }
   lt.run(weight_grad);
+}
+
+// fp8 backward (ops.h): dout cast to its gradient format [M,N] and transposed, the weight as [K,N]
+// and `in` transposed [K,M], all K-contiguous for cuBLASLt; the bias gradient and GELU's
+// derivative from the values before the casts, in kernels.
+void CudaBackend::matmul_backward_fp8(const MatmulBackward& a, int64_t M, int64_t K, int64_t N) {
+  const DType dtype = a.in.dtype, grad = a.fp8->grad_dtype;
+  const int kind = element_kind(dtype);
+  const bool in_out = a.layout == WeightLayout::InOut;
+  cuda::LtMatmul& lt = *handles_->matmul;
+  const size_t cast_bytes = fp8_cast_bytes(M, K, N);
+  auto* base = static_cast<uint8_t*>(
+      workspace(cast_bytes + (a.dbias.empty() ? 0 : cuda::column_sums_workspace_bytes(M, N))));
+  Fp8Regions regions(base);
+  uint8_t* dout8 = regions.take(M * N);
+  uint8_t* dout8_t = regions.take(M * N);
+  uint8_t* weight8 = regions.take(K * N);
+  uint8_t* in8_t = regions.take(K * M);
+  cast(a.dout, M, N, a.fp8->dout, grad, a.din.empty() ? nullptr : dout8, dout8_t);
+  if (!a.din.empty()) {  // din [M,K] = dout [M,N] x (weight as [K,N])^T, then gelu'(gelu_in)
+    if (in_out) cast(a.weight, K, N, a.fp8->weight, DType::F8E4M3, weight8, nullptr);
+    else cast(a.weight, N, K, a.fp8->weight, DType::F8E4M3, nullptr, weight8);
+    Gemm product{{grad, dtype, false, DType::F8E4M3}, false, true, M, K, N, 1.0f, dout8, N, weight8, N, 0.0f,
+                 a.din.data, K};
+    product.a_scale = a.fp8->dout.scale_inv.as<float>();
+    product.b_scale = a.fp8->weight.scale_inv.as<float>();
+    lt.run(product);
+    if (!a.gelu_in.empty())
+      check_cuda(cuda::gelu_backward(a.din.data, a.gelu_in.data, a.din.data, kind, M * K), "matmul_backward (gelu)");
+  }
+  // dweight += in^T dout ([K,N]: A = in^T [K,M], B = dout^T [N,M]) or dout^T in ([N,K]).
+  cast(a.in, M, K, a.fp8->in, DType::F8E4M3, nullptr, in8_t);
+  Gemm weight_grad = in_out ? Gemm{{DType::F8E4M3, DType::F32, false, grad}, false, true, K, N, M, 1.0f, in8_t, M,
+                                   dout8_t, M, 1.0f, a.dweight.data, N}
+                            : Gemm{{grad, DType::F32, false, DType::F8E4M3}, false, true, N, K, M, 1.0f, dout8_t, M,
+                                   in8_t, M, 1.0f, a.dweight.data, K};
+  weight_grad.a_scale = (in_out ? a.fp8->in : a.fp8->dout).scale_inv.as<float>();
+  weight_grad.b_scale = (in_out ? a.fp8->dout : a.fp8->in).scale_inv.as<float>();
+  lt.run(weight_grad);
+  if (!a.dbias.empty())
+    check_cuda(cuda::column_sums_add(a.dbias.as<float>(), a.dout.data, kind, M, N, base + cast_bytes),
+               "matmul_backward");
 }
 
 void CudaBackend::gelu_forward(const GeluForward& a) {
@@ -520,6 +604,13 @@ void CudaBackend::adamw_step(const AdamwStep& a) {
                            bias_correction2),
                "adamw_step");
   }
+}
+
+void CudaBackend::fp8_update_scales(const Fp8UpdateScales& a) {
+  const int64_t history = checks::fp8_update_scales(a, kCuda);
+  check_cuda(cuda::fp8_update_scales(a.state.as<float>(), a.state.shape[0], kFp8StateColumns, history, a.position,
+                                     a.use_history_max, a.margin),
+             "fp8_update_scales");
 }
 
 double CudaBackend::sum_of_squares(const SumOfSquares& a) {

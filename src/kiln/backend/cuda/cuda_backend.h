@@ -59,6 +59,7 @@ class CudaBackend final : public Backend {
   void softmax_cross_entropy(const SoftmaxCrossEntropy& args) override;
   void residual_forward(const ResidualForward& args) override;
   void adamw_step(const AdamwStep& args) override;
+  void fp8_update_scales(const Fp8UpdateScales& args) override;
   double sum_of_squares(const SumOfSquares& args) override;
   void fill(const Fill& args) override;
   void convert(const Convert& args) override;
@@ -66,6 +67,7 @@ class CudaBackend final : public Backend {
  private:
   void* workspace(size_t bytes);  // the shared op scratch, grown to at least `bytes`
   size_t fixed_workspace_bytes() const;  // held from construction: cuBLASLt's and the norm's scratch
+  void matmul_backward_fp8(const MatmulBackward& args, int64_t M, int64_t K, int64_t N);
   struct Handles;
   std::shared_ptr<MemoryTracker> memory_ = std::make_shared<MemoryTracker>();
   // Shared with the graphs capture() returns.

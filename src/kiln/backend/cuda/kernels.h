@@ -58,6 +58,15 @@ int adamw(float* master, void* param_out, int out_kind, const float* grad, float
           float* exp_avg_sq, int64_t offset, int64_t count, float lr, float beta1, float beta2,
           float eps, float weight_decay, float grad_scale, float bias_correction1,
           float bias_correction2);
+// fp8 casts of the fp8 products (ops.h): out[r, c] and/or out_t[c, r] (the transpose) =
+// fp8(in[r, c] * *scale), E4M3 when e4m3 else E5M2, and *amax = max(*amax, max |in|); either output
+// may be null.
+int cast_fp8(const void* in, int kind, int64_t rows, int64_t cols, const float* scale, float* amax, bool e4m3,
+             uint8_t* out, uint8_t* out_t);
+// ops.h, Fp8UpdateScales: rows of [scale, scale_inv, amax, fp8_max, ...] with the history of
+// `history` values from column history_column.
+int fp8_update_scales(float* state, int64_t tensors, int64_t history_column, int64_t history, int64_t position,
+                      bool use_history_max, int margin);
 // Pseudo-random values in [-1, 1) from a hash of (seed, index).
 int fill_random(void* out, int kind, int64_t count, uint64_t seed);
 // Pseudo-random fp8 E4M3 codes of magnitude below 1 (never NaN), for the fp8 GEMM benchmark.

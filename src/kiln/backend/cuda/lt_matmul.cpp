@@ -21,7 +21,8 @@ cudaDataType lt_type(DType dtype) {
     case DType::BF16: return CUDA_R_16BF;
     case DType::F16: return CUDA_R_16F;
     case DType::F8E4M3: return CUDA_R_8F_E4M3;
-    default: fail("cuBLASLt products take fp32, bf16, fp16 or fp8 E4M3, not {}", dtype_name(dtype));
+    case DType::F8E5M2: return CUDA_R_8F_E5M2;
+    default: fail("cuBLASLt products take fp32, bf16, fp16 or fp8, not {}", dtype_name(dtype));
   }
 }
 
@@ -100,17 +101,24 @@ LtMatmul::~LtMatmul() {
 LtMatmul::Plan& LtMatmul::plan_for(const Gemm& g) {
   const GemmTypes& t = g.types;
   PlanKey key = {g.trans_a, g.trans_b, g.M, g.N, g.K, g.lda, g.ldb, g.ldc, g.batch, g.stride_a, g.stride_b,
-                 g.stride_c, static_cast<int64_t>(t.inputs), static_cast<int64_t>(t.output), t.tf32,
-                 static_cast<int64_t>(g.epilogue), g.aux_ld, alignment(g.A), alignment(g.B),
-                 alignment(g.C), alignment(g.bias), alignment(g.bias_grad), alignment(g.aux)};
+                 g.stride_c, static_cast<int64_t>(t.inputs), static_cast<int64_t>(t.b()),
+                 static_cast<int64_t>(t.output), t.tf32, static_cast<int64_t>(g.epilogue), g.aux_ld,
+                 alignment(g.A), alignment(g.B), alignment(g.C), alignment(g.bias), alignment(g.bias_grad),
+                 alignment(g.aux), g.a_scale != nullptr, g.b_scale != nullptr};
   auto found = plans_.find(key);
   if (found != plans_.end()) return *found->second;
 
   // cuBLASLt's fp8 kernels take only its "TN" layout, compute type 32F and scale type 32F
   // (cublasLtMatmul(), "To use FP8 kernels..."): in our row-major terms, A [M,K] and B [N,K].
-  KILN_CHECK(t.inputs != DType::F8E4M3 || (!g.trans_a && g.trans_b && t.output != DType::F8E4M3),
-             "an fp8 product takes A [M,K] and B [N,K] (trans_a false, trans_b true) and writes a 16- or "
-             "32-bit C; got trans_a {}, trans_b {}, output {}", g.trans_a, g.trans_b, dtype_name(t.output));
+  const auto fp8 = [](DType type) { return type == DType::F8E4M3 || type == DType::F8E5M2; };
+  KILN_CHECK(fp8(t.inputs) == fp8(t.b()) && (fp8(t.inputs) || t.inputs == t.b()),
+             "a product's inputs are both fp8 or both the same type, not {} and {}", dtype_name(t.inputs),
+             dtype_name(t.b()));
+  KILN_CHECK(!fp8(t.inputs) || (!g.trans_a && g.trans_b && !fp8(t.output) &&
+                                !(t.inputs == DType::F8E5M2 && t.b() == DType::F8E5M2)),
+             "an fp8 product takes A [M,K] and B [N,K] (trans_a false, trans_b true), not both E5M2, and writes "
+             "a 16- or 32-bit C; got trans_a {}, trans_b {}, {} x {}, output {}", g.trans_a, g.trans_b,
+             dtype_name(t.inputs), dtype_name(t.b()), dtype_name(t.output));
   auto plan = std::make_unique<Plan>();
   plan->epilogue = g.epilogue;
   check_lt(cublasLtMatmulDescCreate(&plan->desc, compute_type(t), CUDA_R_32F), "cublasLtMatmulDescCreate");
@@ -124,8 +132,10 @@ LtMatmul::Plan& LtMatmul::plan_for(const Gemm& g) {
     set(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<const void*>(g.aux));
     set(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.aux_ld);
   }
-  plan->a = g.trans_b ? layout(t.inputs, g.N, g.K, g.ldb, g.batch, g.stride_b)
-                      : layout(t.inputs, g.K, g.N, g.ldb, g.batch, g.stride_b);
+  if (g.a_scale) set(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(g.a_scale));
+  if (g.b_scale) set(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(g.b_scale));
+  plan->a = g.trans_b ? layout(t.b(), g.N, g.K, g.ldb, g.batch, g.stride_b)
+                      : layout(t.b(), g.K, g.N, g.ldb, g.batch, g.stride_b);
   plan->b = g.trans_a ? layout(t.inputs, g.K, g.M, g.lda, g.batch, g.stride_a)
                       : layout(t.inputs, g.M, g.K, g.lda, g.batch, g.stride_a);
   plan->c = layout(t.output, g.M, g.N, g.ldc, g.batch, g.stride_c);
@@ -175,6 +185,8 @@ bool LtMatmul::run(const Gemm& g) {
   if (g.bias) set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
   if (g.bias_grad) set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(g.bias_grad));
   if (g.aux) set(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<const void*>(g.aux));
+  if (g.a_scale) set(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(g.a_scale));
+  if (g.b_scale) set(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(g.b_scale));
   const cublasStatus_t status =
       cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), plan.desc, &g.alpha, g.B, plan.a, g.A,
                      plan.b, &g.beta, g.C, plan.c, g.C, plan.c, &plan.algo, workspace_,

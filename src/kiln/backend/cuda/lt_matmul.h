@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "kiln/core/dtype.h"
@@ -20,12 +21,15 @@
 namespace kiln::cuda {
 
 // Types of one product: A and B in `inputs`, C/D in `output` (the same, or fp32 for parameter
-// gradients), accumulation in fp32; fp32 inputs use TF32 tensor cores only when `tf32`. fp8 E4M3
-// inputs (compute capability 8.9 and newer) need A [M,K] and B [N,K], both K-contiguous
-// (trans_a false, trans_b true: cuBLASLt's only fp8 layout), and a bf16, fp16 or fp32 output.
+// gradients), accumulation in fp32; fp32 inputs use TF32 tensor cores only when `tf32`. fp8
+// inputs (compute capability 8.9 and newer): E4M3 or E5M2, B's in `b_inputs` when it differs from
+// A's (not both E5M2), A [M,K] and B [N,K], both K-contiguous (trans_a false, trans_b true:
+// cuBLASLt's only fp8 layout), and a bf16, fp16 or fp32 output.
 struct GemmTypes {
   DType inputs = DType::F32, output = DType::F32;
   bool tf32 = false;
+  std::optional<DType> b_inputs = std::nullopt;
+  DType b() const { return b_inputs.value_or(inputs); }
 };
 
 enum class GemmEpilogue : uint8_t {
@@ -58,6 +62,10 @@ struct Gemm {
   void* bias_grad = nullptr;   // BiasGradFromA/B
   void* aux = nullptr;         // GeluAuxBias (written), Dgelu (read)
   int64_t aux_ld = 0;
+  // fp8 inputs: device pointers to fp32 factors the product of A (and of B) is multiplied by, the
+  // inverse of the scale each was cast with; null: 1.
+  const float* a_scale = nullptr;
+  const float* b_scale = nullptr;
 };
 
 class LtMatmul {

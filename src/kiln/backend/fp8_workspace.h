@@ -1,0 +1,25 @@
+// The scratch the CUDA back-end's fp8 products cast their operands into (ops.h, fp8 products):
+// forward, `in` [M,K] and the weight as [N,K]; backward, the output gradient [M,N] and its
+// transpose, the weight as [K,N] and `in` transposed [K,M]; one byte an element, each region
+// 256-byte aligned. Shared by the back-end, which carves its workspace so, and the model, which
+// asks for the largest of its products (Backend::WorkspaceNeeds::fp8_cast_bytes).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+namespace kiln {
+
+inline size_t fp8_region_bytes(int64_t elements) {
+  return (static_cast<size_t>(elements) + 255) / 256 * 256;
+}
+
+inline size_t fp8_cast_bytes(int64_t M, int64_t K, int64_t N) {
+  const size_t forward = fp8_region_bytes(M * K) + fp8_region_bytes(N * K);
+  const size_t backward =
+      2 * fp8_region_bytes(M * N) + fp8_region_bytes(K * N) + fp8_region_bytes(K * M);
+  return std::max(forward, backward);
+}
+
+}  // namespace kiln

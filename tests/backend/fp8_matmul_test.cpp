@@ -1,0 +1,182 @@
+// fp8 products (ops.h) on every back-end against a double-precision reference built from the fp8
+// codec (core/fp8_codec.h, tested code by code in dtype_test.cpp): the products of the cast
+// operands with the scales taken back out, the bias, its gradient and GELU's derivative from the
+// values before the casts, each cast tensor's max |x| folded into its amax, both weight layouts,
+// E5M2 and E4M3 gradients. And fp8_update_scales' rule on hand-computed rows.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <tuple>
+
+#include "kiln/backend/registry.h"
+#include "kiln/core/fp8_codec.h"
+#include "support/backends.h"
+#include "support/device_tensors.h"
+
+namespace kiln::testing {
+namespace {
+
+constexpr int64_t M = 48, K = 64, N = 32;
+
+// dec(fp8(x * scale)) * scale_inv, as the casts compute it (fp32 product, then the codec).
+double cast(float x, float scale, float scale_inv, DType format) {
+  const fp8::Format f = format == DType::F8E4M3 ? fp8::Format::E4M3 : fp8::Format::E5M2;
+  return double{fp8::decode(fp8::encode(x * scale, f), f)} * scale_inv;
+}
+
+double gelu_derivative(double x) {  // tanh approximation, as ops.h
+  const double inner = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+  const double t = std::tanh(inner);
+  return 0.5 * (1.0 + t) +
+         0.5 * x * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+float largest_magnitude(const std::vector<float>& values) {
+  float largest = 0.0f;
+  for (float value : values) largest = std::max(largest, std::fabs(value));
+  return largest;
+}
+
+struct Scale {
+  float scale, amax_before;
+};
+
+// One Fp8Operand in back-end memory.
+Fp8Operand operand(DeviceTensors& t, Scale s) {
+  return {t.floats({s.scale}, {1}), t.floats({1.0f / s.scale}, {1}),
+          t.floats({s.amax_before}, {1})};
+}
+
+using Case = std::tuple<std::string, WeightLayout, DType>;
+
+class Fp8Products : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    const std::string reason = backend_skip_reason(std::get<0>(GetParam()));
+    if (!reason.empty()) GTEST_SKIP() << reason;
+    backend_ = make_backend(std::get<0>(GetParam()));
+    Rng rng(21);
+    // bf16 values, so the reference sees what the tensors hold.
+    in_ = rounded_to(DType::BF16, random_floats(M * K, rng));
+    weight_ = rounded_to(DType::BF16, random_floats(K * N, rng, 0.1f));
+    bias_ = rounded_to(DType::BF16, random_floats(N, rng));
+    dout_ = rounded_to(DType::BF16, random_floats(M * N, rng, 1e-3f));
+    gelu_in_ = rounded_to(DType::BF16, random_floats(M * K, rng));
+  }
+  // Element (k, n) of the [K, N] weight, whichever way it is stored.
+  float weight(int64_t k, int64_t n) const {
+    return layout() == WeightLayout::InOut ? weight_[k * N + n] : weight_[n * K + k];
+  }
+  WeightLayout layout() const { return std::get<1>(GetParam()); }
+  Shape weight_shape() const { return layout() == WeightLayout::InOut ? Shape{K, N} : Shape{N, K}; }
+
+  // Scales: powers of two for `in` and the weight, 3 (an inexact inverse) for dout; amax starting
+  // below the tensors' max for two, above it for the third (it must stay).
+  const Scale in_scale_{4.0f, 0.5f}, weight_scale_{32.0f, 0.0f}, dout_scale_{3000.0f, 100.0f};
+  std::unique_ptr<Backend> backend_;
+  std::vector<float> in_, weight_, bias_, dout_, gelu_in_;
+};
+
+TEST_P(Fp8Products, ForwardIsTheProductOfTheCastOperands) {
+  DeviceTensors t(*backend_, DType::BF16);
+  const Fp8Matmul fp8{operand(t, in_scale_), operand(t, weight_scale_), operand(t, {1.0f, 0.0f})};
+  const Tensor out = t.poisoned_acts({M, N});
+  backend_->matmul_forward({out, t.acts(in_, {M, K}), t.acts(weight_, weight_shape()),
+                            t.acts(bias_, {N}), layout(), Tensor{}, &fp8});
+  std::vector<double> expected(M * N);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double sum = bias_[n];
+      for (int64_t k = 0; k < K; ++k)
+        sum += cast(in_[m * K + k], 4.0f, 0.25f, DType::F8E4M3) *
+               cast(weight(k, n), 32.0f, 1.0f / 32, DType::F8E4M3);
+      expected[m * N + n] = sum;
+    }
+  EXPECT_LT(normalized_error(t.download(out), expected), 1e-2);  // bf16 output
+  EXPECT_EQ(t.download(fp8.in.amax)[0], largest_magnitude(in_));
+  EXPECT_EQ(t.download(fp8.weight.amax)[0], largest_magnitude(weight_));
+  EXPECT_EQ(t.download(fp8.in.scale)[0], 4.0f);  // read, not written
+}
+
+TEST_P(Fp8Products, BackwardCastsTheOutputGradientToItsFormat) {
+  const DType grad = std::get<2>(GetParam());
+  DeviceTensors t(*backend_, DType::BF16);
+  const Fp8Matmul fp8{operand(t, in_scale_), operand(t, weight_scale_), operand(t, dout_scale_),
+                      grad};
+  const Tensor din = t.poisoned_acts({M, K});
+  const Tensor dweight = t.floats(std::vector<float>(K * N, 0.5f), weight_shape());
+  const Tensor dbias = t.floats(std::vector<float>(N, 0.25f), {N});
+  backend_->matmul_backward({din, dweight, dbias, t.acts(dout_, {M, N}), t.acts(in_, {M, K}),
+                             t.acts(weight_, weight_shape()), layout(), t.acts(gelu_in_, {M, K}),
+                             &fp8});
+  const auto dq = [&](int64_t m, int64_t n) {
+    return cast(dout_[m * N + n], 3000.0f, 1.0f / 3000, grad);
+  };
+  std::vector<double> expected_din(M * K), expected_dweight(K * N), expected_dbias(N, 0.25);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) {
+      double sum = 0;
+      for (int64_t n = 0; n < N; ++n)
+        sum += dq(m, n) * cast(weight(k, n), 32.0f, 1.0f / 32, DType::F8E4M3);
+      expected_din[m * K + k] = sum * gelu_derivative(gelu_in_[m * K + k]);
+    }
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t n = 0; n < N; ++n) {
+      double sum = 0.5;
+      for (int64_t m = 0; m < M; ++m)
+        sum += cast(in_[m * K + k], 4.0f, 0.25f, DType::F8E4M3) * dq(m, n);
+      expected_dweight[layout() == WeightLayout::InOut ? k * N + n : n * K + k] = sum;
+    }
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) expected_dbias[n] += dout_[m * N + n];  // before the cast
+  EXPECT_LT(normalized_error(t.download(din), expected_din), 1e-2);
+  EXPECT_LT(normalized_error(t.download(dweight), expected_dweight), 1e-5);  // fp32 accumulation
+  EXPECT_LT(normalized_error(t.download(dbias), expected_dbias), 1e-5);
+  EXPECT_EQ(t.download(fp8.dout.amax)[0], 100.0f);  // above every |dout|: kept
+  EXPECT_EQ(t.download(fp8.in.amax)[0], largest_magnitude(in_));
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  return std::get<0>(info.param) +
+         (std::get<1>(info.param) == WeightLayout::InOut ? "_in_out_" : "_out_in_") +
+         std::string(dtype_name(std::get<2>(info.param)));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBackends, Fp8Products,
+                         ::testing::Combine(::testing::ValuesIn(all_backend_names()),
+                                            ::testing::Values(WeightLayout::InOut,
+                                                              WeightLayout::OutIn),
+                                            ::testing::Values(DType::F8E5M2, DType::F8E4M3)),
+                         case_name);
+
+class Fp8Scaling : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Fp8Scaling, NextScalesFollowTheAmaxHistory) {
+  const std::string reason = backend_skip_reason(GetParam());
+  if (!reason.empty()) GTEST_SKIP() << reason;
+  auto backend = make_backend(GetParam());
+  DeviceTensors t(*backend);
+  // Rows [scale, scale_inv, amax, fp8_max, history x 3].
+  const Tensor state =
+      t.floats({3.0f, 1.0f / 3, 8.0f, 448.0f,   1.0f,   4.0f, 2.0f,   // E4M3: max(1, 8, 2) = 8
+                3.0f, 1.0f / 3, 0.0f, 57344.0f, 0.0f,   0.0f, 0.0f,   // nothing seen: kept
+                3.0f, 1.0f / 3, 2.0f, 448.0f,   100.0f, 0.0f, 0.0f},  // 100 still in the history
+               {3, 7});
+  backend->fp8_update_scales({state, /*position=*/1, /*use_history_max=*/true, /*margin=*/1});
+  EXPECT_EQ(t.download(state),
+            (std::vector<float>{28.0f, 1.0f / 28,    0.0f, 448.0f,   1.0f,   8.0f, 2.0f,  //
+                                3.0f,  1.0f / 3,     0.0f, 57344.0f, 0.0f,   0.0f, 0.0f,  //
+                                2.24f, 1.0f / 2.24f, 0.0f, 448.0f,   100.0f, 2.0f, 0.0f}));
+  const Tensor recent = t.floats({3.0f, 1.0f / 3, 2.0f, 448.0f, 100.0f}, {1, 5});
+  backend->fp8_update_scales({recent, 0, /*use_history_max=*/false, 0});
+  EXPECT_EQ(t.download(recent), (std::vector<float>{224.0f, 1.0f / 224, 0.0f, 448.0f, 2.0f}));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBackends, Fp8Scaling, ::testing::ValuesIn(all_backend_names()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
+
+}  // namespace
+}  // namespace kiln::testing
