@@ -9,7 +9,8 @@
 #                                        machine that cannot build kiln: no -dev packages)
 #   ... --stages tests,table,levers      which stages run (default tests,table); `levers`: on
 #                                        124M/64, what each switch buys (CUDA graphs, fused attention,
-#                                        matmul epilogues, selective recomputation), the attention core
+#                                        matmul epilogues, selective recomputation, fp8 products; fp8
+#                                        also on 774M/16), the attention core
 #                                        alone against PyTorch's SDPA, and the time split by op
 #                                        (--profile-ops); not part of the 10 minutes
 #
@@ -101,9 +102,16 @@ echo "== levers on 124M micro-batch 64 (each row one kiln bench train; the first
 model="--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --micro-batch-size 64"
 levers=$out/levers.jsonl
 : > "$levers"
-for switch in "" "--cuda-graph" "--no-fused-attention" "--no-matmul-epilogues" "--recompute-granularity selective"; do
+for switch in "" "--cuda-graph" "--no-fused-attention" "--no-matmul-epilogues" "--recompute-granularity selective" \
+              "--fp8-format hybrid" "--fp8-format hybrid --cuda-graph"; do
   "$kiln" bench train --device cuda --bf16 $model --vocab-size 50257 --skip-gemm-ceiling --json $switch \
     | sed "s/^{/{\"switch\":\"${switch:-(defaults)}\",/" >> "$levers"
+done
+# fp8 where the products weigh most: 774M micro-batch 16, bf16 with and without fp8 products.
+for switch in "" "--fp8-format hybrid"; do
+  "$kiln" bench train --device cuda --bf16 --num-layers 36 --hidden-size 1280 --num-attention-heads 20 \
+    --seq-length 1024 --micro-batch-size 16 --vocab-size 50257 --skip-gemm-ceiling --json $switch \
+    | sed "s/^{/{\"switch\":\"774M\/16 ${switch:-(defaults)}\",/" >> "$levers"
 done
 python3 - "$levers" <<'PY'
 import json, sys

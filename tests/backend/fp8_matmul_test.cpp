@@ -13,6 +13,7 @@
 #include "kiln/core/fp8_codec.h"
 #include "support/backends.h"
 #include "support/device_tensors.h"
+#include "support/error_of.h"
 
 namespace kiln::testing {
 namespace {
@@ -135,6 +136,20 @@ TEST_P(Fp8Products, BackwardCastsTheOutputGradientToItsFormat) {
   EXPECT_LT(normalized_error(t.download(dbias), expected_dbias), 1e-5);
   EXPECT_EQ(t.download(fp8.dout.amax)[0], 100.0f);  // above every |dout|: kept
   EXPECT_EQ(t.download(fp8.in.amax)[0], largest_magnitude(in_));
+}
+
+TEST_P(Fp8Products, DimensionsOffMultiplesOf16AreRefused) {
+  DeviceTensors t(*backend_, DType::BF16);
+  const Fp8Matmul fp8{operand(t, in_scale_), operand(t, weight_scale_), operand(t, dout_scale_)};
+  constexpr int64_t rows = 40;  // not a multiple of 16
+  const std::string error = error_of([&] {
+    backend_->matmul_forward({t.poisoned_acts({rows, N}),
+                              t.acts(std::vector<float>(rows * K, 1.0f), {rows, K}),
+                              t.acts(weight_, weight_shape()), Tensor{}, layout(), Tensor{}, &fp8});
+  });
+  EXPECT_NE(error.find("fp8 products need M, K and N multiples of 16, got 40 x 64 x 32"),
+            std::string::npos)
+      << error;
 }
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {

@@ -5,7 +5,8 @@
 // Semantics as cuBLASLt documents them: column-major D = alpha op(A) op(B) + beta C with strided
 // batches; fp32, bf16, fp16 and fp8 inputs (E4M3 and E5M2, not both E5M2, only in the "TN"
 // layout with compute type 32F and a 16- or 32-bit D, with optional A and B scale pointers: its
-// documented requirements; other fp8 calls are invalid here); and
+// documented requirements; other fp8 calls are invalid here, and the heuristic offers nothing for
+// fp8 matrices less than 16-byte aligned or rows not a multiple of 16 bytes); and
 // the epilogues kiln uses: BIAS (bias[i] added to row i of D), GELU_AUX_BIAS (aux = the biased
 // result before GELU, D = gelu(aux)), DGELU (D = result * gelu'(aux)), BGRADA and BGRADB (the
 // bias gradient: sums of op(A)'s rows or op(B)'s columns over k, written). Bias, bias gradient
@@ -268,6 +269,12 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
   const bool gelu_aux = op.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || op.epilogue == CUBLASLT_EPILOGUE_DGELU;
   if (gelu_aux && op.aux_ld % 8 != 0) return CUBLAS_STATUS_NOT_SUPPORTED;  // cuBLASLt asks aux ld % 8 == 0
   const auto& p = *reinterpret_cast<const Preference*>(preference);
+  if (fp8(layout(a).type)) {  // fp8 kernels: 16-byte-aligned matrices and fp8 rows
+    for (uint32_t promised : p.alignment)
+      if (promised < 16) return CUBLAS_STATUS_NOT_SUPPORTED;
+    for (const Layout* x : {&layout(a), &layout(b)})
+      if (x->ld % 16 != 0) return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
   results[0] = cublasLtMatmulHeuristicResult_t{};
   std::memcpy(results[0].algo.data, p.alignment, sizeof(p.alignment));
   results[0].state = CUBLAS_STATUS_SUCCESS;

@@ -4,21 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <fstream>
 
-#include "kiln/train/trainer.h"
-#include "support/backends.h"
+#include "support/recorded_runs.h"
 #include "support/small_gpt.h"
-#include "support/temp_dir.h"
 
 namespace kiln {
 namespace {
 
-class Recorder : public TrainObserver {
- public:
-  void on_iteration(const IterationStats& stats) override { iterations.push_back(stats); }
-  std::vector<IterationStats> iterations;
-};
+using testing::file_bytes;
+using testing::train_and_record;
 
 Config small_gpt(const std::string& data, const std::string& device, const std::string& precision) {
   Config config = testing::small_gpt_config(data, device);
@@ -27,35 +21,14 @@ Config small_gpt(const std::string& data, const std::string& device, const std::
   return config;
 }
 
-std::vector<IterationStats> run(const Config& config) {
-  Trainer trainer(config);
-  Recorder recorder;
-  trainer.add_observer(&recorder);
-  trainer.run();
-  return recorder.iterations;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream stream(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(stream), {}};
-}
-
-class MixedPrecision : public ::testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override {
-    const std::string reason = testing::backend_skip_reason(GetParam());
-    if (!reason.empty()) GTEST_SKIP() << reason;
-    testing::write_toy_dataset(dir_.path(), 61, 20000, 2000);
-  }
-  testing::TempDir dir_;
-};
+class MixedPrecision : public testing::ToyDataRunTest {};
 
 TEST_P(MixedPrecision, Bf16AndFp16FollowTheFp32LossCurve) {
-  const std::vector<IterationStats> fp32 = run(small_gpt(dir_.path(), GetParam(), "fp32"));
+  const std::vector<IterationStats> fp32 = train_and_record(small_gpt(dir_.path(), GetParam(), "fp32"));
   Config fp16_config = small_gpt(dir_.path(), GetParam(), "fp16");
   fp16_config.initial_loss_scale = 4096;  // small enough that no step overflows here
   for (const Config& config : {small_gpt(dir_.path(), GetParam(), "bf16"), fp16_config}) {
-    const std::vector<IterationStats> mixed = run(config);
+    const std::vector<IterationStats> mixed = train_and_record(config);
     ASSERT_EQ(mixed.size(), fp32.size());
     double worst = 0.0;
     for (size_t i = 0; i < fp32.size(); ++i) {
@@ -75,7 +48,7 @@ TEST_P(MixedPrecision, Fp16WithAHugeLossScaleSkipsOverflowsBacksOffAndRecovers) 
   Config config = small_gpt(dir_.path(), GetParam(), "fp16");
   config.initial_loss_scale = 1e12;  // dlogits = (p - onehot) x scale / tokens overflows fp16 (65504)
   config.train_iters = 40;
-  const std::vector<IterationStats> steps = run(config);
+  const std::vector<IterationStats> steps = train_and_record(config);
   ASSERT_EQ(steps.size(), 40u);
   size_t last_skipped = 0;
   int64_t skipped = 0;
@@ -103,21 +76,16 @@ TEST_P(MixedPrecision, Bf16ResumeIsBitForBit) {
   config.train_iters = 8;
   config.save = dir_ / "ckpt";
   config.save_interval = 4;
-  const std::vector<IterationStats> full = run(config);
+  const std::vector<IterationStats> full = train_and_record(config);
   Config resumed_config = config;
   resumed_config.load = dir_ / "ckpt/iter_0000004";
   resumed_config.save = dir_ / "resumed";
-  const std::vector<IterationStats> resumed = run(resumed_config);
-  ASSERT_EQ(resumed.size(), 4u);
-  for (size_t i = 0; i < 4; ++i) {
-    EXPECT_EQ(resumed[i].lm_loss, full[i + 4].lm_loss) << "iteration " << i + 5;
-    EXPECT_EQ(resumed[i].grad_norm, full[i + 4].grad_norm) << "iteration " << i + 5;
-  }
+  testing::expect_resumed_bit_for_bit(train_and_record(resumed_config), full, 4);
   // The checkpoint holds the fp32 master weights, so the files are identical too.
-  EXPECT_EQ(read_file(dir_ / "resumed/iter_0000008/model.safetensors"),
-            read_file(dir_ / "ckpt/iter_0000008/model.safetensors"));
-  EXPECT_EQ(read_file(dir_ / "resumed/iter_0000008/optimizer.safetensors"),
-            read_file(dir_ / "ckpt/iter_0000008/optimizer.safetensors"));
+  EXPECT_EQ(file_bytes(dir_ / "resumed/iter_0000008/model.safetensors"),
+            file_bytes(dir_ / "ckpt/iter_0000008/model.safetensors"));
+  EXPECT_EQ(file_bytes(dir_ / "resumed/iter_0000008/optimizer.safetensors"),
+            file_bytes(dir_ / "ckpt/iter_0000008/optimizer.safetensors"));
 }
 
 INSTANTIATE_TEST_SUITE_P(AllBackends, MixedPrecision, ::testing::ValuesIn(testing::all_backend_names()));

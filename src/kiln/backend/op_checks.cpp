@@ -77,9 +77,13 @@ void require_fp8_operand(const Fp8Operand& operand, Device device, const char* o
   }
 }
 
-void require_fp8(const Fp8Matmul& fp8, DType compute, Device device, const char* op, bool backward) {
+void require_fp8(const Fp8Matmul& fp8, DType compute, const MatmulDims& dims, Device device, const char* op,
+                 bool backward) {
   KILN_CHECK(compute == DType::BF16 || compute == DType::F16, "{}: fp8 products take bf16 or fp16 operands, not {}",
              op, dtype_name(compute));
+  // cuBLASLt's fp8 kernels read 16-byte-aligned rows of 1-byte elements in every operand layout.
+  KILN_CHECK(dims.M % 16 == 0 && dims.K % 16 == 0 && dims.N % 16 == 0,
+             "{}: fp8 products need M, K and N multiples of 16, got {} x {} x {}", op, dims.M, dims.K, dims.N);
   require_fp8_operand(fp8.in, device, op, "in");
   require_fp8_operand(fp8.weight, device, op, "weight");
   if (!backward) return;
@@ -105,7 +109,7 @@ MatmulDims matmul_forward(const MatmulForward& a, Device device) {
     require(a.gelu_out, dtype, device, op, "gelu_out");
     require_numel(a.gelu_out, dims.M * dims.N, op, "gelu_out");
   }
-  if (a.fp8) require_fp8(*a.fp8, dtype, device, op, false);
+  if (a.fp8) require_fp8(*a.fp8, dtype, dims, device, op, false);
   return dims;
 }
 
@@ -132,7 +136,7 @@ MatmulDims matmul_backward(const MatmulBackward& a, Device device) {
     require(a.gelu_in, dtype, device, op, "gelu_in");
     require_numel(a.gelu_in, dims.M * dims.K, op, "gelu_in");
   }
-  if (a.fp8) require_fp8(*a.fp8, dtype, device, op, true);
+  if (a.fp8) require_fp8(*a.fp8, dtype, dims, device, op, true);
   return dims;
 }
 

@@ -80,7 +80,8 @@ enum class WeightLayout : uint8_t { InOut, OutIn };
 //     (dout @ W^T) * gelu'(gelu_in), instead of the gradient of `in`.
 //
 // fp8 products (Micikevicius et al. 2022, "FP8 Formats for Deep Learning"; the delayed scaling of
-// NVIDIA's Transformer Engine): with `fp8` given (bf16 or fp16 compute only), the products read
+// NVIDIA's Transformer Engine): with `fp8` given (bf16 or fp16 compute only; M, K and N multiples
+// of 16, as cuBLASLt's fp8 kernels ask), the products read
 // their operands cast to 8 bits, x -> fp8(x * scale) (core/fp8_codec.h: nearest even, saturating),
 // and take the scales back out, * scale_inv, after the product. Forward casts `in` and `weight` to
 // E4M3; backward casts `dout` to grad_dtype (E5M2, the "hybrid" format: gradients need range more

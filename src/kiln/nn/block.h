@@ -7,10 +7,12 @@
 // there (the residual stream's gradient is updated in place, so no copy is needed between
 // blocks); parameter gradients are added to `grads`. `scratch` supplies the backward temporaries.
 // Recomputing a block means calling block_forward again on the saved input before its backward.
+// With `fp8` (fp8_scaling.h) the four products cast their operands to fp8 (ops.h).
 #pragma once
 
 #include "kiln/backend/backend.h"
 #include "kiln/nn/activations.h"
+#include "kiln/nn/fp8_scaling.h"
 #include "kiln/nn/gpt_config.h"
 #include "kiln/nn/parameters.h"
 
@@ -23,10 +25,11 @@ struct BlockScratch {
 };
 
 void block_forward(Backend& backend, const GptConfig& config, const BlockWeights& weights,
-                   const Tensor& input, const BlockActivations& acts, const Tensor& projection);
+                   const Tensor& input, const BlockActivations& acts, const Tensor& projection,
+                   const BlockFp8* fp8 = nullptr);
 
 void block_backward(Backend& backend, const GptConfig& config, const BlockWeights& weights,
                     const BlockWeights& grads, const Tensor& input, const BlockActivations& acts,
-                    const BlockScratch& scratch, const Tensor& d_residual);
+                    const BlockScratch& scratch, const Tensor& d_residual, const BlockFp8* fp8 = nullptr);
 
 }  // namespace kiln

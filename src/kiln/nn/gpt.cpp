@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kiln/backend/fp8_workspace.h"
 #include "kiln/core/error.h"
 #include "kiln/core/rng.h"
 #include "kiln/nn/block.h"
@@ -91,12 +92,26 @@ void Gpt::allocate_activations(int64_t max_batch, int64_t max_seq, const Recompu
   logit_rows_ = logit_rows;
   acts_ = GptActivations::lay_out(*arena_, config_, max_batch, max_seq, backend_.device(), recompute_, dtype(),
                                   logit_rows_);
-  workspace_bytes_ = backend_.reserve_workspace(workspace_needs(config_, max_batch, max_seq, dtype()));
+  workspace_bytes_ =
+      backend_.reserve_workspace(workspace_needs(config_, max_batch, max_seq, dtype(), fp8_ != nullptr));
 }
 
-Backend::WorkspaceNeeds Gpt::workspace_needs(const GptConfig& config, int64_t batch, int64_t seq, DType dtype) {
+void Gpt::enable_fp8(const Fp8Recipe& recipe) {
+  KILN_CHECK(dtype() == DType::BF16 || dtype() == DType::F16, "fp8 products need a bf16 or fp16 model, not {}",
+             dtype_name(dtype()));
+  KILN_CHECK(arena_ == nullptr, "Gpt::enable_fp8 after allocate_activations");
+  fp8_ = std::make_unique<Fp8Scaling>(backend_, config_.num_layers, recipe);
+}
+
+Backend::WorkspaceNeeds Gpt::workspace_needs(const GptConfig& config, int64_t batch, int64_t seq, DType dtype,
+                                             bool fp8) {
   // The widest bias is the MLP's first, 4C.
-  return {batch, seq, config.num_heads, config.hidden_size / config.num_heads, dtype, 4 * config.hidden_size};
+  const int64_t C = config.hidden_size, M = batch * seq;
+  Backend::WorkspaceNeeds needs{batch, seq, config.num_heads, C / config.num_heads, dtype, 4 * C};
+  if (fp8)  // the blocks' products: c_attn C -> 3C, attn.c_proj C -> C, c_fc C -> 4C, mlp.c_proj 4C -> C
+    needs.fp8_cast_bytes = std::max({fp8_cast_bytes(M, C, 3 * C), fp8_cast_bytes(M, C, C), fp8_cast_bytes(M, C, 4 * C),
+                                     fp8_cast_bytes(M, 4 * C, C)});
+  return needs;
 }
 
 void Gpt::zero_grads() { backend_.fill({grads_, 0.0f}); }
@@ -164,7 +179,7 @@ void Gpt::forward_ops() {
   for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
     const BlockActivations& block = acts_.blocks[static_cast<size_t>(layer)];
     block_forward(backend_, config_, weights_.blocks[static_cast<size_t>(layer)], residual, block,
-                  acts_.projection_scratch);
+                  acts_.projection_scratch, block_fp8(layer));
     residual = block.residual_out;
   }
   backend_.layernorm_forward({acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, residual,
@@ -227,12 +242,13 @@ void Gpt::backward() {
       // Re-run the chunk's forward from its kept input; the projection scratch is free in backward.
       for (int64_t chunk_layer = plan.chunk_first; chunk_layer <= plan.chunk_last; ++chunk_layer)
         block_forward(backend_, config_, weights_.blocks[static_cast<size_t>(chunk_layer)], input_of(chunk_layer),
-                      acts_.blocks[static_cast<size_t>(chunk_layer)], acts_.projection_scratch);
+                      acts_.blocks[static_cast<size_t>(chunk_layer)], acts_.projection_scratch,
+                      block_fp8(chunk_layer));
     }
     if (plan.gelu_recomputed)  // selective: this layer's GELU output, into the buffer all layers share
       backend_.gelu_forward({acts_.blocks[index].fc_post_gelu, acts_.blocks[index].fc_pre_gelu});
     block_backward(backend_, config_, weights_.blocks[index], weight_grads_.blocks[index], input_of(layer),
-                   acts_.blocks[index], scratch, acts_.d_residual);
+                   acts_.blocks[index], scratch, acts_.d_residual, block_fp8(layer));
   }
   backend_.embedding_backward({weight_grads_.wte, weight_grads_.wpe, acts_.d_residual, tokens_in_use_});
 }

@@ -5,7 +5,8 @@
 // the back-end's memory; the optimizer owns master weights and moments (optim/adamw.h). Views
 // returned by params()/grads() stay valid for the model's lifetime.
 // Precision: parameters and activations are kept in the compute dtype given at construction
-// (fp32, or bf16/fp16 for mixed precision); gradients are always fp32 (ops.h).
+// (fp32, or bf16/fp16 for mixed precision); gradients are always fp32 (ops.h). enable_fp8() casts
+// the blocks' products to fp8 on top of bf16/fp16.
 // Memory: allocate_activations(B, T) sizes the arena once; forward() with any b <= B, t <= T
 // re-lays the views inside it, so steady-state training never allocates.
 // Not thread-safe.
@@ -17,6 +18,7 @@
 #include "kiln/backend/backend.h"
 #include "kiln/core/arena.h"
 #include "kiln/nn/activations.h"
+#include "kiln/nn/fp8_scaling.h"
 #include "kiln/nn/gpt_config.h"
 #include "kiln/nn/parameters.h"
 #include "kiln/nn/recompute.h"
@@ -47,6 +49,11 @@ class Gpt {
   // Sets every parameter from fp32 values laid out by layout(), rounding to dtype().
   void set_parameters(std::span<const float> values);
 
+  // fp8 products in the transformer blocks from now on (fp8_scaling.h; bf16/fp16 models). Call
+  // before allocate_activations, which reserves the casts' scratch. fp8() is null without it.
+  void enable_fp8(const Fp8Recipe& recipe);
+  Fp8Scaling* fp8() const { return fp8_.get(); }
+
   // Plans and allocates activation memory once, for batches up to max_batch x max_seq, keeping
   // or recomputing block activations as `policy` says (recompute.h); the classifier and loss run
   // on `logit_rows` positions at a time.
@@ -55,7 +62,8 @@ class Gpt {
   size_t activation_bytes() const { return arena_ ? arena_->capacity() : 0; }
   size_t workspace_bytes() const { return workspace_bytes_; }
   // The op scratch a model of this shape asks its back-end for (allocate_activations reserves it).
-  static Backend::WorkspaceNeeds workspace_needs(const GptConfig& config, int64_t batch, int64_t seq, DType dtype);
+  static Backend::WorkspaceNeeds workspace_needs(const GptConfig& config, int64_t batch, int64_t seq, DType dtype,
+                                                 bool fp8 = false);
 
   // Runs the model on tokens [batch * seq] (host, row-major). With targets, returns the mean
   // loss over counted positions (target != ignore_index). The classifier and loss run in chunks
@@ -118,6 +126,8 @@ class Gpt {
   int64_t counted_ = 0;   // positions whose target is not ignore_index
   Tensor tokens_in_use_;  // acts_.tokens, or the staged tokens of the current micro-batch
   bool backward_ready_ = false;
+  std::unique_ptr<Fp8Scaling> fp8_;
+  const BlockFp8* block_fp8(int64_t layer) const { return fp8_ ? &fp8_->block(layer) : nullptr; }
 };
 
 }  // namespace kiln

@@ -21,6 +21,7 @@ namespace {
 constexpr const char* kTracker = "latest_checkpointed_iteration.txt";
 constexpr const char* kModelFile = "model.safetensors";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
+constexpr const char* kFp8StateTensor = "fp8_scaling";  // in kOptimizerFile
 constexpr const char* kStateFile = "trainer_state.json";
 
 // The shape a parameter has on disk: wte without its padding rows.
@@ -104,6 +105,11 @@ void write_checkpoint_files(const std::string& temp_dir, const Config& config, c
   std::vector<SafetensorsEntry> optimizer_entries;
   append_entries(optimizer_entries, "exp_avg.", model, exp_avg);
   append_entries(optimizer_entries, "exp_avg_sq.", model, exp_avg_sq);
+  std::vector<float> fp8_state;
+  if (model.fp8()) {
+    fp8_state = to_host(backend, model.fp8()->state());
+    optimizer_entries.push_back({kFp8StateTensor, DType::F32, model.fp8()->state().shape, fp8_state.data()});
+  }
   write_safetensors(temp_dir + "/" + kOptimizerFile, optimizer_entries);
 
   const nlohmann::json json = {
@@ -222,6 +228,19 @@ void load_optimizer_state(const std::string& checkpoint_dir, const Gpt& model, A
   const std::vector<float> exp_avg_sq = read_flat(file, "exp_avg_sq.", model);
   backend.copy_to_device(optimizer.exp_avg().data, exp_avg.data(), exp_avg.size() * sizeof(float));
   backend.copy_to_device(optimizer.exp_avg_sq().data, exp_avg_sq.data(), exp_avg_sq.size() * sizeof(float));
+}
+
+bool load_fp8_state(const std::string& checkpoint_dir, Gpt& model) {
+  KILN_CHECK(model.fp8() != nullptr, "load_fp8_state on a model without fp8 products");
+  const SafetensorsFile file(checkpoint_dir + "/" + kOptimizerFile);
+  if (!file.contains(kFp8StateTensor)) return false;
+  const SafetensorsEntry& entry = file.get(kFp8StateTensor);
+  if (entry.shape != model.fp8()->state().shape) return false;  // another amax history length
+  KILN_CHECK(entry.dtype == DType::F32, "{}: tensor '{}' has dtype {}, expected fp32", file.path(), kFp8StateTensor,
+             dtype_name(entry.dtype));
+  const auto* values = static_cast<const float*>(entry.data);
+  model.fp8()->load_state({values, static_cast<size_t>(entry.shape.numel())});
+  return true;
 }
 
 }  // namespace kiln

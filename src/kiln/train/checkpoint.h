@@ -5,7 +5,9 @@
 //                                            [in, out] layout, wte trimmed to vocab_size rows
 //   SAVE/iter_0000100/optimizer.safetensors  Adam moments "exp_avg.<name>", "exp_avg_sq.<name>"
 //                                            (the fp32 master weights are the model weights,
-//                                            also when training keeps bf16/fp16 parameters)
+//                                            also when training keeps bf16/fp16 parameters);
+//                                            with fp8, "fp8_scaling": the scales and amax
+//                                            histories (nn/fp8_scaling.h)
 //   SAVE/iter_0000100/trainer_state.json     iteration, consumed samples, optimizer steps,
 //                                            counters, loss-scaler state, data order, config
 //
@@ -51,5 +53,9 @@ void load_model_weights(const std::string& checkpoint_dir, Gpt& model);
 // rounded parameters), so a bf16/fp16 run resumes bit for bit.
 void load_optimizer_state(const std::string& checkpoint_dir, const Gpt& model, AdamW& optimizer,
                           Backend& backend);
+
+// The fp8 scaling state of a model with fp8 products (Gpt::enable_fp8) from optimizer.safetensors;
+// false, loading nothing, when the checkpoint has none or one of another amax history length.
+bool load_fp8_state(const std::string& checkpoint_dir, Gpt& model);
 
 }  // namespace kiln

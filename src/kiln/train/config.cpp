@@ -53,6 +53,13 @@ const std::vector<ConfigField>& config_fields() {
       {"cuda_graph", &Config::cuda_graph,
        "replay each micro-batch's forward and backward from a CUDA graph, recorded once per batch slot and "
        "gradient scale: one launch instead of hundreds (CUDA)"},
+      {"fp8_format", &Config::fp8_format,
+       "fp8 products in the transformer blocks (needs bf16): hybrid (E4M3 forward, E5M2 gradients) or e4m3; "
+       "empty: off"},
+      {"fp8_margin", &Config::fp8_margin, "fp8 scales are divided by 2^margin"},
+      {"fp8_amax_history_len", &Config::fp8_amax_history_len, "steps of amax kept per fp8 tensor"},
+      {"fp8_amax_compute_algo", &Config::fp8_amax_compute_algo,
+       "fp8 scale from the amax history: most_recent or max"},
       {"matmul_epilogues", &Config::matmul_epilogues,
        "bias, GELU and bias gradients inside the cuBLASLt products where it has algorithms for them (CUDA; "
        "--no-matmul-epilogues: separate kernels)"},
@@ -237,6 +244,19 @@ void Config::validate() const {
   KILN_CHECK(!cuda_graph || !profile_ops,
              "config keys 'cuda_graph' and 'profile_ops' are both set: profiling waits for the device after every "
              "op, which a recorded graph cannot do; choose one");
+  KILN_CHECK(fp8_format.empty() || fp8_format == "hybrid" || fp8_format == "e4m3",
+             "config key 'fp8_format': '{}' is not hybrid or e4m3 (or empty: no fp8)", fp8_format);
+  KILN_CHECK(fp8_format.empty() || bf16,
+             "config key 'fp8_format' needs bf16 (--bf16): the fp8 products read and write bf16 activations");
+  KILN_CHECK(fp8_format.empty() || (hidden_size % 16 == 0 && micro_batch_size * seq_length % 16 == 0),
+             "config key 'fp8_format' needs hidden_size ({}) and micro_batch_size x seq_length ({}) to be multiples "
+             "of 16 (the fp8 products' dimensions)",
+             hidden_size, micro_batch_size * seq_length);
+  KILN_CHECK(fp8_margin >= 0 && fp8_margin <= 30, "config key 'fp8_margin' must be in [0, 30], got {}", fp8_margin);
+  KILN_CHECK(fp8_amax_history_len >= 1, "config key 'fp8_amax_history_len' must be >= 1, got {}",
+             fp8_amax_history_len);
+  KILN_CHECK(fp8_amax_compute_algo == "most_recent" || fp8_amax_compute_algo == "max",
+             "config key 'fp8_amax_compute_algo': '{}' is not most_recent or max", fp8_amax_compute_algo);
   KILN_CHECK(loss_scale >= 0, "config key 'loss_scale' must be >= 0, got {}", loss_scale);
   KILN_CHECK(device == "cpu" || device == "cuda", "config key 'device': '{}' is not cpu or cuda", device);
   KILN_CHECK(eval_interval >= 0, "config key 'eval_interval' must be >= 0, got {}", eval_interval);
@@ -293,6 +313,16 @@ LrSchedule Config::lr_schedule() const {
 AdamwConfig Config::adamw() const {
   return {static_cast<float>(adam_beta1), static_cast<float>(adam_beta2), static_cast<float>(adam_eps),
           static_cast<float>(weight_decay)};
+}
+
+std::optional<Fp8Recipe> Config::fp8_recipe() const {
+  if (fp8_format.empty()) return std::nullopt;
+  Fp8Recipe recipe;
+  recipe.grad_dtype = fp8_format == "hybrid" ? DType::F8E5M2 : DType::F8E4M3;
+  recipe.margin = static_cast<int>(fp8_margin);
+  recipe.amax_history = fp8_amax_history_len;
+  recipe.use_history_max = fp8_amax_compute_algo == "max";
+  return recipe;
 }
 
 LossScalerConfig Config::loss_scaler() const {

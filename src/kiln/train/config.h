@@ -14,10 +14,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
 
+#include "kiln/nn/fp8_scaling.h"
 #include "kiln/nn/gpt_config.h"
 #include "kiln/nn/recompute.h"
 #include "kiln/optim/adamw.h"
@@ -67,6 +69,11 @@ struct Config {
   bool matmul_epilogues = true; // bias/GELU/bias-gradient epilogues in the cuBLASLt products (CUDA)
   bool profile_ops = false;     // time every back-end op, waiting for the device after each
   bool cuda_graph = false;      // replay each micro-batch's forward and backward from a CUDA graph
+  // fp8 products in the transformer blocks (nn/fp8_scaling.h), Megatron-LM's flags; needs bf16.
+  std::string fp8_format;                           // "" (off), hybrid or e4m3
+  int64_t fp8_margin = 0;
+  int64_t fp8_amax_history_len = 1;
+  std::string fp8_amax_compute_algo = "most_recent";  // or max
   double loss_scale = 0.0;  // > 0: static scale; 0: dynamic when fp16
   double initial_loss_scale = 4294967296.0;
   double min_loss_scale = 1.0;
@@ -104,6 +111,7 @@ struct Config {
   LrSchedule lr_schedule() const;
   AdamwConfig adamw() const;
   LossScalerConfig loss_scaler() const;
+  std::optional<Fp8Recipe> fp8_recipe() const;  // nullopt: no fp8
   StorageOptions storage_options() const;
   std::string precision_name() const { return fp16 ? "fp16" : bf16 ? "bf16" : tf32 ? "tf32" : "fp32"; }
   // Storage and matmul-input dtype of parameters and activations (TF32 is fp32 storage).

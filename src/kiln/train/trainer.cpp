@@ -83,6 +83,7 @@ Trainer::Trainer(const Config& config)
   if (val_data_) val_loader_ = std::make_unique<DataLoader>(*val_data_, config_.micro_batch_size, loader);
   check_memory_fits(gpt);
   model_ = std::make_unique<Gpt>(gpt, *backend_, config_.compute_dtype());
+  if (const auto recipe = config_.fp8_recipe()) model_->enable_fp8(*recipe);
   model_->allocate_activations(config_.micro_batch_size, config_.seq_length, config_.recompute_policy());
   StagerOptions staging;
   staging.ints_per_batch = 2 * static_cast<size_t>(config_.micro_batch_size * config_.seq_length);
@@ -104,7 +105,20 @@ Trainer::Trainer(const Config& config)
     optimizer_->set_steps_taken(state_.optimizer_steps);
     if (config_.fp16) scaler_.set_state(state_.loss_scaler);
     last_saved_ = state_.iteration;
+    if (model_->fp8() && load_fp8_state(dir, *model_)) return;
   }
+  if (model_->fp8()) calibrate_fp8();
+}
+
+// The amax of every fp8 tensor from one forward and backward of the next micro-batch, so that
+// the first step casts with scales from the data rather than 1 (the delayed-scaling recipe has no
+// history yet); its gradients are discarded (train_step zeroes them).
+void Trainer::calibrate_fp8() {
+  train_loader_->next(state_.consumed_samples, tokens_, targets_);
+  model_->forward(tokens_, targets_, config_.micro_batch_size, config_.seq_length, /*prepare_backward=*/true);
+  model_->backward();
+  model_->fp8()->update_scales(state_.iteration);
+  fp8_calibrated_ = true;
 }
 
 void Trainer::check_memory_fits(const GptConfig& gpt) const {
@@ -118,8 +132,8 @@ void Trainer::check_memory_fits(const GptConfig& gpt) const {
   const size_t optimizer_bytes = (dtype == DType::F32 ? 2 : 3) * fp32_bytes;
   const size_t activation_bytes = GptActivations::bytes_needed(gpt, config_.micro_batch_size, config_.seq_length,
                                                                 config_.recompute_policy(), dtype);
-  const size_t workspace_bytes =
-      backend_->workspace_bytes(Gpt::workspace_needs(gpt, config_.micro_batch_size, config_.seq_length, dtype));
+  const size_t workspace_bytes = backend_->workspace_bytes(
+      Gpt::workspace_needs(gpt, config_.micro_batch_size, config_.seq_length, dtype, config_.fp8_recipe().has_value()));
   const size_t total = parameter_bytes + fp32_bytes + optimizer_bytes + activation_bytes + workspace_bytes;
   constexpr double kGiB = 1073741824.0;
   KILN_CHECK(total <= free_bytes,
@@ -137,7 +151,8 @@ std::string Trainer::memory_summary() const {
   const size_t moment_bytes = optimizer_->state_bytes() / 2;
   const size_t master_bytes = optimizer_->master_bytes();
   const size_t total = param_bytes + model_->grads().bytes() + master_bytes + 2 * moment_bytes +
-                       model_->activation_bytes() + model_->workspace_bytes() + stager_->device_bytes();
+                       model_->activation_bytes() + model_->workspace_bytes() + stager_->device_bytes() +
+                       (model_->fp8() ? model_->fp8()->bytes() : 0);
   std::string table = fmt::format("memory plan on {} (allocated once, before the first step):\n", backend_->description());
   const auto row = [&](const char* category, double bytes, const std::string& note) {
     table += fmt::format("  {:<22}{:>12.2f} MiB  {}\n", category, mib(static_cast<size_t>(bytes)), note);
@@ -150,7 +165,8 @@ std::string Trainer::memory_summary() const {
   row("Adam second moment", moment_bytes, "fp32");
   row("activations", model_->activation_bytes(),
       dtype + "; recompute: " + config_.recompute_policy().describe());
-  row("workspace", model_->workspace_bytes(), "op scratch");
+  row("workspace", model_->workspace_bytes(), model_->fp8() ? "op scratch, fp8 casts included" : "op scratch");
+  if (model_->fp8()) row("fp8 scaling", model_->fp8()->bytes(), "scales and amax histories");
   if (stager_->device_bytes() > 0) row("batch slots", stager_->device_bytes(), "2 micro-batches in flight");
   row("total on the device", total, "");
   row("data buffers (host)", stager_->host_bytes(),
@@ -197,6 +213,7 @@ IterationStats Trainer::train_step() {
     const float clip = clip_coefficient(grad_norm, static_cast<float>(config_.clip_grad));
     optimizer_->step(model_->grads(), lr, clip / scale);
   }
+  if (model_->fp8()) model_->fp8()->update_scales(iteration);  // skipped steps too, as Transformer Engine
   state_.iteration = iteration;
   state_.consumed_samples += config_.global_batch_size;
   state_.optimizer_steps = optimizer_->steps_taken();
@@ -241,11 +258,19 @@ Trainer::StagedBatch Trainer::stage(int64_t first_sample) {
 double Trainer::evaluate() {
   KILN_CHECK(val_data_ != nullptr, "validation needs eval_iters > 0 and val shards");
   const int64_t micro = config_.micro_batch_size;
+  // Validation casts with the training scales but must not add its amax to the next step's, so
+  // that a run with other validation points (a resumed one) casts exactly as this one.
+  std::vector<char> fp8_state;
+  if (model_->fp8()) {
+    fp8_state.resize(model_->fp8()->bytes());
+    backend_->copy_to_host(fp8_state.data(), model_->fp8()->state().data, fp8_state.size());
+  }
   double sum = 0.0;
   for (int64_t batch = 0; batch < config_.eval_iters; ++batch) {
     val_loader_->next(batch * micro, tokens_, targets_);
     sum += model_->forward(tokens_, targets_, micro, config_.seq_length);
   }
+  if (model_->fp8()) backend_->copy_to_device(model_->fp8()->state().data, fp8_state.data(), fp8_state.size());
   return sum / static_cast<double>(config_.eval_iters);
 }
 
@@ -281,6 +306,14 @@ void Trainer::run() {
     if (state_.iteration > 0)
       observer->on_message(fmt::format("resumed from '{}' at iteration {} ({} samples consumed)",
                                        config_.load, state_.iteration, state_.consumed_samples));
+    if (model_->fp8())
+      observer->on_message(fmt::format(
+          "fp8: {} products of the transformer blocks (E4M3 forward, {} gradients), delayed scaling over {} "
+          "step(s) of amax ({}), margin {}; {}",
+          4 * config_.num_layers, config_.fp8_format == "hybrid" ? "E5M2" : "E4M3", config_.fp8_amax_history_len,
+          config_.fp8_amax_compute_algo, config_.fp8_margin,
+          fp8_calibrated_ ? "scales calibrated on one micro-batch before the first step"
+                          : "scales restored from the checkpoint"));
   }
   while (state_.iteration < config_.train_iters) {
     const IterationStats stats = train_step();

@@ -2,7 +2,7 @@
 //   micro-batches (forward, backward; gradients accumulate; with cuda_graph both replayed from a
 //   graph, micro_batch_graphs.h) -> global gradient norm and inf/NaN
 //   check -> loss-scaler update (skip the step on overflow) -> unscale and clip folded into one
-//   factor -> AdamW at the scheduled learning rate.
+//   factor -> AdamW at the scheduled learning rate -> with fp8, the next fp8 scales.
 // global batch = micro-batch x data-parallel size x accumulation steps. Validation, checkpoints
 // and logging happen between iterations; observers are told about each event.
 //
@@ -64,6 +64,7 @@ class Trainer {
     const int32_t* device = nullptr;
   };
   StagedBatch stage(int64_t first_sample);
+  void calibrate_fp8();
 
   Config config_;
   LrSchedule schedule_;        // parsed once from config_
@@ -81,6 +82,7 @@ class Trainer {
   std::vector<TrainObserver*> observers_;
   std::vector<int32_t> tokens_, targets_;
   int64_t last_saved_ = -1, last_validated_ = -1;
+  bool fp8_calibrated_ = false;  // this run measured its first fp8 scales (none were loaded)
 };
 
 }  // namespace kiln

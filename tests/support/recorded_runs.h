@@ -1,0 +1,62 @@
+// Whole training runs in tests: a Trainer run to its end with every iteration's stats kept, the
+// bytes of a file it wrote, the check that a resumed run matches, and the fixture of the end-to-end
+// precision tests (one back-end per parameter, skipped with its reason where absent, a toy dataset
+// of 61 token ids to learn).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "kiln/train/trainer.h"
+#include "support/backends.h"
+#include "support/temp_dir.h"
+
+namespace kiln::testing {
+
+class IterationRecorder : public TrainObserver {
+ public:
+  void on_iteration(const IterationStats& stats) override { iterations.push_back(stats); }
+  std::vector<IterationStats> iterations;
+};
+
+inline std::vector<IterationStats> train_and_record(const Config& config) {
+  Trainer trainer(config);
+  IterationRecorder recorder;
+  trainer.add_observer(&recorder);
+  trainer.run();
+  return recorder.iterations;
+}
+
+inline std::string file_bytes(const std::string& path) {
+  std::ifstream stream(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(stream), {}};
+}
+
+// A run resumed from iteration `resumed_at` goes on exactly as the uninterrupted one did: the same
+// losses and gradient norms, bit for bit.
+inline void expect_resumed_bit_for_bit(const std::vector<IterationStats>& resumed,
+                                       const std::vector<IterationStats>& full, size_t resumed_at) {
+  ASSERT_EQ(resumed.size() + resumed_at, full.size());
+  for (size_t i = 0; i < resumed.size(); ++i) {
+    EXPECT_EQ(resumed[i].lm_loss, full[resumed_at + i].lm_loss)
+        << "iteration " << resumed_at + i + 1;
+    EXPECT_EQ(resumed[i].grad_norm, full[resumed_at + i].grad_norm)
+        << "iteration " << resumed_at + i + 1;
+  }
+}
+
+class ToyDataRunTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    const std::string reason = backend_skip_reason(GetParam());
+    if (!reason.empty()) GTEST_SKIP() << reason;
+    write_toy_dataset(dir_.path(), 61, 20000, 2000);
+  }
+  TempDir dir_;
+};
+
+}  // namespace kiln::testing
