@@ -1,8 +1,9 @@
 // fp8 casts for the fp8 products and the delayed-scaling update (kernels.h, ops.h). A cast reads a
-// 32 x 32 tile of the 16-bit input once and writes it as 8-bit codes in the same layout, in the
-// transposed one through shared memory, or both (cuBLASLt's fp8 products want both operands
-// K-contiguous, so a backward needs the transposes of forward's operands), and folds the tile's
-// max |x| into the tensor's amax with one atomic max per block.
+// 32 x 128 tile of the 16-bit input once, 4 elements (8 bytes) a thread, and writes it as 8-bit
+// codes in the same layout (4 bytes a thread), in the transposed one through shared memory (16
+// bytes a thread), or both (cuBLASLt's fp8 products want both operands K-contiguous, so a
+// backward needs the transposes of forward's operands), and folds the tile's max |x| into the
+// tensor's amax with one atomic max per block. Rows and columns are multiples of 16 (ops.h).
 #include "kiln/backend/cuda/kernel_common.cuh"
 #include "kiln/core/fp8_codec.h"
 
@@ -13,7 +14,8 @@
 namespace kiln::cuda {
 namespace {
 
-constexpr int kTile = 32;
+constexpr int kTileRows = 32, kTileColumns = 128, kVector = 4;  // kVector elements a thread
+static_assert(kTileColumns == 32 * kVector && kTileColumns * kTileRows == kThreads * 16);
 
 __device__ __forceinline__ uint8_t to_fp8(float value, bool e4m3) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
@@ -29,34 +31,45 @@ __device__ __forceinline__ void max_into(float* amax, float value) {
   atomicMax(reinterpret_cast<int*>(amax), __float_as_int(value));
 }
 
-// Block (x, y) casts the tile of rows [32 y, 32 y + 32) and columns [32 x, 32 x + 32); each of the
-// kThreads threads (lane = column in the tile, warp w) takes rows w, w + 8, w + 16, w + 24.
+// Block (x, y) casts the tile of rows [32 y, 32 y + 32) and columns [128 x, 128 x + 128): warp w
+// takes rows w, w + 8, w + 16, w + 24, lane l columns 4 l to 4 l + 3 of each; then thread t writes
+// half t % 2 (16 rows) of tile column t / 2 as one 16-byte row piece of the transpose.
 template <typename T>
 __global__ void cast_fp8_kernel(const T* in, int64_t rows, int64_t cols, const float* scale_pointer,
                                 float* amax, bool e4m3, uint8_t* out, uint8_t* out_t) {
-  __shared__ uint8_t tile[kTile][kTile + 4];
+  alignas(16) __shared__ uint8_t tile[kTileRows][kTileColumns + 4];  // rows 132 bytes apart
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kTile,
-                col0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kTileRows,
+                col0 = static_cast<int64_t>(blockIdx.x) * kTileColumns, col = col0 + lane * kVector;
   const float scale = *scale_pointer;
   float largest = 0.0f;
-  for (int r = warp; r < kTile; r += kThreads / 32) {
-    const int64_t row = row0 + r, col = col0 + lane;
-    if (row < rows && col < cols) {
-      const float value = to_float(in[row * cols + col]);
-      largest = fmaxf(largest, fabsf(value));
-      const uint8_t code = to_fp8(value * scale, e4m3);
-      if (out) out[row * cols + col] = code;
-      tile[r][lane] = code;
+  for (int r = warp; r < kTileRows; r += kThreads / 32) {
+    const int64_t row = row0 + r;
+    if (row >= rows || col >= cols) continue;
+    const auto values = Pack<T, kVector>::load(in + row * cols + col);
+    uint32_t codes = 0;
+#pragma unroll
+    for (int v = 0; v < kVector; ++v) {
+      largest = fmaxf(largest, fabsf(values[v]));
+      codes |= static_cast<uint32_t>(to_fp8(values[v] * scale, e4m3)) << (8 * v);
     }
+    if (out) *reinterpret_cast<uint32_t*>(out + row * cols + col) = codes;
+    *reinterpret_cast<uint32_t*>(&tile[r][lane * kVector]) = codes;
   }
   largest = block_max(largest);  // synchronises the block: the tile is complete
   if (threadIdx.x == 0) max_into(amax, largest);
   if (!out_t) return;
-  for (int c = warp; c < kTile; c += kThreads / 32) {
-    const int64_t col = col0 + c, row = row0 + lane;
-    if (row < rows && col < cols) out_t[col * rows + row] = tile[lane][c];
+  const int c = threadIdx.x / 2, first = threadIdx.x % 2 * 16;
+  const int64_t out_row = col0 + c, out_col = row0 + first;
+  if (out_row >= cols || out_col >= rows) return;
+  uint32_t words[4];
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    words[w] = 0;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) words[w] |= static_cast<uint32_t>(tile[first + 4 * w + b][c]) << (8 * b);
   }
+  *reinterpret_cast<uint4*>(out_t + out_row * rows + out_col) = make_uint4(words[0], words[1], words[2], words[3]);
 }
 
 // One thread per tensor: the rule of ops.h, Fp8UpdateScales, as the CPU reference computes it.
@@ -82,9 +95,10 @@ __global__ void fp8_update_scales_kernel(float* state, int64_t tensors, int64_t 
 
 int cast_fp8(const void* in, int kind, int64_t rows, int64_t cols, const float* scale, float* amax,
              bool e4m3, uint8_t* out, uint8_t* out_t) {
+  if (rows % 16 != 0 || cols % 16 != 0) return static_cast<int>(cudaErrorInvalidValue);
   if (rows == 0 || cols == 0) return 0;
-  const dim3 grid(static_cast<unsigned>((cols + kTile - 1) / kTile),
-                  static_cast<unsigned>((rows + kTile - 1) / kTile));
+  const dim3 grid(static_cast<unsigned>((cols + kTileColumns - 1) / kTileColumns),
+                  static_cast<unsigned>((rows + kTileRows - 1) / kTileRows));
   return dispatch(kind, [&](auto tag) {
     using E = decltype(tag);
     launch(cast_fp8_kernel<E>, grid, kThreads, 0, static_cast<const E*>(in), rows, cols, scale,

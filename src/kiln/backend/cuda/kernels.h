@@ -60,7 +60,7 @@ int adamw(float* master, void* param_out, int out_kind, const float* grad, float
           float bias_correction2);
 // fp8 casts of the fp8 products (ops.h): out[r, c] and/or out_t[c, r] (the transpose) =
 // fp8(in[r, c] * *scale), E4M3 when e4m3 else E5M2, and *amax = max(*amax, max |in|); either output
-// may be null.
+// may be null; rows and cols multiples of 16, pointers 16-byte aligned.
 int cast_fp8(const void* in, int kind, int64_t rows, int64_t cols, const float* scale, float* amax, bool e4m3,
              uint8_t* out, uint8_t* out_t);
 // ops.h, Fp8UpdateScales: rows of [scale, scale_inv, amax, fp8_max, ...] with the history of
