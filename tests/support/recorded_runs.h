@@ -37,7 +37,7 @@ inline std::string file_bytes(const std::string& path) {
 }
 
 // A run resumed from iteration `resumed_at` goes on exactly as the uninterrupted one did: the same
-// losses and gradient norms, bit for bit.
+// losses and gradient norms, bit for bit (resumed_at 0: two whole runs that must agree).
 inline void expect_resumed_bit_for_bit(const std::vector<IterationStats>& resumed,
                                        const std::vector<IterationStats>& full, size_t resumed_at) {
   ASSERT_EQ(resumed.size() + resumed_at, full.size());

@@ -1,7 +1,8 @@
 // fp8 training end to end (nn/fp8_scaling.h), on every back-end: a bf16 + fp8 run follows the bf16
-// loss curve, its scales are measured before the first step, the CUDA run follows the CPU's, and a
-// run resumes bit for bit from its checkpoint (scales and amax histories included) even when it
-// validated at points the uninterrupted run did not.
+// loss curve, its scales are measured before the first step, the CUDA run follows the CPU's, a run
+// resumes bit for bit from its checkpoint (scales and amax histories included) even when it
+// validated at points the uninterrupted run did not, and recomputation and CUDA graphs change no
+// bit of it.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -109,6 +110,22 @@ TEST_P(Fp8Training, ResumeIsBitForBitAcrossValidations) {
             file_bytes(dir_ / "ckpt/iter_0000004/optimizer.safetensors"));
   EXPECT_EQ(file_bytes(dir_ / "resumed/iter_0000008/optimizer.safetensors"),
             file_bytes(dir_ / "ckpt/iter_0000008/optimizer.safetensors"));
+}
+
+TEST_P(Fp8Training, RecomputationAndGraphsLeaveTheLossesBitForBit) {
+  // A recomputed block casts with the same scales and adds the same amax; a replayed graph reads
+  // the scales as they are when it runs. Either way the products see the same fp8 codes.
+  Config config = small_bf16_gpt(dir_.path(), GetParam(), "hybrid");
+  config.train_iters = 8;
+  const std::vector<IterationStats> direct = train_and_record(config);
+  Config recomputed = config;
+  recomputed.recompute_granularity = "full";
+  recomputed.recompute_method = "uniform";
+  testing::expect_resumed_bit_for_bit(train_and_record(recomputed), direct, 0);
+  if (GetParam() == "cpu") return;
+  Config graphed = config;
+  graphed.cuda_graph = true;
+  testing::expect_resumed_bit_for_bit(train_and_record(graphed), direct, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllBackends, Fp8Training,
