@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 
+#include "kiln/train/safetensors.h"
+#include "support/error_of.h"
 #include "support/recorded_runs.h"
 #include "support/small_gpt.h"
 
@@ -130,6 +133,45 @@ TEST_P(Fp8Training, RecomputationAndGraphsLeaveTheLossesBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(AllBackends, Fp8Training,
                          ::testing::ValuesIn(testing::all_backend_names()));
+
+TEST(Fp8Checkpoint, ACorruptStateIsRejectedByNameAndAnotherFormatRecalibrates) {
+  testing::TempDir dir;
+  testing::write_toy_dataset(dir.path(), 61, 20000, 2000);
+  Config config = small_bf16_gpt(dir.path(), "cpu", "hybrid");
+  config.train_iters = 2;
+  config.lr_warmup_iters = 1;
+  config.save = dir / "ckpt";
+  train_and_record(config);
+  const std::string optimizer_file = dir / "ckpt/iter_0000002/optimizer.safetensors";
+  {  // row 0's scale becomes NaN; every other tensor is written back as it was
+    const SafetensorsFile file(optimizer_file);
+    std::vector<std::vector<char>> copies;
+    std::vector<SafetensorsEntry> entries;
+    for (const auto& [name, entry] : file.entries()) {
+      const auto* bytes = static_cast<const char*>(entry.data);
+      copies.emplace_back(
+          bytes, bytes + entry.shape.numel() * static_cast<int64_t>(dtype_size(entry.dtype)));
+      entries.push_back({name, entry.dtype, entry.shape, copies.back().data()});
+    }
+    for (size_t i = 0; i < entries.size(); ++i)
+      if (entries[i].name == "fp8_scaling") reinterpret_cast<float*>(copies[i].data())[0] = NAN;
+    write_safetensors(optimizer_file + ".new", entries);
+  }
+  std::filesystem::rename(optimizer_file + ".new", optimizer_file);
+  Config resumed = config;
+  resumed.train_iters = 3;
+  resumed.load = dir / "ckpt";
+  EXPECT_NE(
+      testing::error_of([&] {
+        Trainer trainer(resumed);
+      }).find("optimizer.safetensors: tensor 'fp8_scaling' is corrupt: row 0 holds scale nan"),
+      std::string::npos);
+  resumed.fp8_format = "e4m3";  // the saved state is for E5M2 gradients: measured again instead
+  const Trainer trainer(resumed);
+  const std::vector<float> state = fp8_state(trainer);
+  EXPECT_EQ(state[2 * (4 + 1) + 3], 448.0f);  // row 2, the first output gradient: E4M3 now
+  EXPECT_TRUE(std::isfinite(state[0]));
+}
 
 TEST(Fp8Config, BadKeysAreNamed) {
   const auto error = [](auto mutate) {

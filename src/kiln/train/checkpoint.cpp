@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -230,16 +231,31 @@ void load_optimizer_state(const std::string& checkpoint_dir, const Gpt& model, A
   backend.copy_to_device(optimizer.exp_avg_sq().data, exp_avg_sq.data(), exp_avg_sq.size() * sizeof(float));
 }
 
-bool load_fp8_state(const std::string& checkpoint_dir, Gpt& model) {
+bool load_fp8_state(const std::string& checkpoint_dir, Gpt& model, Backend& backend) {
   KILN_CHECK(model.fp8() != nullptr, "load_fp8_state on a model without fp8 products");
   const SafetensorsFile file(checkpoint_dir + "/" + kOptimizerFile);
   if (!file.contains(kFp8StateTensor)) return false;
   const SafetensorsEntry& entry = file.get(kFp8StateTensor);
-  if (entry.shape != model.fp8()->state().shape) return false;  // another amax history length
+  const Tensor state = model.fp8()->state();
+  if (entry.shape != state.shape) return false;  // another amax history length
   KILN_CHECK(entry.dtype == DType::F32, "{}: tensor '{}' has dtype {}, expected fp32", file.path(), kFp8StateTensor,
              dtype_name(entry.dtype));
-  const auto* values = static_cast<const float*>(entry.data);
-  model.fp8()->load_state({values, static_cast<size_t>(entry.shape.numel())});
+  const auto* saved = static_cast<const float*>(entry.data);
+  const std::vector<float> fresh = to_host(backend, state);  // this run's formats in column 3
+  const int64_t columns = state.shape[1];
+  for (int64_t row = 0; row < state.shape[0]; ++row)
+    if (saved[row * columns + 3] != fresh[static_cast<size_t>(row * columns + 3)]) return false;  // another format
+  for (int64_t row = 0; row < state.shape[0]; ++row) {
+    const float* r = saved + row * columns;
+    bool valid = std::isfinite(r[0]) && r[0] > 0 && std::isfinite(r[1]) && r[1] > 0;
+    for (int64_t column = 2; column < columns; ++column)
+      valid = valid && std::isfinite(r[column]) && r[column] >= 0;
+    KILN_CHECK(valid,
+               "{}: tensor '{}' is corrupt: row {} holds scale {}, 1/scale {}, amax {} (scales must be finite and "
+               "positive, amax values finite and non-negative)",
+               file.path(), kFp8StateTensor, row, r[0], r[1], r[2]);
+  }
+  model.fp8()->load_state({saved, static_cast<size_t>(entry.shape.numel())});
   return true;
 }
 

@@ -55,7 +55,8 @@ void load_optimizer_state(const std::string& checkpoint_dir, const Gpt& model, A
                           Backend& backend);
 
 // The fp8 scaling state of a model with fp8 products (Gpt::enable_fp8) from optimizer.safetensors;
-// false, loading nothing, when the checkpoint has none or one of another amax history length.
-bool load_fp8_state(const std::string& checkpoint_dir, Gpt& model);
+// false, loading nothing, when the checkpoint has none or one of another amax history length or
+// fp8 format; an error naming the file when its values cannot be scales and amax.
+bool load_fp8_state(const std::string& checkpoint_dir, Gpt& model, Backend& backend);
 
 }  // namespace kiln

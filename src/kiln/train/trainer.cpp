@@ -105,7 +105,7 @@ Trainer::Trainer(const Config& config)
     optimizer_->set_steps_taken(state_.optimizer_steps);
     if (config_.fp16) scaler_.set_state(state_.loss_scaler);
     last_saved_ = state_.iteration;
-    if (model_->fp8() && load_fp8_state(dir, *model_)) return;
+    if (model_->fp8() && load_fp8_state(dir, *model_, *backend_)) return;
   }
   if (model_->fp8()) calibrate_fp8();
 }
