@@ -68,12 +68,12 @@ RowsDims layernorm_backward(const LayerNormBackward& a, Device device) {
 }
 
 namespace {
-void require_fp8_operand(const Fp8Operand& operand, Device device, const char* op, const char* name) {
-  for (auto [tensor, part] : {std::pair{&operand.scale, "scale"}, {&operand.scale_inv, "scale_inv"},
-                              {&operand.amax, "amax"}}) {
-    const std::string argument = fmt::format("fp8 {} {}", name, part);
-    require(*tensor, DType::F32, device, op, argument.c_str());
-    require_numel(*tensor, 1, op, argument.c_str());
+// `names`: the argument names of the operand's scale, scale_inv and amax, for the errors.
+void require_fp8_operand(const Fp8Operand& operand, Device device, const char* op, const char* const (&names)[3]) {
+  const Tensor* parts[3] = {&operand.scale, &operand.scale_inv, &operand.amax};
+  for (int i = 0; i < 3; ++i) {
+    require(*parts[i], DType::F32, device, op, names[i]);
+    require_numel(*parts[i], 1, op, names[i]);
   }
 }
 
@@ -84,10 +84,10 @@ void require_fp8(const Fp8Matmul& fp8, DType compute, const MatmulDims& dims, De
   // cuBLASLt's fp8 kernels read 16-byte-aligned rows of 1-byte elements in every operand layout.
   KILN_CHECK(dims.M % 16 == 0 && dims.K % 16 == 0 && dims.N % 16 == 0,
              "{}: fp8 products need M, K and N multiples of 16, got {} x {} x {}", op, dims.M, dims.K, dims.N);
-  require_fp8_operand(fp8.in, device, op, "in");
-  require_fp8_operand(fp8.weight, device, op, "weight");
+  require_fp8_operand(fp8.in, device, op, {"fp8 in scale", "fp8 in scale_inv", "fp8 in amax"});
+  require_fp8_operand(fp8.weight, device, op, {"fp8 weight scale", "fp8 weight scale_inv", "fp8 weight amax"});
   if (!backward) return;
-  require_fp8_operand(fp8.dout, device, op, "dout");
+  require_fp8_operand(fp8.dout, device, op, {"fp8 dout scale", "fp8 dout scale_inv", "fp8 dout amax"});
   KILN_CHECK(fp8.grad_dtype == DType::F8E5M2 || fp8.grad_dtype == DType::F8E4M3,
              "{}: the output gradient's fp8 format must be fp8_e5m2 or fp8_e4m3, not {}", op,
              dtype_name(fp8.grad_dtype));

@@ -55,6 +55,17 @@ void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, co
   check_lt(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)), "cublasLtMatmulDescSetAttribute");
 }
 
+// The device pointers a call brings besides its matrices: the plan is made with the first call's
+// (the heuristic sees them) and every call sets its own. cuBLASLt is column-major and its A is our
+// B, so our a_scale is its B's and our b_scale its A's.
+void set_pointers(cublasLtMatmulDesc_t desc, const Gemm& g) {
+  if (g.bias) set(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
+  if (g.bias_grad) set(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(g.bias_grad));
+  if (g.aux) set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<const void*>(g.aux));
+  if (g.a_scale) set(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(g.a_scale));
+  if (g.b_scale) set(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(g.b_scale));
+}
+
 // A stored row-major rows x cols matrix (row stride ld) is, to cuBLASLt, column-major cols x rows.
 cublasLtMatrixLayout_t layout(DType dtype, int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t stride) {
   cublasLtMatrixLayout_t result = nullptr;
@@ -126,14 +137,8 @@ LtMatmul::Plan& LtMatmul::plan_for(const Gemm& g) {
   set(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, static_cast<int32_t>(g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N));
   set(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N));
   set(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(lt_epilogue(g.epilogue)));
-  if (g.bias) set(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
-  if (g.bias_grad) set(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(g.bias_grad));
-  if (g.aux) {
-    set(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<const void*>(g.aux));
-    set(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.aux_ld);
-  }
-  if (g.a_scale) set(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(g.a_scale));
-  if (g.b_scale) set(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(g.b_scale));
+  set_pointers(plan->desc, g);
+  if (g.aux) set(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.aux_ld);
   plan->a = g.trans_b ? layout(t.b(), g.N, g.K, g.ldb, g.batch, g.stride_b)
                       : layout(t.b(), g.K, g.N, g.ldb, g.batch, g.stride_b);
   plan->b = g.trans_a ? layout(t.inputs, g.K, g.M, g.lda, g.batch, g.stride_a)
@@ -181,12 +186,7 @@ bool LtMatmul::run(const Gemm& g) {
   if (g.M == 0 || g.N == 0) return true;
   Plan& plan = plan_for(g);
   if (!plan.supported) return false;
-  // The plan was made with this call's pointers' alignments; set this call's pointers.
-  if (g.bias) set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
-  if (g.bias_grad) set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(g.bias_grad));
-  if (g.aux) set(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<const void*>(g.aux));
-  if (g.a_scale) set(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(g.a_scale));
-  if (g.b_scale) set(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(g.b_scale));
+  set_pointers(plan.desc, g);  // the plan was made with this call's pointers' alignments
   const cublasStatus_t status =
       cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), plan.desc, &g.alpha, g.B, plan.a, g.A,
                      plan.b, &g.beta, g.C, plan.c, g.C, plan.c, &plan.algo, workspace_,
