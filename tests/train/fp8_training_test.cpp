@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <set>
 
 #include "kiln/train/safetensors.h"
 #include "support/error_of.h"
@@ -171,6 +172,25 @@ TEST(Fp8Checkpoint, ACorruptStateIsRejectedByNameAndAnotherFormatRecalibrates) {
   const std::vector<float> state = fp8_state(trainer);
   EXPECT_EQ(state[2 * (4 + 1) + 3], 448.0f);  // row 2, the first output gradient: E4M3 now
   EXPECT_TRUE(std::isfinite(state[0]));
+}
+
+TEST(Fp8Reports, MemoryAndOpProfileNameTheFp8Parts) {
+  testing::TempDir dir;
+  testing::write_toy_dataset(dir.path(), 61, 20000, 2000);
+  Config config = small_bf16_gpt(dir.path(), "cpu", "hybrid");
+  config.profile_ops = true;
+  Trainer trainer(config);
+  EXPECT_NE(trainer.memory_summary().find("fp8 scaling"), std::string::npos)
+      << trainer.memory_summary();
+  trainer.train_step();
+  std::set<std::string> ops;
+  for (const OpTimingBackend::OpTime& time : trainer.op_timing()->times()) ops.insert(time.op);
+  // The block's first product, 128 positions x C 48 -> 3C 144, forward and backward, and the scale
+  // update.
+  EXPECT_TRUE(ops.count("matmul_forward 128x48x144 +bias fp8")) << ::testing::PrintToString(ops);
+  EXPECT_TRUE(ops.count("matmul_backward 128x48x144 +dbias fp8")) << ::testing::PrintToString(ops);
+  EXPECT_TRUE(ops.count("fp8_update_scales"));
+  EXPECT_TRUE(ops.count("matmul_forward 128x48x64")) << "the tied classifier stays bf16";
 }
 
 TEST(Fp8Config, BadKeysAreNamed) {
