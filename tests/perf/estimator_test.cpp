@@ -150,6 +150,31 @@ TEST(Estimator, AttentionWorkspaceFollowsTheKernelThatRuns) {
   EXPECT_EQ(estimate(in).memory.workspace, 2.0 * 4 * 4 * 32 * 32 * 2);
 }
 
+TEST(Estimator, Fp8AddsTheCastScratchAndTheScalingState) {
+  EstimateInput in = small_model();  // M = micro-batch x seq = 128 positions, C = 64
+  in.precision = "bf16";
+  const Estimate bf16 = estimate(in);
+  EXPECT_EQ(bf16.memory.workspace, 4.0 * 4 * 32 * 4);  // fused attention: micro-batch x heads x seq x 4 bytes
+  EXPECT_EQ(bf16.memory.fp8_scaling, 0.0);
+  in.fp8_format = "hybrid";
+  const Estimate fp8 = estimate(in);
+  // The largest cast is mlp.c_fc's backward (M = 128, K = C = 64, N = 4C = 256), one byte an
+  // element: dout and its transpose 2 M N = 65,536, the weight K N = 16,384, `in` transposed
+  // K M = 8,192; 90,112 bytes, every region a multiple of 256.
+  EXPECT_EQ(fp8.memory.workspace, 90112.0);
+  // 2 layers x 4 products x 3 operands = 24 rows of (scale, 1/scale, amax, fp8 max, 1 amax) fp32.
+  EXPECT_EQ(fp8.memory.fp8_scaling, 24.0 * 5 * 4);
+  in.fp8_amax_history_len = 16;
+  EXPECT_EQ(estimate(in).memory.fp8_scaling, 24.0 * 20 * 4);
+  // Everything else is the bf16 run's: same weights, activations and FLOPs.
+  EXPECT_EQ(fp8.memory.activations, bf16.memory.activations);
+  EXPECT_EQ(fp8.memory.weights + fp8.memory.gradients + fp8.memory.optimizer,
+            bf16.memory.weights + bf16.memory.gradients + bf16.memory.optimizer);
+  EXPECT_EQ(fp8.flops_per_iteration, bf16.flops_per_iteration);
+  EXPECT_EQ(fp8.share_of_peak, bf16.share_of_peak);  // against the bf16 peak
+  EXPECT_LE(fp8.largest_micro_batch, bf16.largest_micro_batch);
+}
+
 TEST(Estimator, BadInputNamesTheFlag) {
   auto message = [](auto mutate) {
     EstimateInput in = small_model();
@@ -166,6 +191,28 @@ TEST(Estimator, BadInputNamesTheFlag) {
   EXPECT_NE(message([](EstimateInput& in) { in.zero_stage = 4; }).find("--zero-stage"), std::string::npos);
   EXPECT_NE(message([](EstimateInput& in) { in.gpu = "v100"; }).find("no bf16 tensor cores"), std::string::npos);
   EXPECT_NE(message([](EstimateInput& in) { in.global_batch_size = 6; }).find("not a multiple"), std::string::npos);
+  EXPECT_NE(message([](EstimateInput& in) { in.fp8_format = "e5m2"; }).find("--fp8-format 'e5m2' is not hybrid"),
+            std::string::npos);
+  EXPECT_NE(message([](EstimateInput& in) {
+              in.fp8_format = "hybrid";
+              in.precision = "fp16";
+            }).find("--fp8-format needs --precision bf16, not fp16"),
+            std::string::npos);
+  EXPECT_NE(message([](EstimateInput& in) {
+              in.fp8_format = "hybrid";
+              in.hidden_size = 72;
+            }).find("--hidden-size (72)"),
+            std::string::npos);
+  EXPECT_NE(message([](EstimateInput& in) {
+              in.fp8_format = "e4m3";
+              in.gpu = "a100-80gb";
+            }).find("--gpu a100-80gb has no fp8 tensor cores"),
+            std::string::npos);
+  EXPECT_NE(message([](EstimateInput& in) {
+              in.fp8_format = "hybrid";
+              in.fp8_amax_history_len = 0;
+            }).find("--fp8-amax-history-len"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -80,10 +80,13 @@ TEST(Trainer, LossFallsAndValidationRuns) {
 TEST(Trainer, MemoryPlanIsWhatTheEstimatorPredicts) {
   TempDir dir;
   testing::write_toy_dataset(dir.path(), 29, 2000, 200);
-  for (const auto& [precision, recompute] : {std::pair{"fp32", "none"}, {"bf16", "none"}, {"fp16", "full"}}) {
+  for (const auto& [precision, recompute] :
+       {std::pair{"fp32", "none"}, {"bf16", "none"}, {"fp16", "full"}, {"bf16+fp8", "none"}}) {
     SCOPED_TRACE(std::string(precision) + ", recompute " + recompute);
+    const bool fp8 = std::string(precision) == "bf16+fp8";
     Config config = toy_config(dir.path());
-    config.bf16 = std::string(precision) == "bf16";
+    config.bf16 = std::string(precision) == "bf16" || fp8;
+    if (fp8) config.fp8_format = "hybrid";
     config.fp16 = std::string(precision) == "fp16";
     config.recompute_granularity = recompute;
     if (std::string(recompute) == "full") config.recompute_method = "uniform";
@@ -96,7 +99,8 @@ TEST(Trainer, MemoryPlanIsWhatTheEstimatorPredicts) {
     in.vocab_size = trainer.config().vocab_size;
     in.global_batch_size = config.global_batch_size;
     in.micro_batch_size = config.micro_batch_size;
-    in.precision = precision;
+    in.precision = fp8 ? "bf16" : precision;
+    in.fp8_format = config.fp8_format;
     in.recompute = trainer.config().recompute_policy();
     const MemoryEstimate predicted = estimate(in).memory;
     EXPECT_EQ(predicted.weights, static_cast<double>(trainer.model().params().bytes()));
@@ -104,6 +108,7 @@ TEST(Trainer, MemoryPlanIsWhatTheEstimatorPredicts) {
     EXPECT_EQ(predicted.optimizer,
               static_cast<double>(trainer.optimizer().state_bytes() + trainer.optimizer().master_bytes()));
     EXPECT_EQ(predicted.activations, static_cast<double>(trainer.model().activation_bytes()));
+    EXPECT_EQ(predicted.fp8_scaling, fp8 ? static_cast<double>(trainer.model().fp8()->bytes()) : 0.0);
   }
 }
 

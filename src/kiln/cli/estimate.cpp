@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <string>
 #include <nlohmann/json.hpp>
 
 #include "kiln/cli/commands.h"
@@ -26,11 +27,15 @@ constexpr double kGiB = 1073741824.0;
 void print_speed(const EstimateInput& in, const Estimate& e);
 void print_memory(const Estimate& e);
 
+std::string precision_name(const EstimateInput& in) {
+  return in.fp8_format.empty() ? in.precision : in.precision + " + fp8 " + in.fp8_format;
+}
+
 void print_estimate(const EstimateInput& in, const Estimate& e, bool memory_only) {
   fmt::print("# kiln estimate | GPT {} layers x {} hidden, {} heads, seq {}, vocab {} | global batch {}, "
              "micro-batch {}, {} x {} | {} | ZeRO-{} | recompute {}\n",
              in.num_layers, in.hidden_size, in.num_attention_heads, in.seq_length, in.vocab_size,
-             in.global_batch_size, in.micro_batch_size, in.gpus, e.gpu.key, in.precision, in.zero_stage,
+             in.global_batch_size, in.micro_batch_size, in.gpus, e.gpu.key, precision_name(in), in.zero_stage,
              in.recompute.describe());
   fmt::print("parameters            {:.4g} (closed form), {} (exact, as kiln builds it)\n", e.parameters_formula,
              e.parameters_exact);
@@ -50,10 +55,13 @@ void print_speed(const EstimateInput& in, const Estimate& e) {
 }
 
 void print_memory(const Estimate& e) {
+  const std::string fp8 =
+      e.memory.fp8_scaling > 0 ? fmt::format(" + fp8 scaling {:.2f} GiB", e.memory.fp8_scaling / kGiB) : "";
   fmt::print("memory per GPU        weights {:.2f} GiB + gradients {:.2f} GiB + optimizer {:.2f} GiB + "
-             "activations {:.2f} GiB + attention workspace {:.2f} GiB = {:.2f} GiB of {:.0f} GiB\n",
+             "activations {:.2f} GiB + op scratch {:.2f} GiB{} = {:.2f} GiB of {:.0f} GiB\n",
              e.memory.weights / kGiB, e.memory.gradients / kGiB, e.memory.optimizer / kGiB,
-             e.memory.activations / kGiB, e.memory.workspace / kGiB, e.memory.total() / kGiB, e.gpu.memory_gib);
+             e.memory.activations / kGiB, e.memory.workspace / kGiB, fp8, e.memory.total() / kGiB,
+             e.gpu.memory_gib);
   fmt::print("                      (activations as kiln lays them out, in the precision's dtype, keeping no "
              "attention probabilities; Korthikanti et al. per layer: {:.2f} GiB, {:.3f} GiB with full recomputation)\n",
              e.korthikanti_layer_bytes / kGiB, e.korthikanti_layer_bytes_full_recompute / kGiB);
@@ -62,14 +70,15 @@ void print_memory(const Estimate& e) {
 
 void print_json(const EstimateInput& in, const Estimate& e) {
   nlohmann::json out = {
-      {"gpu", e.gpu.key}, {"precision", in.precision}, {"gpus", in.gpus}, {"zero_stage", in.zero_stage},
+      {"gpu", e.gpu.key}, {"precision", in.precision}, {"fp8_format", in.fp8_format}, {"gpus", in.gpus}, {"zero_stage", in.zero_stage},
       {"recompute", in.recompute.describe()}, {"parameters_formula", e.parameters_formula},
       {"parameters_exact", e.parameters_exact}, {"flops_per_iteration", e.flops_per_iteration},
       {"flops_without_recompute", e.flops_without_recompute},
       {"flops_with_full_recompute", e.flops_with_full_recompute},
       {"memory_bytes", {{"weights", e.memory.weights}, {"gradients", e.memory.gradients},
                         {"optimizer", e.memory.optimizer}, {"activations", e.memory.activations},
-                        {"attention_workspace", e.memory.workspace}, {"total", e.memory.total()}}},
+                        {"op_scratch", e.memory.workspace}, {"fp8_scaling", e.memory.fp8_scaling},
+                        {"total", e.memory.total()}}},
       {"korthikanti_layer_bytes", e.korthikanti_layer_bytes},
       {"largest_micro_batch", e.largest_micro_batch}};
   if (e.has_speed)
@@ -97,6 +106,8 @@ void add_estimate_command(CLI::App& root) {
   command->add_option("--gpus", in.gpus, "data-parallel GPUs");
   command->add_option("--gpu", in.gpu, "h100-sxm, h100-pcie, h200, a100-80gb, a100-40gb, l40s, a10, v100");
   command->add_option("--precision", in.precision, "fp32, tf32, bf16, fp16");
+  command->add_option("--fp8-format", in.fp8_format, "fp8 products in the blocks (with bf16): hybrid or e4m3");
+  command->add_option("--fp8-amax-history-len", in.fp8_amax_history_len, "steps of amax kept per fp8 tensor");
   command->add_option("--time-per-iteration", options->time_per_iteration, "measured seconds per iteration");
   command->add_option("--tflops-per-gpu", options->tflops_per_gpu, "target achieved TFLOP/s per GPU");
   command->add_option("--tokens", in.tokens, "training budget in tokens (e.g. 300e9)");

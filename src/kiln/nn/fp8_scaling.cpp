@@ -8,7 +8,13 @@ namespace {
 
 constexpr int64_t kProductsPerBlock = 4, kOperandsPerProduct = 3;  // in, weight, dout
 
+int64_t state_rows(int64_t layers) { return layers * kProductsPerBlock * kOperandsPerProduct; }
+
 }  // namespace
+
+size_t Fp8Scaling::state_bytes(int64_t layers, int64_t amax_history) {
+  return static_cast<size_t>(state_rows(layers) * (kFp8StateColumns + amax_history)) * sizeof(float);
+}
 
 Fp8Scaling::Fp8Scaling(Backend& backend, int64_t layers, const Fp8Recipe& recipe)
     : backend_(backend), recipe_(recipe) {
@@ -16,9 +22,8 @@ Fp8Scaling::Fp8Scaling(Backend& backend, int64_t layers, const Fp8Recipe& recipe
              recipe.amax_history);
   KILN_CHECK(recipe.grad_dtype == DType::F8E5M2 || recipe.grad_dtype == DType::F8E4M3,
              "fp8 gradients are fp8_e5m2 or fp8_e4m3, not {}", dtype_name(recipe.grad_dtype));
-  const int64_t rows = layers * kProductsPerBlock * kOperandsPerProduct,
-                columns = kFp8StateColumns + recipe.amax_history;
-  buffer_ = backend.allocate(static_cast<size_t>(rows * columns) * sizeof(float));
+  const int64_t rows = state_rows(layers), columns = kFp8StateColumns + recipe.amax_history;
+  buffer_ = backend.allocate(state_bytes(layers, recipe.amax_history));
   state_ = Tensor{buffer_->data(), Shape{rows, columns}, DType::F32, backend.device()};
   std::vector<float> initial(static_cast<size_t>(rows * columns), 0.0f);
   const auto largest = [](DType format) {

@@ -46,6 +46,8 @@ class Fp8Scaling {
   Tensor state() const { return state_; }  // [layers * 12, 4 + amax_history] fp32
   void load_state(std::span<const float> values);
   size_t bytes() const { return state_.bytes(); }
+  // What the state of `layers` blocks with `amax_history` steps holds (kiln estimate's share).
+  static size_t state_bytes(int64_t layers, int64_t amax_history);
 
  private:
   Backend& backend_;

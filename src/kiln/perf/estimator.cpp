@@ -1,9 +1,13 @@
 #include "kiln/perf/estimator.h"
 
+#include <algorithm>
+
 #include "kiln/backend/attention_workspace.h"
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
 #include "kiln/nn/activations.h"
+#include "kiln/nn/fp8_scaling.h"
+#include "kiln/nn/gpt.h"
 #include "kiln/nn/parameters.h"
 #include "kiln/perf/flops.h"
 
@@ -33,6 +37,15 @@ void validate(const EstimateInput& in) {
   KILN_CHECK(!in.time_per_iteration_s || *in.time_per_iteration_s > 0, "--time-per-iteration must be positive");
   KILN_CHECK(!in.tflops_per_gpu || *in.tflops_per_gpu > 0, "--tflops-per-gpu must be positive");
   KILN_CHECK(in.tokens > 0, "--tokens must be positive, got {}", in.tokens);
+  if (in.fp8_format.empty()) return;
+  KILN_CHECK(in.fp8_format == "hybrid" || in.fp8_format == "e4m3", "--fp8-format '{}' is not hybrid or e4m3",
+             in.fp8_format);
+  KILN_CHECK(in.precision == "bf16", "--fp8-format needs --precision bf16, not {}", in.precision);
+  KILN_CHECK(in.hidden_size % 16 == 0 && in.micro_batch_size * in.seq_length % 16 == 0,
+             "--fp8-format needs --hidden-size ({}) and --micro-batch-size x --seq-length ({}) to be multiples of "
+             "16 (the fp8 products' dimensions)",
+             in.hidden_size, in.micro_batch_size * in.seq_length);
+  KILN_CHECK(in.fp8_amax_history_len >= 1, "--fp8-amax-history-len must be >= 1, got {}", in.fp8_amax_history_len);
 }
 
 std::string known_gpus() {
@@ -72,6 +85,7 @@ Estimate estimate(const EstimateInput& in) {
   const auto spec = find_gpu_by_key(in.gpu);
   KILN_CHECK(spec.has_value(), "--gpu '{}' is not known; choose one of {}", in.gpu, known_gpus());
   KILN_CHECK(spec->peak_tflops(in.precision) > 0, "--gpu {} has no {} tensor cores", in.gpu, in.precision);
+  KILN_CHECK(in.fp8_format.empty() || spec->peak_tflops("fp8") > 0, "--gpu {} has no fp8 tensor cores", in.gpu);
   Estimate out;
   out.gpu = *spec;
   const double l = static_cast<double>(in.num_layers), h = static_cast<double>(in.hidden_size);
@@ -107,20 +121,23 @@ Estimate estimate(const EstimateInput& in) {
   const auto activations = [&](int64_t micro) {
     return static_cast<double>(GptActivations::bytes_needed(shape, micro, in.seq_length, in.recompute, dtype));
   };
-  // Attention's part of CudaBackend::workspace_bytes (fused attention on, the default).
+  // CudaBackend::workspace_bytes' attention and fp8 cast parts (fused attention on, the default).
   const bool fused = fused_attention_shape(dtype, in.hidden_size / in.num_attention_heads);
+  const bool fp8 = !in.fp8_format.empty();
   const auto workspace = [&](int64_t micro) {
-    return static_cast<double>(
-        attention_workspace_bytes(micro, in.num_attention_heads, in.seq_length, dtype, fused));
+    const size_t attention = attention_workspace_bytes(micro, in.num_attention_heads, in.seq_length, dtype, fused);
+    const size_t casts = Gpt::workspace_needs(shape, micro, in.seq_length, dtype, fp8).fp8_cast_bytes;
+    return static_cast<double>(std::max(attention, casts));
   };
   out.memory.activations = activations(in.micro_batch_size);
   out.memory.workspace = workspace(in.micro_batch_size);
+  if (fp8) out.memory.fp8_scaling = static_cast<double>(Fp8Scaling::state_bytes(in.num_layers, in.fp8_amax_history_len));
   const double a = static_cast<double>(in.num_attention_heads), b = static_cast<double>(in.micro_batch_size);
   out.korthikanti_layer_bytes = s * b * h * (34 + 5 * a * s / h);
   out.korthikanti_layer_bytes_full_recompute = 2 * s * b * h;
 
   const double capacity = (spec->memory_gib - kReservedGiB) * 1073741824.0;
-  const double state = out.memory.weights + out.memory.gradients + out.memory.optimizer;
+  const double state = out.memory.weights + out.memory.gradients + out.memory.optimizer + out.memory.fp8_scaling;
   auto fits = [&](int64_t micro) { return state + activations(micro) + workspace(micro) <= capacity; };
   int64_t low = 0, high = 1;  // fits(low) holds (or low == 0); find the first high that does not
   while (fits(high) && high < (int64_t{1} << 20)) {

@@ -20,7 +20,11 @@
 //                 policy, and the CUDA back-end's attention workspace (backend/attention_workspace.h:
 //                 with the fused kernels one fp32 per query and head, else two micro-batch x heads
 //                 x s^2 matrices, shared by all layers); Korthikanti et al. 2022 (arXiv 2205.05198)
-//                 per-layer activation bytes are given for reference
+//                 per-layer activation bytes are given for reference. With fp8 products
+//                 (--fp8-format, bf16 only) the workspace is the larger of the attention's and the
+//                 casts' of the largest product (fp8_workspace.h, the same carve of one workspace),
+//                 plus the fp8 scaling state (nn/fp8_scaling.h); the FLOPs are the same and the share
+//                 of peak stays against the bf16 peak (attention, classifier and loss stay bf16)
 //   fit           the largest micro-batch whose total fits in the GPU's memory, less 1.5 GiB
 //                 for the CUDA context and library workspaces
 // Parallelism is pure data parallelism over --gpus (tensor and pipeline parallelism are not modelled).
@@ -41,6 +45,8 @@ struct EstimateInput {
   int64_t global_batch_size = 0, micro_batch_size = 1, gpus = 1;
   std::string gpu = "h100-sxm";
   std::string precision = "bf16";  // fp32, tf32, bf16, fp16
+  std::string fp8_format;          // empty (no fp8 products), hybrid or e4m3; needs bf16
+  int64_t fp8_amax_history_len = 1;
   std::optional<double> time_per_iteration_s;
   std::optional<double> tflops_per_gpu;
   double tokens = 300e9;
@@ -50,8 +56,11 @@ struct EstimateInput {
 
 struct MemoryEstimate {
   double weights = 0, gradients = 0, optimizer = 0, activations = 0;  // bytes per GPU
-  double workspace = 0;  // the CUDA back-end's attention scratch (backend/attention_workspace.h)
-  double total() const { return weights + gradients + optimizer + activations + workspace; }
+  // The CUDA back-end's op scratch: attention's (backend/attention_workspace.h) or, with fp8
+  // products, the casts' of the largest product (backend/fp8_workspace.h) where that is larger.
+  double workspace = 0;
+  double fp8_scaling = 0;  // scales and amax history of every fp8 tensor (nn/fp8_scaling.h)
+  double total() const { return weights + gradients + optimizer + activations + workspace + fp8_scaling; }
 };
 
 struct Estimate {
