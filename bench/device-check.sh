@@ -13,22 +13,34 @@
 #                                        also on 774M/16), the attention core
 #                                        alone against PyTorch's SDPA, and the time split by op
 #                                        (--profile-ops); not part of the 10 minutes
+#   bench/device-check.sh --rehearse BUILD_DIR
+#                                        a dry run of the table and levers stages on a machine without
+#                                        a GPU (CI): BUILD_DIR/kiln_on_emulator (the CUDA back-end on
+#                                        the CPU emulator) on shapes 100s of times smaller, and
+#                                        tests/support/stand_in_peer.py for PyTorch. It checks the
+#                                        plumbing only: its numbers measure nothing.
+#
+# A failing test or measurement does not stop the run (device time is scarce): the failures are
+# printed, the row says "failed", the other rows are still measured, and the exit status is 1.
 #
 # Both sides train in bf16 mixed precision (bf16 weights and activations, fp32 master weights
 # and gradient accumulation) at the same micro-batch (no accumulation): kiln against PyTorch's
 # eager bf16 autocast (the CUDA back-end issue's bar) and torch.compile (the speed issue's).
+# shellcheck disable=SC2086  # option lists ($model, $timing, $switch, ...) are split into words on purpose
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/kiln-device-check}
 mkdir -p "$out"
 
-prebuilt=0 rebuild=0 stages=tests,table
+prebuilt=0 rebuild=0 rehearse="" stages=tests,table
 while (($#)); do
   case "$1" in
     --prebuilt) prebuilt=1 ;;
     --build) rebuild=1 ;;
     --stages) stages=${2:?--stages needs a list}; shift ;;
-    *) echo "device-check.sh: unknown argument '$1' (--build, --prebuilt, --stages LIST)" >&2; exit 2 ;;
+    --rehearse) rehearse=${2:?--rehearse needs the build directory}; stages=table,levers; shift ;;
+    *) echo "device-check.sh: unknown argument '$1' (--build, --prebuilt, --stages LIST, --rehearse DIR)" >&2
+       exit 2 ;;
   esac
   shift
 done
@@ -38,9 +50,27 @@ for stage in ${stages//,/ }; do
 done
 runs() { [[ ",$stages," == *",$1,"* ]]; }
 
-bin=build
-if ((prebuilt)); then
-  bin=build-pack
+# What is measured: GPT shapes "name layers hidden heads micro-batch" at sequence $seq, the
+# attention shapes "batch heads head-size", and the peers.
+seq=1024 vocab=50257 timing="" gemm_sizes=""
+shapes=("124M 12 768 12 64" "350M 24 1024 16 32" "774M 36 1280 20 16")
+lever_shape=${shapes[0]} fp8_shape=${shapes[2]}
+attention_shapes=("64 12 64" "16 16 128" "16 32 80")
+peer_gpt=(python3 bench/peers/pytorch_gpt.py)
+peer_attention=(python3 bench/peers/pytorch_attention.py)
+
+bin=build kiln=$PWD/build/kiln
+if [[ -n $rehearse ]]; then
+  echo "== REHEARSAL on the CUDA emulator: tiny shapes and a stand-in peer; no number below is a measurement"
+  kiln=$(cd "$rehearse" && pwd)/kiln_on_emulator
+  seq=32 vocab=256 timing="--warmup-iters 1 --timed-iters 1" gemm_sizes="--m 64 --n 48 --k 32 --iters 1"
+  shapes=("124M 1 32 2 2" "350M 2 32 2 1" "774M 1 48 3 1")
+  lever_shape=${shapes[0]} fp8_shape=${shapes[2]}
+  attention_shapes=("1 2 64" "1 1 80")
+  peer_gpt=(python3 tests/support/stand_in_peer.py gpt)
+  peer_attention=(python3 tests/support/stand_in_peer.py attention)
+elif ((prebuilt)); then
+  bin=build-pack kiln=$PWD/build-pack/kiln
   mkdir -p build-pack/lib
   tar -xJf build-pack/libs.tar.xz -C build-pack/lib
   export LD_LIBRARY_PATH=$PWD/build-pack/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -48,99 +78,144 @@ elif ((rebuild)) || [[ ! -x build/kiln ]]; then
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
   cmake --build build -j "$(nproc)" --target kiln kiln_tests
 fi
-kiln=$PWD/$bin/kiln
 "$kiln" --version
+
+failures=()
+# measure FILE FIELDS COMMAND...: runs a command that prints one JSON object, and appends that
+# object to FILE with FIELDS ('"key":"value",...') in front. A command that fails or prints no
+# object is counted, its error output shown, and recorded as {FIELDS, "failed": true}.
+measure() {
+  local file=$1 fields=$2 line
+  shift 2
+  if line=$("$@" 2> "$out/stderr.txt" | grep '^{' | tail -1) && [[ -n $line ]]; then
+    echo "{$fields,${line#\{}" | tee -a "$file"
+  else
+    failures+=("$*")
+    echo "FAILED: $*" >&2
+    tail -5 "$out/stderr.txt" >&2
+    echo "{$fields,\"failed\":true}" | tee -a "$file"
+  fi
+}
 
 if runs tests; then
   echo "== GPU tests (CUDA op table, CPU/GPU parity, memory pre-flight)"
   # On a failure: the failures, and the log's end (a crash names no failure; its last test started does).
-  KILN_BINARY=$kiln OMP_NUM_THREADS=4 "$PWD/$bin/kiln_tests" --gtest_filter='*cuda*:Cuda*:AllBackends*' \
-    > "$out/gpu-tests.log" 2>&1 \
-    || { grep -E "FAILED|Failure" "$out/gpu-tests.log" | head -40; tail -20 "$out/gpu-tests.log"; exit 1; }
-  grep -E "^\[  PASSED  \]" "$out/gpu-tests.log"
+  if KILN_BINARY=$kiln OMP_NUM_THREADS=4 "$PWD/$bin/kiln_tests" --gtest_filter='*cuda*:Cuda*:AllBackends*' \
+      > "$out/gpu-tests.log" 2>&1; then
+    grep -E "^\[  PASSED  \]" "$out/gpu-tests.log"
+  else
+    failures+=("GPU tests ($out/gpu-tests.log)")
+    grep -E "FAILED|Failure" "$out/gpu-tests.log" | head -40 || true
+    tail -20 "$out/gpu-tests.log"
+  fi
 fi
 
 if runs table; then
-echo "== GEMM ceilings"
-"$kiln" bench gemm | tee "$out/gemm.txt"
+  echo "== GEMM ceilings"
+  "$kiln" bench gemm --device cuda $gemm_sizes | tee "$out/gemm.txt" || failures+=("kiln bench gemm")
 
-results=$out/results.jsonl
-: > "$results"
-# name layers hidden heads micro-batch
-# The CUDA back-end issue's sizes; kiln's plan for them in bf16 (kiln estimate) is 21-36 GiB.
-for shape in "124M 12 768 12 64" "350M 24 1024 16 32" "774M 36 1280 20 16"; do
-  read -r name layers hidden heads micro <<< "$shape"
-  model="--num-layers $layers --hidden-size $hidden --num-attention-heads $heads --seq-length 1024 --micro-batch-size $micro"
-  echo "== $name micro-batch $micro"
-  "$kiln" bench train --device cuda --bf16 $model --vocab-size 50257 --skip-gemm-ceiling --json \
-    | sed "s/^{/{\"model\":\"$name\",\"who\":\"kiln\",/" | tee -a "$results"
-  for run in "bf16" "bf16 --compile"; do
-    python3 bench/peers/pytorch_gpt.py $model --vocab-size 50257 --precision $run \
-      | sed "s/^{/{\"model\":\"$name\",\"who\":\"pytorch\",/" | tee -a "$results"
+  results=$out/results.jsonl
+  : > "$results"
+  for shape in "${shapes[@]}"; do
+    read -r name layers hidden heads micro <<< "$shape"
+    model="--num-layers $layers --hidden-size $hidden --num-attention-heads $heads --seq-length $seq --micro-batch-size $micro"
+    echo "== $name micro-batch $micro"
+    measure "$results" "\"model\":\"$name\",\"who\":\"kiln\",\"mb\":$micro" \
+      "$kiln" bench train --device cuda --bf16 $model --vocab-size $vocab --skip-gemm-ceiling --json $timing
+    for compiled in false true; do
+      compile=""
+      [[ $compiled == true ]] && compile=--compile
+        measure "$results" "\"model\":\"$name\",\"who\":\"pytorch\",\"compiled\":$compiled" \
+        "${peer_gpt[@]}" $model --vocab-size $vocab --precision bf16 $compile $timing
+    done
   done
-done
 
-python3 - "$results" <<'PY'
+  python3 - "$results" <<'PY'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
+def speed(row):
+    return (f"{row['tokens_per_second']:.0f}", f"{row['peak_memory_gib']:.1f}") if not row.get("failed") else ("failed", "")
+def ratio(kiln, peer):
+    if kiln.get("failed") or peer.get("failed"):
+        return ""
+    return f"{kiln['tokens_per_second'] / peer['tokens_per_second']:.2f}"
 print()
 print(f"{'model':>6} {'mb':>3} | {'kiln bf16 tok/s':>15} {'GiB':>6} | {'torch bf16 eager':>16} {'GiB':>6} {'ratio':>6} |"
       f" {'torch bf16 compile':>18} {'GiB':>6} {'ratio':>6}")
 for model in dict.fromkeys(r["model"] for r in rows):
     kiln = next(r for r in rows if r["model"] == model and r["who"] == "kiln")
-    peers = {(r["precision"], "compile" in r["peer"]): r for r in rows if r["model"] == model and r["who"] == "pytorch"}
-    eager, comp = peers[("bf16", False)], peers[("bf16", True)]
-    k = kiln["tokens_per_second"]
-    print(f"{model:>6} {kiln['micro_batch_size']:>3} | {k:>15.0f} {kiln['peak_memory_gib']:>6.1f} |"
-          f" {eager['tokens_per_second']:>16.0f} {eager['peak_memory_gib']:>6.1f} {k / eager['tokens_per_second']:>6.2f} |"
-          f" {comp['tokens_per_second']:>18.0f} {comp['peak_memory_gib']:>6.1f} {k / comp['tokens_per_second']:>6.2f}")
+    peers = {r["compiled"]: r for r in rows if r["model"] == model and r["who"] == "pytorch"}
+    eager, compiled = peers[False], peers[True]
+    print(f"{model:>6} {kiln['mb']:>3} | {speed(kiln)[0]:>15} {speed(kiln)[1]:>6} |"
+          f" {speed(eager)[0]:>16} {speed(eager)[1]:>6} {ratio(kiln, eager):>6} |"
+          f" {speed(compiled)[0]:>18} {speed(compiled)[1]:>6} {ratio(kiln, compiled):>6}")
 PY
 fi
 
-runs levers || exit 0
-echo "== levers on 124M micro-batch 64 (each row one kiln bench train; the first is the table's setting)"
-model="--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --micro-batch-size 64"
-levers=$out/levers.jsonl
-: > "$levers"
-for switch in "" "--cuda-graph" "--no-fused-attention" "--no-matmul-epilogues" "--recompute-granularity selective" \
-              "--fp8-format hybrid" "--fp8-format hybrid --cuda-graph"; do
-  "$kiln" bench train --device cuda --bf16 $model --vocab-size 50257 --skip-gemm-ceiling --json $switch \
-    | sed "s/^{/{\"switch\":\"${switch:-(defaults)}\",/" >> "$levers"
-done
-# fp8 where the products weigh most: 774M micro-batch 16, bf16 with and without fp8 products.
-for switch in "" "--fp8-format hybrid"; do
-  "$kiln" bench train --device cuda --bf16 --num-layers 36 --hidden-size 1280 --num-attention-heads 20 \
-    --seq-length 1024 --micro-batch-size 16 --vocab-size 50257 --skip-gemm-ceiling --json $switch \
-    | sed "s/^{/{\"switch\":\"774M\/16 ${switch:-(defaults)}\",/" >> "$levers"
-done
-python3 - "$levers" <<'PY'
+if runs levers; then
+  read -r _ layers hidden heads micro <<< "$lever_shape"
+  model="--num-layers $layers --hidden-size $hidden --num-attention-heads $heads --seq-length $seq --micro-batch-size $micro"
+  echo "== levers on ${lever_shape%% *} micro-batch $micro (each row one kiln bench train; the first is the table's setting)"
+  levers=$out/levers.jsonl
+  : > "$levers"
+  for switch in "" "--cuda-graph" "--no-fused-attention" "--no-matmul-epilogues" "--recompute-granularity selective" \
+                "--fp8-format hybrid" "--fp8-format hybrid --cuda-graph"; do
+    measure "$levers" "\"switch\":\"${switch:-(defaults)}\"" \
+      "$kiln" bench train --device cuda --bf16 $model --vocab-size $vocab --skip-gemm-ceiling --json $timing $switch
+  done
+  # fp8 where the products weigh most: 774M micro-batch 16, bf16 with and without fp8 products.
+  read -r name layers hidden heads micro <<< "$fp8_shape"
+  for switch in "" "--fp8-format hybrid"; do
+    measure "$levers" "\"switch\":\"$name/$micro ${switch:-(defaults)}\"" \
+      "$kiln" bench train --device cuda --bf16 --num-layers $layers --hidden-size $hidden --num-attention-heads $heads \
+      --seq-length $seq --micro-batch-size $micro --vocab-size $vocab --skip-gemm-ceiling --json $timing $switch
+  done
+  python3 - "$levers" <<'PY'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
 print(f"{'switch':>34} {'ms/iter':>8} {'tok/s':>9} {'GiB':>6}  back-end notes")
 for r in rows:
+    if r.get("failed"):
+        print(f"{r['switch']:>34} {'failed':>8}")
+        continue
     print(f"{r['switch']:>34} {r['median_ms_per_iteration']:>8.1f} {r['tokens_per_second']:>9.0f}"
           f" {r['peak_memory_gib']:>6.1f}  {r['backend_notes']}")
 PY
-echo "== attention core alone, bf16 causal: kiln (fused, materialised) and PyTorch SDPA on the same shapes"
-attention=$out/attention.jsonl
-: > "$attention"
-for shape in "64 12 64" "16 16 128" "16 32 80"; do  # batch heads head-size, sequence 1024
-  read -r batch heads size <<< "$shape"
-  args="--batch $batch --seq-length 1024 --num-attention-heads $heads --head-size $size"
-  "$kiln" bench attention --device cuda $args --json >> "$attention"
-  "$kiln" bench attention --device cuda $args --no-fused-attention --json >> "$attention"
-  python3 bench/peers/pytorch_attention.py $args >> "$attention"
-done
-python3 - "$attention" <<'PY'
+  echo "== attention core alone, bf16 causal: kiln (fused, materialised) and PyTorch SDPA on the same shapes"
+  attention=$out/attention.jsonl
+  : > "$attention"
+  for shape in "${attention_shapes[@]}"; do
+    read -r batch heads size <<< "$shape"
+    args="--batch $batch --seq-length $seq --num-attention-heads $heads --head-size $size"
+    shape_fields="\"shape\":\"${batch}x$seq ${heads}x$size\""
+    attention_timing=${timing:+--warmup 1 --iters 1}
+    measure "$attention" "$shape_fields,\"row\":\"kiln fused\"" \
+      "$kiln" bench attention --device cuda $args --json $attention_timing
+    measure "$attention" "$shape_fields,\"row\":\"kiln materialised\"" \
+      "$kiln" bench attention --device cuda $args --no-fused-attention --json $attention_timing
+    measure "$attention" "$shape_fields,\"row\":\"pytorch\"" "${peer_attention[@]}" $args $attention_timing
+  done
+  python3 - "$attention" <<'PY'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
 print(f"{'shape':>22} {'who':>18} {'fwd ms':>8} {'TFLOP/s':>8} {'bwd ms':>8} {'TFLOP/s':>8}")
 for r in rows:
-    who = r["who"] if r["who"] == "pytorch" else ("kiln fused" if r["fused_attention"] else "kiln materialised")
-    shape = f"{r['batch']}x{r['seq_length']} {r['heads']}x{r['head_size']}"
-    print(f"{shape:>22} {who:>18} {r['forward_ms']:>8.2f} {r['forward_tflops']:>8.1f} {r['backward_ms']:>8.2f}"
+    if r.get("failed"):
+        print(f"{r['shape']:>22} {r['row']:>18} {'failed':>8}")
+        continue
+    print(f"{r['shape']:>22} {r['row']:>18} {r['forward_ms']:>8.2f} {r['forward_tflops']:>8.1f} {r['backward_ms']:>8.2f}"
           f" {r['backward_tflops']:>8.1f}")
 PY
-echo "== time by op, 124M micro-batch 64 (--profile-ops: a device wait after every op)"
-"$kiln" bench train --device cuda --bf16 $model --vocab-size 50257 --skip-gemm-ceiling --warmup-iters 2 \
-  --timed-iters 5 --profile-ops | tee "$out/profile-124M.txt"
+  read -r _ layers hidden heads micro <<< "$lever_shape"
+  echo "== time by op, ${lever_shape%% *} micro-batch $micro (--profile-ops: a device wait after every op)"
+  profile_iters=5
+  [[ -n $timing ]] && profile_iters=1
+  "$kiln" bench train --device cuda --bf16 $model --vocab-size $vocab --skip-gemm-ceiling --warmup-iters 2 \
+    --timed-iters $profile_iters --profile-ops | tee "$out/profile.txt" || failures+=("kiln bench train --profile-ops")
+fi
+
+if ((${#failures[@]})); then
+  echo "== ${#failures[@]} failed:" >&2
+  printf '  %s\n' "${failures[@]}" >&2
+  exit 1
+fi

@@ -6,7 +6,7 @@ set -euo pipefail
 
 packages=(cmake ninja-build g++ make libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libfmt-dev
           libgtest-dev libopenblas-openmp-dev libicu-dev libcurl4-openssl-dev libssl-dev
-          nodejs npm)
+          nodejs npm python3)
 
 missing=()
 for package in "${packages[@]}"; do
