@@ -9,6 +9,7 @@
 #include <bit>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -109,6 +110,10 @@ struct Warp {
   // lanes.
   const void* pointers[32] = {};
   float scratch[256] = {};
+  // Asynchronous matrix work (wgmma) queued by the warp, then closed into groups, oldest first;
+  // each item with the key it was queued under.
+  std::vector<std::pair<const void*, std::function<void()>>> open_work;
+  std::deque<std::vector<std::pair<const void*, std::function<void()>>>> committed_work;
 };
 
 struct Block {
@@ -279,6 +284,11 @@ bool run_block(Block& b) {
     b.current = nullptr;
     if (!b.failure.empty()) return false;
   }
+  for (const Warp& w : b.warps)
+    if (!w.open_work.empty() || !w.committed_work.empty()) {
+      b.failure = "a warp ended with asynchronous matrix work (wgmma) it never waited for";
+      return false;
+    }
   for (size_t i = b.shared_bytes; i < b.shared_bytes + kGuardBytes; ++i)
     if (b.shared[i] != kGuardByte) {
       b.failure = "a thread wrote past the " + std::to_string(b.shared_bytes) +
@@ -460,6 +470,39 @@ void gather(const void* mine, const std::function<void(const void* const*, float
     fail("a warp-wide matrix operation in a warp of fewer than 32 threads");
   w.pointers[lane()] = mine;
   arrive(0xffffffffu, [&complete](Warp& warp) { complete(warp.pointers, warp.scratch); });
+}
+
+void queue_warp_work(const void* key, std::function<void()> work) {
+  my_warp().open_work.emplace_back(key, std::move(work));
+}
+
+bool warp_work_pending(const void* key) {
+  const Warp& w = my_warp();
+  const auto queued = [key](const auto& items) {
+    return std::any_of(items.begin(), items.end(), [key](const auto& item) { return item.first == key; });
+  };
+  return queued(w.open_work) || std::any_of(w.committed_work.begin(), w.committed_work.end(), queued);
+}
+
+void commit_warp_work() {
+  arrive(0xffffffffu, [](Warp& w) {
+    w.committed_work.push_back(std::move(w.open_work));
+    w.open_work.clear();
+  });
+}
+
+void wait_warp_work(int pending) {
+  arrive(0xffffffffu, [pending](Warp& w) {
+    while (w.committed_work.size() > static_cast<size_t>(pending)) {
+      for (const auto& work : w.committed_work.front()) work.second();
+      w.committed_work.pop_front();
+    }
+  });
+}
+
+uint32_t shared_offset(const void* pointer) {
+  check_shared(pointer, 1, 16, "a shared-memory matrix descriptor");
+  return static_cast<uint32_t>(static_cast<const unsigned char*>(pointer) - block().shared);
 }
 
 const float* warp_scratch() {

@@ -1,13 +1,17 @@
-// The emulator's ldmatrix and mma.sync (cuda_emulator.h), with the fragment layouts of the PTX ISA
-// ("Matrix Fragments for mma.m16n8k16 with floating point type"; ldmatrix), as
-// kiln/backend/cuda/warp_matrix.cuh restates them. Both are warp-wide: every lane publishes its
-// operands, the last lane to arrive computes for the warp into the warp's scratch, and each lane
-// then reads its own part.
+// The emulator's ldmatrix, mma.sync and wgmma (cuda_emulator.h), with the fragment layouts of the
+// PTX ISA ("Matrix Fragments for mma.m16n8k16 with floating point type"; ldmatrix; "Asynchronous
+// Warpgroup Level Matrix" register fragments and shared memory layouts), as
+// kiln/backend/cuda/warp_matrix.cuh and warpgroup_matrix.cuh restate them. All are warp-wide: every
+// lane publishes its operands, the last lane to arrive computes for the warp (wgmma: queues the
+// product, which runs at the wait), and each lane then reads its own part.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
 
 #include "cuda_emulator.h"
 
@@ -104,6 +108,96 @@ void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], 
   };
   gather(&mine, multiply);  // every lane's c is read before any lane writes its d (they alias)
   std::memcpy(d, warp_scratch() + 4 * lane(), sizeof(d));
+}
+
+namespace {
+
+// Where element (k, n) of a [16 x n] B operand lies, in bytes from the descriptor's start, for the
+// PTX ISA's canonical layouts without swizzle ("Shared Memory Matrix Layout"), 2-byte elements
+// (T = 8 to 16 bytes), LBO and SBO the descriptor's leading and stride byte offsets:
+//   K-major  ((8,m),(T,2k)):((1T,SBO),(1,LBO))   row n of a core matrix is 16 bytes of k
+//   MN-major ((T,1,m),(8,k)):((1,T,SBO),(1T,LBO)) row k of a core matrix is 16 bytes of n
+size_t operand_b_offset(int k, int n, size_t leading, size_t stride, bool mn_major) {
+  const auto at = [](int i) { return static_cast<size_t>(i); };
+  return mn_major ? at(n % 8) * 2 + at(n / 8) * stride + at(k % 8) * 16 + at(k / 8) * leading
+                  : at(n % 8) * 16 + at(n / 8) * stride + at(k % 8) * 2 + at(k / 8) * leading;
+}
+
+}  // namespace
+
+void warpgroup_multiply(float* d, int n, const uint32_t (&a)[4], uint64_t b_descriptor,
+                        bool transpose_b, bool bf16, bool accumulate) {
+  const dim3& shape = block_dim();
+  if (shape.x * shape.y * shape.z % 128 != 0)
+    fail("wgmma in a block that is not made of whole warpgroups (128 threads)");
+  if (n < 8 || n > 256 || n % 8 != 0) fail("wgmma with N = " + std::to_string(n));
+  if (b_descriptor >> 62 != 0 || (b_descriptor >> 49 & 7u) != 0)
+    fail("a wgmma descriptor with a swizzle or base offset (the emulator has no-swizzle layouts only)");
+  struct Operands {
+    float* d;
+    const uint32_t* a;
+    uint64_t descriptor;
+    int n;
+    bool transpose_b, bf16, accumulate;
+  };
+  const Operands mine{d, a, b_descriptor, n, transpose_b, bf16, accumulate};
+  const auto issue = [](const void* const* lanes, float*) {
+    const auto& first = *static_cast<const Operands*>(lanes[0]);
+    const int columns = first.n;
+    // A [16 x 16] of this warp's rows (the mma.sync m16n8k16 A layout), each lane's accumulator
+    // registers, and C when `accumulate`: their values now, or, when an earlier product on the
+    // same accumulators is pending, its result (read when this product runs, after it).
+    std::vector<float> ma(16 * 16), c(static_cast<size_t>(16 * columns), 0.0f);
+    std::vector<float*> accumulators(32);
+    const bool chained = warp_work_pending(first.d);
+    for (int lane = 0; lane < 32; ++lane) {
+      const auto& operands = *static_cast<const Operands*>(lanes[lane]);
+      if (operands.descriptor != first.descriptor || operands.n != first.n ||
+          operands.transpose_b != first.transpose_b || operands.bf16 != first.bf16 ||
+          operands.accumulate != first.accumulate)
+        fail("lanes of one wgmma disagree on its operands");
+      const int g = lane / 4, t = lane % 4;
+      for (int i = 0; i < 8; ++i)
+        ma[static_cast<size_t>((g + (i / 2) % 2 * 8) * 16 + 2 * t + i % 2 + i / 4 * 8)] =
+            widen(element(operands.a[i / 2], i % 2), first.bf16);
+      accumulators[static_cast<size_t>(lane)] = operands.d;
+      for (int j = 0; j < columns / 8; ++j)
+        for (int i = 0; i < 4; ++i) {
+          float& value = operands.d[4 * j + i];
+          if (first.accumulate && !chained)
+            c[static_cast<size_t>((g + i / 2 * 8) * columns + 8 * j + 2 * t + i % 2)] = value;
+          if (!chained) value = std::numeric_limits<float>::quiet_NaN();  // in use until the wait
+        }
+    }
+    queue_warp_work(first.d, [ma, c, accumulators, first, columns, chained] {
+      const uint64_t descriptor = first.descriptor;
+      const unsigned char* start = dynamic_shared_memory() + ((descriptor & 0x3fffu) << 4);
+      const size_t leading = (descriptor >> 16 & 0x3fffu) << 4, stride = (descriptor >> 32 & 0x3fffu) << 4;
+      std::vector<float> mb(static_cast<size_t>(16 * columns));
+      for (int k = 0; k < 16; ++k)
+        for (int column = 0; column < columns; ++column) {
+          const unsigned char* where =
+              start + operand_b_offset(k, column, leading, stride, first.transpose_b);
+          check_shared(where, 2, 2, "wgmma's B operand");
+          mb[static_cast<size_t>(k * columns + column)] = widen(at(where, 0), first.bf16);
+        }
+      for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane / 4, t = lane % 4;
+        for (int j = 0; j < columns / 8; ++j)
+          for (int i = 0; i < 4; ++i) {
+            const int row = g + i / 2 * 8, column = 8 * j + 2 * t + i % 2;
+            float& accumulator = accumulators[static_cast<size_t>(lane)][4 * j + i];
+            float sum = !first.accumulate ? 0.0f
+                        : chained         ? accumulator
+                                          : c[static_cast<size_t>(row * columns + column)];
+            for (int k = 0; k < 16; ++k)
+              sum += ma[static_cast<size_t>(row * 16 + k)] * mb[static_cast<size_t>(k * columns + column)];
+            accumulator = sum;
+          }
+      }
+    });
+  };
+  gather(&mine, issue);
 }
 
 }  // namespace cuda_emulator

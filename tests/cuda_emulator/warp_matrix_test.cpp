@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cuda_emulator.h"
+#include "matrix_test_values.h"
 
 namespace {
 
@@ -23,14 +24,7 @@ using kiln::cuda::copy_wait;
 using kiln::cuda::load_matrices;
 using kiln::cuda::load_matrices_transposed;
 using kiln::cuda::mma_16x8x16;
-
-template <typename T>
-uint16_t bits_of(float value) {
-  const T narrow = static_cast<T>(value);
-  uint16_t bits;
-  std::memcpy(&bits, &narrow, sizeof(bits));
-  return bits;
-}
+using kiln::testing::bits_of;
 
 uint32_t pair(uint16_t low, uint16_t high) {
   return static_cast<uint32_t>(low) | static_cast<uint32_t>(high) << 16;
@@ -86,9 +80,9 @@ template <typename T>
 void expect_products() {
   std::vector<uint16_t> a(256), b(256), bt(256);
   std::vector<float> af(256), bf(256);
-  for (int i = 0; i < 256; ++i) {  // small integers and halves: exact in bf16, fp16 and fp32 sums
-    af[i] = static_cast<float>((i * 37 + 11) % 23 - 11) * 0.5f;
-    bf[i] = static_cast<float>((i * 53 + 5) % 19 - 9);
+  for (int i = 0; i < 256; ++i) {
+    af[i] = kiln::testing::matrix_a_value(static_cast<size_t>(i));
+    bf[i] = kiln::testing::matrix_b_value(static_cast<size_t>(i));
     a[i] = bits_of<T>(af[i]);
     b[i] = bits_of<T>(bf[i]);
   }

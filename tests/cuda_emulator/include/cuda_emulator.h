@@ -117,6 +117,18 @@ uint64_t exchange(unsigned mask, uint64_t value, int source);
 // until it arrives at the warp's next collective.
 void gather(const void* mine, const std::function<void(const void* const*, float*)>& complete);
 const float* warp_scratch();
+// Asynchronous warp work (wgmma, warp_matrix_stand_in.cpp): queue_warp_work, called inside a
+// gather's completion, queues `work` for the calling warp under `key`; warp_work_pending says
+// whether work under `key` is queued and not yet run; commit_warp_work (every lane) closes the
+// queued work into a group; wait_warp_work (every lane) runs every group but the newest `pending`,
+// oldest first. A warp that ends with work queued or uncommitted fails the launch.
+void queue_warp_work(const void* key, std::function<void()> work);
+bool warp_work_pending(const void* key);
+void commit_warp_work();
+void wait_warp_work(int pending);
+// `pointer`'s offset in the block's dynamic shared memory (16-byte aligned), as a shared-memory
+// matrix descriptor holds an address; descriptors decode against dynamic_shared_memory().
+uint32_t shared_offset(const void* pointer);
 
 // PTX's warp-level matrix instructions and asynchronous copies, with the fragment layouts the PTX
 // ISA documents (kiln/backend/cuda/warp_matrix.cuh states them; warp_matrix_stand_in.cpp).
@@ -125,6 +137,15 @@ const float* warp_scratch();
 void load_matrices(uint32_t (&r)[4], const void* row, bool transposed);
 // mma.sync.m16n8k16.row.col with fp32 accumulation, d += a b; inputs bf16, or fp16 when !bf16.
 void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], bool bf16);
+// wgmma.mma_async.m64nNk16 with fp32 accumulators, A (bf16, or fp16 when !bf16) from registers
+// and B [16 x n] from shared memory by a matrix descriptor without swizzle (K-major, or MN-major
+// when transpose_b). Each warp computes its own 16 rows of D, so the instruction is emulated warp
+// by warp: the product runs when wait_warp_work covers it, reading shared memory then, and the
+// accumulators (n / 2 floats per lane at d) read as NaN from the issue until then. Products
+// issued on accumulators that an earlier product still has pending accumulate onto its result, as
+// the tensor cores chain them.
+void warpgroup_multiply(float* d, int n, const uint32_t (&a)[4], uint64_t b_descriptor,
+                        bool transpose_b, bool bf16, bool accumulate);
 // cp.async.cg of 16 bytes into dynamic shared memory: the first source_bytes (0 or 16) from
 // `source`, zeros for the rest. The destination reads as NaN bytes until the issuing thread's
 // copy_wait covers the copy's group, which is when the copy is made: a read before the wait (or
