@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One command for a machine with an NVIDIA GPU: build kiln with CUDA for sm_90 (Release) unless a
+# One command for a machine with an NVIDIA GPU: build kiln with CUDA for sm_90a (Release) unless a
 # CUDA build is already in build/, run the GPU tests, then run kiln and the PyTorch peer
 # (bench/peers/pytorch_gpt.py) back to back on GPT-2 124M, 350M and 774M at sequence 1024 and
 # print one table with the ratio kiln / PyTorch. Everything is measured in this one run.
@@ -9,7 +9,8 @@
 #                                        machine that cannot build kiln: no -dev packages)
 #   ... --stages tests,table,levers      which stages run (default tests,table); `levers`: on
 #                                        124M/64, what each switch buys (CUDA graphs, fused attention,
-#                                        matmul epilogues, selective recomputation, fp8 products; fp8
+#                                        its wgmma forward, matmul epilogues, selective recomputation,
+#                                        fp8 products; fp8
 #                                        also on 774M/16), the attention core
 #                                        alone against PyTorch's SDPA, and the time split by op
 #                                        (--profile-ops); not part of the 10 minutes
@@ -75,7 +76,7 @@ elif ((prebuilt)); then
   tar -xJf build-pack/libs.tar.xz -C build-pack/lib
   export LD_LIBRARY_PATH=$PWD/build-pack/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 elif ((rebuild)) || [[ ! -x build/kiln ]]; then
-  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a
   cmake --build build -j "$(nproc)" --target kiln kiln_tests
 fi
 "$kiln" --version
@@ -158,8 +159,8 @@ if runs levers; then
   echo "== levers on ${lever_shape%% *} micro-batch $micro (each row one kiln bench train; the first is the table's setting)"
   levers=$out/levers.jsonl
   : > "$levers"
-  for switch in "" "--cuda-graph" "--no-fused-attention" "--no-matmul-epilogues" "--recompute-granularity selective" \
-                "--fp8-format hybrid" "--fp8-format hybrid --cuda-graph"; do
+  for switch in "" "--cuda-graph" "--no-fused-attention" "--no-warpgroup-attention" "--no-matmul-epilogues" \
+                "--recompute-granularity selective" "--fp8-format hybrid" "--fp8-format hybrid --cuda-graph"; do
     measure "$levers" "\"switch\":\"${switch:-(defaults)}\"" \
       "$kiln" bench train --device cuda --bf16 $model --vocab-size $vocab --skip-gemm-ceiling --json $timing $switch
   done
@@ -181,7 +182,7 @@ for r in rows:
     print(f"{r['switch']:>34} {r['median_ms_per_iteration']:>8.1f} {r['tokens_per_second']:>9.0f}"
           f" {r['peak_memory_gib']:>6.1f}  {r['backend_notes']}")
 PY
-  echo "== attention core alone, bf16 causal: kiln (fused, materialised) and PyTorch SDPA on the same shapes"
+  echo "== attention core alone, bf16 causal: kiln (fused: wgmma forward where it runs, and mma.sync; materialised) and PyTorch SDPA"
   attention=$out/attention.jsonl
   : > "$attention"
   for shape in "${attention_shapes[@]}"; do
@@ -191,6 +192,8 @@ PY
     attention_timing=${timing:+--warmup 1 --iters 1}
     measure "$attention" "$shape_fields,\"row\":\"kiln fused\"" \
       "$kiln" bench attention --device cuda $args --json $attention_timing
+    measure "$attention" "$shape_fields,\"row\":\"kiln fused mma.sync\"" \
+      "$kiln" bench attention --device cuda $args --no-warpgroup-attention --json $attention_timing
     measure "$attention" "$shape_fields,\"row\":\"kiln materialised\"" \
       "$kiln" bench attention --device cuda $args --no-fused-attention --json $attention_timing
     measure "$attention" "$shape_fields,\"row\":\"pytorch\"" "${peer_attention[@]}" $args $attention_timing
@@ -198,12 +201,12 @@ PY
   python3 - "$attention" <<'PY'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
-print(f"{'shape':>22} {'who':>18} {'fwd ms':>8} {'TFLOP/s':>8} {'bwd ms':>8} {'TFLOP/s':>8}")
+print(f"{'shape':>22} {'who':>20} {'fwd ms':>8} {'TFLOP/s':>8} {'bwd ms':>8} {'TFLOP/s':>8}")
 for r in rows:
     if r.get("failed"):
-        print(f"{r['shape']:>22} {r['row']:>18} {'failed':>8}")
+        print(f"{r['shape']:>22} {r['row']:>20} {'failed':>8}")
         continue
-    print(f"{r['shape']:>22} {r['row']:>18} {r['forward_ms']:>8.2f} {r['forward_tflops']:>8.1f} {r['backward_ms']:>8.2f}"
+    print(f"{r['shape']:>22} {r['row']:>20} {r['forward_ms']:>8.2f} {r['forward_tflops']:>8.1f} {r['backward_ms']:>8.2f}"
           f" {r['backward_tflops']:>8.1f}")
 PY
   read -r _ layers hidden heads micro <<< "$lever_shape"

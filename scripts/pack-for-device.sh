@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # For the lent GPU machine (Ubuntu 24.04 with CUDA 13 and the NVIDIA driver, but none of kiln's
-# -dev packages, and nothing can be installed there): builds kiln with CUDA for sm_90 (Release)
+# -dev packages, and nothing can be installed there): builds kiln with CUDA for sm_90a (Release)
 # in build-device/ and packs build-pack/ to carry there: kiln, kiln_tests and libs.tar.xz with
 # every shared library they load except the C runtime, libstdc++/libgcc (the device's are newer),
 # cuBLAS (the device's CUDA toolkit has it) and the driver's.
@@ -9,7 +9,7 @@
 #   bench/device-check.sh --prebuilt      there (unpacks the libraries, uses build-pack/kiln*)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
+cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a
 cmake --build build-device -j "$(nproc)" --target kiln kiln_tests  # not the emulator: the device runs the real thing
 rm -rf build-pack
 mkdir -p build-pack/lib

@@ -1,8 +1,9 @@
 // The fused attention kernels on the CPU emulator (cuda_emulator.h), called directly, for what the
 // back-end-level tests on the emulator (Cuda/LongAttention in kiln_tests_on_emulator, which run
-// whichever kernels an sm_90 device takes) do not reach: the general CUDA-core kernels
+// whichever kernels an sm_90a device takes: the forward on wgmma) do not reach: the tensor-core
+// forward on mma.sync (what sm_80 and sm_89 GPUs run), the general CUDA-core kernels
 // (general_attention.cu) at head sizes the tensor-core tiles take on sm_80+ (64, 128) and so run
-// only on older GPUs, and at a 4-wide head; and, for both kernel families, that the results do not
+// only on older GPUs, and at a 4-wide head; and, for every kernel family, that the results do not
 // depend on the order in which a block's threads run. Same inputs as LongAttention: T = 150 across
 // tiles of 64 (blocks of 16 and 32) with a partial last one, every mask, padding inside every
 // tile, a query that sees no key; compared with the CPU back-end by normalised error, bounds as
@@ -21,7 +22,9 @@
 namespace kiln::testing {
 namespace {
 
-enum class Kernels { Tiles, General };
+// The tensor-core tiles with the forward on wgmma (sm_90a) or on mma.sync (sm_80+), or the
+// general kernels.
+enum class Kernels { TilesWarpgroup, TilesMmaSync, General };
 
 struct Outputs {
   std::vector<float> out, lse, dqkv;
@@ -80,12 +83,14 @@ Outputs emulated(const Problem& p, Kernels kernels) {
   const HostTensor row_dots = HostTensor::poisoned(DType::F32, {p.B * p.NH * p.T});
   const int kind = element_kind(p.dtype);
   const float scale = 1.0f / std::sqrt(static_cast<float>(p.HS));
-  const auto forward =
-      kernels == Kernels::Tiles ? cuda::flash_attention_forward : cuda::general_attention_forward;
-  const auto backward =
-      kernels == Kernels::Tiles ? cuda::flash_attention_backward : cuda::general_attention_backward;
-  EXPECT_TRUE(launched(forward(out.data(), lse.as<float>(), p.qkv.data(), p.mask_pointer(), kind,
-                               p.B, p.T, p.NH, p.HS, p.causal(), scale)));
+  const bool tiles = kernels != Kernels::General;
+  const auto backward = tiles ? cuda::flash_attention_backward : cuda::general_attention_backward;
+  EXPECT_TRUE(launched(
+      tiles ? cuda::flash_attention_forward(out.data(), lse.as<float>(), p.qkv.data(), p.mask_pointer(), kind,
+                                            p.B, p.T, p.NH, p.HS, p.causal(), scale,
+                                            kernels == Kernels::TilesWarpgroup)
+            : cuda::general_attention_forward(out.data(), lse.as<float>(), p.qkv.data(), p.mask_pointer(),
+                                              kind, p.B, p.T, p.NH, p.HS, p.causal(), scale)));
   EXPECT_TRUE(launched(backward(dqkv.data(), p.dout.data(), p.qkv.data(), out.data(),
                                 lse.as<float>(), p.mask_pointer(), kind, p.B, p.T, p.NH, p.HS,
                                 p.causal(), scale, row_dots.data())));
@@ -127,7 +132,9 @@ TEST_P(EmulatedAttentionSchedule, DoesNotDependOnTheOrderThreadsRun) {
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const auto [kernels, dtype, HS, mask] = info.param;
-  return std::string(kernels == Kernels::Tiles ? "tiles_" : "general_") +
+  return std::string(kernels == Kernels::TilesWarpgroup ? "tiles_wgmma_"
+                     : kernels == Kernels::TilesMmaSync ? "tiles_mma_sync_"
+                                                        : "general_") +
          std::string(dtype_name(dtype)) + "_HS" + std::to_string(HS) + "_" +
          (mask == AttentionMask::Causal       ? "causal"
           : mask == AttentionMask::KeyPadding ? "padding"
@@ -141,11 +148,18 @@ INSTANTIATE_TEST_SUITE_P(General, EmulatedAttention,
                                             ::testing::Values(DType::BF16, DType::F16),
                                             ::testing::Values(64, 128, 4), kMasks),
                          case_name);
+// The forward on mma.sync, which the back-end-level tests do not run on the emulator's sm_90a
+// (both storage types, both tile widths, every mask).
+INSTANTIATE_TEST_SUITE_P(TilesMmaSync, EmulatedAttention,
+                         ::testing::Combine(::testing::Values(Kernels::TilesMmaSync),
+                                            ::testing::Values(DType::BF16, DType::F16),
+                                            ::testing::Values(64, 128, 80), kMasks),
+                         case_name);
 
 // Both masks at once; full tiles, a zero-padded tile, and one head size per lane width of the
 // general kernels (up to 64, 128 and 256 channels).
 INSTANTIATE_TEST_SUITE_P(Tiles, EmulatedAttentionSchedule,
-                         ::testing::Combine(::testing::Values(Kernels::Tiles),
+                         ::testing::Combine(::testing::Values(Kernels::TilesWarpgroup, Kernels::TilesMmaSync),
                                             ::testing::Values(DType::BF16),
                                             ::testing::Values(64, 128, 80),
                                             ::testing::Values(AttentionMask::CausalKeyPadding)),

@@ -65,7 +65,8 @@ TEST(Config, FlagsUseMegatronNames) {
 
 TEST(Config, FusionSwitchesAreOnByDefault) {
   for (auto [key, member] : {std::pair{"fused_attention", &Config::fused_attention},
-                             std::pair{"matmul_epilogues", &Config::matmul_epilogues}}) {
+                             std::pair{"matmul_epilogues", &Config::matmul_epilogues},
+                             std::pair{"warpgroup_attention", &Config::warpgroup_attention}}) {
     Config config;
     EXPECT_TRUE(config.*member) << key;
     apply_yaml(config, fmt::format("{}: false\n", key), "test.yaml");

@@ -116,6 +116,7 @@ void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
         {"gemm_ceiling_tflops", ceiling}, {"mfu_gemm_ceiling", ceiling > 0 ? model_tflops / ceiling : 0.0},
         {"peak_memory_gib", peak_gib}, {"device_used_gib", device_used_gib},
         {"fused_attention", resolved.fused_attention}, {"matmul_epilogues", resolved.matmul_epilogues},
+        {"warpgroup_attention", resolved.warpgroup_attention},
         {"cuda_graph", resolved.cuda_graph}, {"fp8_format", resolved.fp8_format},
         {"backend_notes", backend.run_notes()},
         {"recompute", resolved.recompute_policy().describe()}};

@@ -24,7 +24,7 @@ struct BenchAttentionOptions {
   std::string device = "cuda", dtype = "bf16", mask = "causal";
   int64_t batch = 64, seq = 1024, heads = 12, head_size = 64;
   int warmup = 3, iterations = 20;
-  bool no_fused_attention = false, json = false;
+  bool no_fused_attention = false, no_warpgroup_attention = false, json = false;
 };
 
 // A device tensor of `shape` in `dtype` holding uniform values in [-1, 1) (or zeros).
@@ -74,6 +74,7 @@ void bench_attention(const BenchAttentionOptions& o) {
                                                    : AttentionMask::CausalKeyPadding;
   BackendOptions backend_options;
   backend_options.fused_attention = !o.no_fused_attention;
+  backend_options.warpgroup_attention = !o.no_warpgroup_attention;
   auto backend = make_backend(o.device, backend_options);
   const int64_t B = o.batch, T = o.seq, NH = o.heads, C = o.heads * o.head_size;
   Backend::WorkspaceNeeds needs;
@@ -113,7 +114,8 @@ void bench_attention(const BenchAttentionOptions& o) {
   if (o.json) {
     fmt::print("{}\n", nlohmann::json{{"who", "kiln"}, {"device", device}, {"dtype", o.dtype}, {"mask", o.mask},
                                       {"batch", B}, {"seq_length", T}, {"heads", NH}, {"head_size", o.head_size},
-                                      {"fused_attention", !o.no_fused_attention}, {"forward_ms", forward_ms},
+                                      {"fused_attention", !o.no_fused_attention},
+                                      {"warpgroup_attention", !o.no_warpgroup_attention}, {"forward_ms", forward_ms},
                                       {"backward_ms", backward_ms}, {"forward_tflops", forward_tflops},
                                       {"backward_tflops", backward_tflops}, {"backend_notes", notes}}
                            .dump());
@@ -143,6 +145,8 @@ void add_bench_attention_command(CLI::App& bench) {
   command->add_option("--warmup", options->warmup, "untimed calls first");
   command->add_option("--iters", options->iterations, "timed calls (mean reported)");
   command->add_flag("--no-fused-attention", options->no_fused_attention, "the materialised cuBLASLt path");
+  command->add_flag("--no-warpgroup-attention", options->no_warpgroup_attention,
+                    "the forward on mma.sync where it would take wgmma (H100/H200)");
   command->add_flag("--json", options->json, "one JSON object instead of the table");
   command->callback([options] { bench_attention(*options); });
 }

@@ -110,8 +110,10 @@ struct CudaBackend::Handles {
   bool tf32 = false;
   bool matmul_epilogues = true;
   bool fused_attention = true;
+  bool warpgroup_attention = false;  // asked for, and the device and build have it
   int compute_major = 0, compute_minor = 0;  // the device's compute capability, read once
   std::array<int64_t, 3> attention_forward_calls{};  // by AttentionPath, for run_notes()
+  int64_t warpgroup_forward_calls = 0;               // of the Tiled ones, on wgmma
   std::unique_ptr<DeviceBuffer> sum_scratch;  // kSumBlocks partials + the result
   // Scratch of the ops that need it, one at a time on the stream: embedding backward's sort,
   // attention's two B x NH x T x T matrices, the partial column sums of a parameter gradient, or a
@@ -130,6 +132,8 @@ CudaBackend::CudaBackend(const BackendOptions& options) : handles_(std::make_uni
              "cudaDeviceGetAttribute");
   check_cuda(cudaDeviceGetAttribute(&handles_->compute_minor, cudaDevAttrComputeCapabilityMinor, device),
              "cudaDeviceGetAttribute");
+  handles_->warpgroup_attention = options.warpgroup_attention &&
+                                  cuda::warpgroup_attention_applies(handles_->compute_major, handles_->compute_minor);
   handles_->matmul_workspace = allocate(cuda::LtMatmul::kWorkspaceBytes);
   handles_->matmul = std::make_unique<cuda::LtMatmul>(handles_->matmul_workspace->data(), cuda::LtMatmul::kWorkspaceBytes);
   handles_->sum_scratch = allocate((cuda::kSumBlocks + 1) * sizeof(double));
@@ -184,8 +188,8 @@ std::string CudaBackend::run_notes() const {
           : "cuBLASLt epilogues off (--no-matmul-epilogues): bias and GELU in kernels";
   const auto& calls = handles_->attention_forward_calls;
   std::string notes = fmt::format(
-      "{}; attention forward calls: {} fused on tensor cores, {} fused general, {} materialised",
-      products, calls[0], calls[1], calls[2]);
+      "{}; attention forward calls: {} fused on tensor cores ({} on wgmma), {} fused general, {} materialised",
+      products, calls[0], handles_->warpgroup_forward_calls, calls[1], calls[2]);
   if (graph_counts_->captures > 0)  // a recorded call is counted once, however often it is replayed
     notes += fmt::format("; CUDA graphs: {} captured, {} replays (calls inside them counted once)",
                          graph_counts_->captures, graph_counts_->replays);
@@ -500,9 +504,12 @@ void CudaBackend::attention_forward(const AttentionForward& a) {
   ++handles_->attention_forward_calls[static_cast<size_t>(path)];
   switch (path) {
     case AttentionPath::Tiled:
+      handles_->warpgroup_forward_calls += handles_->warpgroup_attention;
       check_cuda(cuda::flash_attention_forward(a.out.data, a.lse.as<float>(), a.qkv.data, key_mask,
-                                               element_kind(dtype), B, T, NH, HS, causal, scale),
-                 "attention_forward (fused, tensor cores)");
+                                               element_kind(dtype), B, T, NH, HS, causal, scale,
+                                               handles_->warpgroup_attention),
+                 handles_->warpgroup_attention ? "attention_forward (fused, tensor cores, wgmma)"
+                                               : "attention_forward (fused, tensor cores)");
       return;
     case AttentionPath::General:
       check_cuda(cuda::general_attention_forward(a.out.data, a.lse.as<float>(), a.qkv.data, key_mask,

@@ -1,7 +1,7 @@
 // Fused attention forward on tensor cores (flash_attention.h) with every matrix fragment in
 // registers: the FlashAttention-2 forward (Dao 2023, Algorithm 1). One block of four warps per
 // (batch, head) and 64 queries; warp w owns queries [16w, 16w + 16). Per 64-key tile:
-//   S = Q K^T with mma.sync m16n8k16 (fp32 accumulators: this warp's 16 x 64 scores, 32 per lane);
+//   S = Q K^T (fp32 accumulators: this warp's 16 x 64 scores, 32 per lane);
 //   online softmax on those registers: running maximum m and sum l per row (Milakov & Gimelshein
 //   2018), in base 2 (exp(x) = 2^(x log2 e), the scale folded in), a row's four lanes combining
 //   their maxima with two shuffles; O *= 2^(m_old - m_new);
@@ -10,7 +10,13 @@
 //   so P never leaves registers.
 // At the end out = O / l and lse = (m + log2 l) ln 2 (natural log, for the backward kernels).
 // Q, K and V tiles reach shared memory by cp.async; K and V are double-buffered, so the next
-// tile's copy runs under this tile's products, with one __syncthreads per tile (flash_tiles.cuh).
+// tile's copy runs under this tile's products, with one __syncthreads per tile.
+//
+// The products come in two forms (the Tiles parameter), with the same register layouts:
+//   PaddedTiles (sm_80+): rows padded by 16 bytes, ldmatrix and mma.sync m16n8k16 (flash_tiles.cuh);
+//   CoreMatrixTiles (sm_90a, FlashAttention-3's instruction, Shah et al. 2024): the four warps are
+//     one warpgroup, and each product is a few wgmma m64nNk16 reading K and V from shared memory
+//     (warpgroup_matrix.cuh), laid out as 8 x 8 core matrices without swizzle.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -20,25 +26,102 @@
 #include "kiln/backend/cuda/flash_tiles.cuh"
 #include "kiln/backend/cuda/kernels.h"
 #include "kiln/backend/cuda/launch.cuh"
+#include "kiln/backend/cuda/warpgroup_matrix.cuh"
 
 namespace kiln::cuda {
 namespace flash {
 namespace {
 
-// Q, then K and V twice.
+// mma.sync on padded rows (flash_tiles.cuh's conventions).
 template <typename T, int HS>
-using ForwardTiles = SharedTiles<T, HS, 1>;
+struct PaddedTiles {
+  static constexpr int kTile = kTileRows * kPitch<HS>;  // elements
+  static __device__ void copy(T* tile, const T* source, int rows, int64_t stride, int hs) {
+    copy_tile<T, HS>(tile, source, rows, stride, hs);
+  }
+  static __device__ void landed() {}
+  static __device__ void load_a(uint32_t (&a)[4], const T* tile, int row0, int step) {
+    load_row_fragment<T, HS>(a, tile, row0, step);
+  }
+  // s = A Y^T, Y the 64 rows of `keys`.
+  static __device__ void scores(float (&s)[kTileRows / 8][4], const uint32_t (&a)[HS / 16][4],
+                                const T* keys) {
+    multiply_by_rows_transposed<T, HS>(s, a, keys);
+  }
+  // o += P Y, Y the [64 x HS] `values`.
+  static __device__ void accumulate(float (&o)[HS / 8][4], const uint32_t (&p)[kTileRows / 16][4],
+                                    const T* values) {
+    accumulate_by_rows<T, HS>(o, p, values);
+  }
+};
 
+// wgmma on a tile of 64 rows x HS as 8 x 8 core matrices (8 rows of 16 contiguous bytes, 128
+// bytes), a column of eight of them (the tile's 64 rows, 1 KB) per 8 columns: element (r, c) at
+// ((c / 8) 8 + r / 8) 64 + r % 8 * 8 + c % 8. Read as keys, B[k][n] = K[n][k] is K-major (core
+// matrices 128 bytes apart along n, 1 KB along k); read as values, B[k][n] = V[k][n] is MN-major
+// (1 KB apart along n, 128 bytes along k).
 template <typename T, int HS>
+struct CoreMatrixTiles {
+  static constexpr int kTile = kTileRows * HS;
+  static constexpr uint32_t kRowGroupBytes = 128, kColumnGroupBytes = kTileRows * 16;
+  static __device__ int offset(int row, int column) {
+    return (column / 8 * 8 + row / 8) * 64 + row % 8 * 8 + column % 8;
+  }
+  // The copy of copy_tile (flash_tiles.cuh) into this layout: two threads per row take the 32
+  // contiguous bytes of a pair of column groups (whole sectors of global memory).
+  static __device__ void copy(T* tile, const T* source, int rows, int64_t stride, int hs) {
+    for (int chunk = static_cast<int>(threadIdx.x); chunk < kTileRows * HS / 8; chunk += kThreads) {
+      const int row = chunk / 2 % kTileRows, column = (chunk / (2 * kTileRows) * 2 + chunk % 2) * 8;
+      const bool inside = row < rows && column < hs;
+      copy_async_16(tile + offset(row, column), inside ? source + row * stride + column : source,
+                    inside);
+    }
+  }
+  static __device__ void landed() { shared_fence_for_async(); }
+  static __device__ void load_a(uint32_t (&a)[4], const T* tile, int row0, int step) {
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+    load_matrices(a, tile + offset(row0 + lane % 16, step * 16 + lane / 16 * 8));
+  }
+  static __device__ void scores(float (&s)[kTileRows / 8][4], const uint32_t (&a)[HS / 16][4],
+                                const T* keys) {
+    warpgroup_fence();  // the A fragments were written by ldmatrix
+#pragma unroll
+    for (int step = 0; step < HS / 16; ++step)  // k = channels [16 step, 16 step + 16)
+      warpgroup_multiply<T, kTileRows, false>(
+          s, a[step], matrix_descriptor(keys + offset(0, 16 * step), kColumnGroupBytes, kRowGroupBytes),
+          step > 0);
+    warpgroup_commit();
+    warpgroup_wait<0>();
+    fence_operands(s);
+  }
+  static __device__ void accumulate(float (&o)[HS / 8][4], const uint32_t (&p)[kTileRows / 16][4],
+                                    const T* values) {
+    fence_operands(o);
+    warpgroup_fence();  // o was rescaled and p packed by ordinary instructions
+#pragma unroll
+    for (int step = 0; step < kTileRows / 16; ++step)  // k = keys [16 step, 16 step + 16)
+      warpgroup_multiply<T, HS, true>(
+          o, p[step], matrix_descriptor(values + offset(16 * step, 0), kRowGroupBytes, kColumnGroupBytes),
+          true);
+    warpgroup_commit();
+    warpgroup_wait<0>();  // before the next tile's copy overwrites these values
+    fence_operands(o);
+  }
+};
+
+// Shared memory: the Q tile, then K and V twice.
+template <typename Tiles, typename T>
+constexpr size_t kForwardBytes = 5 * Tiles::kTile * sizeof(T);
+
+template <typename T, int HS, typename Tiles>
 __global__ void __launch_bounds__(kThreads)
     forward_kernel(T* out, float* lse, const T* qkv, const int32_t* key_mask, int NH, int T_,
                    int hs, bool causal, float scale) {
 #if KILN_TENSOR_CORE_BODIES
   KILN_DYNAMIC_SHARED_MEMORY(shared);
-  const ForwardTiles<T, HS> tiles_at{reinterpret_cast<T*>(shared)};
-  T* const q = tiles_at.own(0);
-  const auto keys = [&](int buffer) { return tiles_at.first(buffer); };
-  const auto values = [&](int buffer) { return tiles_at.second(buffer); };
+  T* const q = reinterpret_cast<T*>(shared);
+  const auto keys = [&](int buffer) { return q + (1 + 2 * buffer) * Tiles::kTile; };
+  const auto values = [&](int buffer) { return keys(buffer) + Tiles::kTile; };
 
   const Head head(NH, T_, hs);
   const int q0 = static_cast<int>(blockIdx.x) * kTileRows;
@@ -52,9 +135,9 @@ __global__ void __launch_bounds__(kThreads)
 
   const int key_end = causal ? min(T_, q0 + kTileRows) : T_;
   const int tiles = (key_end + kTileRows - 1) / kTileRows;
-  copy_tile<T, HS>(q, sequence + static_cast<int64_t>(q0) * stride, T_ - q0, stride, hs);
-  copy_tile<T, HS>(keys(0), sequence + C, T_, stride, hs);
-  copy_tile<T, HS>(values(0), sequence + 2 * C, T_, stride, hs);
+  Tiles::copy(q, sequence + static_cast<int64_t>(q0) * stride, T_ - q0, stride, hs);
+  Tiles::copy(keys(0), sequence + C, T_, stride, hs);
+  Tiles::copy(values(0), sequence + 2 * C, T_, stride, hs);
   copy_commit();
 
   uint32_t q_fragments[HS / 16][4];  // this warp's 16 rows of Q, kept for every tile
@@ -68,22 +151,22 @@ __global__ void __launch_bounds__(kThreads)
     const int k0 = tile * kTileRows;
     // This tile (and Q) has landed for every thread, and no warp still reads the other buffer.
     copy_wait<0>();
+    Tiles::landed();
     __syncthreads();
     if (tile + 1 < tiles) {
       const int64_t next = static_cast<int64_t>(k0 + kTileRows) * stride;
-      copy_tile<T, HS>(keys((tile + 1) % 2), sequence + C + next, T_ - k0 - kTileRows, stride, hs);
-      copy_tile<T, HS>(values((tile + 1) % 2), sequence + 2 * C + next, T_ - k0 - kTileRows, stride,
-                       hs);
+      Tiles::copy(keys((tile + 1) % 2), sequence + C + next, T_ - k0 - kTileRows, stride, hs);
+      Tiles::copy(values((tile + 1) % 2), sequence + 2 * C + next, T_ - k0 - kTileRows, stride, hs);
       copy_commit();
     }
     if (tile == 0) {
 #pragma unroll
       for (int step = 0; step < HS / 16; ++step)
-        load_row_fragment<T, HS>(q_fragments[step], q, warp * 16, step);
+        Tiles::load_a(q_fragments[step], q, warp * 16, step);
     }
 
     float s[kTileRows / 8][4];  // S = Q K^T
-    multiply_by_rows_transposed<T, HS>(s, q_fragments, keys(tile % 2));
+    Tiles::scores(s, q_fragments, keys(tile % 2));
 
     // Scale into base-2 units; keys a query does not see become -inf (only tiles that have any).
     const bool masked = tile_hides_keys(key_mask != nullptr, causal, q0, k0, T_);
@@ -127,7 +210,7 @@ __global__ void __launch_bounds__(kThreads)
 
     uint32_t p[kTileRows / 16][4];  // O += P V, P straight from the score accumulators
     pack_fragments<T>(p, s);
-    accumulate_by_rows<T, HS>(o, p, values(tile % 2));
+    Tiles::accumulate(o, p, values(tile % 2));
   }
 
   float inverse[2];
@@ -148,11 +231,11 @@ __global__ void __launch_bounds__(kThreads)
 #endif
 }
 
-template <typename T, int HS>
+template <typename T, int HS, typename Tiles>
 int forward(void* out, float* lse, const void* qkv, const int32_t* key_mask, int64_t B, int64_t seq,
             int64_t NH, int64_t hs, bool causal, float scale) {
-  constexpr size_t bytes = ForwardTiles<T, HS>::kBytes;
-  const auto kernel = forward_kernel<T, HS>;
+  constexpr size_t bytes = kForwardBytes<Tiles, T>;
+  const auto kernel = forward_kernel<T, HS, Tiles>;
   if (const cudaError_t status =
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes))
     return static_cast<int>(status);
@@ -164,22 +247,40 @@ int forward(void* out, float* lse, const void* qkv, const int32_t* key_mask, int
   return static_cast<int>(cudaGetLastError());
 }
 
+template <typename T, int HS>
+int forward_on(bool warpgroup, void* out, float* lse, const void* qkv, const int32_t* key_mask,
+               int64_t B, int64_t seq, int64_t NH, int64_t hs, bool causal, float scale) {
+  return warpgroup ? forward<T, HS, CoreMatrixTiles<T, HS>>(out, lse, qkv, key_mask, B, seq, NH, hs,
+                                                           causal, scale)
+                   : forward<T, HS, PaddedTiles<T, HS>>(out, lse, qkv, key_mask, B, seq, NH, hs,
+                                                       causal, scale);
+}
+
 }  // namespace
 }  // namespace flash
+
+bool warpgroup_attention_applies(int compute_major, int compute_minor) {
+#if defined(KILN_CUDA_WGMMA)
+  return compute_major == 9 && compute_minor == 0;
+#else
+  (void)compute_major, (void)compute_minor;
+  return false;
+#endif
+}
 
 // The (storage type, tile width) instantiations: the narrowest tile that holds the head.
 int flash_attention_forward(void* out, float* lse, const void* qkv, const int32_t* key_mask,
                             int kind, int64_t B, int64_t T, int64_t NH, int64_t HS, bool causal,
-                            float scale) {
+                            float scale, bool warpgroup) {
   if (B * NH * T == 0) return 0;
   if (!tiled_attention_shape(kind, HS)) return static_cast<int>(cudaErrorInvalidValue);
   const auto run = [&](auto instance) {
-    return instance(out, lse, qkv, key_mask, B, T, NH, HS, causal, scale);
+    return instance(warpgroup, out, lse, qkv, key_mask, B, T, NH, HS, causal, scale);
   };
   if (kind == kBf16)
-    return HS <= 64 ? run(flash::forward<__nv_bfloat16, 64>)
-                    : run(flash::forward<__nv_bfloat16, 128>);
-  return HS <= 64 ? run(flash::forward<__half, 64>) : run(flash::forward<__half, 128>);
+    return HS <= 64 ? run(flash::forward_on<__nv_bfloat16, 64>)
+                    : run(flash::forward_on<__nv_bfloat16, 128>);
+  return HS <= 64 ? run(flash::forward_on<__half, 64>) : run(flash::forward_on<__half, 128>);
 }
 
 }  // namespace kiln::cuda
