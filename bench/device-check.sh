@@ -9,7 +9,7 @@
 #                                        machine that cannot build kiln: no -dev packages)
 #   ... --stages tests,table,levers      which stages run (default tests,table); `levers`: on
 #                                        124M/64, what each switch buys (CUDA graphs, fused attention,
-#                                        its wgmma forward, matmul epilogues, selective recomputation,
+#                                        on wgmma or mma.sync, matmul epilogues, selective recomputation,
 #                                        fp8 products; fp8
 #                                        also on 774M/16), the attention core
 #                                        alone against PyTorch's SDPA, and the time split by op
@@ -182,7 +182,7 @@ for r in rows:
     print(f"{r['switch']:>34} {r['median_ms_per_iteration']:>8.1f} {r['tokens_per_second']:>9.0f}"
           f" {r['peak_memory_gib']:>6.1f}  {r['backend_notes']}")
 PY
-  echo "== attention core alone, bf16 causal: kiln (fused: wgmma forward where it runs, and mma.sync; materialised) and PyTorch SDPA"
+  echo "== attention core alone, bf16 causal: kiln (fused: on wgmma where it runs, and on mma.sync; materialised) and PyTorch SDPA"
   attention=$out/attention.jsonl
   : > "$attention"
   for shape in "${attention_shapes[@]}"; do

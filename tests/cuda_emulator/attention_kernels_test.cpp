@@ -1,7 +1,7 @@
 // The fused attention kernels on the CPU emulator (cuda_emulator.h), called directly, for what the
 // back-end-level tests on the emulator (Cuda/LongAttention in kiln_tests_on_emulator, which run
-// whichever kernels an sm_90a device takes: the forward on wgmma) do not reach: the tensor-core
-// forward on mma.sync (what sm_80 and sm_89 GPUs run), the general CUDA-core kernels
+// whichever kernels an sm_90a device takes: wgmma) do not reach: the tensor-core kernels on
+// mma.sync (what sm_80 and sm_89 GPUs run), the general CUDA-core kernels
 // (general_attention.cu) at head sizes the tensor-core tiles take on sm_80+ (64, 128) and so run
 // only on older GPUs, and at a 4-wide head; and, for every kernel family, that the results do not
 // depend on the order in which a block's threads run. Same inputs as LongAttention: T = 150 across
@@ -22,7 +22,7 @@
 namespace kiln::testing {
 namespace {
 
-// The tensor-core tiles with the forward on wgmma (sm_90a) or on mma.sync (sm_80+), or the
+// The tensor-core tiles on wgmma (sm_90a) or on mma.sync (sm_80+), or the
 // general kernels.
 enum class Kernels { TilesWarpgroup, TilesMmaSync, General };
 
@@ -84,16 +84,20 @@ Outputs emulated(const Problem& p, Kernels kernels) {
   const int kind = element_kind(p.dtype);
   const float scale = 1.0f / std::sqrt(static_cast<float>(p.HS));
   const bool tiles = kernels != Kernels::General;
-  const auto backward = tiles ? cuda::flash_attention_backward : cuda::general_attention_backward;
+
   EXPECT_TRUE(launched(
       tiles ? cuda::flash_attention_forward(out.data(), lse.as<float>(), p.qkv.data(), p.mask_pointer(), kind,
                                             p.B, p.T, p.NH, p.HS, p.causal(), scale,
                                             kernels == Kernels::TilesWarpgroup)
             : cuda::general_attention_forward(out.data(), lse.as<float>(), p.qkv.data(), p.mask_pointer(),
                                               kind, p.B, p.T, p.NH, p.HS, p.causal(), scale)));
-  EXPECT_TRUE(launched(backward(dqkv.data(), p.dout.data(), p.qkv.data(), out.data(),
-                                lse.as<float>(), p.mask_pointer(), kind, p.B, p.T, p.NH, p.HS,
-                                p.causal(), scale, row_dots.data())));
+  EXPECT_TRUE(launched(
+      tiles ? cuda::flash_attention_backward(dqkv.data(), p.dout.data(), p.qkv.data(), out.data(), lse.as<float>(),
+                                             p.mask_pointer(), kind, p.B, p.T, p.NH, p.HS, p.causal(), scale,
+                                             row_dots.data(), kernels == Kernels::TilesWarpgroup)
+            : cuda::general_attention_backward(dqkv.data(), p.dout.data(), p.qkv.data(), out.data(),
+                                               lse.as<float>(), p.mask_pointer(), kind, p.B, p.T, p.NH, p.HS,
+                                               p.causal(), scale, row_dots.data())));
   for (const HostTensor* tensor : {&out, &lse, &dqkv, &row_dots})
     EXPECT_TRUE(tensor->guard_intact()) << "a kernel wrote past one of its outputs";
   return {out.floats(), lse.floats(), dqkv.floats()};
@@ -148,8 +152,8 @@ INSTANTIATE_TEST_SUITE_P(General, EmulatedAttention,
                                             ::testing::Values(DType::BF16, DType::F16),
                                             ::testing::Values(64, 128, 4), kMasks),
                          case_name);
-// The forward on mma.sync, which the back-end-level tests do not run on the emulator's sm_90a
-// (both storage types, both tile widths, every mask).
+// The tensor-core kernels on mma.sync, which the back-end-level tests do not run on the emulator's
+// sm_90a (both storage types, both tile widths, every mask).
 INSTANTIATE_TEST_SUITE_P(TilesMmaSync, EmulatedAttention,
                          ::testing::Combine(::testing::Values(Kernels::TilesMmaSync),
                                             ::testing::Values(DType::BF16, DType::F16),

@@ -112,7 +112,7 @@ void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], 
 
 namespace {
 
-// Where element (k, n) of a [16 x n] B operand lies, in bytes from the descriptor's start, for the
+// Where element (k, n) of a [16 x n] B operand (or (k, m) of a K-major A) lies, in bytes from the descriptor's start, for the
 // PTX ISA's canonical layouts without swizzle ("Shared Memory Matrix Layout"), 2-byte elements
 // (T = 8 to 16 bytes), LBO and SBO the descriptor's leading and stride byte offsets:
 //   K-major  ((8,m),(T,2k)):((1T,SBO),(1,LBO))   row n of a core matrix is 16 bytes of k
@@ -125,41 +125,68 @@ size_t operand_b_offset(int k, int n, size_t leading, size_t stride, bool mn_maj
 
 }  // namespace
 
-void warpgroup_multiply(float* d, int n, const uint32_t (&a)[4], uint64_t b_descriptor,
-                        bool transpose_b, bool bf16, bool accumulate) {
+namespace {
+
+// One wgmma for the calling warp: A from `a` (registers) or, when `a` is null, from shared memory
+// by `a_descriptor` (K-major).
+struct WarpgroupProduct {
+  float* d;
+  const uint32_t* a;
+  uint64_t a_descriptor, b_descriptor;
+  int n;
+  bool transpose_b, bf16, accumulate;
+  bool operator==(const WarpgroupProduct& other) const {
+    return (a == nullptr) == (other.a == nullptr) && a_descriptor == other.a_descriptor &&
+           b_descriptor == other.b_descriptor && n == other.n && transpose_b == other.transpose_b &&
+           bf16 == other.bf16 && accumulate == other.accumulate;
+  }
+};
+
+struct Descriptor {
+  const unsigned char* start;
+  size_t leading, stride;
+  explicit Descriptor(uint64_t bits)
+      : start(dynamic_shared_memory() + ((bits & 0x3fffu) << 4)),
+        leading((bits >> 16 & 0x3fffu) << 4),
+        stride((bits >> 32 & 0x3fffu) << 4) {}
+  float element(int k, int n, bool mn_major, bool bf16, const char* what) const {
+    const unsigned char* where = start + operand_b_offset(k, n, leading, stride, mn_major);
+    check_shared(where, 2, 2, what);
+    return widen(at(where, 0), bf16);
+  }
+};
+
+void check_descriptor(uint64_t bits) {
+  if (bits >> 62 != 0 || (bits >> 49 & 7u) != 0)
+    fail("a wgmma descriptor with a swizzle or base offset (the emulator has no-swizzle layouts only)");
+}
+
+void issue_warpgroup_product(const WarpgroupProduct& mine) {
   const dim3& shape = block_dim();
   if (shape.x * shape.y * shape.z % 128 != 0)
     fail("wgmma in a block that is not made of whole warpgroups (128 threads)");
-  if (n < 8 || n > 256 || n % 8 != 0) fail("wgmma with N = " + std::to_string(n));
-  if (b_descriptor >> 62 != 0 || (b_descriptor >> 49 & 7u) != 0)
-    fail("a wgmma descriptor with a swizzle or base offset (the emulator has no-swizzle layouts only)");
-  struct Operands {
-    float* d;
-    const uint32_t* a;
-    uint64_t descriptor;
-    int n;
-    bool transpose_b, bf16, accumulate;
-  };
-  const Operands mine{d, a, b_descriptor, n, transpose_b, bf16, accumulate};
-  const auto issue = [](const void* const* lanes, float*) {
-    const auto& first = *static_cast<const Operands*>(lanes[0]);
+  if (mine.n < 8 || mine.n > 256 || mine.n % 8 != 0) fail("wgmma with N = " + std::to_string(mine.n));
+  check_descriptor(mine.b_descriptor);
+  if (mine.a == nullptr) check_descriptor(mine.a_descriptor);
+  const uint3& index = thread_index();
+  const int warp_in_group = static_cast<int>((index.x + index.y * shape.x + index.z * shape.x * shape.y) / 32 % 4);
+  const auto issue = [warp_in_group](const void* const* lanes, float*) {
+    const auto& first = *static_cast<const WarpgroupProduct*>(lanes[0]);
     const int columns = first.n;
-    // A [16 x 16] of this warp's rows (the mma.sync m16n8k16 A layout), each lane's accumulator
-    // registers, and C when `accumulate`: their values now, or, when an earlier product on the
-    // same accumulators is pending, its result (read when this product runs, after it).
-    std::vector<float> ma(16 * 16), c(static_cast<size_t>(16 * columns), 0.0f);
+    // A [16 x 16] of this warp's rows when in registers (the mma.sync m16n8k16 A layout), each
+    // lane's accumulator registers, and C when `accumulate`: their values now, or, when an earlier
+    // product on the same accumulators is pending, its result (read when this one runs, after it).
+    std::vector<float> ma(first.a ? 16 * 16 : 0), c(static_cast<size_t>(16 * columns), 0.0f);
     std::vector<float*> accumulators(32);
     const bool chained = warp_work_pending(first.d);
     for (int lane = 0; lane < 32; ++lane) {
-      const auto& operands = *static_cast<const Operands*>(lanes[lane]);
-      if (operands.descriptor != first.descriptor || operands.n != first.n ||
-          operands.transpose_b != first.transpose_b || operands.bf16 != first.bf16 ||
-          operands.accumulate != first.accumulate)
-        fail("lanes of one wgmma disagree on its operands");
+      const auto& operands = *static_cast<const WarpgroupProduct*>(lanes[lane]);
+      if (!(operands == first)) fail("lanes of one wgmma disagree on its operands");
       const int g = lane / 4, t = lane % 4;
-      for (int i = 0; i < 8; ++i)
-        ma[static_cast<size_t>((g + (i / 2) % 2 * 8) * 16 + 2 * t + i % 2 + i / 4 * 8)] =
-            widen(element(operands.a[i / 2], i % 2), first.bf16);
+      if (first.a)
+        for (int i = 0; i < 8; ++i)
+          ma[static_cast<size_t>((g + (i / 2) % 2 * 8) * 16 + 2 * t + i % 2 + i / 4 * 8)] =
+              widen(element(operands.a[i / 2], i % 2), first.bf16);
       accumulators[static_cast<size_t>(lane)] = operands.d;
       for (int j = 0; j < columns / 8; ++j)
         for (int i = 0; i < 4; ++i) {
@@ -169,18 +196,21 @@ void warpgroup_multiply(float* d, int n, const uint32_t (&a)[4], uint64_t b_desc
           if (!chained) value = std::numeric_limits<float>::quiet_NaN();  // in use until the wait
         }
     }
-    queue_warp_work(first.d, [ma, c, accumulators, first, columns, chained] {
-      const uint64_t descriptor = first.descriptor;
-      const unsigned char* start = dynamic_shared_memory() + ((descriptor & 0x3fffu) << 4);
-      const size_t leading = (descriptor >> 16 & 0x3fffu) << 4, stride = (descriptor >> 32 & 0x3fffu) << 4;
-      std::vector<float> mb(static_cast<size_t>(16 * columns));
+    queue_warp_work(first.d, [ma, c, accumulators, first, columns, chained, warp_in_group] {
+      std::vector<float> a_rows = ma, mb(static_cast<size_t>(16 * columns));
+      if (!first.a) {  // this warp's 16 rows of the K-major A tile
+        a_rows.resize(16 * 16);
+        const Descriptor a(first.a_descriptor);
+        for (int row = 0; row < 16; ++row)
+          for (int k = 0; k < 16; ++k)
+            a_rows[static_cast<size_t>(row * 16 + k)] =
+                a.element(k, 16 * warp_in_group + row, false, first.bf16, "wgmma's A operand");
+      }
+      const Descriptor b(first.b_descriptor);
       for (int k = 0; k < 16; ++k)
-        for (int column = 0; column < columns; ++column) {
-          const unsigned char* where =
-              start + operand_b_offset(k, column, leading, stride, first.transpose_b);
-          check_shared(where, 2, 2, "wgmma's B operand");
-          mb[static_cast<size_t>(k * columns + column)] = widen(at(where, 0), first.bf16);
-        }
+        for (int column = 0; column < columns; ++column)
+          mb[static_cast<size_t>(k * columns + column)] =
+              b.element(k, column, first.transpose_b, first.bf16, "wgmma's B operand");
       for (int lane = 0; lane < 32; ++lane) {
         const int g = lane / 4, t = lane % 4;
         for (int j = 0; j < columns / 8; ++j)
@@ -191,13 +221,25 @@ void warpgroup_multiply(float* d, int n, const uint32_t (&a)[4], uint64_t b_desc
                         : chained         ? accumulator
                                           : c[static_cast<size_t>(row * columns + column)];
             for (int k = 0; k < 16; ++k)
-              sum += ma[static_cast<size_t>(row * 16 + k)] * mb[static_cast<size_t>(k * columns + column)];
+              sum += a_rows[static_cast<size_t>(row * 16 + k)] * mb[static_cast<size_t>(k * columns + column)];
             accumulator = sum;
           }
       }
     });
   };
   gather(&mine, issue);
+}
+
+}  // namespace
+
+void warpgroup_multiply(float* d, int n, const uint32_t (&a)[4], uint64_t b_descriptor,
+                        bool transpose_b, bool bf16, bool accumulate) {
+  issue_warpgroup_product({d, a, 0, b_descriptor, n, transpose_b, bf16, accumulate});
+}
+
+void warpgroup_multiply_shared_a(float* d, int n, uint64_t a_descriptor, uint64_t b_descriptor,
+                                 bool transpose_b, bool bf16, bool accumulate) {
+  issue_warpgroup_product({d, nullptr, a_descriptor, b_descriptor, n, transpose_b, bf16, accumulate});
 }
 
 }  // namespace cuda_emulator

@@ -25,8 +25,8 @@ struct BackendOptions {
                                 // size up to 256); off: T x T scores through cuBLASLt
   bool matmul_epilogues = true; // CUDA: bias, GELU and bias gradients inside the cuBLASLt products
                                 // where it has algorithms for them; off: separate kernels
-  bool warpgroup_attention = true;  // CUDA: the fused attention forward on wgmma where the GPU and
-                                    // build have it (H100/H200, sm_90a); off: mma.sync
+  bool warpgroup_attention = true;  // CUDA: the tensor-core attention kernels on wgmma where the
+                                    // GPU and build have it (H100/H200, sm_90a); off: mma.sync
 };
 
 // Ops recorded by Backend::capture, replayed as one unit: replay() issues exactly the work the ops

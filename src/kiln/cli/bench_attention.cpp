@@ -146,7 +146,7 @@ void add_bench_attention_command(CLI::App& bench) {
   command->add_option("--iters", options->iterations, "timed calls (mean reported)");
   command->add_flag("--no-fused-attention", options->no_fused_attention, "the materialised cuBLASLt path");
   command->add_flag("--no-warpgroup-attention", options->no_warpgroup_attention,
-                    "the forward on mma.sync where it would take wgmma (H100/H200)");
+                    "the tensor-core kernels on mma.sync where they would take wgmma (H100/H200)");
   command->add_flag("--json", options->json, "one JSON object instead of the table");
   command->callback([options] { bench_attention(*options); });
 }

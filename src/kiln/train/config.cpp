@@ -64,8 +64,8 @@ const std::vector<ConfigField>& config_fields() {
        "bias, GELU and bias gradients inside the cuBLASLt products where it has algorithms for them (CUDA; "
        "--no-matmul-epilogues: separate kernels)"},
       {"warpgroup_attention", &Config::warpgroup_attention,
-       "the fused attention forward on Hopper's warpgroup products (wgmma) where the GPU and the build have "
-       "them: H100/H200, sm_90a (CUDA; --no-warpgroup-attention: mma.sync, as on sm_80)"},
+       "the tensor-core attention kernels on Hopper's warpgroup products (wgmma) where the GPU and the build "
+       "have them: H100/H200, sm_90a (CUDA; --no-warpgroup-attention: mma.sync, as on sm_80)"},
       {"loss_scale", &Config::loss_scale, "static loss scale (0: dynamic under fp16)"},
       {"initial_loss_scale", &Config::initial_loss_scale, "initial dynamic loss scale"},
       {"min_loss_scale", &Config::min_loss_scale, "smallest dynamic loss scale"},

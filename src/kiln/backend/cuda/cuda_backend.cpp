@@ -546,8 +546,10 @@ void CudaBackend::attention_backward(const AttentionBackward& a) {
     case AttentionPath::Tiled:
       check_cuda(cuda::flash_attention_backward(a.dqkv.data, a.dout.data, a.qkv.data, a.out.data, a.lse.as<float>(),
                                                 key_mask, element_kind(dtype), B, T, NH, HS, causal, scale,
-                                                workspace(attention_workspace_bytes(B, NH, T, dtype, true))),
-                 "attention_backward (fused, tensor cores)");
+                                                workspace(attention_workspace_bytes(B, NH, T, dtype, true)),
+                                                handles_->warpgroup_attention),
+                 handles_->warpgroup_attention ? "attention_backward (fused, tensor cores, wgmma)"
+                                               : "attention_backward (fused, tensor cores)");
       return;
     case AttentionPath::General:
       check_cuda(cuda::general_attention_backward(a.dqkv.data, a.dout.data, a.qkv.data, a.out.data, a.lse.as<float>(),

@@ -7,8 +7,8 @@
 // Tiles of 64 queries x 64 keys, 64 or 128 channels wide (heads of 64 and 128 fill them; narrower
 // heads, e.g. 24 or 80, are zero-padded to the next width); four warps; mma.sync products with
 // every fragment in registers, fp32 accumulation and softmax statistics; streamed tiles
-// double-buffered by cp.async (flash_tiles.cuh). Forward: flash_forward.cu (on an H100/H200 built
-// with sm_90a code, its products are wgmma instead of mma.sync). Backward
+// double-buffered by cp.async (flash_tiles.cuh). Forward: flash_forward.cu. On an H100/H200 built
+// with sm_90a code the products of both are wgmma instead of mma.sync (core_matrix_tiles.cuh). Backward
 // (flash_backward.cu): two kernels, one per key tile (dK, dV) and one per query tile (dQ), so every
 // gradient element is written by one block in a fixed order: deterministic, no atomics.
 #pragma once
@@ -25,17 +25,18 @@ bool tiled_attention_shape(int kind, int64_t head_size);
 // tiles need 8, sm_80, or newer). The pointers must be 16-byte aligned.
 bool tiled_attention_applies(int kind, int64_t head_size, int compute_major);
 
-// Whether the forward's warpgroup kernel (wgmma, sm_90a) runs on a device of this compute
-// capability: 9.0, in a build with sm_90a code (KILN_CUDA_WGMMA, CMakeLists.txt).
+// Whether the warpgroup kernels (wgmma, sm_90a: core_matrix_tiles.cuh) run on a device of this
+// compute capability: 9.0, in a build with sm_90a code (KILN_CUDA_WGMMA, CMakeLists.txt).
 bool warpgroup_attention_applies(int compute_major, int compute_minor);
 
 // qkv [B, T, 3C] (q | k | v, heads contiguous), out [B, T, C], lse [B, NH, T] fp32,
-// key_mask [B, T] or null; scale = 1 / sqrt(head size). `warpgroup`: the wgmma kernel (only where
-// warpgroup_attention_applies), else mma.sync.
+// key_mask [B, T] or null; scale = 1 / sqrt(head size). `warpgroup` (forward and backward): the
+// wgmma kernels (only where warpgroup_attention_applies), else mma.sync.
 int flash_attention_forward(void* out, float* lse, const void* qkv, const int32_t* key_mask, int kind, int64_t B,
                             int64_t T, int64_t NH, int64_t HS, bool causal, float scale, bool warpgroup);
 int flash_attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
                              const int32_t* key_mask, int kind, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                             bool causal, float scale, void* workspace);  // B * NH * T floats (D)
+                             bool causal, float scale, void* workspace,  // B * NH * T floats (D)
+                             bool warpgroup);
 
 }  // namespace kiln::cuda

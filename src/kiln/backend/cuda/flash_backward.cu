@@ -20,6 +20,7 @@
 #include <cuda_runtime.h>
 
 #include "kiln/backend/cuda/attention_visibility.cuh"
+#include "kiln/backend/cuda/core_matrix_tiles.cuh"
 #include "kiln/backend/cuda/flash_attention.h"
 #include "kiln/backend/cuda/flash_tiles.cuh"
 #include "kiln/backend/cuda/general_attention.h"
@@ -32,31 +33,33 @@ namespace {
 
 // The key kernel keeps K and V and streams Q and dO, then stages the per-query lse and D of both
 // buffers after the tiles; the query kernel keeps Q and dO and streams K and V.
-template <typename T, int HS>
-using BackwardTiles = SharedTiles<T, HS, 2>;
-
-template <typename T, int HS>
-constexpr size_t backward_shared_bytes() {
-  return BackwardTiles<T, HS>::kBytes + 4 * kTileRows * sizeof(float);
-}
+template <typename T, typename Tiles>
+struct BackwardShared {
+  static constexpr size_t kBytes = 6 * Tiles::kTile * sizeof(T) + 4 * kTileRows * sizeof(float);
+  T* base;
+  __device__ T* own(int i) const { return base + i * Tiles::kTile; }
+  __device__ T* first(int buffer) const { return base + (2 + 2 * buffer) * Tiles::kTile; }
+  __device__ T* second(int buffer) const { return first(buffer) + Tiles::kTile; }
+  __device__ float* statistics() const { return reinterpret_cast<float*>(base + 6 * Tiles::kTile); }
+};
 
 // At head 64, ptxas left to itself aims at three blocks per SM and spills; two blocks is what its
 // registers allow anyway (about 170 a thread), so it is told two. At head 128 (0: no minimum) its
 // own choice has no spills; a minimum there made it spill.
-template <typename T, int HS>
+template <typename T, int HS, typename Tiles>
 __global__ void __launch_bounds__(kThreads, HS == 64 ? 2 : 0)
     key_gradients_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
                          const float* row_dots, const int32_t* key_mask, int NH, int T_, int hs,
                          bool causal, float scale) {
 #if KILN_TENSOR_CORE_BODIES
   KILN_DYNAMIC_SHARED_MEMORY(shared);
-  const BackwardTiles<T, HS> tiles_at{reinterpret_cast<T*>(shared)};
+  const BackwardShared<T, Tiles> tiles_at{reinterpret_cast<T*>(shared)};
   T* const k = tiles_at.own(0);
   T* const v = tiles_at.own(1);
   const auto queries = [&](int buffer) { return tiles_at.first(buffer); };
   const auto gradients = [&](int buffer) { return tiles_at.second(buffer); };
   // Per buffer: the tile's 64 lse values (base-2 units), then its 64 D values.
-  float* const statistics = static_cast<float*>(tiles_at.end());
+  float* const statistics = tiles_at.statistics();
 
   const Head head(NH, T_, hs);
   const int k0 = static_cast<int>(blockIdx.x) * kTileRows;
@@ -77,14 +80,12 @@ __global__ void __launch_bounds__(kThreads, HS == 64 ? 2 : 0)
 
   const int first_query = causal ? k0 : 0;  // earlier queries see none of these keys
   const int tiles = (T_ - first_query + kTileRows - 1) / kTileRows;
-  copy_tile<T, HS>(k, sequence + head.C + static_cast<int64_t>(k0) * head.stride, T_ - k0,
-                   head.stride, hs);
-  copy_tile<T, HS>(v, sequence + 2 * head.C + static_cast<int64_t>(k0) * head.stride, T_ - k0,
-                   head.stride, hs);
-  copy_tile<T, HS>(queries(0), sequence + static_cast<int64_t>(first_query) * head.stride,
-                   T_ - first_query, head.stride, hs);
-  copy_tile<T, HS>(gradients(0), gradient + static_cast<int64_t>(first_query) * head.C,
-                   T_ - first_query, head.C, hs);
+  Tiles::copy(k, sequence + head.C + static_cast<int64_t>(k0) * head.stride, T_ - k0, head.stride, hs);
+  Tiles::copy(v, sequence + 2 * head.C + static_cast<int64_t>(k0) * head.stride, T_ - k0, head.stride, hs);
+  Tiles::copy(queries(0), sequence + static_cast<int64_t>(first_query) * head.stride, T_ - first_query,
+              head.stride, hs);
+  Tiles::copy(gradients(0), gradient + static_cast<int64_t>(first_query) * head.C, T_ - first_query, head.C,
+              hs);
   copy_commit();
   statistics[threadIdx.x] = statistic(first_query);
 
@@ -95,14 +96,15 @@ __global__ void __launch_bounds__(kThreads, HS == 64 ? 2 : 0)
   for (int tile = 0; tile < tiles; ++tile) {
     const int q0 = first_query + tile * kTileRows, buffer = tile % 2;
     copy_wait<0>();
+    Tiles::landed();
     __syncthreads();  // this tile landed for every thread; no warp still reads the other buffer
     float next_statistic = 0.0f;
     if (tile + 1 < tiles) {
       const int next = q0 + kTileRows;
-      copy_tile<T, HS>(queries(1 - buffer), sequence + static_cast<int64_t>(next) * head.stride,
-                       T_ - next, head.stride, hs);
-      copy_tile<T, HS>(gradients(1 - buffer), gradient + static_cast<int64_t>(next) * head.C,
-                       T_ - next, head.C, hs);
+      Tiles::copy(queries(1 - buffer), sequence + static_cast<int64_t>(next) * head.stride, T_ - next,
+                  head.stride, hs);
+      Tiles::copy(gradients(1 - buffer), gradient + static_cast<int64_t>(next) * head.C, T_ - next, head.C,
+                  hs);
       copy_commit();
       next_statistic = statistic(next);  // stored once this tile's products are issued
     }
@@ -110,7 +112,7 @@ __global__ void __launch_bounds__(kThreads, HS == 64 ? 2 : 0)
     const float* tile_dots = tile_lse + kTileRows;
 
     float s[kTileRows / 8][4];  // S^T = K Q^T: rows keys, columns this tile's queries
-    multiply_by_rows_transposed<T, HS>(s, k, warp * 16, queries(buffer));
+    Tiles::scores_from_tile(s, k, queries(buffer));
     // Query columns past the sequence's end need no mask: their Q and dO rows are zeros and their
     // lse and D are staged as 0, so P^T = 1 and dS^T = 0 there, finite values that meet only the
     // zero rows of dO and Q.
@@ -123,10 +125,10 @@ __global__ void __launch_bounds__(kThreads, HS == 64 ? 2 : 0)
     });
     uint32_t p[kTileRows / 16][4];
     pack_fragments<T>(p, s);
-    accumulate_by_rows<T, HS>(dv, p, gradients(buffer));  // dV += P^T dO
+    Tiles::accumulate(dv, p, gradients(buffer));  // dV += P^T dO
 
     float dp[kTileRows / 8][4];  // dP^T = V dO^T
-    multiply_by_rows_transposed<T, HS>(dp, v, warp * 16, gradients(buffer));
+    Tiles::scores_from_tile(dp, v, gradients(buffer));
 #pragma unroll
     for (int n = 0; n < kTileRows / 8; ++n)
 #pragma unroll
@@ -135,7 +137,7 @@ __global__ void __launch_bounds__(kThreads, HS == 64 ? 2 : 0)
                    (dp[n][i] - tile_dots[n * 8 + 2 * in_group + i % 2]) * scale;
     uint32_t ds[kTileRows / 16][4];
     pack_fragments<T>(ds, dp);
-    accumulate_by_rows<T, HS>(dk, ds, queries(buffer));  // dK += dS^T Q
+    Tiles::accumulate(dk, ds, queries(buffer));  // dK += dS^T Q
     if (tile + 1 < tiles) statistics[(1 - buffer) * 2 * kTileRows + threadIdx.x] = next_statistic;
   }
 
@@ -146,14 +148,14 @@ __global__ void __launch_bounds__(kThreads, HS == 64 ? 2 : 0)
 #endif
 }
 
-template <typename T, int HS>
+template <typename T, int HS, typename Tiles>
 __global__ void __launch_bounds__(kThreads)
     query_gradients_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
                            const float* row_dots, const int32_t* key_mask, int NH, int T_, int hs,
                            bool causal, float scale) {
 #if KILN_TENSOR_CORE_BODIES
   KILN_DYNAMIC_SHARED_MEMORY(shared);
-  const BackwardTiles<T, HS> tiles_at{reinterpret_cast<T*>(shared)};
+  const BackwardShared<T, Tiles> tiles_at{reinterpret_cast<T*>(shared)};
   T* const q = tiles_at.own(0);
   T* const g = tiles_at.own(1);
   const auto keys = [&](int buffer) { return tiles_at.first(buffer); };
@@ -176,11 +178,10 @@ __global__ void __launch_bounds__(kThreads)
 
   const int key_end = causal ? min(T_, q0 + kTileRows) : T_;
   const int tiles = (key_end + kTileRows - 1) / kTileRows;
-  copy_tile<T, HS>(q, sequence + static_cast<int64_t>(q0) * head.stride, T_ - q0, head.stride, hs);
-  copy_tile<T, HS>(g, dout + head.output_offset + static_cast<int64_t>(q0) * head.C, T_ - q0,
-                   head.C, hs);
-  copy_tile<T, HS>(keys(0), sequence + head.C, T_, head.stride, hs);
-  copy_tile<T, HS>(values(0), sequence + 2 * head.C, T_, head.stride, hs);
+  Tiles::copy(q, sequence + static_cast<int64_t>(q0) * head.stride, T_ - q0, head.stride, hs);
+  Tiles::copy(g, dout + head.output_offset + static_cast<int64_t>(q0) * head.C, T_ - q0, head.C, hs);
+  Tiles::copy(keys(0), sequence + head.C, T_, head.stride, hs);
+  Tiles::copy(values(0), sequence + 2 * head.C, T_, head.stride, hs);
   copy_commit();
 
   float dq[HS / 8][4];
@@ -188,17 +189,16 @@ __global__ void __launch_bounds__(kThreads)
   for (int tile = 0; tile < tiles; ++tile) {
     const int k0 = tile * kTileRows, buffer = tile % 2;
     copy_wait<0>();
+    Tiles::landed();
     __syncthreads();  // this tile landed for every thread; no warp still reads the other buffer
     if (tile + 1 < tiles) {
       const int64_t next = static_cast<int64_t>(k0 + kTileRows) * head.stride;
-      copy_tile<T, HS>(keys(1 - buffer), sequence + head.C + next, T_ - k0 - kTileRows, head.stride,
-                       hs);
-      copy_tile<T, HS>(values(1 - buffer), sequence + 2 * head.C + next, T_ - k0 - kTileRows,
-                       head.stride, hs);
+      Tiles::copy(keys(1 - buffer), sequence + head.C + next, T_ - k0 - kTileRows, head.stride, hs);
+      Tiles::copy(values(1 - buffer), sequence + 2 * head.C + next, T_ - k0 - kTileRows, head.stride, hs);
       copy_commit();
     }
     float s[kTileRows / 8][4];  // S = Q K^T
-    multiply_by_rows_transposed<T, HS>(s, q, warp * 16, keys(buffer));
+    Tiles::scores_from_tile(s, q, keys(buffer));
     const bool masked = tile_hides_keys(key_mask != nullptr, causal, q0, k0, T_);
     for_each_element(s, [&](float& score, int row, int column) {  // P
       const float lse_row = row < 8 ? row_lse[0] : row_lse[1];
@@ -207,7 +207,7 @@ __global__ void __launch_bounds__(kThreads)
       score = seen ? exp2f(score * scale_log2 - lse_row) : 0.0f;
     });
     float dp[kTileRows / 8][4];  // dP = dO V^T
-    multiply_by_rows_transposed<T, HS>(dp, g, warp * 16, values(buffer));
+    Tiles::scores_from_tile(dp, g, values(buffer));
 #pragma unroll
     for (int n = 0; n < kTileRows / 8; ++n)
 #pragma unroll
@@ -215,7 +215,7 @@ __global__ void __launch_bounds__(kThreads)
         dp[n][i] = to_float(from_float<T>(s[n][i])) * (dp[n][i] - row_dot[i / 2]) * scale;
     uint32_t ds[kTileRows / 16][4];
     pack_fragments<T>(ds, dp);
-    accumulate_by_rows<T, HS>(dq, ds, keys(buffer));  // dQ += dS K
+    Tiles::accumulate(dq, ds, keys(buffer));  // dQ += dS K
   }
 
   const float unscaled[2] = {1.0f, 1.0f};
@@ -223,15 +223,15 @@ __global__ void __launch_bounds__(kThreads)
 #endif
 }
 
-template <typename T, int HS>
+template <typename T, int HS, typename Tiles>
 int backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
              const int32_t* key_mask, int kind, int64_t B, int64_t seq, int64_t NH, int64_t hs, bool causal,
              float scale, void* workspace) {
   auto* row_dots = static_cast<float*>(workspace);
   if (const int status = attention_row_dots(row_dots, dout, out, kind, B, seq, NH, hs)) return status;
-  constexpr size_t bytes = backward_shared_bytes<T, HS>();
-  const auto key_kernel = key_gradients_kernel<T, HS>;
-  const auto query_kernel = query_gradients_kernel<T, HS>;
+  constexpr size_t bytes = BackwardShared<T, Tiles>::kBytes;
+  const auto key_kernel = key_gradients_kernel<T, HS, Tiles>;
+  const auto query_kernel = query_gradients_kernel<T, HS, Tiles>;
   for (const void* kernel :
        {reinterpret_cast<const void*>(key_kernel), reinterpret_cast<const void*>(query_kernel)})
     if (const cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes))
@@ -243,6 +243,16 @@ int backward(void* dqkv, const void* dout, const void* qkv, const void* out, con
            static_cast<const T*>(qkv), lse, row_dots, key_mask, static_cast<int>(NH),
            static_cast<int>(seq), static_cast<int>(hs), causal, scale);
   return static_cast<int>(cudaGetLastError());
+}
+
+template <typename T, int HS>
+int backward_on(bool warpgroup, void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
+                const int32_t* key_mask, int kind, int64_t B, int64_t seq, int64_t NH, int64_t hs, bool causal,
+                float scale, void* workspace) {
+  return warpgroup ? backward<T, HS, CoreMatrixTiles<T, HS>>(dqkv, dout, qkv, out, lse, key_mask, kind, B, seq,
+                                                             NH, hs, causal, scale, workspace)
+                   : backward<T, HS, PaddedTiles<T, HS>>(dqkv, dout, qkv, out, lse, key_mask, kind, B, seq, NH,
+                                                         hs, causal, scale, workspace);
 }
 
 }  // namespace
@@ -260,17 +270,17 @@ bool tiled_attention_applies(int kind, int64_t head_size, int compute_major) {
 
 int flash_attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
                              const int32_t* key_mask, int kind, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                             bool causal, float scale, void* workspace) {
+                             bool causal, float scale, void* workspace, bool warpgroup) {
   if (B * NH * T == 0) return 0;
   if (!tiled_attention_shape(kind, HS)) return static_cast<int>(cudaErrorInvalidValue);
   const auto run = [&](auto instance) {
-    return instance(dqkv, dout, qkv, out, lse, key_mask, kind, B, T, NH, HS, causal, scale,
+    return instance(warpgroup, dqkv, dout, qkv, out, lse, key_mask, kind, B, T, NH, HS, causal, scale,
                     workspace);
   };
   if (kind == kBf16)
-    return HS <= 64 ? run(flash::backward<__nv_bfloat16, 64>)
-                    : run(flash::backward<__nv_bfloat16, 128>);
-  return HS <= 64 ? run(flash::backward<__half, 64>) : run(flash::backward<__half, 128>);
+    return HS <= 64 ? run(flash::backward_on<__nv_bfloat16, 64>)
+                    : run(flash::backward_on<__nv_bfloat16, 128>);
+  return HS <= 64 ? run(flash::backward_on<__half, 64>) : run(flash::backward_on<__half, 128>);
 }
 
 }  // namespace kiln::cuda

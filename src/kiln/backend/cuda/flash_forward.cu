@@ -13,101 +13,22 @@
 // tile's copy runs under this tile's products, with one __syncthreads per tile.
 //
 // The products come in two forms (the Tiles parameter), with the same register layouts:
-//   PaddedTiles (sm_80+): rows padded by 16 bytes, ldmatrix and mma.sync m16n8k16 (flash_tiles.cuh);
-//   CoreMatrixTiles (sm_90a, FlashAttention-3's instruction, Shah et al. 2024): the four warps are
-//     one warpgroup, and each product is a few wgmma m64nNk16 reading K and V from shared memory
-//     (warpgroup_matrix.cuh), laid out as 8 x 8 core matrices without swizzle.
+//   PaddedTiles (sm_80+, flash_tiles.cuh): rows padded by 16 bytes, ldmatrix and mma.sync;
+//   CoreMatrixTiles (sm_90a, core_matrix_tiles.cuh): wgmma reading K and V from shared memory.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "kiln/backend/cuda/attention_visibility.cuh"
+#include "kiln/backend/cuda/core_matrix_tiles.cuh"
 #include "kiln/backend/cuda/flash_attention.h"
 #include "kiln/backend/cuda/flash_tiles.cuh"
 #include "kiln/backend/cuda/kernels.h"
 #include "kiln/backend/cuda/launch.cuh"
-#include "kiln/backend/cuda/warpgroup_matrix.cuh"
 
 namespace kiln::cuda {
 namespace flash {
 namespace {
-
-// mma.sync on padded rows (flash_tiles.cuh's conventions).
-template <typename T, int HS>
-struct PaddedTiles {
-  static constexpr int kTile = kTileRows * kPitch<HS>;  // elements
-  static __device__ void copy(T* tile, const T* source, int rows, int64_t stride, int hs) {
-    copy_tile<T, HS>(tile, source, rows, stride, hs);
-  }
-  static __device__ void landed() {}
-  static __device__ void load_a(uint32_t (&a)[4], const T* tile, int row0, int step) {
-    load_row_fragment<T, HS>(a, tile, row0, step);
-  }
-  // s = A Y^T, Y the 64 rows of `keys`.
-  static __device__ void scores(float (&s)[kTileRows / 8][4], const uint32_t (&a)[HS / 16][4],
-                                const T* keys) {
-    multiply_by_rows_transposed<T, HS>(s, a, keys);
-  }
-  // o += P Y, Y the [64 x HS] `values`.
-  static __device__ void accumulate(float (&o)[HS / 8][4], const uint32_t (&p)[kTileRows / 16][4],
-                                    const T* values) {
-    accumulate_by_rows<T, HS>(o, p, values);
-  }
-};
-
-// wgmma on a tile of 64 rows x HS as 8 x 8 core matrices (8 rows of 16 contiguous bytes, 128
-// bytes), a column of eight of them (the tile's 64 rows, 1 KB) per 8 columns: element (r, c) at
-// ((c / 8) 8 + r / 8) 64 + r % 8 * 8 + c % 8. Read as keys, B[k][n] = K[n][k] is K-major (core
-// matrices 128 bytes apart along n, 1 KB along k); read as values, B[k][n] = V[k][n] is MN-major
-// (1 KB apart along n, 128 bytes along k).
-template <typename T, int HS>
-struct CoreMatrixTiles {
-  static constexpr int kTile = kTileRows * HS;
-  static constexpr uint32_t kRowGroupBytes = 128, kColumnGroupBytes = kTileRows * 16;
-  static __device__ int offset(int row, int column) {
-    return (column / 8 * 8 + row / 8) * 64 + row % 8 * 8 + column % 8;
-  }
-  // The copy of copy_tile (flash_tiles.cuh) into this layout: two threads per row take the 32
-  // contiguous bytes of a pair of column groups (whole sectors of global memory).
-  static __device__ void copy(T* tile, const T* source, int rows, int64_t stride, int hs) {
-    for (int chunk = static_cast<int>(threadIdx.x); chunk < kTileRows * HS / 8; chunk += kThreads) {
-      const int row = chunk / 2 % kTileRows, column = (chunk / (2 * kTileRows) * 2 + chunk % 2) * 8;
-      const bool inside = row < rows && column < hs;
-      copy_async_16(tile + offset(row, column), inside ? source + row * stride + column : source,
-                    inside);
-    }
-  }
-  static __device__ void landed() { shared_fence_for_async(); }
-  static __device__ void load_a(uint32_t (&a)[4], const T* tile, int row0, int step) {
-    const int lane = static_cast<int>(threadIdx.x) % 32;
-    load_matrices(a, tile + offset(row0 + lane % 16, step * 16 + lane / 16 * 8));
-  }
-  static __device__ void scores(float (&s)[kTileRows / 8][4], const uint32_t (&a)[HS / 16][4],
-                                const T* keys) {
-    warpgroup_fence();  // the A fragments were written by ldmatrix
-#pragma unroll
-    for (int step = 0; step < HS / 16; ++step)  // k = channels [16 step, 16 step + 16)
-      warpgroup_multiply<T, kTileRows, false>(
-          s, a[step], matrix_descriptor(keys + offset(0, 16 * step), kColumnGroupBytes, kRowGroupBytes),
-          step > 0);
-    warpgroup_commit();
-    warpgroup_wait<0>();
-    fence_operands(s);
-  }
-  static __device__ void accumulate(float (&o)[HS / 8][4], const uint32_t (&p)[kTileRows / 16][4],
-                                    const T* values) {
-    fence_operands(o);
-    warpgroup_fence();  // o was rescaled and p packed by ordinary instructions
-#pragma unroll
-    for (int step = 0; step < kTileRows / 16; ++step)  // k = keys [16 step, 16 step + 16)
-      warpgroup_multiply<T, HS, true>(
-          o, p[step], matrix_descriptor(values + offset(16 * step, 0), kRowGroupBytes, kColumnGroupBytes),
-          true);
-    warpgroup_commit();
-    warpgroup_wait<0>();  // before the next tile's copy overwrites these values
-    fence_operands(o);
-  }
-};
 
 // Shared memory: the Q tile, then K and V twice.
 template <typename Tiles, typename T>

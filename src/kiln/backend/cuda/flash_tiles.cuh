@@ -235,4 +235,37 @@ __device__ __forceinline__ void store_rows(T* out, int64_t stride, int rows, int
   }
 }
 
+
+// The products of the attention kernels on this file's tiles, as one interface that
+// core_matrix_tiles.cuh also offers (the kernels take either as their Tiles parameter): tiles of
+// kTile elements; copy() queues a tile's cp.async (copy_tile); landed() is what a thread does
+// after its copies landed and before the barrier; load_a() reads an A fragment; scores() and
+// scores_from_tile() form a warp's 16 rows of A Y^T (A as fragments, or the warp's rows of a
+// tile), accumulate() adds P Y.
+template <typename T, int HS>
+struct PaddedTiles {
+  static constexpr int kTile = kTileRows * kPitch<HS>;
+  static __device__ void copy(T* tile, const T* source, int rows, int64_t stride, int hs) {
+    copy_tile<T, HS>(tile, source, rows, stride, hs);
+  }
+  static __device__ void landed() {}
+  static __device__ void load_a(uint32_t (&a)[4], const T* tile, int row0, int step) {
+    load_row_fragment<T, HS>(a, tile, row0, step);
+  }
+  // s = A Y^T, Y the 64 rows of `tile`.
+  static __device__ void scores(float (&s)[kTileRows / 8][4], const uint32_t (&a)[HS / 16][4],
+                                const T* tile) {
+    multiply_by_rows_transposed<T, HS>(s, a, tile);
+  }
+  // s = X Y^T for this warp's 16 rows of X, the `rows` tile.
+  static __device__ void scores_from_tile(float (&s)[kTileRows / 8][4], const T* rows, const T* tile) {
+    multiply_by_rows_transposed<T, HS>(s, rows, static_cast<int>(threadIdx.x) / 32 * 16, tile);
+  }
+  // o += P Y, Y the [64 x HS] `tile`.
+  static __device__ void accumulate(float (&o)[HS / 8][4], const uint32_t (&p)[kTileRows / 16][4],
+                                    const T* tile) {
+    accumulate_by_rows<T, HS>(o, p, tile);
+  }
+};
+
 }  // namespace kiln::cuda::flash

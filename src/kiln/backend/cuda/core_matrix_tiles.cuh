@@ -1,0 +1,80 @@
+// The attention kernels' products on Hopper (sm_90a): PaddedTiles' interface (flash_tiles.cuh) on
+// wgmma (warpgroup_matrix.cuh; FlashAttention-3's instruction, Shah et al. 2024), the block's four
+// warps being one warpgroup. A tile of 64 rows x HS is 8 x 8 core matrices (8 rows of 16
+// contiguous bytes, 128 bytes) without swizzle, a column of eight of them (the tile's 64 rows,
+// 1 KB) per 8 columns: element (r, c) at ((c / 8) 8 + r / 8) 64 + r % 8 * 8 + c % 8. So a tile
+// read as Y^T (B[k][n] = Y[n][k]) or as the A rows of a product is K-major (core matrices 128
+// bytes apart along the rows, 1 KB along the columns), and read as Y (B[k][n] = Y[k][n]) it is
+// MN-major (1 KB apart along n, 128 bytes along k). Each product is waited for before it returns.
+#pragma once
+
+#include <cstdint>
+
+#include "kiln/backend/cuda/flash_tiles.cuh"
+#include "kiln/backend/cuda/warpgroup_matrix.cuh"
+
+namespace kiln::cuda::flash {
+
+template <typename T, int HS>
+struct CoreMatrixTiles {
+  static constexpr int kTile = kTileRows * HS;
+  static constexpr uint32_t kRowGroupBytes = 128, kColumnGroupBytes = kTileRows * 16;
+  static __device__ int offset(int row, int column) {
+    return (column / 8 * 8 + row / 8) * 64 + row % 8 * 8 + column % 8;
+  }
+  // The copy of copy_tile (flash_tiles.cuh) into this layout: two threads per row take the 32
+  // contiguous bytes of a pair of column groups (whole sectors of global memory).
+  static __device__ void copy(T* tile, const T* source, int rows, int64_t stride, int hs) {
+    for (int chunk = static_cast<int>(threadIdx.x); chunk < kTileRows * HS / 8; chunk += kThreads) {
+      const int row = chunk / 2 % kTileRows, column = (chunk / (2 * kTileRows) * 2 + chunk % 2) * 8;
+      const bool inside = row < rows && column < hs;
+      copy_async_16(tile + offset(row, column), inside ? source + row * stride + column : source,
+                    inside);
+    }
+  }
+  static __device__ void landed() { shared_fence_for_async(); }
+  static __device__ void load_a(uint32_t (&a)[4], const T* tile, int row0, int step) {
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+    load_matrices(a, tile + offset(row0 + lane % 16, step * 16 + lane / 16 * 8));
+  }
+  // Columns [16 step, 16 step + 16) of a tile, K-major (as B = Y^T, or as A).
+  static __device__ uint64_t columns(const T* tile, int step) {
+    return matrix_descriptor(tile + offset(0, 16 * step), kColumnGroupBytes, kRowGroupBytes);
+  }
+  // Rows [16 step, 16 step + 16) of a tile, MN-major (as B = Y).
+  static __device__ uint64_t rows(const T* tile, int step) {
+    return matrix_descriptor(tile + offset(16 * step, 0), kRowGroupBytes, kColumnGroupBytes);
+  }
+  static __device__ void scores(float (&s)[kTileRows / 8][4], const uint32_t (&a)[HS / 16][4],
+                                const T* tile) {
+    warpgroup_fence();  // the A fragments were written by ldmatrix
+#pragma unroll
+    for (int step = 0; step < HS / 16; ++step)
+      warpgroup_multiply<T, kTileRows, false>(s, a[step], columns(tile, step), step > 0);
+    warpgroup_commit();
+    warpgroup_wait<0>();
+    fence_operands(s);
+  }
+  static __device__ void scores_from_tile(float (&s)[kTileRows / 8][4], const T* rows_tile, const T* tile) {
+    warpgroup_fence();
+#pragma unroll
+    for (int step = 0; step < HS / 16; ++step)
+      warpgroup_multiply<T, kTileRows, false>(s, columns(rows_tile, step), columns(tile, step), step > 0);
+    warpgroup_commit();
+    warpgroup_wait<0>();
+    fence_operands(s);
+  }
+  static __device__ void accumulate(float (&o)[HS / 8][4], const uint32_t (&p)[kTileRows / 16][4],
+                                    const T* tile) {
+    fence_operands(o);
+    warpgroup_fence();  // o and p were written by ordinary instructions
+#pragma unroll
+    for (int step = 0; step < kTileRows / 16; ++step)  // k = the tile's rows [16 step, 16 step + 16)
+      warpgroup_multiply<T, HS, true>(o, p[step], rows(tile, step), true);
+    warpgroup_commit();
+    warpgroup_wait<0>();  // before the tile is overwritten or o is read
+    fence_operands(o);
+  }
+};
+
+}  // namespace kiln::cuda::flash
