@@ -1,5 +1,6 @@
 // Fused attention backward on tensor cores (flash_attention.h; the forward is flash_forward.cu),
-// with every product's fragments in registers (mma.sync, flash_tiles.cuh). D = rowsum(dout * out)
+// with every product's fragments in registers (mma.sync, flash_tiles.cuh; on Hopper wgmma,
+// core_matrix_tiles.cuh, which reads a block's own tiles from shared memory instead). D = rowsum(dout * out)
 // first (general_attention.h), then two kernels (Dao 2023 Algorithm 2, split so that no two blocks
 // write one gradient row: deterministic, no atomics). Both recompute P = exp(s - lse) from the
 // saved log-sum-exp, in base 2 with the scale folded in, and round P to 16 bits as the forward's
@@ -34,14 +35,12 @@ namespace {
 // The key kernel keeps K and V and streams Q and dO, then stages the per-query lse and D of both
 // buffers after the tiles; the query kernel keeps Q and dO and streams K and V.
 template <typename T, typename Tiles>
-struct BackwardShared {
-  static constexpr size_t kBytes = 6 * Tiles::kTile * sizeof(T) + 4 * kTileRows * sizeof(float);
-  T* base;
-  __device__ T* own(int i) const { return base + i * Tiles::kTile; }
-  __device__ T* first(int buffer) const { return base + (2 + 2 * buffer) * Tiles::kTile; }
-  __device__ T* second(int buffer) const { return first(buffer) + Tiles::kTile; }
-  __device__ float* statistics() const { return reinterpret_cast<float*>(base + 6 * Tiles::kTile); }
-};
+using BackwardTiles = SharedTiles<T, Tiles, 2>;
+
+template <typename T, typename Tiles>
+constexpr size_t backward_shared_bytes() {
+  return BackwardTiles<T, Tiles>::kBytes + 4 * kTileRows * sizeof(float);
+}
 
 // At head 64, ptxas left to itself aims at three blocks per SM and spills; two blocks is what its
 // registers allow anyway (about 170 a thread), so it is told two. At head 128 (0: no minimum) its
@@ -53,13 +52,13 @@ __global__ void __launch_bounds__(kThreads, HS == 64 ? 2 : 0)
                          bool causal, float scale) {
 #if KILN_TENSOR_CORE_BODIES
   KILN_DYNAMIC_SHARED_MEMORY(shared);
-  const BackwardShared<T, Tiles> tiles_at{reinterpret_cast<T*>(shared)};
+  const BackwardTiles<T, Tiles> tiles_at{reinterpret_cast<T*>(shared)};
   T* const k = tiles_at.own(0);
   T* const v = tiles_at.own(1);
   const auto queries = [&](int buffer) { return tiles_at.first(buffer); };
   const auto gradients = [&](int buffer) { return tiles_at.second(buffer); };
   // Per buffer: the tile's 64 lse values (base-2 units), then its 64 D values.
-  float* const statistics = tiles_at.statistics();
+  float* const statistics = static_cast<float*>(tiles_at.end());
 
   const Head head(NH, T_, hs);
   const int k0 = static_cast<int>(blockIdx.x) * kTileRows;
@@ -155,7 +154,7 @@ __global__ void __launch_bounds__(kThreads)
                            bool causal, float scale) {
 #if KILN_TENSOR_CORE_BODIES
   KILN_DYNAMIC_SHARED_MEMORY(shared);
-  const BackwardShared<T, Tiles> tiles_at{reinterpret_cast<T*>(shared)};
+  const BackwardTiles<T, Tiles> tiles_at{reinterpret_cast<T*>(shared)};
   T* const q = tiles_at.own(0);
   T* const g = tiles_at.own(1);
   const auto keys = [&](int buffer) { return tiles_at.first(buffer); };
@@ -229,7 +228,7 @@ int backward(void* dqkv, const void* dout, const void* qkv, const void* out, con
              float scale, void* workspace) {
   auto* row_dots = static_cast<float*>(workspace);
   if (const int status = attention_row_dots(row_dots, dout, out, kind, B, seq, NH, hs)) return status;
-  constexpr size_t bytes = BackwardShared<T, Tiles>::kBytes;
+  constexpr size_t bytes = backward_shared_bytes<T, Tiles>();
   const auto key_kernel = key_gradients_kernel<T, HS, Tiles>;
   const auto query_kernel = query_gradients_kernel<T, HS, Tiles>;
   for (const void* kernel :

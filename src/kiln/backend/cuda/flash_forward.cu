@@ -30,9 +30,9 @@ namespace kiln::cuda {
 namespace flash {
 namespace {
 
-// Shared memory: the Q tile, then K and V twice.
-template <typename Tiles, typename T>
-constexpr size_t kForwardBytes = 5 * Tiles::kTile * sizeof(T);
+// Q, then K and V twice.
+template <typename T, typename Tiles>
+using ForwardTiles = SharedTiles<T, Tiles, 1>;
 
 template <typename T, int HS, typename Tiles>
 __global__ void __launch_bounds__(kThreads)
@@ -40,9 +40,10 @@ __global__ void __launch_bounds__(kThreads)
                    int hs, bool causal, float scale) {
 #if KILN_TENSOR_CORE_BODIES
   KILN_DYNAMIC_SHARED_MEMORY(shared);
-  T* const q = reinterpret_cast<T*>(shared);
-  const auto keys = [&](int buffer) { return q + (1 + 2 * buffer) * Tiles::kTile; };
-  const auto values = [&](int buffer) { return keys(buffer) + Tiles::kTile; };
+  const ForwardTiles<T, Tiles> tiles_at{reinterpret_cast<T*>(shared)};
+  T* const q = tiles_at.own(0);
+  const auto keys = [&](int buffer) { return tiles_at.first(buffer); };
+  const auto values = [&](int buffer) { return tiles_at.second(buffer); };
 
   const Head head(NH, T_, hs);
   const int q0 = static_cast<int>(blockIdx.x) * kTileRows;
@@ -155,7 +156,7 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T, int HS, typename Tiles>
 int forward(void* out, float* lse, const void* qkv, const int32_t* key_mask, int64_t B, int64_t seq,
             int64_t NH, int64_t hs, bool causal, float scale) {
-  constexpr size_t bytes = kForwardBytes<Tiles, T>;
+  constexpr size_t bytes = ForwardTiles<T, Tiles>::kBytes;
   const auto kernel = forward_kernel<T, HS, Tiles>;
   if (const cudaError_t status =
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes))

@@ -57,20 +57,6 @@ struct Head {
   }
 };
 
-// A kernel's shared memory: `Own` tiles it keeps for its whole loop, then two buffers of the pair
-// of tiles it streams (one filled by cp.async while the other is read), then whatever else it
-// needs from end() on.
-template <typename T, int HS, int Own>
-struct SharedTiles {
-  static constexpr int kTile = kTileRows * kPitch<HS>;
-  static constexpr size_t kBytes = static_cast<size_t>(Own + 4) * kTile * sizeof(T);
-  T* base;
-  __device__ T* own(int i) const { return base + i * kTile; }
-  __device__ T* first(int buffer) const { return base + (Own + 2 * buffer) * kTile; }
-  __device__ T* second(int buffer) const { return first(buffer) + kTile; }
-  __device__ void* end() const { return base + (Own + 4) * kTile; }
-};
-
 // Queues this thread's part of the copy of min(rows, 64) rows of hs elements (`stride` apart; hs a
 // multiple of 8, rows > 0) into `tile` by cp.async; rows past `rows` and columns past hs become
 // zeros, so they add nothing to any product. The caller commits and waits (warp_matrix.cuh).
@@ -235,7 +221,6 @@ __device__ __forceinline__ void store_rows(T* out, int64_t stride, int rows, int
   }
 }
 
-
 // The products of the attention kernels on this file's tiles, as one interface that
 // core_matrix_tiles.cuh also offers (the kernels take either as their Tiles parameter): tiles of
 // kTile elements; copy() queues a tile's cp.async (copy_tile); landed() is what a thread does
@@ -266,6 +251,20 @@ struct PaddedTiles {
                                     const T* tile) {
     accumulate_by_rows<T, HS>(o, p, tile);
   }
+};
+
+// A kernel's shared memory in tiles of `Tiles` (PaddedTiles or CoreMatrixTiles): `Own` tiles it
+// keeps for its whole loop, then two buffers of the pair of tiles it streams (one filled by
+// cp.async while the other is read), then whatever else it needs from end() on.
+template <typename T, typename Tiles, int Own>
+struct SharedTiles {
+  static constexpr int kTile = Tiles::kTile;
+  static constexpr size_t kBytes = static_cast<size_t>(Own + 4) * kTile * sizeof(T);
+  T* base;
+  __device__ T* own(int i) const { return base + i * kTile; }
+  __device__ T* first(int buffer) const { return base + (Own + 2 * buffer) * kTile; }
+  __device__ T* second(int buffer) const { return first(buffer) + kTile; }
+  __device__ void* end() const { return base + (Own + 4) * kTile; }
 };
 
 }  // namespace kiln::cuda::flash
