@@ -56,24 +56,38 @@ struct CoreMatrixTiles {
     fence_operands(s);
   }
   static __device__ void scores_from_tile(float (&s)[kTileRows / 8][4], const T* rows_tile, const T* tile) {
+    start_scores_from_tile(s, rows_tile, tile);
+    finish(s);
+  }
+  static __device__ void accumulate(float (&o)[HS / 8][4], const uint32_t (&p)[kTileRows / 16][4],
+                                    const T* tile) {
+    start_accumulate(o, p, tile);
+    finish(o);  // before the tile is overwritten or o is read
+  }
+  // The same products issued without waiting, so that two independent ones overlap on the tensor
+  // cores; finish() waits for every product started, before their accumulators are used, their A
+  // registers rewritten or their tiles overwritten.
+  static __device__ void start_scores_from_tile(float (&s)[kTileRows / 8][4], const T* rows_tile,
+                                                const T* tile) {
     warpgroup_fence();
 #pragma unroll
     for (int step = 0; step < HS / 16; ++step)
       warpgroup_multiply<T, kTileRows, false>(s, columns(rows_tile, step), columns(tile, step), step > 0);
     warpgroup_commit();
-    warpgroup_wait<0>();
-    fence_operands(s);
   }
-  static __device__ void accumulate(float (&o)[HS / 8][4], const uint32_t (&p)[kTileRows / 16][4],
-                                    const T* tile) {
+  static __device__ void start_accumulate(float (&o)[HS / 8][4], const uint32_t (&p)[kTileRows / 16][4],
+                                          const T* tile) {
     fence_operands(o);
     warpgroup_fence();  // o and p were written by ordinary instructions
 #pragma unroll
     for (int step = 0; step < kTileRows / 16; ++step)  // k = the tile's rows [16 step, 16 step + 16)
       warpgroup_multiply<T, HS, true>(o, p[step], rows(tile, step), true);
     warpgroup_commit();
-    warpgroup_wait<0>();  // before the tile is overwritten or o is read
-    fence_operands(o);
+  }
+  template <typename... Accumulators>
+  static __device__ void finish(Accumulators&... accumulators) {
+    warpgroup_wait<0>();
+    (fence_operands(accumulators), ...);
   }
 };
 

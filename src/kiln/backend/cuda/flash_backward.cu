@@ -124,10 +124,11 @@ __global__ void __launch_bounds__(kThreads, HS == 64 ? 2 : 0)
     });
     uint32_t p[kTileRows / 16][4];
     pack_fragments<T>(p, s);
-    Tiles::accumulate(dv, p, gradients(buffer));  // dV += P^T dO
-
-    float dp[kTileRows / 8][4];  // dP^T = V dO^T
-    Tiles::scores_from_tile(dp, v, gradients(buffer));
+    // dV += P^T dO and dP^T = V dO^T, independent products, in flight together.
+    Tiles::start_accumulate(dv, p, gradients(buffer));
+    float dp[kTileRows / 8][4];
+    Tiles::start_scores_from_tile(dp, v, gradients(buffer));
+    Tiles::finish(dv, dp);
 #pragma unroll
     for (int n = 0; n < kTileRows / 8; ++n)
 #pragma unroll
@@ -196,8 +197,11 @@ __global__ void __launch_bounds__(kThreads)
       Tiles::copy(values(1 - buffer), sequence + 2 * head.C + next, T_ - k0 - kTileRows, head.stride, hs);
       copy_commit();
     }
-    float s[kTileRows / 8][4];  // S = Q K^T
-    Tiles::scores_from_tile(s, q, keys(buffer));
+    // S = Q K^T and dP = dO V^T, independent products, in flight together.
+    float s[kTileRows / 8][4], dp[kTileRows / 8][4];
+    Tiles::start_scores_from_tile(s, q, keys(buffer));
+    Tiles::start_scores_from_tile(dp, g, values(buffer));
+    Tiles::finish(s, dp);
     const bool masked = tile_hides_keys(key_mask != nullptr, causal, q0, k0, T_);
     for_each_element(s, [&](float& score, int row, int column) {  // P
       const float lse_row = row < 8 ? row_lse[0] : row_lse[1];
@@ -205,8 +209,6 @@ __global__ void __launch_bounds__(kThreads)
           !masked || (visible(q0 + warp * 16 + row, k0 + column) && lse_row != -INFINITY);
       score = seen ? exp2f(score * scale_log2 - lse_row) : 0.0f;
     });
-    float dp[kTileRows / 8][4];  // dP = dO V^T
-    Tiles::scores_from_tile(dp, g, values(buffer));
 #pragma unroll
     for (int n = 0; n < kTileRows / 8; ++n)
 #pragma unroll

@@ -226,7 +226,8 @@ __device__ __forceinline__ void store_rows(T* out, int64_t stride, int rows, int
 // kTile elements; copy() queues a tile's cp.async (copy_tile); landed() is what a thread does
 // after its copies landed and before the barrier; load_a() reads an A fragment; scores() and
 // scores_from_tile() form a warp's 16 rows of A Y^T (A as fragments, or the warp's rows of a
-// tile), accumulate() adds P Y.
+// tile), accumulate() adds P Y; start_scores_from_tile() and start_accumulate() may return before
+// their products are done (here they are done), finish() waits for every product started.
 template <typename T, int HS>
 struct PaddedTiles {
   static constexpr int kTile = kTileRows * kPitch<HS>;
@@ -251,6 +252,15 @@ struct PaddedTiles {
                                     const T* tile) {
     accumulate_by_rows<T, HS>(o, p, tile);
   }
+  static __device__ void start_scores_from_tile(float (&s)[kTileRows / 8][4], const T* rows, const T* tile) {
+    scores_from_tile(s, rows, tile);
+  }
+  static __device__ void start_accumulate(float (&o)[HS / 8][4], const uint32_t (&p)[kTileRows / 16][4],
+                                          const T* tile) {
+    accumulate(o, p, tile);
+  }
+  template <typename... Accumulators>
+  static __device__ void finish(Accumulators&...) {}
 };
 
 // A kernel's shared memory in tiles of `Tiles` (PaddedTiles or CoreMatrixTiles): `Own` tiles it
