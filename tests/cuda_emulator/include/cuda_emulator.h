@@ -19,8 +19,9 @@
 // starts as leftovers.
 //
 // Asynchronous copies into shared memory land only when the issuing thread waits for them, so a
-// missing wait or barrier shows as NaN. The PTX matrix instructions (ldmatrix, mma.sync) use the
-// documented fragment layouts, which code may rely on.
+// missing wait or barrier shows as NaN. The PTX matrix instructions (ldmatrix, mma.sync, wgmma)
+// use the documented fragment and shared-memory layouts, which code may rely on; a wgmma runs at
+// the wait that covers it, so a missing wait shows as NaN accumulators or as a failure.
 //
 // Fibers switch in x86-64 assembly (cuda_emulator.cpp): one switch costs nanoseconds, where
 // ucontext's swapcontext made a system call, and the kernels switch at every shuffle.
@@ -31,7 +32,8 @@
 //
 // What it does not model: timing, memory coalescing or bank conflicts, races between blocks
 // (they never overlap here), work on the default stream running late (it runs when issued),
-// and out-of-bounds global accesses (the kernel tests guard their buffers).
+// out-of-bounds global accesses (the kernel tests guard their buffers), the memory proxies that
+// fence.proxy.async and wgmma.fence order (both are no-ops here), and swizzled wgmma layouts.
 #pragma once
 
 #include <driver_types.h>

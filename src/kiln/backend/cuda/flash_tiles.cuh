@@ -7,7 +7,8 @@
 // 16 rows of its products; an m16n8 accumulator `float[4]` holds, for groupID g = lane / 4 and
 // t = lane % 4, rows g (elements 0, 1) and g + 8 (2, 3) at columns 2t and 2t + 1 of its 8.
 // Blocks are kThreads threads (four warps). Device code only; kernels wrap their bodies in
-// `#if KILN_TENSOR_CORE_BODIES` (below).
+// `#if KILN_TENSOR_CORE_BODIES` (below). PaddedTiles (end of file) packages these products as the
+// tile interface the kernels take; core_matrix_tiles.cuh offers the same on Hopper's wgmma.
 #pragma once
 
 #include <cuda_bf16.h>
