@@ -44,6 +44,14 @@ __host__ __device__ constexpr uint64_t descriptor_bits(uint32_t address, uint32_
          static_cast<uint64_t>(stride_bytes >> 4 & 0x3fffu) << 32;
 }
 
+// The shapes and input types warpgroup_multiply has (both operand forms, device and emulator).
+template <typename T, int N>
+__host__ __device__ constexpr void check_warpgroup_operands() {
+  static_assert(N == 64 || N == 128, "warpgroup_multiply has N = 64 and 128");
+  static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>,
+                "warpgroup_multiply takes bf16 or fp16");
+}
+
 // Pins every accumulator register in place for the compiler around asynchronous products.
 template <int J>
 __device__ __forceinline__ void fence_operands(float (&d)[J][4]) {
@@ -147,9 +155,7 @@ __device__ __forceinline__ void shared_fence_for_async() {
 template <typename T, int N, bool TransposeB>
 __device__ __forceinline__ void warpgroup_multiply(float (&d)[N / 8][4], const uint32_t (&a)[4],
                                                    uint64_t b, bool accumulate) {
-  static_assert(N == 64 || N == 128, "warpgroup_multiply has N = 64 and 128");
-  static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>,
-                "warpgroup_multiply takes bf16 or fp16");
+  check_warpgroup_operands<T, N>();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
   const uint32_t scale_d = accumulate ? 1u : 0u;
@@ -176,9 +182,7 @@ __device__ __forceinline__ void warpgroup_multiply(float (&d)[N / 8][4], const u
 template <typename T, int N, bool TransposeB>
 __device__ __forceinline__ void warpgroup_multiply(float (&d)[N / 8][4], uint64_t a, uint64_t b,
                                                    bool accumulate) {
-  static_assert(N == 64 || N == 128, "warpgroup_multiply has N = 64 and 128");
-  static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>,
-                "warpgroup_multiply takes bf16 or fp16");
+  check_warpgroup_operands<T, N>();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
   const uint32_t scale_d = accumulate ? 1u : 0u;
@@ -214,15 +218,13 @@ void warpgroup_wait() {
 inline void shared_fence_for_async() {}
 template <typename T, int N, bool TransposeB>
 void warpgroup_multiply(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t b, bool accumulate) {
-  static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>,
-                "warpgroup_multiply takes bf16 or fp16");
+  check_warpgroup_operands<T, N>();
   ::cuda_emulator::warpgroup_multiply(&d[0][0], N, a, b, TransposeB, std::is_same_v<T, __nv_bfloat16>,
                                       accumulate);
 }
 template <typename T, int N, bool TransposeB>
 void warpgroup_multiply(float (&d)[N / 8][4], uint64_t a, uint64_t b, bool accumulate) {
-  static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>,
-                "warpgroup_multiply takes bf16 or fp16");
+  check_warpgroup_operands<T, N>();
   ::cuda_emulator::warpgroup_multiply_shared_a(&d[0][0], N, a, b, TransposeB, std::is_same_v<T, __nv_bfloat16>,
                                                accumulate);
 }
