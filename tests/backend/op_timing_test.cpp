@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include "kiln/backend/registry.h"
 #include "support/device_tensors.h"
 
@@ -27,13 +29,13 @@ TEST(OpTiming, ForwardsOpsAndTimesEachByNameAndShape) {
   DeviceTensors t(timing);
   timing.fill({t.poisoned({8}), 1.0f});
 
-  const std::vector<OpTimingBackend::OpTime> times = timing.times();
+  const std::vector<OpTotals> times = timing.times();
   ASSERT_EQ(times.size(), 4u);  // the products, fill, and DeviceTensors' uploads and downloads
   auto find = [&](const std::string& op) {
     for (const auto& time : times)
       if (time.op == op) return time;
     ADD_FAILURE() << op << " not timed";
-    return OpTimingBackend::OpTime{};
+    return OpTotals{};
   };
   EXPECT_EQ(find("matmul_forward 4x3x6 +bias +gelu").calls, 2);
   EXPECT_GT(find("matmul_forward 4x3x6 +bias +gelu").total_ms, 0.0);
@@ -48,6 +50,22 @@ TEST(OpTiming, ForwardsOpsAndTimesEachByNameAndShape) {
   EXPECT_NE(table.find("matmul_forward 4x3x6 +bias +gelu"), std::string::npos);
   EXPECT_NE(table.find("TFLOP/s"), std::string::npos);  // the product's rate
   EXPECT_NE(table.find("GB/s"), std::string::npos);     // fill's
+  // Against limits of 1e-9 TFLOP/s and 1e-6 GB/s every op's bound is far longer than its time:
+  // each row but the copies' gets a share of its roofline.
+  const DeviceLimits slow{1e-9, 1e-9, 1e-6};
+  const std::string against_limits = OpTimingBackend::format(times, &slow);
+  EXPECT_NE(against_limits.find("of roofline"), std::string::npos);
+  std::istringstream rows(against_limits);
+  int shares = 0;
+  for (std::string row; std::getline(rows, row);) {
+    if (row.starts_with("copy_to_")) {
+      EXPECT_FALSE(row.ends_with("%")) << row;
+    } else if (row.starts_with("matmul_forward") || row.starts_with("fill")) {
+      EXPECT_TRUE(row.ends_with("%")) << row;
+      ++shares;
+    }
+  }
+  EXPECT_EQ(shares, 2);
   timing.reset_times();
   EXPECT_TRUE(timing.times().empty());
 }

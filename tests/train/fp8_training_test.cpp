@@ -191,7 +191,7 @@ TEST(Fp8Reports, MemoryAndOpProfileNameTheFp8Parts) {
       << trainer.memory_summary();
   trainer.train_step();
   std::set<std::string> ops;
-  for (const OpTimingBackend::OpTime& time : trainer.op_timing()->times()) ops.insert(time.op);
+  for (const OpTotals& time : trainer.op_timing()->times()) ops.insert(time.op);
   // The block's first product, 128 positions x C 48 -> 3C 144, forward and backward, and the scale
   // update.
   EXPECT_TRUE(ops.count("matmul_forward 128x48x144 +bias fp8")) << ::testing::PrintToString(ops);

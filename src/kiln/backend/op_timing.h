@@ -5,20 +5,16 @@
 // and the step is slower than unprofiled: use it to see where time goes, not to measure speed.
 // Selected by the config key `profile_ops` (`--profile-ops`).
 //
-// Each op also counts its work, so the table shows how far it runs from the hardware's limits:
-// the useful FLOPs of matrix products (2MKN forward, 4MKN backward with the input gradient, 2MKN
-// without) and attention (4 B NH T^2 HS forward, 2.5 times that backward, halved when causal: the
-// FlashAttention papers' convention), and for every op the bytes it must move at least (each
-// tensor it reads or writes once; accumulated outputs twice; embedding rows as gathered).
+// Each op also counts its work (op_work.h: useful FLOPs, least bytes moved), so the table shows
+// the rate each op achieved and, given the device's limits, how close it came to its roofline.
 #pragma once
 
-#include <chrono>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "kiln/backend/backend.h"
+#include "kiln/backend/op_work.h"
 
 namespace kiln {
 
@@ -26,18 +22,12 @@ class OpTimingBackend final : public Backend {
  public:
   explicit OpTimingBackend(std::unique_ptr<Backend> inner);
 
-  struct OpTime {
-    std::string op;  // e.g. "matmul_forward 4096x768x3072 +gelu", "layernorm_backward"
-    int64_t calls = 0;
-    double total_ms = 0.0;
-    double flops = 0.0;  // over all calls; 0 for ops that are only memory traffic
-    double bytes = 0.0;  // over all calls
-  };
-  std::vector<OpTime> times() const;  // most total time first
-  void reset_times() { times_.clear(); }
+  std::vector<OpTotals> times() const { return ledger_.totals(); }  // most total time first
+  void reset_times() { ledger_.clear(); }
   // A table for people: op, calls, total and per-call ms, share of the timed total, and the rate
-  // achieved: TFLOP/s for products and attention, GB/s for the rest.
-  static std::string format(const std::vector<OpTime>& times);
+  // achieved: TFLOP/s for products and attention, GB/s for the rest. With `limits` (the device's,
+  // perf/roofline.h), also each op's roofline time as a share of its measured time.
+  static std::string format(const std::vector<OpTotals>& times, const DeviceLimits* limits = nullptr);
 
   std::string_view name() const override { return inner_->name(); }
   Device device() const override { return inner_->device(); }
@@ -78,14 +68,11 @@ class OpTimingBackend final : public Backend {
   void convert(const Convert& args) override;
 
  private:
-  struct Work {
-    double flops = 0.0, bytes = 0.0;
-  };
-  // Runs `call`, waits for the device, and adds the wall time and `work` to `op`'s entry.
+  // Runs `call`, waits for the device, and adds the wall time and `work` to the ledger.
   template <typename Call>
-  auto timed(const std::string& op, Work work, Call call);
+  auto timed(const OpWork& work, Call call);
   std::unique_ptr<Backend> inner_;
-  std::map<std::string, OpTime> times_;
+  OpLedger ledger_;
 };
 
 }  // namespace kiln

@@ -122,7 +122,7 @@ void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
         {"recompute", resolved.recompute_policy().describe()}};
     if (const OpTimingBackend* timing = trainer.op_timing()) {
       out["op_times"] = nlohmann::json::array();
-      for (const OpTimingBackend::OpTime& time : timing->times())
+      for (const OpTotals& time : timing->times())
         out["op_times"].push_back({{"op", time.op}, {"calls", time.calls}, {"total_ms", time.total_ms}});
     }
     fmt::print("{}\n", out.dump());

@@ -1,0 +1,84 @@
+// What each op of the table must do at least, whatever back-end runs it: its useful FLOPs and the
+// bytes it must move, under a label of its name and, for matrix products and attention, its shape.
+// The per-op profile (op_timing.h) divides measured times by this work to give rates; the
+// counting back-end (op_counting.h) adds it up for a step that is never run, and `roofline_ms`
+// turns it into the least time a device could take (perf/roofline.h).
+//
+// FLOPs: matrix products 2MKN forward, 4MKN backward with the input gradient, 2MKN without;
+// attention 4 B NH T^2 HS forward and 2.5 times that backward, halved when causal (the
+// FlashAttention papers' convention); 0 for every other op.
+// Bytes: each tensor an op reads or writes once; accumulated outputs twice (read and written);
+// embedding rows as gathered; fp8 products also write and read back each fp8 copy of an operand
+// they cast (fp8_workspace.h). Scratch an implementation adds on top (the materialised attention
+// path's T x T matrices, a fallback kernel's extra pass) is not counted: that is the gap between
+// an implementation and this bound.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kiln/backend/ops.h"
+
+namespace kiln {
+
+struct OpWork {
+  std::string op;  // e.g. "matmul_forward 4096x768x3072 +bias +gelu", "layernorm_backward"
+  double flops = 0.0, bytes = 0.0;
+  bool fp8 = false;  // a product on fp8 tensor cores
+};
+
+OpWork work_of(const EmbeddingForward& args);
+OpWork work_of(const EmbeddingBackward& args);
+OpWork work_of(const LayerNormForward& args);
+OpWork work_of(const ResidualLayerNormForward& args);
+OpWork work_of(const LayerNormBackward& args);
+OpWork work_of(const MatmulForward& args);
+OpWork work_of(const MatmulBackward& args);
+OpWork work_of(const GeluForward& args);
+OpWork work_of(const GeluBackward& args);
+OpWork work_of(const AttentionForward& args);
+OpWork work_of(const AttentionBackward& args);
+OpWork work_of(const SoftmaxCrossEntropy& args);
+OpWork work_of(const ResidualForward& args);
+OpWork work_of(const AdamwStep& args);
+OpWork work_of(const SumOfSquares& args);
+OpWork work_of(const Fp8UpdateScales& args);
+OpWork work_of(const Fill& args);
+OpWork work_of(const Convert& args);
+
+// Every call of one label, added up.
+struct OpTotals {
+  std::string op;
+  int64_t calls = 0;
+  double flops = 0.0, bytes = 0.0;  // over all calls
+  bool fp8 = false;
+  double total_ms = 0.0;  // measured time over all calls (0 where nothing was run)
+};
+
+class OpLedger {
+ public:
+  void add(const OpWork& work, double ms = 0.0);
+  // Each label once; most measured time first, labels in order among equal times.
+  std::vector<OpTotals> totals() const;
+  void clear() { entries_.clear(); }
+
+ private:
+  std::map<std::string, OpTotals> entries_;
+};
+
+// The rates no op can exceed on a device: matrix products and attention in the run's precision,
+// fp8 products, and memory (TFLOP/s, TFLOP/s, GB/s).
+struct DeviceLimits {
+  double tflops = 0.0, fp8_tflops = 0.0, bandwidth_gb_per_s = 0.0;
+};
+
+// The least milliseconds `totals` can take at `limits`: its FLOPs at the product rate or its bytes
+// at the memory bandwidth, whichever is longer (the roofline model, Williams, Waterman and
+// Patterson 2009). Requires the limits the work needs to be positive.
+double roofline_ms(const OpTotals& totals, const DeviceLimits& limits);
+// Whether the FLOPs, not the bytes, set that bound.
+bool compute_bound(const OpTotals& totals, const DeviceLimits& limits);
+
+}  // namespace kiln

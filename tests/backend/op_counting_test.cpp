@@ -1,0 +1,110 @@
+// The op counter runs nothing, checks each op's arguments as a back-end does, and counts the same
+// work the per-op timer measures against.
+#include "kiln/backend/op_counting.h"
+
+#include <gtest/gtest.h>
+
+#include "kiln/backend/op_timing.h"
+#include "kiln/backend/registry.h"
+#include "support/device_tensors.h"
+#include "support/error_of.h"
+
+namespace kiln::testing {
+namespace {
+
+// A product with bias and GELU, its backward, and a fill, on `backend`.
+void some_ops(Backend& backend) {
+  DeviceTensors t(backend);
+  Rng rng(7);
+  const Tensor in = t.floats(random_floats(4 * 3, rng), {4, 3}), weight = t.floats(random_floats(3 * 6, rng), {3, 6});
+  const Tensor bias = t.floats(random_floats(6, rng), {6});
+  const Tensor out = t.poisoned({4, 6}), activated = t.poisoned({4, 6});
+  backend.matmul_forward({out, in, weight, bias, WeightLayout::InOut, activated});
+  const Tensor dweight = t.floats(std::vector<float>(18, 0.0f), {3, 6}), dbias = t.floats(std::vector<float>(6, 0.0f), {6});
+  backend.matmul_backward({t.poisoned({4, 3}), dweight, dbias, t.floats(random_floats(24, rng), {4, 6}), in, weight,
+                           WeightLayout::InOut});
+  backend.fill({t.poisoned({8}), 1.0f});
+}
+
+TEST(OpCounting, CountsTheWorkTheTimerMeasures) {
+  OpCountingBackend counter;
+  OpTimingBackend timing(make_backend("cpu"));
+  some_ops(counter);
+  some_ops(counter);
+  some_ops(timing);
+  some_ops(timing);
+  std::vector<OpTotals> timed;
+  for (const OpTotals& op : timing.times())
+    if (!op.op.starts_with("copy_to_")) timed.push_back(op);
+  const std::vector<OpTotals> counted = counter.totals();  // copies are not counted
+  ASSERT_EQ(counted.size(), 3u);
+  ASSERT_EQ(timed.size(), 3u);
+  for (const OpTotals& op : counted) {
+    const auto match = std::find_if(timed.begin(), timed.end(), [&](const OpTotals& t) { return t.op == op.op; });
+    ASSERT_NE(match, timed.end()) << op.op;
+    EXPECT_EQ(op.calls, 2) << op.op;
+    EXPECT_EQ(op.flops, match->flops) << op.op;
+    EXPECT_EQ(op.bytes, match->bytes) << op.op;
+    EXPECT_EQ(op.total_ms, 0.0) << op.op;
+  }
+  counter.clear();
+  EXPECT_TRUE(counter.totals().empty());
+}
+
+TEST(OpCounting, AddressesAreDistinctAlignedAndOwnNoMemory) {
+  OpCountingBackend counter;
+  {
+    const auto a = counter.allocate(100), b = counter.allocate(size_t{1} << 40);  // a terabyte: nothing is held
+    const auto c = counter.allocate(1);
+    for (const auto* buffer : {&a, &b, &c}) {
+      EXPECT_NE((*buffer)->data(), nullptr);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>((*buffer)->data()) % 256, 0u);
+    }
+    EXPECT_GE(static_cast<char*>(b->data()) - static_cast<char*>(a->data()), 100);
+    EXPECT_GE(static_cast<char*>(c->data()) - static_cast<char*>(b->data()), int64_t{1} << 40);
+    EXPECT_EQ(counter.peak_allocated_bytes(), 101 + (size_t{1} << 40));
+  }
+  const auto again = counter.allocate(8);
+  EXPECT_EQ(counter.peak_allocated_bytes(), 101 + (size_t{1} << 40));
+}
+
+TEST(OpCounting, ChecksArgumentsAndRefusesToRun) {
+  OpCountingBackend counter;
+  DeviceTensors t(counter);
+  const Tensor in = t.floats(std::vector<float>(4 * 3), {4, 3}), weight = t.floats(std::vector<float>(5 * 6), {5, 6});
+  EXPECT_NE(error_of([&] { counter.matmul_forward({t.poisoned({4, 6}), in, weight, Tensor{}}); }).find("matmul_forward"),
+            std::string::npos);
+  EXPECT_TRUE(counter.totals().empty());
+  EXPECT_NE(error_of([&] { counter.time_gemm_ms(DType::BF16, false, 8, 8, 8, 1); }).find("times nothing"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { counter.make_batch_stager({}); }).find("stages no batches"), std::string::npos);
+}
+
+// An fp8 product also writes and reads back each operand's fp8 copy, one byte an element.
+TEST(OpCounting, Fp8ProductsMoveTheirCastCopies) {
+  OpCountingBackend counter;
+  DeviceTensors t(counter, DType::BF16);
+  constexpr int64_t M = 32, K = 16, N = 48;
+  const Tensor in = t.acts(std::vector<float>(M * K), {M, K}), weight = t.acts(std::vector<float>(N * K), {N, K});
+  const Tensor out = t.acts(std::vector<float>(M * N), {M, N}), dout = t.acts(std::vector<float>(M * N), {M, N});
+  const Tensor din = t.acts(std::vector<float>(M * K), {M, K}), dweight = t.floats(std::vector<float>(N * K), {N, K});
+  const Tensor scalar = t.floats({1.0f}, {1});
+  const Fp8Matmul fp8{{scalar, scalar, scalar}, {scalar, scalar, scalar}, {scalar, scalar, scalar}};
+  const MatmulForward forward{out, in, weight, Tensor{}, WeightLayout::OutIn};
+  MatmulForward forward8 = forward;
+  forward8.fp8 = &fp8;
+  EXPECT_EQ(work_of(forward8).bytes - work_of(forward).bytes, 2.0 * (M * K + N * K));
+  EXPECT_TRUE(work_of(forward8).fp8);
+  const MatmulBackward both{din, dweight, Tensor{}, dout, in, weight, WeightLayout::OutIn};
+  MatmulBackward both8 = both, weight_only8 = both, weight_only = both;
+  both8.fp8 = weight_only8.fp8 = &fp8;
+  weight_only.din = weight_only8.din = Tensor{};
+  EXPECT_EQ(work_of(both8).bytes - work_of(both).bytes, 2.0 * (2 * M * N + K * M + K * N));
+  EXPECT_EQ(work_of(weight_only8).bytes - work_of(weight_only).bytes, 2.0 * (M * N + K * M));
+  counter.matmul_forward(forward8);
+  counter.matmul_backward(both8);
+  EXPECT_EQ(counter.totals().size(), 2u);
+}
+
+}  // namespace
+}  // namespace kiln::testing
