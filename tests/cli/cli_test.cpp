@@ -191,6 +191,18 @@ TEST(Cli, EstimateGpt3) {
   const Result no_speed = run_kiln(gpt2);
   EXPECT_EQ(no_speed.exit_code, 1);
   EXPECT_NE(no_speed.output.find("or ask for the memory rows alone"), std::string::npos) << no_speed.output;
+  // The roofline op by op: the largest op of GPT-2 124M at micro-batch 64 is the classifier's backward.
+  const Result ops = run_kiln(gpt2 + " ops");
+  ASSERT_EQ(ops.exit_code, 0) << ops.output;
+  EXPECT_NE(ops.output.find("roofline              65.63 ms per iteration"), std::string::npos) << ops.output;
+  EXPECT_NE(ops.output.find("matmul_backward 4096x768x50304                                16"), std::string::npos)
+      << ops.output;
+  EXPECT_NE(ops.output.find("all ops"), std::string::npos) << ops.output;
+  EXPECT_EQ(ops.output.find("memory per GPU"), std::string::npos) << ops.output;
+  const auto ops_json = nlohmann::json::parse(run_kiln(gpt2 + " ops --json").output);
+  double sum = 0;
+  for (const auto& op : ops_json["roofline"]["ops"]) sum += op["ms"].get<double>();
+  EXPECT_NEAR(sum, ops_json["roofline"]["ms_per_iteration"].get<double>(), 1e-9);
   const Result bad = run_kiln("estimate --num-layers 2 --hidden-size 64 --num-attention-heads 3 --seq-length 8 "
                               "--vocab-size 10 --global-batch-size 1 --tflops-per-gpu 1");
   EXPECT_EQ(bad.exit_code, 1);

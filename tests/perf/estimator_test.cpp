@@ -215,5 +215,36 @@ TEST(Estimator, BadInputNamesTheFlag) {
             std::string::npos);
 }
 
+// The roofline is one GPU's share of the iteration: more GPUs without ZeRO leave each the same
+// micro-batches and the whole optimizer; ZeRO-1 splits the optimizer's work, and fp8 runs the
+// block products at the fp8 rate.
+TEST(Estimator, RooflineOfOneGpusIteration) {
+  EstimateInput one = small_model();
+  one.global_batch_size = 8;  // two micro-batches of 4
+  const Estimate single = estimate(one);
+  EXPECT_GT(single.roofline.ms, 0.0);
+  EXPECT_DOUBLE_EQ(single.roofline.ms, single.roofline.compute_bound_ms + single.roofline.memory_bound_ms);
+  EXPECT_DOUBLE_EQ(single.roofline_tokens_per_second, 8 * 32 / (single.roofline.ms * 1e-3));
+  EXPECT_DOUBLE_EQ(single.roofline.limits.tflops, 989.4);  // h100-sxm, bf16
+
+  EstimateInput two = one;
+  two.global_batch_size = 16;
+  two.gpus = 2;
+  EXPECT_DOUBLE_EQ(estimate(two).roofline.ms, single.roofline.ms);
+  two.zero_stage = 1;
+  const Estimate sharded = estimate(two);
+  double adamw = 0, sharded_adamw = 0;
+  for (const RooflineOp& op : single.roofline.ops) adamw += op.totals.op == "adamw_step" ? op.ms : 0.0;
+  for (const RooflineOp& op : sharded.roofline.ops) sharded_adamw += op.totals.op == "adamw_step" ? op.ms : 0.0;
+  EXPECT_GT(adamw, 0.0);
+  EXPECT_DOUBLE_EQ(sharded_adamw, adamw / 2);
+
+  EstimateInput fp8 = one;
+  fp8.fp8_format = "hybrid";
+  bool any_fp8 = false;
+  for (const RooflineOp& op : estimate(fp8).roofline.ops) any_fp8 |= op.totals.fp8;
+  EXPECT_TRUE(any_fp8);
+}
+
 }  // namespace
 }  // namespace kiln

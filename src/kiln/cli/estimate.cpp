@@ -1,5 +1,6 @@
-// `kiln estimate`: parameters, FLOPs, speed, days to train and memory per GPU for a configuration
-// that is not run (perf/estimator.h), as a table or --json.
+// `kiln estimate`: parameters, FLOPs, speed, days to train, memory per GPU and the iteration's
+// roofline for a configuration that is not run (perf/estimator.h), as a table or --json.
+// Reports: all (the default), memory (the memory rows alone), ops (the roofline op by op).
 #include <fmt/format.h>
 
 #include <memory>
@@ -19,19 +20,21 @@ struct EstimateOptions {
   std::string recompute_granularity = "none", recompute_method;
   int64_t recompute_num_layers = 1;
   bool json = false;
-  std::string report = "all";  // all, memory
+  std::string report = "all";  // all, memory, ops
 };
 
 constexpr double kGiB = 1073741824.0;
 
 void print_speed(const EstimateInput& in, const Estimate& e);
+void print_roofline(const EstimateInput& in, const Estimate& e);
+void print_roofline_ops(const Roofline& roofline);
 void print_memory(const Estimate& e);
 
 std::string precision_name(const EstimateInput& in) {
   return in.fp8_format.empty() ? in.precision : in.precision + " + fp8 " + in.fp8_format;
 }
 
-void print_estimate(const EstimateInput& in, const Estimate& e, bool memory_only) {
+void print_estimate(const EstimateInput& in, const Estimate& e, const std::string& report) {
   fmt::print("# kiln estimate | GPT {} layers x {} hidden, {} heads, seq {}, vocab {} | global batch {}, "
              "micro-batch {}, {} x {} | {} | ZeRO-{} | recompute {}\n",
              in.num_layers, in.hidden_size, in.num_attention_heads, in.seq_length, in.vocab_size,
@@ -39,7 +42,9 @@ void print_estimate(const EstimateInput& in, const Estimate& e, bool memory_only
              in.recompute.describe());
   fmt::print("parameters            {:.4g} (closed form), {} (exact, as kiln builds it)\n", e.parameters_formula,
              e.parameters_exact);
-  if (!memory_only) print_speed(in, e);
+  if (report == "all") print_speed(in, e);
+  if (report != "memory") print_roofline(in, e);
+  if (report == "ops") return print_roofline_ops(e.roofline);
   print_memory(e);
 }
 
@@ -52,6 +57,27 @@ void print_speed(const EstimateInput& in, const Estimate& e) {
   fmt::print("training time         {:.1f} days for {:.3g} tokens on {} GPUs (8TP/nX, recomputation); "
              "{:.1f} days (6TP/nX, none)\n",
              e.days_with_recompute, in.tokens, in.gpus, e.days_without_recompute);
+}
+
+void print_roofline(const EstimateInput& in, const Estimate& e) {
+  const Roofline& r = e.roofline;
+  fmt::print("roofline              {:.4g} ms per iteration on one GPU at least, at the {} datasheet's {:.0f} TFLOP/s "
+             "({}) and {:.2f} TB/s: {:.4g} ms in compute-bound ops, {:.4g} ms in memory-bound ones; at most {:.4g} "
+             "tokens/s per GPU, model FLOPs at {:.1f}% of the {} peak\n",
+             r.ms, e.gpu.key, r.limits.tflops, in.precision, r.limits.bandwidth_gb_per_s * 1e-3, r.compute_bound_ms,
+             r.memory_bound_ms, e.roofline_tokens_per_second,
+             100 * e.flops_per_iteration / static_cast<double>(in.gpus) / (r.ms * 1e-3) / (r.limits.tflops * 1e12),
+             in.precision);
+}
+
+void print_roofline_ops(const Roofline& roofline) {
+  fmt::print("{:<56} {:>7} {:>11} {:>10} {:>8} {:>10} {:>7}\n", "op (one GPU, one iteration)", "calls", "GFLOP", "GB",
+             "bound", "least ms", "share");
+  for (const RooflineOp& op : roofline.ops)
+    fmt::print("{:<56} {:>7} {:>11.1f} {:>10.2f} {:>8} {:>10.3f} {:>6.1f}%\n", op.totals.op, op.totals.calls,
+               op.totals.flops * 1e-9, op.totals.bytes * 1e-9, op.compute_bound ? "compute" : "memory", op.ms,
+               100 * op.ms / roofline.ms);
+  fmt::print("{:<56} {:>7} {:>11} {:>10} {:>8} {:>10.3f}\n", "all ops", "", "", "", "", roofline.ms);
 }
 
 void print_memory(const Estimate& e) {
@@ -68,7 +94,7 @@ void print_memory(const Estimate& e) {
   fmt::print("largest micro-batch   {} fits on one {}\n", e.largest_micro_batch, e.gpu.key);
 }
 
-void print_json(const EstimateInput& in, const Estimate& e) {
+void print_json(const EstimateInput& in, const Estimate& e, const std::string& report) {
   nlohmann::json out = {
       {"gpu", e.gpu.key}, {"precision", in.precision}, {"fp8_format", in.fp8_format}, {"gpus", in.gpus}, {"zero_stage", in.zero_stage},
       {"recompute", in.recompute.describe()}, {"parameters_formula", e.parameters_formula},
@@ -80,7 +106,19 @@ void print_json(const EstimateInput& in, const Estimate& e) {
                         {"op_scratch", e.memory.workspace}, {"fp8_scaling", e.memory.fp8_scaling},
                         {"total", e.memory.total()}}},
       {"korthikanti_layer_bytes", e.korthikanti_layer_bytes},
-      {"largest_micro_batch", e.largest_micro_batch}};
+      {"largest_micro_batch", e.largest_micro_batch},
+      {"roofline", {{"ms_per_iteration", e.roofline.ms}, {"compute_bound_ms", e.roofline.compute_bound_ms},
+                    {"memory_bound_ms", e.roofline.memory_bound_ms},
+                    {"tokens_per_second_per_gpu", e.roofline_tokens_per_second},
+                    {"tflops", e.roofline.limits.tflops}, {"fp8_tflops", e.roofline.limits.fp8_tflops},
+                    {"bandwidth_gb_per_s", e.roofline.limits.bandwidth_gb_per_s}}}};
+  if (report == "ops") {
+    out["roofline"]["ops"] = nlohmann::json::array();
+    for (const RooflineOp& op : e.roofline.ops)
+      out["roofline"]["ops"].push_back({{"op", op.totals.op}, {"calls", op.totals.calls}, {"flops", op.totals.flops},
+                                        {"bytes", op.totals.bytes}, {"fp8", op.totals.fp8},
+                                        {"compute_bound", op.compute_bound}, {"ms", op.ms}});
+  }
   if (e.has_speed)
     out.update({{"seconds_per_iteration", e.seconds_per_iteration}, {"tflops_per_gpu", e.achieved_tflops_per_gpu},
                 {"share_of_peak", e.share_of_peak}, {"tokens", in.tokens},
@@ -94,8 +132,9 @@ void add_estimate_command(CLI::App& root) {
   auto options = std::make_shared<EstimateOptions>();
   EstimateInput& in = options->input;
   CLI::App* command = root.add_subcommand("estimate", "predict parameters, FLOPs, speed, days and memory");
-  command->add_option("report", options->report, "all (default) or memory: which rows to print")
-      ->check(CLI::IsMember({"all", "memory"}));
+  command->add_option("report", options->report,
+                      "all (default), memory (the memory rows alone) or ops (the roofline op by op)")
+      ->check(CLI::IsMember({"all", "memory", "ops"}));
   command->add_option("--num-layers", in.num_layers, "transformer blocks")->required();
   command->add_option("--hidden-size", in.hidden_size, "model width")->required();
   command->add_option("--num-attention-heads", in.num_attention_heads, "attention heads")->required();
@@ -122,12 +161,12 @@ void add_estimate_command(CLI::App& root) {
     if (options->tflops_per_gpu != 0) input.tflops_per_gpu = options->tflops_per_gpu;
     input.recompute = RecomputePolicy::parse(options->recompute_granularity, options->recompute_method,
                                              options->recompute_num_layers);
-    const bool memory_only = options->report == "memory";
-    KILN_CHECK(memory_only || input.time_per_iteration_s || input.tflops_per_gpu,
+    KILN_CHECK(options->report != "all" || input.time_per_iteration_s || input.tflops_per_gpu,
                "give one of --time-per-iteration (measured seconds) and --tflops-per-gpu (a target) for the "
-               "speed and days rows, or ask for the memory rows alone: kiln estimate memory ...");
+               "speed and days rows, or ask for the memory rows alone (kiln estimate memory ...) or the roofline "
+               "(kiln estimate ops ...)");
     const Estimate result = estimate(input);
-    options->json ? print_json(input, result) : print_estimate(input, result, memory_only);
+    options->json ? print_json(input, result, options->report) : print_estimate(input, result, options->report);
   });
 }
 

@@ -149,6 +149,24 @@ Estimate estimate(const EstimateInput& in) {
     (fits(middle) ? low : high) = middle;
   }
   out.largest_micro_batch = low;
+
+  IterationShape iteration;
+  iteration.gpt = shape;
+  iteration.micro_batch = in.micro_batch_size;
+  iteration.seq = in.seq_length;
+  iteration.accumulation = in.global_batch_size / (in.micro_batch_size * in.gpus);
+  iteration.dtype = dtype;
+  iteration.recompute = in.recompute;
+  iteration.optimizer_shards = in.zero_stage >= 1 ? in.gpus : 1;
+  if (fp8) {
+    Fp8Recipe recipe;
+    recipe.grad_dtype = in.fp8_format == "hybrid" ? DType::F8E5M2 : DType::F8E4M3;
+    recipe.amax_history = in.fp8_amax_history_len;
+    iteration.fp8 = recipe;
+  }
+  out.roofline = roofline(count_iteration_ops(iteration), datasheet_limits(*spec, in.precision));
+  out.roofline_tokens_per_second =
+      static_cast<double>(in.global_batch_size / in.gpus * in.seq_length) / (out.roofline.ms * 1e-3);
   return out;
 }
 

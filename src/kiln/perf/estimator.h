@@ -27,6 +27,9 @@
 //                 of peak stays against the bf16 peak (attention, classifier and loss stay bf16)
 //   fit           the largest micro-batch whose total fits in the GPU's memory, less 1.5 GiB
 //                 for the CUDA context and library workspaces
+//   roofline      the least time one GPU's share of an iteration can take at the datasheet's
+//                 rates, op by op, from the ops kiln's model issues (perf/roofline.h), and the
+//                 tokens/s per GPU that bounds
 // Parallelism is pure data parallelism over --gpus (tensor and pipeline parallelism are not modelled).
 // Inputs are validated; errors name the flag.
 #pragma once
@@ -37,6 +40,7 @@
 
 #include "kiln/nn/recompute.h"
 #include "kiln/perf/gpu_specs.h"
+#include "kiln/perf/roofline.h"
 
 namespace kiln {
 
@@ -74,6 +78,8 @@ struct Estimate {
   MemoryEstimate memory;
   double korthikanti_layer_bytes = 0, korthikanti_layer_bytes_full_recompute = 0;
   int64_t largest_micro_batch = 0;  // 0: not even 1 fits
+  Roofline roofline;                 // one GPU's iteration at the datasheet's rates
+  double roofline_tokens_per_second = 0;  // per GPU: its tokens per iteration / roofline.ms
   GpuSpec gpu;
 };
 

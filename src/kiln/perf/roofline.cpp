@@ -1,0 +1,110 @@
+#include "kiln/perf/roofline.h"
+
+#include <algorithm>
+#include <map>
+
+#include "kiln/backend/op_counting.h"
+#include "kiln/core/error.h"
+#include "kiln/nn/gpt.h"
+#include "kiln/optim/adamw.h"
+
+namespace kiln {
+namespace {
+
+// `totals` with every call, FLOP and byte counted `times` times.
+std::vector<OpTotals> repeated(std::vector<OpTotals> totals, int64_t times) {
+  for (OpTotals& entry : totals) {
+    entry.calls *= times;
+    entry.flops *= static_cast<double>(times);
+    entry.bytes *= static_cast<double>(times);
+  }
+  return totals;
+}
+
+// The optimizer's ops on one of `shards` GPUs that split its state: a 1/shards share of the work.
+std::vector<OpTotals> sharded(std::vector<OpTotals> totals, int64_t shards) {
+  for (OpTotals& entry : totals)
+    if (entry.op == "adamw_step" || entry.op == "sum_of_squares") entry.bytes /= static_cast<double>(shards);
+  return totals;
+}
+
+// Entries of both lists, those of one label added together.
+std::vector<OpTotals> merged(const std::vector<OpTotals>& a, const std::vector<OpTotals>& b) {
+  std::map<std::string, OpTotals> by_op;
+  for (const auto* list : {&a, &b})
+    for (const OpTotals& entry : *list) {
+      OpTotals& sum = by_op[entry.op];
+      sum.op = entry.op;
+      sum.calls += entry.calls;
+      sum.flops += entry.flops;
+      sum.bytes += entry.bytes;
+      sum.fp8 = entry.fp8;
+    }
+  std::vector<OpTotals> result;
+  for (auto& [op, entry] : by_op) result.push_back(entry);
+  return result;
+}
+
+}  // namespace
+
+IterationShape iteration_shape(const Config& config) {
+  IterationShape shape;
+  shape.gpt = config.gpt();
+  shape.micro_batch = config.micro_batch_size;
+  shape.seq = config.seq_length;
+  shape.accumulation = config.accumulation_steps();
+  shape.dtype = config.compute_dtype();
+  shape.recompute = config.recompute_policy();
+  shape.fp8 = config.fp8_recipe();
+  return shape;
+}
+
+std::vector<OpTotals> count_iteration_ops(const IterationShape& shape) {
+  KILN_CHECK(shape.micro_batch > 0 && shape.seq > 0 && shape.accumulation > 0 && shape.optimizer_shards > 0,
+             "an iteration needs a positive micro-batch, sequence, accumulation and optimizer shards, got {} x {} x {} "
+             "and {}",
+             shape.micro_batch, shape.seq, shape.accumulation, shape.optimizer_shards);
+  OpCountingBackend counter;
+  Gpt model(shape.gpt, counter, shape.dtype);
+  if (shape.fp8) model.enable_fp8(*shape.fp8);
+  model.allocate_activations(shape.micro_batch, shape.seq, shape.recompute);
+  AdamW optimizer(counter, model.layout(), model.params(), AdamwConfig{});
+  // Token 0 everywhere: the ops and their work depend on the shapes alone.
+  const std::vector<int32_t> tokens(static_cast<size_t>(shape.micro_batch * shape.seq), 0);
+
+  // Every micro-batch issues the same ops: count one and repeat it.
+  counter.clear();
+  model.forward(tokens, tokens, shape.micro_batch, shape.seq, /*prepare_backward=*/true);
+  model.backward();
+  const std::vector<OpTotals> micro_batches = repeated(counter.totals(), shape.accumulation);
+
+  counter.clear();
+  model.zero_grads();
+  counter.sum_of_squares({model.grads()});
+  optimizer.step(model.grads(), 1e-4f, 1.0f);
+  if (model.fp8()) model.fp8()->update_scales(1);
+  return merged(micro_batches, sharded(counter.totals(), shape.optimizer_shards));
+}
+
+DeviceLimits datasheet_limits(const GpuSpec& gpu, std::string_view precision) {
+  const DeviceLimits limits{gpu.peak_tflops(precision), gpu.fp8_tflops, gpu.bandwidth_tb_per_s * 1e3};
+  KILN_CHECK(limits.tflops > 0, "the {} datasheet gives no {} rate", gpu.key, precision);
+  KILN_CHECK(limits.bandwidth_gb_per_s > 0, "the {} datasheet gives no memory bandwidth", gpu.key);
+  return limits;
+}
+
+Roofline roofline(const std::vector<OpTotals>& ops, const DeviceLimits& limits) {
+  Roofline result;
+  result.limits = limits;
+  for (const OpTotals& totals : ops) {
+    const RooflineOp op{totals, roofline_ms(totals, limits), compute_bound(totals, limits)};
+    result.ms += op.ms;
+    (op.compute_bound ? result.compute_bound_ms : result.memory_bound_ms) += op.ms;
+    result.ops.push_back(op);
+  }
+  std::stable_sort(result.ops.begin(), result.ops.end(),
+                   [](const RooflineOp& a, const RooflineOp& b) { return a.ms > b.ms; });
+  return result;
+}
+
+}  // namespace kiln

@@ -1,0 +1,142 @@
+// The roofline of an iteration: the ops it counts are exactly those the Trainer's step issues, their
+// work matches closed forms, and each op takes the slower of its two bounds.
+#include "kiln/perf/roofline.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "kiln/train/trainer.h"
+#include "support/error_of.h"
+#include "support/small_gpt.h"
+
+namespace kiln {
+namespace {
+
+using testing::error_of;
+
+Config mock_gpt(const std::string& precision) {
+  Config config = testing::small_gpt_config("", "cpu");
+  config.data_path.clear();
+  config.mock_data = true;
+  config.vocab_size = 61;  // padded to 64
+  config.hidden_size = 32;
+  config.seq_length = 16;
+  config.micro_batch_size = 2;
+  config.global_batch_size = 4;  // two micro-batches per iteration
+  config.bf16 = precision == "bf16";
+  return config;
+}
+
+std::map<std::string, OpTotals> by_op(const std::vector<OpTotals>& ops) {
+  std::map<std::string, OpTotals> result;
+  for (const OpTotals& op : ops)
+    if (!op.op.starts_with("copy_to_")) result[op.op] = op;
+  return result;
+}
+
+// The CPU Trainer's second iteration, op by op as --profile-ops records it, against the count.
+void expect_count_matches_trainer(Config config) {
+  config.profile_ops = true;
+  Trainer trainer(config);
+  trainer.train_step();
+  trainer.op_timing()->reset_times();
+  trainer.train_step();
+  const auto measured = by_op(trainer.op_timing()->times());
+  const auto counted = by_op(count_iteration_ops(iteration_shape(trainer.config())));
+  ASSERT_EQ(measured.size(), counted.size());
+  for (const auto& [op, expected] : measured) {
+    ASSERT_TRUE(counted.count(op)) << op << " is issued by the step but not counted";
+    const OpTotals& got = counted.at(op);
+    EXPECT_EQ(got.calls, expected.calls) << op;
+    EXPECT_EQ(got.flops, expected.flops) << op;
+    EXPECT_EQ(got.bytes, expected.bytes) << op;
+    EXPECT_EQ(got.fp8, expected.fp8) << op;
+  }
+}
+
+TEST(Roofline, CountsTheOpsOfTheTrainersStep) {
+  expect_count_matches_trainer(mock_gpt("fp32"));
+  Config selective = mock_gpt("bf16");
+  selective.recompute_granularity = "selective";
+  expect_count_matches_trainer(selective);
+  Config full = mock_gpt("bf16");
+  full.recompute_granularity = "full";
+  full.recompute_method = "uniform";
+  expect_count_matches_trainer(full);
+  Config fp8 = mock_gpt("bf16");
+  fp8.fp8_format = "hybrid";
+  expect_count_matches_trainer(fp8);
+}
+
+TEST(Roofline, ProductAndAttentionFlopsFollowTheClosedForms) {
+  IterationShape shape;
+  shape.gpt.num_layers = 3;
+  shape.gpt.hidden_size = 64;
+  shape.gpt.num_heads = 4;
+  shape.gpt.vocab_size = 100;  // padded to 128
+  shape.gpt.max_position_embeddings = 32;
+  shape.micro_batch = 2;
+  shape.seq = 32;
+  shape.accumulation = 3;
+  shape.dtype = DType::BF16;
+  double products = 0, attention = 0;
+  for (const OpTotals& op : count_iteration_ops(shape)) {
+    if (op.op.starts_with("matmul_")) products += op.flops;
+    if (op.op.starts_with("attention_")) attention += op.flops;
+  }
+  // 6 FLOPs per token per weight of the 12 L C^2 block matrices and the (padded) classifier, every
+  // product with both gradients; causal attention 2 B T^2 C per layer forward, 2.5 times that back.
+  const double tokens = 3.0 * 2 * 32, B = 3.0 * 2, T = 32, C = 64, L = 3;
+  EXPECT_DOUBLE_EQ(products, 6 * tokens * (12 * L * C * C + 128 * C));
+  EXPECT_DOUBLE_EQ(attention, 3.5 * 2 * B * T * T * C * L);
+}
+
+TEST(Roofline, ShardedOptimizerStateSharesTheOptimizersWork) {
+  IterationShape shape;
+  shape.dtype = DType::BF16;
+  shape.seq = 16;
+  const auto whole = by_op(count_iteration_ops(shape));
+  shape.optimizer_shards = 4;
+  const auto quarter = by_op(count_iteration_ops(shape));
+  for (const auto& [op, totals] : whole) {
+    const bool optimizer = op == "adamw_step" || op == "sum_of_squares";
+    EXPECT_DOUBLE_EQ(quarter.at(op).bytes, optimizer ? totals.bytes / 4 : totals.bytes) << op;
+  }
+  shape.optimizer_shards = 0;
+  EXPECT_NE(error_of([&] { count_iteration_ops(shape); }).find("optimizer shards"), std::string::npos);
+}
+
+TEST(Roofline, EachOpTakesTheSlowerOfItsBounds) {
+  const DeviceLimits limits{100, 200, 1000};  // TFLOP/s, fp8 TFLOP/s, GB/s
+  const std::vector<OpTotals> ops = {
+      {"product", 1, 1e12, 1e9, false, 0},    // 10 ms of FLOPs, 1 ms of bytes
+      {"fp8 product", 1, 1e12, 1.5e10, true, 0},  // 5 ms of FLOPs at the fp8 rate, 15 ms of bytes
+      {"norm", 2, 0, 2e9, false, 0},          // 2 ms of bytes
+  };
+  const Roofline r = roofline(ops, limits);
+  EXPECT_DOUBLE_EQ(r.ms, 27.0);
+  EXPECT_DOUBLE_EQ(r.compute_bound_ms, 10.0);
+  EXPECT_DOUBLE_EQ(r.memory_bound_ms, 17.0);
+  ASSERT_EQ(r.ops.size(), 3u);
+  EXPECT_EQ(r.ops[0].totals.op, "fp8 product");  // most time first
+  EXPECT_FALSE(r.ops[0].compute_bound);
+  EXPECT_TRUE(r.ops[1].compute_bound);
+  EXPECT_DOUBLE_EQ(r.ops[2].ms, 2.0);
+  EXPECT_NE(error_of([&] { roofline(ops, DeviceLimits{100, 0, 1000}); }).find("no fp8 TFLOP/s limit for 'fp8 product'"),
+            std::string::npos);
+}
+
+TEST(Roofline, DatasheetLimits) {
+  const GpuSpec h100 = *find_gpu_by_key("h100-sxm");
+  const DeviceLimits bf16 = datasheet_limits(h100, "bf16");
+  EXPECT_DOUBLE_EQ(bf16.tflops, 989.4);
+  EXPECT_DOUBLE_EQ(bf16.fp8_tflops, 1978.9);
+  EXPECT_DOUBLE_EQ(bf16.bandwidth_gb_per_s, 3350.0);
+  EXPECT_DOUBLE_EQ(datasheet_limits(h100, "tf32").tflops, 494.7);
+  EXPECT_EQ(error_of([] { datasheet_limits(*find_gpu_by_key("v100"), "bf16"); }),
+            "the v100 datasheet gives no bf16 rate");
+}
+
+}  // namespace
+}  // namespace kiln
