@@ -54,6 +54,7 @@ runs() { [[ ",$stages," == *",$1,"* ]]; }
 # What is measured: GPT shapes "name layers hidden heads micro-batch" at sequence $seq, the
 # attention shapes "batch heads head-size", and the peers.
 seq=1024 vocab=50257 timing="" gemm_sizes=""
+datasheet=""  # kiln bench train finds the GPU's datasheet by its name
 shapes=("124M 12 768 12 64" "350M 24 1024 16 32" "774M 36 1280 20 16")
 lever_shape=${shapes[0]} fp8_shape=${shapes[2]}
 attention_shapes=("64 12 64" "16 16 128" "16 32 80")
@@ -65,6 +66,7 @@ if [[ -n $rehearse ]]; then
   echo "== REHEARSAL on the CUDA emulator: tiny shapes and a stand-in peer; no number below is a measurement"
   kiln=$(cd "$rehearse" && pwd)/kiln_on_emulator
   seq=32 vocab=256 timing="--warmup-iters 1 --timed-iters 1" gemm_sizes="--m 64 --n 48 --k 32 --iters 1"
+  datasheet="--gpu h100-sxm"  # the emulator's name is in no datasheet
   shapes=("124M 1 32 2 2" "350M 2 32 2 1" "774M 1 48 3 1")
   lever_shape=${shapes[0]} fp8_shape=${shapes[2]}
   attention_shapes=("1 2 64" "1 1 80")
@@ -122,7 +124,7 @@ if runs table; then
     model="--num-layers $layers --hidden-size $hidden --num-attention-heads $heads --seq-length $seq --micro-batch-size $micro"
     echo "== $name micro-batch $micro"
     measure "$results" "\"model\":\"$name\",\"who\":\"kiln\",\"mb\":$micro" \
-      "$kiln" bench train --device cuda --bf16 $model --vocab-size $vocab --skip-gemm-ceiling --json $timing
+      "$kiln" bench train --device cuda --bf16 $model --vocab-size $vocab --skip-gemm-ceiling --json $timing $datasheet
     for compiled in false true; do
       compile=""
       [[ $compiled == true ]] && compile=--compile
@@ -136,18 +138,22 @@ import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
 def speed(row):
     return (f"{row['tokens_per_second']:.0f}", f"{row['peak_memory_gib']:.1f}") if not row.get("failed") else ("failed", "")
+def roofline(row):  # the measured step's share of its roofline (kiln bench train: perf/roofline.h)
+    share = 0 if row.get("failed") else row["share_of_roofline"]
+    return f"{100 * share:.0f}%" if share > 0 else "n/a"
 def ratio(kiln, peer):
     if kiln.get("failed") or peer.get("failed"):
         return ""
     return f"{kiln['tokens_per_second'] / peer['tokens_per_second']:.2f}"
 print()
-print(f"{'model':>6} {'mb':>3} | {'kiln bf16 tok/s':>15} {'GiB':>6} | {'torch bf16 eager':>16} {'GiB':>6} {'ratio':>6} |"
+print(f"{'model':>6} {'mb':>3} | {'kiln bf16 tok/s':>15} {'GiB':>6} {'of roofline':>11} |"
+      f" {'torch bf16 eager':>16} {'GiB':>6} {'ratio':>6} |"
       f" {'torch bf16 compile':>18} {'GiB':>6} {'ratio':>6}")
 for model in dict.fromkeys(r["model"] for r in rows):
     kiln = next(r for r in rows if r["model"] == model and r["who"] == "kiln")
     peers = {r["compiled"]: r for r in rows if r["model"] == model and r["who"] == "pytorch"}
     eager, compiled = peers[False], peers[True]
-    print(f"{model:>6} {kiln['mb']:>3} | {speed(kiln)[0]:>15} {speed(kiln)[1]:>6} |"
+    print(f"{model:>6} {kiln['mb']:>3} | {speed(kiln)[0]:>15} {speed(kiln)[1]:>6} {roofline(kiln):>11} |"
           f" {speed(eager)[0]:>16} {speed(eager)[1]:>6} {ratio(kiln, eager):>6} |"
           f" {speed(compiled)[0]:>18} {speed(compiled)[1]:>6} {ratio(kiln, compiled):>6}")
 PY
@@ -162,25 +168,25 @@ if runs levers; then
   for switch in "" "--cuda-graph" "--no-fused-attention" "--no-warpgroup-attention" "--no-matmul-epilogues" \
                 "--recompute-granularity selective" "--fp8-format hybrid" "--fp8-format hybrid --cuda-graph"; do
     measure "$levers" "\"switch\":\"${switch:-(defaults)}\"" \
-      "$kiln" bench train --device cuda --bf16 $model --vocab-size $vocab --skip-gemm-ceiling --json $timing $switch
+      "$kiln" bench train --device cuda --bf16 $model --vocab-size $vocab --skip-gemm-ceiling --json $timing $datasheet $switch
   done
   # fp8 where the products weigh most: 774M micro-batch 16, bf16 with and without fp8 products.
   read -r name layers hidden heads micro <<< "$fp8_shape"
   for switch in "" "--fp8-format hybrid"; do
     measure "$levers" "\"switch\":\"$name/$micro ${switch:-(defaults)}\"" \
       "$kiln" bench train --device cuda --bf16 --num-layers $layers --hidden-size $hidden --num-attention-heads $heads \
-      --seq-length $seq --micro-batch-size $micro --vocab-size $vocab --skip-gemm-ceiling --json $timing $switch
+      --seq-length $seq --micro-batch-size $micro --vocab-size $vocab --skip-gemm-ceiling --json $timing $datasheet $switch
   done
   python3 - "$levers" <<'PY'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
-print(f"{'switch':>34} {'ms/iter':>8} {'tok/s':>9} {'GiB':>6}  back-end notes")
+print(f"{'switch':>34} {'ms/iter':>8} {'tok/s':>9} {'GiB':>6} {'roofline ms':>11}  back-end notes")
 for r in rows:
     if r.get("failed"):
         print(f"{r['switch']:>34} {'failed':>8}")
         continue
     print(f"{r['switch']:>34} {r['median_ms_per_iteration']:>8.1f} {r['tokens_per_second']:>9.0f}"
-          f" {r['peak_memory_gib']:>6.1f}  {r['backend_notes']}")
+          f" {r['peak_memory_gib']:>6.1f} {r['roofline_ms_per_iteration']:>11.3g}  {r['backend_notes']}")
 PY
   echo "== attention core alone, bf16 causal: kiln (fused: on wgmma where it runs, and on mma.sync; materialised) and PyTorch SDPA"
   attention=$out/attention.jsonl
@@ -214,7 +220,7 @@ PY
   profile_iters=5
   [[ -n $timing ]] && profile_iters=1
   "$kiln" bench train --device cuda --bf16 $model --vocab-size $vocab --skip-gemm-ceiling --warmup-iters 2 \
-    --timed-iters $profile_iters --profile-ops | tee "$out/profile.txt" || failures+=("kiln bench train --profile-ops")
+    --timed-iters $profile_iters --profile-ops $datasheet | tee "$out/profile.txt" || failures+=("kiln bench train --profile-ops")
 fi
 
 if ((${#failures[@]})); then

@@ -124,6 +124,10 @@ TEST(Cli, BenchCommandsOnTheCpu) {
   EXPECT_NEAR(train_json["tokens_per_second"].get<double>(),
               16.0 / (train_json["median_ms_per_iteration"].get<double>() * 1e-3), 1e-6);
   EXPECT_EQ(train_json["precision"], "fp32");
+  EXPECT_EQ(train_json["roofline_ms_per_iteration"].get<double>(), 0.0);  // no datasheet for a CPU
+  const Result bad_gpu = run_kiln("bench train --device cpu --gpu h800 --timed-iters 1");
+  EXPECT_EQ(bad_gpu.exit_code, 1);
+  EXPECT_NE(bad_gpu.output.find("--gpu 'h800' is not a datasheet"), std::string::npos) << bad_gpu.output;
 
   const Result attention = run_kiln("bench attention --device cpu --dtype bf16 --batch 2 --seq-length 16 "
                                     "--num-attention-heads 2 --head-size 8 --iters 2 --json");

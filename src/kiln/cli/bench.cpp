@@ -5,6 +5,9 @@
 // median iteration time, tokens/s, model TFLOP/s with PERF.md's 6N + 12 L C T FLOPs per token,
 // MFU against the datasheet peak and against the GEMM ceiling measured in the same run, the peak
 // of device memory held in kiln's buffers, and the device memory in use as the driver reports it.
+// On a GPU of the datasheet table it also gives the iteration's roofline (perf/roofline.h: the
+// least time that GPU could take for the same ops) and the measured step's share of it; with
+// --profile-ops, each op's share of its own.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -18,6 +21,7 @@
 #include "kiln/cli/config_flags.h"
 #include "kiln/core/error.h"
 #include "kiln/perf/gpu_specs.h"
+#include "kiln/perf/roofline.h"
 #include "kiln/train/trainer.h"
 
 namespace kiln::cli {
@@ -30,6 +34,7 @@ struct BenchTrainOptions {
   int64_t timed_iters = 10;
   bool json = false;
   bool skip_ceiling = false;
+  std::string gpu;  // datasheet key; empty: the one whose name the device's matches
 };
 
 // Iteration times; with --profile-ops, the op timer restarts when the warm-up ends.
@@ -66,6 +71,9 @@ double gemm_tflops(double ms, int64_t M, int64_t N, int64_t K) {
 void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
   KILN_CHECK(options.warmup_iters >= 0 && options.timed_iters > 0,
              "--warmup-iters must be >= 0 and --timed-iters positive");
+  const std::optional<GpuSpec> chosen_spec = find_gpu_by_key(options.gpu);
+  KILN_CHECK(options.gpu.empty() || chosen_spec,
+             "--gpu '{}' is not a datasheet kiln knows (kiln estimate --help lists them)", options.gpu);
   Config config = flags.build();
   config.mock_data = true;
   if (config.vocab_size == 0) config.vocab_size = 50257;
@@ -90,8 +98,11 @@ void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
   Backend& backend = trainer.backend();
   const std::string device = backend.description();
   const std::string precision = resolved.precision_name();
-  const auto spec = find_gpu_by_device_name(device);
+  const auto spec = options.gpu.empty() ? find_gpu_by_device_name(device) : chosen_spec;
   const double datasheet = spec ? spec->peak_tflops(precision) : 0.0;
+  const std::optional<DeviceLimits> limits =
+      datasheet > 0 ? std::optional(datasheet_limits(*spec, precision)) : std::nullopt;
+  const double iteration_roofline_ms = limits ? roofline(count_iteration_ops(iteration_shape(resolved)), *limits).ms : 0.0;
   const double peak_gib = static_cast<double>(backend.peak_allocated_bytes()) / 1073741824.0;
   // What the driver reports in use after the run and before the
   // ceiling measurement allocates its matrices: kiln's buffers plus the CUDA context and the
@@ -115,6 +126,8 @@ void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
         {"datasheet_peak_tflops", datasheet}, {"mfu_datasheet", datasheet > 0 ? model_tflops / datasheet : 0.0},
         {"gemm_ceiling_tflops", ceiling}, {"mfu_gemm_ceiling", ceiling > 0 ? model_tflops / ceiling : 0.0},
         {"peak_memory_gib", peak_gib}, {"device_used_gib", device_used_gib},
+        {"roofline_ms_per_iteration", iteration_roofline_ms},
+        {"share_of_roofline", iteration_roofline_ms > 0 ? iteration_roofline_ms / ms : 0.0},
         {"fused_attention", resolved.fused_attention}, {"matmul_epilogues", resolved.matmul_epilogues},
         {"warpgroup_attention", resolved.warpgroup_attention},
         {"cuda_graph", resolved.cuda_graph}, {"fp8_format", resolved.fp8_format},
@@ -123,7 +136,8 @@ void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
     if (const OpTimingBackend* timing = trainer.op_timing()) {
       out["op_times"] = nlohmann::json::array();
       for (const OpTotals& time : timing->times())
-        out["op_times"].push_back({{"op", time.op}, {"calls", time.calls}, {"total_ms", time.total_ms}});
+        out["op_times"].push_back({{"op", time.op}, {"calls", time.calls}, {"total_ms", time.total_ms},
+                                   {"roofline_ms", limits && !time.op.starts_with("copy_to_") ? roofline_ms(time, *limits) : 0.0}});
     }
     fmt::print("{}\n", out.dump());
     return;
@@ -139,11 +153,16 @@ void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
   const std::string mfu_ceiling = ceiling > 0 ? fmt::format("{:.1f}% of {:.0f}", 100 * model_tflops / ceiling, ceiling) : "n/a";
   fmt::print(" {:>14.2f} {:>14.0f} {:>14.2f} {:>16} {:>18} {:>16.2f} {:>16.2f}\n", ms, tokens_per_second,
              model_tflops, mfu_sheet, mfu_ceiling, peak_gib, device_used_gib);
+  if (iteration_roofline_ms > 0)
+    fmt::print("# roofline: {:.2f} ms per iteration at the {} datasheet's {:.0f} TFLOP/s and {:.2f} TB/s (the same ops "
+               "at their least time each); this run took {:.2f}x that\n",
+               iteration_roofline_ms, spec->key, limits->tflops, limits->bandwidth_gb_per_s * 1e-3,
+               ms / iteration_roofline_ms);
   if (const std::string notes = backend.run_notes(); !notes.empty()) fmt::print("# {}\n", notes);
   if (const OpTimingBackend* timing = trainer.op_timing())
     fmt::print("# time by op over the {} timed iterations (--profile-ops: a device wait after every op, so the "
                "iterations above are slower than unprofiled)\n{}",
-               options.timed_iters, OpTimingBackend::format(timing->times()));
+               options.timed_iters, OpTimingBackend::format(timing->times(), limits ? &*limits : nullptr));
 }
 
 struct BenchGemmOptions {
@@ -205,6 +224,8 @@ void add_bench_command(CLI::App& root) {
   train->add_option("--timed-iters", train_options->timed_iters, "iterations timed (median reported)");
   train->add_flag("--json", train_options->json, "one JSON object instead of the table");
   train->add_flag("--skip-gemm-ceiling", train_options->skip_ceiling, "do not measure the GEMM ceiling");
+  train->add_option("--gpu", train_options->gpu,
+                    "datasheet for MFU and the roofline (h100-sxm, h200, ...; default: the device's own, by name)");
   add_config_flags(*train, flags);
   train->callback([flags, train_options] { bench_train(*flags, *train_options); });
 
