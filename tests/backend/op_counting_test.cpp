@@ -16,12 +16,15 @@ namespace {
 void some_ops(Backend& backend) {
   DeviceTensors t(backend);
   Rng rng(7);
-  const Tensor in = t.floats(random_floats(4 * 3, rng), {4, 3}), weight = t.floats(random_floats(3 * 6, rng), {3, 6});
+  const Tensor in = t.floats(random_floats(4 * 3, rng), {4, 3}),
+               weight = t.floats(random_floats(3 * 6, rng), {3, 6});
   const Tensor bias = t.floats(random_floats(6, rng), {6});
   const Tensor out = t.poisoned({4, 6}), activated = t.poisoned({4, 6});
   backend.matmul_forward({out, in, weight, bias, WeightLayout::InOut, activated});
-  const Tensor dweight = t.floats(std::vector<float>(18, 0.0f), {3, 6}), dbias = t.floats(std::vector<float>(6, 0.0f), {6});
-  backend.matmul_backward({t.poisoned({4, 3}), dweight, dbias, t.floats(random_floats(24, rng), {4, 6}), in, weight,
+  const Tensor dweight = t.floats(std::vector<float>(18, 0.0f), {3, 6}),
+               dbias = t.floats(std::vector<float>(6, 0.0f), {6});
+  backend.matmul_backward({t.poisoned({4, 3}), dweight, dbias,
+                           t.floats(random_floats(24, rng), {4, 6}), in, weight,
                            WeightLayout::InOut});
   backend.fill({t.poisoned({8}), 1.0f});
 }
@@ -40,7 +43,8 @@ TEST(OpCounting, CountsTheWorkTheTimerMeasures) {
   ASSERT_EQ(counted.size(), 3u);
   ASSERT_EQ(timed.size(), 3u);
   for (const OpTotals& op : counted) {
-    const auto match = std::find_if(timed.begin(), timed.end(), [&](const OpTotals& t) { return t.op == op.op; });
+    const auto match =
+        std::find_if(timed.begin(), timed.end(), [&](const OpTotals& t) { return t.op == op.op; });
     ASSERT_NE(match, timed.end()) << op.op;
     EXPECT_EQ(op.calls, 2) << op.op;
     EXPECT_EQ(op.flops, match->flops) << op.op;
@@ -54,7 +58,8 @@ TEST(OpCounting, CountsTheWorkTheTimerMeasures) {
 TEST(OpCounting, AddressesAreDistinctAlignedAndOwnNoMemory) {
   OpCountingBackend counter;
   {
-    const auto a = counter.allocate(100), b = counter.allocate(size_t{1} << 40);  // a terabyte: nothing is held
+    const auto a = counter.allocate(100),
+               b = counter.allocate(size_t{1} << 40);  // a terabyte: nothing is held
     const auto c = counter.allocate(1);
     for (const auto* buffer : {&a, &b, &c}) {
       EXPECT_NE((*buffer)->data(), nullptr);
@@ -71,13 +76,18 @@ TEST(OpCounting, AddressesAreDistinctAlignedAndOwnNoMemory) {
 TEST(OpCounting, ChecksArgumentsAndRefusesToRun) {
   OpCountingBackend counter;
   DeviceTensors t(counter);
-  const Tensor in = t.floats(std::vector<float>(4 * 3), {4, 3}), weight = t.floats(std::vector<float>(5 * 6), {5, 6});
-  EXPECT_NE(error_of([&] { counter.matmul_forward({t.poisoned({4, 6}), in, weight, Tensor{}}); }).find("matmul_forward"),
+  const Tensor in = t.floats(std::vector<float>(4 * 3), {4, 3}),
+               weight = t.floats(std::vector<float>(5 * 6), {5, 6});
+  EXPECT_NE(error_of([&] {
+              counter.matmul_forward({t.poisoned({4, 6}), in, weight, Tensor{}});
+            }).find("matmul_forward"),
             std::string::npos);
   EXPECT_TRUE(counter.totals().empty());
-  EXPECT_NE(error_of([&] { counter.time_gemm_ms(DType::BF16, false, 8, 8, 8, 1); }).find("times nothing"),
+  EXPECT_NE(
+      error_of([&] { counter.time_gemm_ms(DType::BF16, false, 8, 8, 8, 1); }).find("times nothing"),
+      std::string::npos);
+  EXPECT_NE(error_of([&] { counter.make_batch_stager({}); }).find("stages no batches"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { counter.make_batch_stager({}); }).find("stages no batches"), std::string::npos);
 }
 
 // An fp8 product also writes and reads back each operand's fp8 copy, one byte an element.
@@ -85,9 +95,12 @@ TEST(OpCounting, Fp8ProductsMoveTheirCastCopies) {
   OpCountingBackend counter;
   DeviceTensors t(counter, DType::BF16);
   constexpr int64_t M = 32, K = 16, N = 48;
-  const Tensor in = t.acts(std::vector<float>(M * K), {M, K}), weight = t.acts(std::vector<float>(N * K), {N, K});
-  const Tensor out = t.acts(std::vector<float>(M * N), {M, N}), dout = t.acts(std::vector<float>(M * N), {M, N});
-  const Tensor din = t.acts(std::vector<float>(M * K), {M, K}), dweight = t.floats(std::vector<float>(N * K), {N, K});
+  const Tensor in = t.acts(std::vector<float>(M * K), {M, K}),
+               weight = t.acts(std::vector<float>(N * K), {N, K});
+  const Tensor out = t.acts(std::vector<float>(M * N), {M, N}),
+               dout = t.acts(std::vector<float>(M * N), {M, N});
+  const Tensor din = t.acts(std::vector<float>(M * K), {M, K}),
+               dweight = t.floats(std::vector<float>(N * K), {N, K});
   const Tensor scalar = t.floats({1.0f}, {1});
   const Fp8Matmul fp8{{scalar, scalar, scalar}, {scalar, scalar, scalar}, {scalar, scalar, scalar}};
   const MatmulForward forward{out, in, weight, Tensor{}, WeightLayout::OutIn};

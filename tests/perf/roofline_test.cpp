@@ -1,5 +1,5 @@
-// The roofline of an iteration: the ops it counts are exactly those the Trainer's step issues, their
-// work matches closed forms, and each op takes the slower of its two bounds.
+// The roofline of an iteration: the ops it counts are exactly those the Trainer's step issues,
+// their work matches closed forms, and each op takes the slower of its two bounds.
 #include "kiln/perf/roofline.h"
 
 #include <gtest/gtest.h>
@@ -104,15 +104,16 @@ TEST(Roofline, ShardedOptimizerStateSharesTheOptimizersWork) {
     EXPECT_DOUBLE_EQ(quarter.at(op).bytes, optimizer ? totals.bytes / 4 : totals.bytes) << op;
   }
   shape.optimizer_shards = 0;
-  EXPECT_NE(error_of([&] { count_iteration_ops(shape); }).find("optimizer shards"), std::string::npos);
+  EXPECT_NE(error_of([&] { count_iteration_ops(shape); }).find("optimizer shards"),
+            std::string::npos);
 }
 
 TEST(Roofline, EachOpTakesTheSlowerOfItsBounds) {
   const DeviceLimits limits{100, 200, 1000};  // TFLOP/s, fp8 TFLOP/s, GB/s
   const std::vector<OpTotals> ops = {
-      {"product", 1, 1e12, 1e9, false, 0},    // 10 ms of FLOPs, 1 ms of bytes
+      {"product", 1, 1e12, 1e9, false, 0},        // 10 ms of FLOPs, 1 ms of bytes
       {"fp8 product", 1, 1e12, 1.5e10, true, 0},  // 5 ms of FLOPs at the fp8 rate, 15 ms of bytes
-      {"norm", 2, 0, 2e9, false, 0},          // 2 ms of bytes
+      {"norm", 2, 0, 2e9, false, 0},              // 2 ms of bytes
   };
   const Roofline r = roofline(ops, limits);
   EXPECT_DOUBLE_EQ(r.ms, 27.0);
@@ -123,7 +124,9 @@ TEST(Roofline, EachOpTakesTheSlowerOfItsBounds) {
   EXPECT_FALSE(r.ops[0].compute_bound);
   EXPECT_TRUE(r.ops[1].compute_bound);
   EXPECT_DOUBLE_EQ(r.ops[2].ms, 2.0);
-  EXPECT_NE(error_of([&] { roofline(ops, DeviceLimits{100, 0, 1000}); }).find("no fp8 TFLOP/s limit for 'fp8 product'"),
+  EXPECT_NE(error_of([&] {
+              roofline(ops, DeviceLimits{100, 0, 1000});
+            }).find("no fp8 TFLOP/s limit for 'fp8 product'"),
             std::string::npos);
 }
 

@@ -40,21 +40,43 @@ double OpCountingBackend::time_gemm_ms(DType, bool, int64_t, int64_t, int64_t, i
   fail("the op counter times nothing: measure the GEMM ceiling with --device cuda");
 }
 
-void OpCountingBackend::embedding_forward(const EmbeddingForward& a) { count(a, checks::embedding_forward); }
-void OpCountingBackend::embedding_backward(const EmbeddingBackward& a) { count(a, checks::embedding_backward); }
-void OpCountingBackend::layernorm_forward(const LayerNormForward& a) { count(a, checks::layernorm_forward); }
-void OpCountingBackend::residual_layernorm_forward(const ResidualLayerNormForward& a) { count(a, checks::residual_layernorm_forward); }
-void OpCountingBackend::layernorm_backward(const LayerNormBackward& a) { count(a, checks::layernorm_backward); }
+void OpCountingBackend::embedding_forward(const EmbeddingForward& a) {
+  count(a, checks::embedding_forward);
+}
+void OpCountingBackend::embedding_backward(const EmbeddingBackward& a) {
+  count(a, checks::embedding_backward);
+}
+void OpCountingBackend::layernorm_forward(const LayerNormForward& a) {
+  count(a, checks::layernorm_forward);
+}
+void OpCountingBackend::residual_layernorm_forward(const ResidualLayerNormForward& a) {
+  count(a, checks::residual_layernorm_forward);
+}
+void OpCountingBackend::layernorm_backward(const LayerNormBackward& a) {
+  count(a, checks::layernorm_backward);
+}
 void OpCountingBackend::matmul_forward(const MatmulForward& a) { count(a, checks::matmul_forward); }
-void OpCountingBackend::matmul_backward(const MatmulBackward& a) { count(a, checks::matmul_backward); }
+void OpCountingBackend::matmul_backward(const MatmulBackward& a) {
+  count(a, checks::matmul_backward);
+}
 void OpCountingBackend::gelu_forward(const GeluForward& a) { count(a, checks::gelu_forward); }
 void OpCountingBackend::gelu_backward(const GeluBackward& a) { count(a, checks::gelu_backward); }
-void OpCountingBackend::attention_forward(const AttentionForward& a) { count(a, checks::attention_forward); }
-void OpCountingBackend::attention_backward(const AttentionBackward& a) { count(a, checks::attention_backward); }
-void OpCountingBackend::softmax_cross_entropy(const SoftmaxCrossEntropy& a) { count(a, checks::softmax_cross_entropy); }
-void OpCountingBackend::residual_forward(const ResidualForward& a) { count(a, checks::residual_forward); }
+void OpCountingBackend::attention_forward(const AttentionForward& a) {
+  count(a, checks::attention_forward);
+}
+void OpCountingBackend::attention_backward(const AttentionBackward& a) {
+  count(a, checks::attention_backward);
+}
+void OpCountingBackend::softmax_cross_entropy(const SoftmaxCrossEntropy& a) {
+  count(a, checks::softmax_cross_entropy);
+}
+void OpCountingBackend::residual_forward(const ResidualForward& a) {
+  count(a, checks::residual_forward);
+}
 void OpCountingBackend::adamw_step(const AdamwStep& a) { count(a, checks::adamw_step); }
-void OpCountingBackend::fp8_update_scales(const Fp8UpdateScales& a) { count(a, checks::fp8_update_scales); }
+void OpCountingBackend::fp8_update_scales(const Fp8UpdateScales& a) {
+  count(a, checks::fp8_update_scales);
+}
 void OpCountingBackend::fill(const Fill& a) { count(a, checks::fill); }
 void OpCountingBackend::convert(const Convert& a) { count(a, checks::convert); }
 double OpCountingBackend::sum_of_squares(const SumOfSquares& a) {

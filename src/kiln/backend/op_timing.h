@@ -27,7 +27,8 @@ class OpTimingBackend final : public Backend {
   // A table for people: op, calls, total and per-call ms, share of the timed total, and the rate
   // achieved: TFLOP/s for products and attention, GB/s for the rest. With `limits` (the device's,
   // perf/roofline.h), also each op's roofline time as a share of its measured time.
-  static std::string format(const std::vector<OpTotals>& times, const DeviceLimits* limits = nullptr);
+  static std::string format(const std::vector<OpTotals>& times,
+                            const DeviceLimits* limits = nullptr);
 
   std::string_view name() const override { return inner_->name(); }
   Device device() const override { return inner_->device(); }
@@ -39,12 +40,17 @@ class OpTimingBackend final : public Backend {
   void synchronize() override { inner_->synchronize(); }
   size_t peak_allocated_bytes() const override { return inner_->peak_allocated_bytes(); }
   std::optional<DeviceMemory> device_memory() const override { return inner_->device_memory(); }
-  size_t reserve_workspace(const WorkspaceNeeds& needs) override { return inner_->reserve_workspace(needs); }
-  size_t workspace_bytes(const WorkspaceNeeds& needs) const override { return inner_->workspace_bytes(needs); }
+  size_t reserve_workspace(const WorkspaceNeeds& needs) override {
+    return inner_->reserve_workspace(needs);
+  }
+  size_t workspace_bytes(const WorkspaceNeeds& needs) const override {
+    return inner_->workspace_bytes(needs);
+  }
   std::unique_ptr<BatchStager> make_batch_stager(const StagerOptions& options) override {
     return inner_->make_batch_stager(options);
   }
-  double time_gemm_ms(DType dtype, bool tf32, int64_t M, int64_t N, int64_t K, int iterations) override {
+  double time_gemm_ms(DType dtype, bool tf32, int64_t M, int64_t N, int64_t K,
+                      int iterations) override {
     return inner_->time_gemm_ms(dtype, tf32, M, N, K, iterations);
   }
 

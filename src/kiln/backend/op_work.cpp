@@ -11,7 +11,9 @@
 namespace kiln {
 namespace {
 
-int64_t last_dim(const Tensor& tensor) { return tensor.shape.rank ? tensor.shape[tensor.shape.rank - 1] : 0; }
+int64_t last_dim(const Tensor& tensor) {
+  return tensor.shape.rank ? tensor.shape[tensor.shape.rank - 1] : 0;
+}
 
 // "M x K x N" of a product whose input is [.., K] with M rows and whose output has N columns.
 std::string product_shape(const Tensor& in, int64_t N) {
@@ -22,7 +24,8 @@ std::string product_shape(const Tensor& in, int64_t N) {
 // "B x T, NH heads of HS" from qkv [B, T, 3C].
 std::string attention_shape(const Tensor& qkv, int num_heads) {
   if (qkv.shape.rank != 3 || num_heads <= 0) return qkv.shape.to_string();
-  return fmt::format("{}x{}, {} heads of {}", qkv.shape[0], qkv.shape[1], num_heads, qkv.shape[2] / 3 / num_heads);
+  return fmt::format("{}x{}, {} heads of {}", qkv.shape[0], qkv.shape[1], num_heads,
+                     qkv.shape[2] / 3 / num_heads);
 }
 
 // Bytes of the tensors given, empty ones counting nothing.
@@ -34,12 +37,15 @@ double bytes_of(std::initializer_list<const Tensor*> tensors) {
 }
 
 // 2 M K N for a product whose input is [M, K] and output has N columns.
-double product_flops(const Tensor& in, int64_t N) { return 2.0 * static_cast<double>(in.numel()) * N; }
+double product_flops(const Tensor& in, int64_t N) {
+  return 2.0 * static_cast<double>(in.numel()) * N;
+}
 
 // perf/flops.h's count for qkv [B, T, 3C].
 double attention_flops(const Tensor& qkv, AttentionMask mask) {
   if (qkv.shape.rank != 3) return 0.0;
-  return attention_forward_flops(qkv.shape[0], qkv.shape[1], qkv.shape[2] / 3, mask != AttentionMask::KeyPadding);
+  return attention_forward_flops(qkv.shape[0], qkv.shape[1], qkv.shape[2] / 3,
+                                 mask != AttentionMask::KeyPadding);
 }
 
 // An fp8 product writes each fp8 copy once (the cast) and reads it once (the product), one byte an
@@ -47,7 +53,8 @@ double attention_flops(const Tensor& qkv, AttentionMask mask) {
 // weight gradient, and dout and the weight again for the input gradient (fp8_workspace.h).
 double fp8_copies_bytes(int64_t M, int64_t K, int64_t N, bool forward, bool input_gradient) {
   const double elements = forward ? static_cast<double>(M * K + N * K)
-                                  : static_cast<double>(M * N + K * M) + (input_gradient ? static_cast<double>(M * N + K * N) : 0.0);
+                                  : static_cast<double>(M * N + K * M) +
+                                        (input_gradient ? static_cast<double>(M * N + K * N) : 0.0);
   return 2.0 * elements;
 }
 
@@ -60,23 +67,29 @@ OpWork work_of(const EmbeddingForward& a) {
 // Traffic: dout and tokens read; per position one wte gradient row (fp32) read and written; dwpe's
 // used rows read and written.
 OpWork work_of(const EmbeddingBackward& a) {
-  const double rows = a.dout.shape.rank == 3 ? static_cast<double>(a.dout.shape[0] * a.dout.shape[1]) : 0.0;
-  const double row_bytes = a.dwte.shape.rank == 2 ? static_cast<double>(a.dwte.shape[1]) * sizeof(float) : 0.0;
+  const double rows =
+      a.dout.shape.rank == 3 ? static_cast<double>(a.dout.shape[0] * a.dout.shape[1]) : 0.0;
+  const double row_bytes =
+      a.dwte.shape.rank == 2 ? static_cast<double>(a.dwte.shape[1]) * sizeof(float) : 0.0;
   const double positions = a.dout.shape.rank == 3 ? static_cast<double>(a.dout.shape[1]) : 0.0;
-  return {"embedding_backward", 0.0, bytes_of({&a.dout, &a.tokens}) + 2 * rows * row_bytes + 2 * positions * row_bytes};
+  return {"embedding_backward", 0.0,
+          bytes_of({&a.dout, &a.tokens}) + 2 * rows * row_bytes + 2 * positions * row_bytes};
 }
 OpWork work_of(const LayerNormForward& a) {
-  return {"layernorm_forward", 0.0, bytes_of({&a.out, &a.mean, &a.rstd, &a.in, &a.weight, &a.bias})};
+  return {"layernorm_forward", 0.0,
+          bytes_of({&a.out, &a.mean, &a.rstd, &a.in, &a.weight, &a.bias})};
 }
 OpWork work_of(const ResidualLayerNormForward& a) {
   const LayerNormForward& n = a.norm;
   return {"residual_layernorm_forward", 0.0,
-          bytes_of({&n.out, &n.mean, &n.rstd, &n.in, &n.weight, &n.bias, &a.residual, &a.residual_out})};
+          bytes_of(
+              {&n.out, &n.mean, &n.rstd, &n.in, &n.weight, &n.bias, &a.residual, &a.residual_out})};
 }
 // din, dweight and dbias accumulate: read and written.
 OpWork work_of(const LayerNormBackward& a) {
   return {"layernorm_backward", 0.0,
-          2 * bytes_of({&a.din, &a.dweight, &a.dbias}) + bytes_of({&a.dout, &a.in, &a.weight, &a.mean, &a.rstd})};
+          2 * bytes_of({&a.din, &a.dweight, &a.dbias}) +
+              bytes_of({&a.dout, &a.in, &a.weight, &a.mean, &a.rstd})};
 }
 OpWork work_of(const MatmulForward& a) {
   const int64_t N = last_dim(a.out), K = last_dim(a.in), M = K ? a.in.numel() / K : 0;
@@ -96,15 +109,18 @@ OpWork work_of(const MatmulBackward& a) {
   return {"matmul_backward " + product_shape(a.in, N) + (a.dbias.empty() ? "" : " +dbias") +
               (a.gelu_in.empty() ? "" : " +dgelu") + (fp8 ? " fp8" : ""),
           product_flops(a.in, N) * (input_gradient ? 2.0 : 1.0),
-          2 * bytes_of({&a.dweight, &a.dbias}) + bytes_of({&a.din, &a.dout, &a.in, &a.weight, &a.gelu_in}) +
+          2 * bytes_of({&a.dweight, &a.dbias}) +
+              bytes_of({&a.din, &a.dout, &a.in, &a.weight, &a.gelu_in}) +
               (fp8 ? fp8_copies_bytes(M, K, N, /*forward=*/false, input_gradient) : 0.0),
           fp8};
 }
 OpWork work_of(const GeluForward& a) { return {"gelu_forward", 0.0, bytes_of({&a.out, &a.in})}; }
-OpWork work_of(const GeluBackward& a) { return {"gelu_backward", 0.0, bytes_of({&a.din, &a.in, &a.dout})}; }
+OpWork work_of(const GeluBackward& a) {
+  return {"gelu_backward", 0.0, bytes_of({&a.din, &a.in, &a.dout})};
+}
 OpWork work_of(const AttentionForward& a) {
-  return {"attention_forward " + attention_shape(a.qkv, a.num_heads), attention_flops(a.qkv, a.mask),
-          bytes_of({&a.out, &a.lse, &a.qkv, &a.key_mask})};
+  return {"attention_forward " + attention_shape(a.qkv, a.num_heads),
+          attention_flops(a.qkv, a.mask), bytes_of({&a.out, &a.lse, &a.qkv, &a.key_mask})};
 }
 OpWork work_of(const AttentionBackward& a) {
   return {"attention_backward " + attention_shape(a.qkv, a.num_heads),
@@ -116,7 +132,9 @@ OpWork work_of(const SoftmaxCrossEntropy& a) {
   return {"softmax_cross_entropy", 0.0,
           (a.write_grad ? 2.0 : 1.0) * bytes_of({&a.logits}) + bytes_of({&a.losses, &a.targets})};
 }
-OpWork work_of(const ResidualForward& a) { return {"residual_forward", 0.0, bytes_of({&a.out, &a.a, &a.b})}; }
+OpWork work_of(const ResidualForward& a) {
+  return {"residual_forward", 0.0, bytes_of({&a.out, &a.a, &a.b})};
+}
 // master and both moments read and written, the gradient read, the parameters written.
 OpWork work_of(const AdamwStep& a) {
   const bool separate = !a.param_out.empty() && a.param_out.data != a.master.data;
@@ -125,7 +143,9 @@ OpWork work_of(const AdamwStep& a) {
               (separate ? bytes_of({&a.param_out}) : 0.0)};
 }
 OpWork work_of(const SumOfSquares& a) { return {"sum_of_squares", 0.0, bytes_of({&a.in})}; }
-OpWork work_of(const Fp8UpdateScales& a) { return {"fp8_update_scales", 0.0, 2 * bytes_of({&a.state})}; }
+OpWork work_of(const Fp8UpdateScales& a) {
+  return {"fp8_update_scales", 0.0, 2 * bytes_of({&a.state})};
+}
 OpWork work_of(const Fill& a) { return {"fill", 0.0, bytes_of({&a.out})}; }
 OpWork work_of(const Convert& a) { return {"convert", 0.0, bytes_of({&a.out, &a.in})}; }
 
@@ -155,8 +175,10 @@ struct Bounds {
 
 Bounds bounds(const OpTotals& totals, const DeviceLimits& limits) {
   const double rate = totals.fp8 ? limits.fp8_tflops : limits.tflops;
-  KILN_CHECK(totals.flops == 0.0 || rate > 0.0, "no {}TFLOP/s limit for '{}'", totals.fp8 ? "fp8 " : "", totals.op);
-  KILN_CHECK(totals.bytes == 0.0 || limits.bandwidth_gb_per_s > 0.0, "no memory bandwidth for '{}'", totals.op);
+  KILN_CHECK(totals.flops == 0.0 || rate > 0.0, "no {}TFLOP/s limit for '{}'",
+             totals.fp8 ? "fp8 " : "", totals.op);
+  KILN_CHECK(totals.bytes == 0.0 || limits.bandwidth_gb_per_s > 0.0, "no memory bandwidth for '{}'",
+             totals.op);
   return {totals.flops > 0.0 ? totals.flops / (rate * 1e12) : 0.0,
           totals.bytes > 0.0 ? totals.bytes / (limits.bandwidth_gb_per_s * 1e9) : 0.0};
 }

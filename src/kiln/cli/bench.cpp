@@ -102,7 +102,8 @@ void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
   const double datasheet = spec ? spec->peak_tflops(precision) : 0.0;
   const std::optional<DeviceLimits> limits =
       datasheet > 0 ? std::optional(datasheet_limits(*spec, precision)) : std::nullopt;
-  const double iteration_roofline_ms = limits ? roofline(count_iteration_ops(iteration_shape(resolved)), *limits).ms : 0.0;
+  const double iteration_roofline_ms =
+      limits ? roofline(count_iteration_ops(iteration_shape(resolved)), *limits).ms : 0.0;
   const double peak_gib = static_cast<double>(backend.peak_allocated_bytes()) / 1073741824.0;
   // What the driver reports in use after the run and before the
   // ceiling measurement allocates its matrices: kiln's buffers plus the CUDA context and the
@@ -135,9 +136,12 @@ void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
         {"recompute", resolved.recompute_policy().describe()}};
     if (const OpTimingBackend* timing = trainer.op_timing()) {
       out["op_times"] = nlohmann::json::array();
-      for (const OpTotals& time : timing->times())
+      for (const OpTotals& time : timing->times()) {
+        // Copies cross the host link: no device-memory roofline applies to them.
+        const bool bounded = limits && !time.op.starts_with("copy_to_");
         out["op_times"].push_back({{"op", time.op}, {"calls", time.calls}, {"total_ms", time.total_ms},
-                                   {"roofline_ms", limits && !time.op.starts_with("copy_to_") ? roofline_ms(time, *limits) : 0.0}});
+                                   {"roofline_ms", bounded ? roofline_ms(time, *limits) : 0.0}});
+      }
     }
     fmt::print("{}\n", out.dump());
     return;

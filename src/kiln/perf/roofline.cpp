@@ -24,7 +24,8 @@ std::vector<OpTotals> repeated(std::vector<OpTotals> totals, int64_t times) {
 // The optimizer's ops on one of `shards` GPUs that split its state: a 1/shards share of the work.
 std::vector<OpTotals> sharded(std::vector<OpTotals> totals, int64_t shards) {
   for (OpTotals& entry : totals)
-    if (entry.op == "adamw_step" || entry.op == "sum_of_squares") entry.bytes /= static_cast<double>(shards);
+    if (entry.op == "adamw_step" || entry.op == "sum_of_squares")
+      entry.bytes /= static_cast<double>(shards);
   return totals;
 }
 
@@ -60,8 +61,10 @@ IterationShape iteration_shape(const Config& config) {
 }
 
 std::vector<OpTotals> count_iteration_ops(const IterationShape& shape) {
-  KILN_CHECK(shape.micro_batch > 0 && shape.seq > 0 && shape.accumulation > 0 && shape.optimizer_shards > 0,
-             "an iteration needs a positive micro-batch, sequence, accumulation and optimizer shards, got {} x {} x {} "
+  KILN_CHECK(shape.micro_batch > 0 && shape.seq > 0 && shape.accumulation > 0 &&
+                 shape.optimizer_shards > 0,
+             "an iteration needs a positive micro-batch, sequence, accumulation and optimizer "
+             "shards, got {} x {} x {} "
              "and {}",
              shape.micro_batch, shape.seq, shape.accumulation, shape.optimizer_shards);
   OpCountingBackend counter;
@@ -87,7 +90,8 @@ std::vector<OpTotals> count_iteration_ops(const IterationShape& shape) {
 }
 
 DeviceLimits datasheet_limits(const GpuSpec& gpu, std::string_view precision) {
-  const DeviceLimits limits{gpu.peak_tflops(precision), gpu.fp8_tflops, gpu.bandwidth_tb_per_s * 1e3};
+  const DeviceLimits limits{gpu.peak_tflops(precision), gpu.fp8_tflops,
+                            gpu.bandwidth_tb_per_s * 1e3};
   KILN_CHECK(limits.tflops > 0, "the {} datasheet gives no {} rate", gpu.key, precision);
   KILN_CHECK(limits.bandwidth_gb_per_s > 0, "the {} datasheet gives no memory bandwidth", gpu.key);
   return limits;
