@@ -64,8 +64,7 @@ std::vector<OpTotals> count_iteration_ops(const IterationShape& shape) {
   KILN_CHECK(shape.micro_batch > 0 && shape.seq > 0 && shape.accumulation > 0 &&
                  shape.optimizer_shards > 0,
              "an iteration needs a positive micro-batch, sequence, accumulation and optimizer "
-             "shards, got {} x {} x {} "
-             "and {}",
+             "shards, got {} x {} x {} and {}",
              shape.micro_batch, shape.seq, shape.accumulation, shape.optimizer_shards);
   OpCountingBackend counter;
   Gpt model(shape.gpt, counter, shape.dtype);
