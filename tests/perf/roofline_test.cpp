@@ -139,6 +139,14 @@ TEST(Roofline, DatasheetLimits) {
   EXPECT_DOUBLE_EQ(datasheet_limits(h100, "tf32").tflops, 494.7);
   EXPECT_EQ(error_of([] { datasheet_limits(*find_gpu_by_key("v100"), "bf16"); }),
             "the v100 datasheet gives no bf16 rate");
+  // A device that may be unknown: by its name, as kiln train and kiln bench train look it up.
+  const auto by_name =
+      datasheet_limits_if_any(find_gpu_by_device_name("NVIDIA H100 80GB HBM3"), "fp16");
+  ASSERT_TRUE(by_name.has_value());
+  EXPECT_DOUBLE_EQ(by_name->tflops, 989.4);
+  EXPECT_FALSE(
+      datasheet_limits_if_any(find_gpu_by_device_name("CPU emulator of CUDA (sm_90)"), "bf16"));
+  EXPECT_FALSE(datasheet_limits_if_any(find_gpu_by_key("v100"), "bf16"));
 }
 
 }  // namespace

@@ -100,8 +100,7 @@ void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
   const std::string precision = resolved.precision_name();
   const auto spec = options.gpu.empty() ? find_gpu_by_device_name(device) : chosen_spec;
   const double datasheet = spec ? spec->peak_tflops(precision) : 0.0;
-  const std::optional<DeviceLimits> limits =
-      datasheet > 0 ? std::optional(datasheet_limits(*spec, precision)) : std::nullopt;
+  const std::optional<DeviceLimits> limits = datasheet_limits_if_any(spec, precision);
   const double iteration_roofline_ms =
       limits ? roofline(count_iteration_ops(iteration_shape(resolved)), *limits).ms : 0.0;
   const double peak_gib = static_cast<double>(backend.peak_allocated_bytes()) / 1073741824.0;

@@ -1,4 +1,6 @@
-// `kiln train`: a YAML config (--config) overridden by Megatron-named flags, then training.
+// `kiln train`: a YAML config (--config) overridden by Megatron-named flags, then training. On a
+// GPU of the datasheet table it states the iteration's roofline first (perf/roofline.h), so the
+// log's tokens/s can be read against the most that GPU allows.
 #include <fmt/format.h>
 
 #include <memory>
@@ -6,6 +8,8 @@
 #include "kiln/cli/commands.h"
 #include "kiln/cli/config_flags.h"
 #include "kiln/obs/log_line.h"
+#include "kiln/perf/gpu_specs.h"
+#include "kiln/perf/roofline.h"
 #include "kiln/train/trainer.h"
 
 namespace kiln::cli {
@@ -23,11 +27,22 @@ void add_train_command(CLI::App& root) {
       return;
     }
     Trainer trainer(config);
-    LogLineObserver log(trainer.config().log_interval);
+    const Config& resolved = trainer.config();
+    LogLineObserver log(resolved.log_interval);
+    const auto gpu = find_gpu_by_device_name(trainer.backend().description());
+    const auto limits = datasheet_limits_if_any(gpu, resolved.precision_name());
+    if (limits) {
+      const double ms = roofline(count_iteration_ops(iteration_shape(resolved)), *limits).ms;
+      log.on_message(fmt::format(
+          "roofline on the {} datasheet: {:.2f} ms per iteration at least, {:.0f} tokens/s at most "
+          "(kiln estimate ops lists it op by op)",
+          gpu->key, ms, static_cast<double>(resolved.global_batch_size * resolved.seq_length) / (ms * 1e-3)));
+    }
     trainer.add_observer(&log);
     trainer.run();
     if (const OpTimingBackend* timing = trainer.op_timing())
-      fmt::print("time by op over the whole run (--profile-ops):\n{}", OpTimingBackend::format(timing->times()));
+      fmt::print("time by op over the whole run (--profile-ops):\n{}",
+                 OpTimingBackend::format(timing->times(), limits ? &*limits : nullptr));
   });
 }
 

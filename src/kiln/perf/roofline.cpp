@@ -96,6 +96,12 @@ DeviceLimits datasheet_limits(const GpuSpec& gpu, std::string_view precision) {
   return limits;
 }
 
+std::optional<DeviceLimits> datasheet_limits_if_any(const std::optional<GpuSpec>& gpu,
+                                                    std::string_view precision) {
+  if (!gpu || gpu->peak_tflops(precision) <= 0 || gpu->bandwidth_tb_per_s <= 0) return std::nullopt;
+  return datasheet_limits(*gpu, precision);
+}
+
 Roofline roofline(const std::vector<OpTotals>& ops, const DeviceLimits& limits) {
   Roofline result;
   result.limits = limits;

@@ -48,6 +48,9 @@ std::vector<OpTotals> count_iteration_ops(const IterationShape& shape);
 // TFLOP/s (CUDA-core for fp32), the fp8 rate, and the memory bandwidth. Fails naming the GPU where
 // the datasheet has no rate for the precision.
 DeviceLimits datasheet_limits(const GpuSpec& gpu, std::string_view precision);
+// The same for a GPU that may be unknown: nullopt without a datasheet or without its precision.
+std::optional<DeviceLimits> datasheet_limits_if_any(const std::optional<GpuSpec>& gpu,
+                                                    std::string_view precision);
 
 struct RooflineOp {
   OpTotals totals;
