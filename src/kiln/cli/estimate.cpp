@@ -131,7 +131,8 @@ void print_json(const EstimateInput& in, const Estimate& e, const std::string& r
 void add_estimate_command(CLI::App& root) {
   auto options = std::make_shared<EstimateOptions>();
   EstimateInput& in = options->input;
-  CLI::App* command = root.add_subcommand("estimate", "predict parameters, FLOPs, speed, days and memory");
+  CLI::App* command =
+      root.add_subcommand("estimate", "predict parameters, FLOPs, speed, days, memory and the roofline");
   command->add_option("report", options->report,
                       "all (default), memory (the memory rows alone) or ops (the roofline op by op)")
       ->check(CLI::IsMember({"all", "memory", "ops"}));
