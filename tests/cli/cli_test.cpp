@@ -203,6 +203,20 @@ TEST(Cli, EstimateGpt3) {
       << ops.output;
   EXPECT_NE(ops.output.find("all ops"), std::string::npos) << ops.output;
   EXPECT_EQ(ops.output.find("memory per GPU"), std::string::npos) << ops.output;
+  // What each switch buys: selective recomputation at GPT-2 124M/64 (memory down, one GELU pass more).
+  const Result levers = run_kiln(gpt2 + " levers");
+  ASSERT_EQ(levers.exit_code, 0) << levers.output;
+  EXPECT_NE(levers.output.find("--recompute-granularity selective                              16.77   yes        "
+                               "68.51"),
+            std::string::npos)
+      << levers.output;
+  EXPECT_NE(levers.output.find("--micro-batch-size 128                                   does not apply: "
+                               "--global-batch-size 64 is not a multiple"),
+            std::string::npos)
+      << levers.output;
+  const auto levers_json = nlohmann::json::parse(run_kiln(gpt2 + " levers --json").output);
+  EXPECT_EQ(levers_json["levers"][0]["change"], "(as given)");
+  EXPECT_TRUE(levers_json["levers"][0]["fits"].get<bool>());
   const auto ops_json = nlohmann::json::parse(run_kiln(gpt2 + " ops --json").output);
   double sum = 0;
   for (const auto& op : ops_json["roofline"]["ops"]) sum += op["ms"].get<double>();

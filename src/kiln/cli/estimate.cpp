@@ -1,6 +1,7 @@
 // `kiln estimate`: parameters, FLOPs, speed, days to train, memory per GPU and the iteration's
 // roofline for a configuration that is not run (perf/estimator.h), as a table or --json.
-// Reports: all (the default), memory (the memory rows alone), ops (the roofline op by op).
+// Reports: all (the default), memory (the memory rows alone), ops (the roofline op by op), levers
+// (memory and roofline with one switch changed at a time, perf/levers.h).
 #include <fmt/format.h>
 
 #include <memory>
@@ -10,6 +11,7 @@
 #include "kiln/cli/commands.h"
 #include "kiln/core/error.h"
 #include "kiln/perf/estimator.h"
+#include "kiln/perf/levers.h"
 
 namespace kiln::cli {
 namespace {
@@ -20,7 +22,7 @@ struct EstimateOptions {
   std::string recompute_granularity = "none", recompute_method;
   int64_t recompute_num_layers = 1;
   bool json = false;
-  std::string report = "all";  // all, memory, ops
+  std::string report = "all";  // all, memory, ops, levers
 };
 
 constexpr double kGiB = 1073741824.0;
@@ -94,6 +96,43 @@ void print_memory(const Estimate& e) {
   fmt::print("largest micro-batch   {} fits on one {}\n", e.largest_micro_batch, e.gpu.key);
 }
 
+void print_levers(const EstimateInput& in, const std::vector<LeverEstimate>& levers) {
+  fmt::print("# kiln estimate levers | GPT {} layers x {} hidden, {} heads, seq {}, vocab {} | global batch {}, "
+             "micro-batch {}, {} x {} | {} | ZeRO-{} | recompute {} | one switch changed at a time\n",
+             in.num_layers, in.hidden_size, in.num_attention_heads, in.seq_length, in.vocab_size,
+             in.global_batch_size, in.micro_batch_size, in.gpus, in.gpu, precision_name(in), in.zero_stage,
+             in.recompute.describe());
+  fmt::print("{:<56} {:>11} {:>5} {:>12} {:>18}\n", "change", "memory GiB", "fits", "roofline ms",
+             "tokens/s at most");
+  for (const LeverEstimate& lever : levers) {
+    if (!lever.estimate) {
+      fmt::print("{:<56} does not apply: {}\n", lever.change, lever.not_applicable);
+      continue;
+    }
+    const Estimate& e = *lever.estimate;
+    fmt::print("{:<56} {:>11.2f} {:>5} {:>12.2f} {:>18.0f}\n", lever.change, e.memory.total() / kGiB,
+               e.fits ? "yes" : "no", e.roofline.ms, e.roofline_tokens_per_second);
+  }
+  fmt::print("(memory per GPU as kiln lays it out; roofline: the least time of one GPU's iteration at the {} "
+             "datasheet's rates, kiln estimate ops)\n",
+             in.gpu);
+}
+
+void print_levers_json(const std::vector<LeverEstimate>& levers) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const LeverEstimate& lever : levers) {
+    if (!lever.estimate) {
+      rows.push_back({{"change", lever.change}, {"not_applicable", lever.not_applicable}});
+      continue;
+    }
+    const Estimate& e = *lever.estimate;
+    rows.push_back({{"change", lever.change}, {"memory_bytes", e.memory.total()}, {"fits", e.fits},
+                    {"roofline_ms_per_iteration", e.roofline.ms},
+                    {"roofline_tokens_per_second_per_gpu", e.roofline_tokens_per_second}});
+  }
+  fmt::print("{}\n", nlohmann::json{{"levers", rows}}.dump());
+}
+
 void print_json(const EstimateInput& in, const Estimate& e, const std::string& report) {
   nlohmann::json out = {
       {"gpu", e.gpu.key}, {"precision", in.precision}, {"fp8_format", in.fp8_format}, {"gpus", in.gpus}, {"zero_stage", in.zero_stage},
@@ -134,8 +173,9 @@ void add_estimate_command(CLI::App& root) {
   CLI::App* command =
       root.add_subcommand("estimate", "predict parameters, FLOPs, speed, days, memory and the roofline");
   command->add_option("report", options->report,
-                      "all (default), memory (the memory rows alone) or ops (the roofline op by op)")
-      ->check(CLI::IsMember({"all", "memory", "ops"}));
+                      "all (default), memory (the memory rows alone), ops (the roofline op by op) or levers "
+                      "(memory and roofline with one switch changed at a time)")
+      ->check(CLI::IsMember({"all", "memory", "ops", "levers"}));
   command->add_option("--num-layers", in.num_layers, "transformer blocks")->required();
   command->add_option("--hidden-size", in.hidden_size, "model width")->required();
   command->add_option("--num-attention-heads", in.num_attention_heads, "attention heads")->required();
@@ -162,10 +202,15 @@ void add_estimate_command(CLI::App& root) {
     if (options->tflops_per_gpu != 0) input.tflops_per_gpu = options->tflops_per_gpu;
     input.recompute = RecomputePolicy::parse(options->recompute_granularity, options->recompute_method,
                                              options->recompute_num_layers);
+    if (options->report == "levers") {
+      const std::vector<LeverEstimate> levers = estimate_levers(input);
+      options->json ? print_levers_json(levers) : print_levers(input, levers);
+      return;
+    }
     KILN_CHECK(options->report != "all" || input.time_per_iteration_s || input.tflops_per_gpu,
                "give one of --time-per-iteration (measured seconds) and --tflops-per-gpu (a target) for the "
                "speed and days rows, or ask for the memory rows alone (kiln estimate memory ...) or the roofline "
-               "(kiln estimate ops ...)");
+               "(kiln estimate ops ...) or what each switch buys (kiln estimate levers ...)");
     const Estimate result = estimate(input);
     options->json ? print_json(input, result, options->report) : print_estimate(input, result, options->report);
   });

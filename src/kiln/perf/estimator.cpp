@@ -149,6 +149,7 @@ Estimate estimate(const EstimateInput& in) {
     (fits(middle) ? low : high) = middle;
   }
   out.largest_micro_batch = low;
+  out.fits = fits(in.micro_batch_size);
 
   IterationShape iteration;
   iteration.gpt = shape;

@@ -78,6 +78,7 @@ struct Estimate {
   MemoryEstimate memory;
   double korthikanti_layer_bytes = 0, korthikanti_layer_bytes_full_recompute = 0;
   int64_t largest_micro_batch = 0;  // 0: not even 1 fits
+  bool fits = false;                 // memory.total() fits at the given micro-batch
   Roofline roofline;                 // one GPU's iteration at the datasheet's rates
   double roofline_tokens_per_second = 0;  // per GPU: its tokens per iteration / roofline.ms
   GpuSpec gpu;

@@ -1,0 +1,68 @@
+#include "kiln/perf/levers.h"
+
+#include <fmt/format.h>
+
+#include <functional>
+
+#include "kiln/core/error.h"
+
+namespace kiln {
+
+std::vector<LeverEstimate> estimate_levers(const EstimateInput& in) {
+  std::vector<LeverEstimate> levers;
+  levers.push_back({"(as given)", estimate(in), ""});
+  const auto add = [&](const std::string& change,
+                       const std::function<void(EstimateInput&)>& apply) {
+    EstimateInput changed = in;
+    apply(changed);
+    try {
+      levers.push_back({change, estimate(changed), ""});
+    } catch (const Error& error) {
+      levers.push_back({change, std::nullopt, error.what()});
+    }
+  };
+
+  const RecomputeGranularity granularity = in.recompute.granularity;
+  if (granularity != RecomputeGranularity::None)
+    add("--recompute-granularity none", [](EstimateInput& e) { e.recompute = {}; });
+  if (granularity != RecomputeGranularity::Selective)
+    add("--recompute-granularity selective",
+        [](EstimateInput& e) { e.recompute = RecomputePolicy::parse("selective", "", 1); });
+  if (granularity != RecomputeGranularity::Full)
+    add("--recompute-granularity full --recompute-method uniform",
+        [](EstimateInput& e) { e.recompute = RecomputePolicy::parse("full", "uniform", 1); });
+
+  const bool mixed = in.precision == "bf16" || in.precision == "fp16";
+  if (mixed)
+    add(in.fp8_format.empty() ? "--precision tf32" : "--precision tf32 (no fp8)",
+        [](EstimateInput& e) {
+          e.precision = "tf32";
+          e.fp8_format.clear();
+        });
+  else
+    add("--precision bf16", [](EstimateInput& e) { e.precision = "bf16"; });
+  if (in.fp8_format.empty())
+    add(in.precision == "bf16" ? "--fp8-format hybrid" : "--precision bf16 --fp8-format hybrid",
+        [](EstimateInput& e) {
+          e.precision = "bf16";
+          e.fp8_format = "hybrid";
+        });
+  else
+    add("no --fp8-format", [](EstimateInput& e) { e.fp8_format.clear(); });
+
+  const int64_t micro = in.micro_batch_size;
+  if (micro % 2 == 0)
+    add(fmt::format("--micro-batch-size {}", micro / 2),
+        [&](EstimateInput& e) { e.micro_batch_size = micro / 2; });
+  add(fmt::format("--micro-batch-size {}", 2 * micro),
+      [&](EstimateInput& e) { e.micro_batch_size = 2 * micro; });
+
+  if (in.gpus > 1)
+    for (int stage = 0; stage <= 3; ++stage)
+      if (stage != in.zero_stage)
+        add(fmt::format("--zero-stage {}", stage),
+            [stage](EstimateInput& e) { e.zero_stage = stage; });
+  return levers;
+}
+
+}  // namespace kiln

@@ -1,0 +1,89 @@
+// kiln estimate levers: the configuration as given, then one row per switch, each the estimator's
+// own answer for the changed configuration, or the estimator's reason where a change does not apply.
+#include "kiln/perf/levers.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+namespace kiln {
+namespace {
+
+EstimateInput small_model() {
+  EstimateInput in;
+  in.num_layers = 2;
+  in.hidden_size = 64;
+  in.num_attention_heads = 4;
+  in.seq_length = 32;
+  in.vocab_size = 128;
+  in.global_batch_size = 8;
+  in.micro_batch_size = 4;
+  return in;
+}
+
+std::map<std::string, LeverEstimate> by_change(const std::vector<LeverEstimate>& levers) {
+  std::map<std::string, LeverEstimate> result;
+  for (const LeverEstimate& lever : levers) result.emplace(lever.change, lever);
+  return result;
+}
+
+TEST(Levers, EachRowIsTheEstimateOfOneChange) {
+  const EstimateInput in = small_model();
+  const std::vector<LeverEstimate> levers = estimate_levers(in);
+  ASSERT_FALSE(levers.empty());
+  EXPECT_EQ(levers.front().change, "(as given)");
+  const auto rows = by_change(levers);
+  EXPECT_EQ(rows.size(), levers.size()) << "each change once";
+  for (const char* change : {"(as given)", "--recompute-granularity selective",
+                             "--recompute-granularity full --recompute-method uniform", "--precision tf32",
+                             "--fp8-format hybrid", "--micro-batch-size 2", "--micro-batch-size 8"})
+    EXPECT_TRUE(rows.count(change)) << change;
+  EXPECT_FALSE(rows.count("--zero-stage 1")) << "one GPU: nothing to shard";
+
+  const auto same = [](const Estimate& a, const Estimate& b) {
+    EXPECT_DOUBLE_EQ(a.memory.total(), b.memory.total());
+    EXPECT_DOUBLE_EQ(a.roofline.ms, b.roofline.ms);
+    EXPECT_EQ(a.fits, b.fits);
+  };
+  same(*rows.at("(as given)").estimate, estimate(in));
+  EstimateInput selective = in;
+  selective.recompute = RecomputePolicy::parse("selective", "", 1);
+  same(*rows.at("--recompute-granularity selective").estimate, estimate(selective));
+  EstimateInput halved = in;
+  halved.micro_batch_size = 2;
+  same(*rows.at("--micro-batch-size 2").estimate, estimate(halved));
+  // TF32 keeps 4-byte activations and runs its products at half the bf16 rate.
+  const Estimate& tf32 = *rows.at("--precision tf32").estimate;
+  EXPECT_GT(tf32.memory.activations, rows.at("(as given)").estimate->memory.activations);
+  EXPECT_GT(tf32.roofline.ms, rows.at("(as given)").estimate->roofline.ms);
+  EXPECT_TRUE(rows.at("(as given)").estimate->fits);
+}
+
+TEST(Levers, ChangesThatDoNotApplySayWhy) {
+  EstimateInput in = small_model();
+  in.hidden_size = 72;  // fp8 products need multiples of 16
+  in.num_attention_heads = 4;
+  in.micro_batch_size = 8;  // twice is more than the global batch
+  in.gpus = 1;
+  const auto rows = by_change(estimate_levers(in));
+  EXPECT_FALSE(rows.at("--fp8-format hybrid").estimate);
+  EXPECT_NE(rows.at("--fp8-format hybrid").not_applicable.find("--fp8-format needs"), std::string::npos);
+  EXPECT_FALSE(rows.at("--micro-batch-size 16").estimate);
+  EXPECT_NE(rows.at("--micro-batch-size 16").not_applicable.find("not a multiple"), std::string::npos);
+
+  in.hidden_size = 64;
+  in.gpus = 2;
+  in.global_batch_size = 16;
+  in.zero_stage = 1;
+  in.precision = "fp32";
+  const auto sharded = by_change(estimate_levers(in));
+  for (const char* change : {"--zero-stage 0", "--zero-stage 2", "--zero-stage 3", "--precision bf16",
+                             "--precision bf16 --fp8-format hybrid"})
+    EXPECT_TRUE(sharded.count(change) && sharded.at(change).estimate) << change;
+  EXPECT_FALSE(sharded.count("--zero-stage 1")) << "the stage as given is the first row";
+  EXPECT_GT(sharded.at("--zero-stage 0").estimate->memory.optimizer,
+            sharded.at("(as given)").estimate->memory.optimizer);
+}
+
+}  // namespace
+}  // namespace kiln
