@@ -6,24 +6,12 @@
 #include "kiln/nn/activations.h"
 #include "kiln/perf/flops.h"
 #include "support/error_of.h"
+#include "support/small_estimate.h"
 
 namespace kiln {
 namespace {
 
 using testing::error_of;
-
-EstimateInput small_model() {
-  EstimateInput in;
-  in.num_layers = 2;
-  in.hidden_size = 64;
-  in.num_attention_heads = 4;
-  in.seq_length = 32;
-  in.vocab_size = 128;
-  in.global_batch_size = 4;
-  in.micro_batch_size = 4;
-  in.tflops_per_gpu = 100;
-  return in;
-}
 
 TEST(Estimator, FlopsFormulasOnASmallModel) {
   // 72 B s l h^2 = 72 * 4 * 32 * 2 * 4096 = 75,497,472; (1 + s/6h + V/12lh) = 1 + 1/12 + 1/12 = 7/6.
@@ -83,7 +71,7 @@ TEST(Estimator, ModelStateBytesFollowZero) {
 }
 
 TEST(Estimator, MemoryNeedsNoSpeedInput) {
-  EstimateInput in = small_model();
+  EstimateInput in = testing::small_estimate_input();
   in.tflops_per_gpu.reset();
   const Estimate memory_only = estimate(in);
   EXPECT_FALSE(memory_only.has_speed);
@@ -98,7 +86,7 @@ TEST(Estimator, MemoryNeedsNoSpeedInput) {
 }
 
 TEST(Estimator, TimeFromMeasuredIterationAndMemoryFromThePlanner) {
-  EstimateInput in = small_model();
+  EstimateInput in = testing::small_estimate_input();
   in.tflops_per_gpu.reset();
   in.time_per_iteration_s = 1e-3;
   in.gpu = "h100-sxm";
@@ -127,7 +115,7 @@ TEST(Estimator, TimeFromMeasuredIterationAndMemoryFromThePlanner) {
 
 TEST(Estimator, AttentionWorkspaceFollowsTheKernelThatRuns) {
   // Head size 64 in bf16 on an H100: the fused kernels, which keep one fp32 per query and head.
-  EstimateInput in = small_model();
+  EstimateInput in = testing::small_estimate_input();
   in.hidden_size = 256;
   in.num_attention_heads = 4;
   in.gpu = "h100-sxm";
@@ -151,7 +139,7 @@ TEST(Estimator, AttentionWorkspaceFollowsTheKernelThatRuns) {
 }
 
 TEST(Estimator, Fp8AddsTheCastScratchAndTheScalingState) {
-  EstimateInput in = small_model();  // M = micro-batch x seq = 128 positions, C = 64
+  EstimateInput in = testing::small_estimate_input();  // M = micro-batch x seq = 128 positions, C = 64
   in.precision = "bf16";
   const Estimate bf16 = estimate(in);
   EXPECT_EQ(bf16.memory.workspace, 4.0 * 4 * 32 * 4);  // fused attention: micro-batch x heads x seq x 4 bytes
@@ -177,7 +165,7 @@ TEST(Estimator, Fp8AddsTheCastScratchAndTheScalingState) {
 
 TEST(Estimator, BadInputNamesTheFlag) {
   auto message = [](auto mutate) {
-    EstimateInput in = small_model();
+    EstimateInput in = testing::small_estimate_input();
     mutate(in);
     return error_of([&] { estimate(in); });
   };
@@ -219,7 +207,7 @@ TEST(Estimator, BadInputNamesTheFlag) {
 // micro-batches and the whole optimizer; ZeRO-1 splits the optimizer's work, and fp8 runs the
 // block products at the fp8 rate.
 TEST(Estimator, RooflineOfOneGpusIteration) {
-  EstimateInput one = small_model();
+  EstimateInput one = testing::small_estimate_input();
   one.global_batch_size = 8;  // two micro-batches of 4
   const Estimate single = estimate(one);
   EXPECT_GT(single.roofline.ms, 0.0);

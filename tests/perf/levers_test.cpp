@@ -6,18 +6,16 @@
 
 #include <map>
 
+#include "support/small_estimate.h"
+
 namespace kiln {
 namespace {
 
+// The small GPT in two micro-batches of 4, with no speed target (levers need none).
 EstimateInput small_model() {
-  EstimateInput in;
-  in.num_layers = 2;
-  in.hidden_size = 64;
-  in.num_attention_heads = 4;
-  in.seq_length = 32;
-  in.vocab_size = 128;
+  EstimateInput in = testing::small_estimate_input();
   in.global_batch_size = 8;
-  in.micro_batch_size = 4;
+  in.tflops_per_gpu.reset();
   return in;
 }
 
