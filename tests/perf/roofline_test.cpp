@@ -31,7 +31,7 @@ Config mock_gpt(const std::string& precision) {
 std::map<std::string, OpTotals> by_op(const std::vector<OpTotals>& ops) {
   std::map<std::string, OpTotals> result;
   for (const OpTotals& op : ops)
-    if (!op.op.starts_with("copy_to_")) result[op.op] = op;
+    if (!op.host_copy) result[op.op] = op;
   return result;
 }
 
@@ -111,9 +111,10 @@ TEST(Roofline, ShardedOptimizerStateSharesTheOptimizersWork) {
 TEST(Roofline, EachOpTakesTheSlowerOfItsBounds) {
   const DeviceLimits limits{100, 200, 1000};  // TFLOP/s, fp8 TFLOP/s, GB/s
   const std::vector<OpTotals> ops = {
-      {"product", 1, 1e12, 1e9, false, 0},        // 10 ms of FLOPs, 1 ms of bytes
-      {"fp8 product", 1, 1e12, 1.5e10, true, 0},  // 5 ms of FLOPs at the fp8 rate, 15 ms of bytes
-      {"norm", 2, 0, 2e9, false, 0},              // 2 ms of bytes
+      {.op = "product", .calls = 1, .flops = 1e12, .bytes = 1e9},  // 10 ms of FLOPs, 1 ms of bytes
+      // 5 ms of FLOPs at the fp8 rate, 15 ms of bytes
+      {.op = "fp8 product", .calls = 1, .flops = 1e12, .bytes = 1.5e10, .fp8 = true},
+      {.op = "norm", .calls = 2, .bytes = 2e9},  // 2 ms of bytes
   };
   const Roofline r = roofline(ops, limits);
   EXPECT_DOUBLE_EQ(r.ms, 27.0);
@@ -124,6 +125,9 @@ TEST(Roofline, EachOpTakesTheSlowerOfItsBounds) {
   EXPECT_FALSE(r.ops[0].compute_bound);
   EXPECT_TRUE(r.ops[1].compute_bound);
   EXPECT_DOUBLE_EQ(r.ops[2].ms, 2.0);
+  const OpTotals copy{.op = "copy_to_device", .calls = 1, .bytes = 1e9, .host_copy = true};
+  EXPECT_NE(error_of([&] { roofline_ms(copy, limits); }).find("crosses the host link"),
+            std::string::npos);
   EXPECT_NE(error_of([&] {
               roofline(ops, DeviceLimits{100, 0, 1000});
             }).find("no fp8 TFLOP/s limit for 'fp8 product'"),

@@ -41,8 +41,7 @@ std::string OpTimingBackend::format(const std::vector<OpTotals>& times,
         : time.flops > 0.0 ? fmt::format("{:.2f} TFLOP/s", time.flops / seconds * 1e-12)
         : time.bytes > 0.0 ? fmt::format("{:.1f} GB/s", time.bytes / seconds * 1e-9)
                            : "";
-    // Copies cross the host link, not device memory: no roofline of device memory applies.
-    const bool has_roofline = limits && seconds > 0.0 && !time.op.starts_with("copy_to_");
+    const bool has_roofline = limits && seconds > 0.0 && !time.host_copy;
     const std::string roofline =
         has_roofline
             ? fmt::format(" {:>11.1f}%", 100.0 * roofline_ms(time, *limits) / time.total_ms)
@@ -56,11 +55,11 @@ std::string OpTimingBackend::format(const std::vector<OpTotals>& times,
 }
 
 void OpTimingBackend::copy_to_device(void* device_dst, const void* host_src, size_t bytes) {
-  timed({"copy_to_device", 0.0, static_cast<double>(bytes)},
+  timed({.op = "copy_to_device", .bytes = static_cast<double>(bytes), .host_copy = true},
         [&] { inner_->copy_to_device(device_dst, host_src, bytes); });
 }
 void OpTimingBackend::copy_to_host(void* host_dst, const void* device_src, size_t bytes) {
-  timed({"copy_to_host", 0.0, static_cast<double>(bytes)},
+  timed({.op = "copy_to_host", .bytes = static_cast<double>(bytes), .host_copy = true},
         [&] { inner_->copy_to_host(host_dst, device_src, bytes); });
 }
 

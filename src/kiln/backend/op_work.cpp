@@ -156,6 +156,7 @@ void OpLedger::add(const OpWork& work, double ms) {
   entry.flops += work.flops;
   entry.bytes += work.bytes;
   entry.fp8 = work.fp8;
+  entry.host_copy = work.host_copy;
   entry.total_ms += ms;
 }
 
@@ -174,6 +175,8 @@ struct Bounds {
 };
 
 Bounds bounds(const OpTotals& totals, const DeviceLimits& limits) {
+  KILN_CHECK(!totals.host_copy, "'{}' crosses the host link: no device roofline applies",
+             totals.op);
   const double rate = totals.fp8 ? limits.fp8_tflops : limits.tflops;
   KILN_CHECK(totals.flops == 0.0 || rate > 0.0, "no {}TFLOP/s limit for '{}'",
              totals.fp8 ? "fp8 " : "", totals.op);

@@ -26,7 +26,8 @@ namespace kiln {
 struct OpWork {
   std::string op;  // e.g. "matmul_forward 4096x768x3072 +bias +gelu", "layernorm_backward"
   double flops = 0.0, bytes = 0.0;
-  bool fp8 = false;  // a product on fp8 tensor cores
+  bool fp8 = false;        // a product on fp8 tensor cores
+  bool host_copy = false;  // bytes over the host link, not device memory: no device roofline
 };
 
 OpWork work_of(const EmbeddingForward& args);
@@ -53,7 +54,7 @@ struct OpTotals {
   std::string op;
   int64_t calls = 0;
   double flops = 0.0, bytes = 0.0;  // over all calls
-  bool fp8 = false;
+  bool fp8 = false, host_copy = false;
   double total_ms = 0.0;  // measured time over all calls (0 where nothing was run)
 };
 
@@ -76,7 +77,8 @@ struct DeviceLimits {
 
 // The least milliseconds `totals` can take at `limits`: its FLOPs at the product rate or its bytes
 // at the memory bandwidth, whichever is longer (the roofline model, Williams, Waterman and
-// Patterson 2009). Requires the limits the work needs to be positive.
+// Patterson 2009). Requires the limits the work needs to be positive, and device work
+// (!totals.host_copy).
 double roofline_ms(const OpTotals& totals, const DeviceLimits& limits);
 // Whether the FLOPs, not the bytes, set that bound.
 bool compute_bound(const OpTotals& totals, const DeviceLimits& limits);

@@ -136,8 +136,7 @@ void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
     if (const OpTimingBackend* timing = trainer.op_timing()) {
       out["op_times"] = nlohmann::json::array();
       for (const OpTotals& time : timing->times()) {
-        // Copies cross the host link: no device-memory roofline applies to them.
-        const bool bounded = limits && !time.op.starts_with("copy_to_");
+        const bool bounded = limits && !time.host_copy;
         out["op_times"].push_back({{"op", time.op}, {"calls", time.calls}, {"total_ms", time.total_ms},
                                    {"roofline_ms", bounded ? roofline_ms(time, *limits) : 0.0}});
       }
