@@ -150,14 +150,18 @@ OpWork work_of(const Fill& a) { return {"fill", 0.0, bytes_of({&a.out})}; }
 OpWork work_of(const Convert& a) { return {"convert", 0.0, bytes_of({&a.out, &a.in})}; }
 
 void OpLedger::add(const OpWork& work, double ms) {
-  OpTotals& entry = entries_[work.op];
-  entry.op = work.op;
-  ++entry.calls;
-  entry.flops += work.flops;
-  entry.bytes += work.bytes;
-  entry.fp8 = work.fp8;
-  entry.host_copy = work.host_copy;
-  entry.total_ms += ms;
+  add(OpTotals{work.op, 1, work.flops, work.bytes, work.fp8, work.host_copy, ms});
+}
+
+void OpLedger::add(const OpTotals& totals) {
+  OpTotals& entry = entries_[totals.op];
+  entry.op = totals.op;
+  entry.calls += totals.calls;
+  entry.flops += totals.flops;
+  entry.bytes += totals.bytes;
+  entry.fp8 = totals.fp8;
+  entry.host_copy = totals.host_copy;
+  entry.total_ms += totals.total_ms;
 }
 
 std::vector<OpTotals> OpLedger::totals() const {

@@ -60,7 +60,8 @@ struct OpTotals {
 
 class OpLedger {
  public:
-  void add(const OpWork& work, double ms = 0.0);
+  void add(const OpWork& work, double ms = 0.0);  // one call
+  void add(const OpTotals& totals);               // calls added up elsewhere
   // Each label once; most measured time first, labels in order among equal times.
   std::vector<OpTotals> totals() const;
   void clear() { entries_.clear(); }

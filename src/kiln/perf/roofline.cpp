@@ -1,7 +1,6 @@
 #include "kiln/perf/roofline.h"
 
 #include <algorithm>
-#include <map>
 
 #include "kiln/backend/op_counting.h"
 #include "kiln/core/error.h"
@@ -27,23 +26,6 @@ std::vector<OpTotals> sharded(std::vector<OpTotals> totals, int64_t shards) {
     if (entry.op == "adamw_step" || entry.op == "sum_of_squares")
       entry.bytes /= static_cast<double>(shards);
   return totals;
-}
-
-// Entries of both lists, those of one label added together.
-std::vector<OpTotals> merged(const std::vector<OpTotals>& a, const std::vector<OpTotals>& b) {
-  std::map<std::string, OpTotals> by_op;
-  for (const auto* list : {&a, &b})
-    for (const OpTotals& entry : *list) {
-      OpTotals& sum = by_op[entry.op];
-      sum.op = entry.op;
-      sum.calls += entry.calls;
-      sum.flops += entry.flops;
-      sum.bytes += entry.bytes;
-      sum.fp8 = entry.fp8;
-    }
-  std::vector<OpTotals> result;
-  for (auto& [op, entry] : by_op) result.push_back(entry);
-  return result;
 }
 
 }  // namespace
@@ -85,7 +67,11 @@ std::vector<OpTotals> count_iteration_ops(const IterationShape& shape) {
   counter.sum_of_squares({model.grads()});
   optimizer.step(model.grads(), 1e-4f, 1.0f);
   if (model.fp8()) model.fp8()->update_scales(1);
-  return merged(micro_batches, sharded(counter.totals(), shape.optimizer_shards));
+  const std::vector<OpTotals> once = sharded(counter.totals(), shape.optimizer_shards);
+  OpLedger iteration;
+  for (const auto* part : {&micro_batches, &once})
+    for (const OpTotals& totals : *part) iteration.add(totals);
+  return iteration.totals();
 }
 
 DeviceLimits datasheet_limits(const GpuSpec& gpu, std::string_view precision) {
