@@ -2,7 +2,8 @@
 // codec (core/fp8_codec.h, tested code by code in dtype_test.cpp): the products of the cast
 // operands with the scales taken back out, the bias, its gradient and GELU's derivative from the
 // values before the casts, each cast tensor's max |x| folded into its amax, both weight layouts,
-// E5M2 and E4M3 gradients. And fp8_update_scales' rule on hand-computed rows.
+// E5M2 and E4M3 gradients; `in`'s codes kept by a forward (in_fp8_t) and a backward from them alone
+// bit for bit the backward that casts `in` itself. And fp8_update_scales' rule on hand-computed rows.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -136,6 +137,75 @@ TEST_P(Fp8Products, BackwardCastsTheOutputGradientToItsFormat) {
   EXPECT_LT(normalized_error(t.download(dbias), expected_dbias), 1e-5);
   EXPECT_EQ(t.download(fp8.dout.amax)[0], 100.0f);  // above every |dout|: kept
   EXPECT_EQ(t.download(fp8.in.amax)[0], largest_magnitude(in_));
+}
+
+// Codes of `in` kept for a backward, [K, M]: every byte a NaN code until the forward writes it.
+Tensor poisoned_codes(DeviceTensors& t) {
+  return t.upload(std::vector<uint8_t>(K * M, 0x7F), {K, M}, DType::F8E4M3);
+}
+
+TEST_P(Fp8Products, ForwardKeepsTheInputsCodesTransposed) {
+  DeviceTensors t(*backend_, DType::BF16);
+  const Fp8Matmul fp8{operand(t, in_scale_), operand(t, weight_scale_), operand(t, {1.0f, 0.0f})};
+  const Tensor in = t.acts(in_, {M, K}), weight = t.acts(weight_, weight_shape()), bias = t.acts(bias_, {N});
+  const Tensor plain = t.poisoned_acts({M, N}), keeping = t.poisoned_acts({M, N}), codes = poisoned_codes(t);
+  backend_->matmul_forward({plain, in, weight, bias, layout(), Tensor{}, &fp8});
+  backend_->matmul_forward({keeping, in, weight, bias, layout(), Tensor{}, &fp8, codes});
+  EXPECT_EQ(t.download(keeping), t.download(plain));
+  const std::vector<float> kept = t.download(codes);  // the codes' values, before the scale comes out
+  std::vector<float> expected(K * M);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k)
+      expected[k * M + m] = fp8::decode(fp8::encode(in_[m * K + k] * 4.0f, fp8::Format::E4M3), fp8::Format::E4M3);
+  EXPECT_EQ(kept, expected);
+  EXPECT_EQ(t.download(fp8.in.amax)[0], largest_magnitude(in_));
+}
+
+TEST_P(Fp8Products, BackwardFromKeptCodesIsTheBackwardFromTheInput) {
+  DeviceTensors t(*backend_, DType::BF16);
+  const Fp8Matmul fp8{operand(t, in_scale_), operand(t, weight_scale_), operand(t, dout_scale_),
+                      std::get<2>(GetParam())};
+  const Tensor in = t.acts(in_, {M, K}), weight = t.acts(weight_, weight_shape()), codes = poisoned_codes(t);
+  backend_->matmul_forward({t.poisoned_acts({M, N}), in, weight, Tensor{}, layout(), Tensor{}, &fp8, codes});
+  const float amax_after_forward = t.download(fp8.in.amax)[0];
+  struct Gradients {
+    Tensor din, dweight, dbias;
+  };
+  const auto backward = [&](const Tensor& input, const Tensor& kept_codes) {
+    const Gradients g{t.poisoned_acts({M, K}), t.floats(std::vector<float>(K * N, 0.5f), weight_shape()),
+                      t.floats(std::vector<float>(N, 0.25f), {N})};
+    backend_->matmul_backward({g.din, g.dweight, g.dbias, t.acts(dout_, {M, N}), input, weight, layout(),
+                               t.acts(gelu_in_, {M, K}), &fp8, kept_codes});
+    return g;
+  };
+  const Gradients from_codes = backward(Tensor{}, codes);
+  EXPECT_EQ(t.download(fp8.in.amax)[0], amax_after_forward);  // `in` was not cast again
+  const Gradients from_input = backward(in, Tensor{});
+  EXPECT_EQ(t.download(from_codes.din), t.download(from_input.din));
+  EXPECT_EQ(t.download(from_codes.dweight), t.download(from_input.dweight));
+  EXPECT_EQ(t.download(from_codes.dbias), t.download(from_input.dbias));
+}
+
+TEST_P(Fp8Products, KeptCodesOfTheWrongShapeOrWithoutFp8AreRefused) {
+  DeviceTensors t(*backend_, DType::BF16);
+  const Fp8Matmul fp8{operand(t, in_scale_), operand(t, weight_scale_), operand(t, dout_scale_)};
+  const Tensor in = t.acts(in_, {M, K}), weight = t.acts(weight_, weight_shape());
+  const Tensor untransposed = t.upload(std::vector<uint8_t>(M * K, 0), {M, K}, DType::F8E4M3);
+  const std::string shape_error = error_of([&] {
+    backend_->matmul_forward({t.poisoned_acts({M, N}), in, weight, Tensor{}, layout(), Tensor{}, &fp8, untransposed});
+  });
+  EXPECT_NE(shape_error.find("matmul_forward: argument 'in_fp8_t' must be [K, M] = [64, 48], got [48, 64]"),
+            std::string::npos)
+      << shape_error;
+  const std::string no_fp8 = error_of([&] {
+    backend_->matmul_backward({t.poisoned_acts({M, K}), t.floats(std::vector<float>(K * N, 0.0f), weight_shape()),
+                               Tensor{}, t.acts(dout_, {M, N}), Tensor{}, weight, layout(), Tensor{}, nullptr,
+                               poisoned_codes(t)});
+  });
+  EXPECT_NE(no_fp8.find("matmul_backward: argument 'in_fp8_t' (fp8 codes of the input) is given to a product "
+                        "without fp8"),
+            std::string::npos)
+      << no_fp8;
 }
 
 TEST_P(Fp8Products, DimensionsOffMultiplesOf16AreRefused) {

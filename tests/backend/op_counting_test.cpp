@@ -114,9 +114,23 @@ TEST(OpCounting, Fp8ProductsMoveTheirCastCopies) {
   weight_only.din = weight_only8.din = Tensor{};
   EXPECT_EQ(work_of(both8).bytes - work_of(both).bytes, 2.0 * (2 * M * N + K * M + K * N));
   EXPECT_EQ(work_of(weight_only8).bytes - work_of(weight_only).bytes, 2.0 * (M * N + K * M));
+  // `in`'s codes kept (ops.h, in_fp8_t): the forward writes them once more; the backward reads them
+  // (K M bytes) instead of reading `in` (2 M K) and writing and reading its own copy (2 K M).
+  const Tensor codes = t.upload(std::vector<uint8_t>(K * M), {K, M}, DType::F8E4M3);
+  MatmulForward keeping = forward8;
+  keeping.in_fp8_t = codes;
+  EXPECT_EQ(work_of(keeping).bytes - work_of(forward8).bytes, 1.0 * M * K);
+  MatmulBackward from_codes = both8;
+  from_codes.in = Tensor{};
+  from_codes.in_fp8_t = codes;
+  EXPECT_EQ(work_of(both8).bytes - work_of(from_codes).bytes, 2.0 * M * K + 2.0 * K * M - K * M);
+  EXPECT_EQ(work_of(from_codes).op, work_of(both8).op);  // "matmul_backward 32x16x48 fp8", from the codes' shape
+  EXPECT_EQ(work_of(from_codes).flops, work_of(both8).flops);
   counter.matmul_forward(forward8);
   counter.matmul_backward(both8);
-  EXPECT_EQ(counter.totals().size(), 2u);
+  counter.matmul_forward(keeping);
+  counter.matmul_backward(from_codes);
+  EXPECT_EQ(counter.totals().size(), 2u);  // the same two labels
 }
 
 }  // namespace

@@ -37,13 +37,30 @@ struct MatmulDims {
   int64_t M, K, N;
 };
 
-// Rows M, inner K and outputs N of a matmul from its input and weight (ops.h layouts).
-inline MatmulDims matmul_dims(const Tensor& in, const Tensor& weight, WeightLayout layout, const char* op) {
+// Inner K and outputs N of a matmul from its weight (ops.h layouts); M is left 0.
+inline MatmulDims matmul_weight_dims(const Tensor& weight, WeightLayout layout, const char* op) {
   KILN_CHECK(weight.shape.rank == 2, "{}: weight must be 2-D, got {}", op, weight.shape.to_string());
-  const int64_t K = layout == WeightLayout::InOut ? weight.shape[0] : weight.shape[1];
-  const int64_t N = layout == WeightLayout::InOut ? weight.shape[1] : weight.shape[0];
-  KILN_CHECK(K > 0 && in.numel() % K == 0, "{}: input {} is not a multiple of K={}", op, in.shape.to_string(), K);
-  return {in.numel() / K, K, N};
+  const bool in_out = layout == WeightLayout::InOut;
+  return {0, weight.shape[in_out ? 0 : 1], weight.shape[in_out ? 1 : 0]};
+}
+
+// Rows M, inner K and outputs N of a matmul from its input and weight.
+inline MatmulDims matmul_dims(const Tensor& in, const Tensor& weight, WeightLayout layout, const char* op) {
+  MatmulDims dims = matmul_weight_dims(weight, layout, op);
+  KILN_CHECK(dims.K > 0 && in.numel() % dims.K == 0, "{}: input {} is not a multiple of K={}", op,
+             in.shape.to_string(), dims.K);
+  dims.M = in.numel() / dims.K;
+  return dims;
+}
+
+// The same from the product's output (or its gradient) [M, N] instead of its input.
+inline MatmulDims matmul_dims_from_output(const Tensor& out, const Tensor& weight, WeightLayout layout,
+                                          const char* op) {
+  MatmulDims dims = matmul_weight_dims(weight, layout, op);
+  KILN_CHECK(dims.N > 0 && out.numel() % dims.N == 0, "{}: output {} is not a multiple of N={}", op,
+             out.shape.to_string(), dims.N);
+  dims.M = out.numel() / dims.N;
+  return dims;
 }
 
 struct AttentionShape {

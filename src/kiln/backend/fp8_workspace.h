@@ -15,11 +15,19 @@ inline size_t fp8_region_bytes(int64_t elements) {
   return (static_cast<size_t>(elements) + 255) / 256 * 256;
 }
 
-inline size_t fp8_cast_bytes(int64_t M, int64_t K, int64_t N) {
-  const size_t forward = fp8_region_bytes(M * K) + fp8_region_bytes(N * K);
-  const size_t backward =
-      2 * fp8_region_bytes(M * N) + fp8_region_bytes(K * N) + fp8_region_bytes(K * M);
-  return std::max(forward, backward);
+inline size_t fp8_forward_cast_bytes(int64_t M, int64_t K, int64_t N) {
+  return fp8_region_bytes(M * K) + fp8_region_bytes(N * K);
+}
+
+// `in_codes_kept`: the backward reads `in`'s codes a forward kept (ops.h, in_fp8_t) and casts no
+// `in` of its own; the regions are carved in the order above, `in` transposed last.
+inline size_t fp8_backward_cast_bytes(int64_t M, int64_t K, int64_t N, bool in_codes_kept) {
+  return 2 * fp8_region_bytes(M * N) + fp8_region_bytes(K * N) + (in_codes_kept ? 0 : fp8_region_bytes(K * M));
+}
+
+// What one product's forward and backward need at most.
+inline size_t fp8_cast_bytes(int64_t M, int64_t K, int64_t N, bool in_codes_kept = false) {
+  return std::max(fp8_forward_cast_bytes(M, K, N), fp8_backward_cast_bytes(M, K, N, in_codes_kept));
 }
 
 }  // namespace kiln

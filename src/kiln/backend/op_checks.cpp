@@ -92,6 +92,15 @@ void require_fp8(const Fp8Matmul& fp8, DType compute, const MatmulDims& dims, De
              "{}: the output gradient's fp8 format must be fp8_e5m2 or fp8_e4m3, not {}", op,
              dtype_name(fp8.grad_dtype));
 }
+// `in`'s kept E4M3 codes (ops.h): [K, M], only with an fp8 product.
+void require_in_fp8_t(const Tensor& in_fp8_t, bool fp8, const MatmulDims& dims, Device device, const char* op) {
+  if (in_fp8_t.empty()) return;
+  KILN_CHECK(fp8, "{}: argument 'in_fp8_t' (fp8 codes of the input) is given to a product without fp8", op);
+  require(in_fp8_t, DType::F8E4M3, device, op, "in_fp8_t");
+  KILN_CHECK(in_fp8_t.shape.rank == 2 && in_fp8_t.shape[0] == dims.K && in_fp8_t.shape[1] == dims.M,
+             "{}: argument 'in_fp8_t' must be [K, M] = [{}, {}], got {}", op, dims.K, dims.M,
+             in_fp8_t.shape.to_string());
+}
 }  // namespace
 
 MatmulDims matmul_forward(const MatmulForward& a, Device device) {
@@ -110,16 +119,20 @@ MatmulDims matmul_forward(const MatmulForward& a, Device device) {
     require_numel(a.gelu_out, dims.M * dims.N, op, "gelu_out");
   }
   if (a.fp8) require_fp8(*a.fp8, dtype, dims, device, op, false);
+  require_in_fp8_t(a.in_fp8_t, a.fp8 != nullptr, dims, device, op);
   return dims;
 }
 
 MatmulDims matmul_backward(const MatmulBackward& a, Device device) {
   constexpr const char* op = "matmul_backward";
-  const DType dtype = compute_dtype(a.in, device, op, "in");
+  // Without `in` (its kept codes stand in for it), the compute dtype is dout's and M comes from dout.
+  const bool in_given = !a.in.empty() || a.in_fp8_t.empty();
+  const DType dtype = compute_dtype(in_given ? a.in : a.dout, device, op, in_given ? "in" : "dout");
   require(a.dout, dtype, device, op, "dout");
   require(a.weight, dtype, device, op, "weight");
   require(a.dweight, DType::F32, device, op, "dweight");
-  const MatmulDims dims = matmul_dims(a.in, a.weight, a.layout, op);
+  const MatmulDims dims = in_given ? matmul_dims(a.in, a.weight, a.layout, op)
+                                   : matmul_dims_from_output(a.dout, a.weight, a.layout, op);
   require_numel(a.dout, dims.M * dims.N, op, "dout");
   KILN_CHECK(a.dweight.shape == a.weight.shape, "{}: dweight {} differs from weight {}", op,
              a.dweight.shape.to_string(), a.weight.shape.to_string());
@@ -137,6 +150,7 @@ MatmulDims matmul_backward(const MatmulBackward& a, Device device) {
     require_numel(a.gelu_in, dims.M * dims.K, op, "gelu_in");
   }
   if (a.fp8) require_fp8(*a.fp8, dtype, dims, device, op, true);
+  require_in_fp8_t(a.in_fp8_t, a.fp8 != nullptr, dims, device, op);
   return dims;
 }
 

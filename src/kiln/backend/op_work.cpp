@@ -15,11 +15,8 @@ int64_t last_dim(const Tensor& tensor) {
   return tensor.shape.rank ? tensor.shape[tensor.shape.rank - 1] : 0;
 }
 
-// "M x K x N" of a product whose input is [.., K] with M rows and whose output has N columns.
-std::string product_shape(const Tensor& in, int64_t N) {
-  const int64_t K = last_dim(in), M = K ? in.numel() / K : 0;
-  return fmt::format("{}x{}x{}", M, K, N);
-}
+// "M x K x N" of a product.
+std::string product_shape(int64_t M, int64_t K, int64_t N) { return fmt::format("{}x{}x{}", M, K, N); }
 
 // "B x T, NH heads of HS" from qkv [B, T, 3C].
 std::string attention_shape(const Tensor& qkv, int num_heads) {
@@ -36,10 +33,7 @@ double bytes_of(std::initializer_list<const Tensor*> tensors) {
   return total;
 }
 
-// 2 M K N for a product whose input is [M, K] and output has N columns.
-double product_flops(const Tensor& in, int64_t N) {
-  return 2.0 * static_cast<double>(in.numel()) * N;
-}
+double product_flops(int64_t M, int64_t K, int64_t N) { return 2.0 * static_cast<double>(M) * K * N; }
 
 // perf/flops.h's count for qkv [B, T, 3C].
 double attention_flops(const Tensor& qkv, AttentionMask mask) {
@@ -50,12 +44,13 @@ double attention_flops(const Tensor& qkv, AttentionMask mask) {
 
 // An fp8 product writes each fp8 copy once (the cast) and reads it once (the product), one byte an
 // element: forward `in` [M,K] and the weight; backward dout transposed and `in` transposed for the
-// weight gradient, and dout and the weight again for the input gradient (fp8_workspace.h).
-double fp8_copies_bytes(int64_t M, int64_t K, int64_t N, bool forward, bool input_gradient) {
-  const double elements = forward ? static_cast<double>(M * K + N * K)
-                                  : static_cast<double>(M * N + K * M) +
-                                        (input_gradient ? static_cast<double>(M * N + K * N) : 0.0);
-  return 2.0 * elements;
+// weight gradient, and dout and the weight again for the input gradient (fp8_workspace.h). With
+// `in`'s codes kept (ops.h, in_fp8_t), the forward also writes them, transposed, and the backward
+// only reads them.
+double fp8_copies_bytes(int64_t M, int64_t K, int64_t N, bool forward, bool input_gradient, bool codes_kept) {
+  const double in = static_cast<double>(M * K), weight = static_cast<double>(K * N), out = static_cast<double>(M * N);
+  if (forward) return 2.0 * (in + weight) + (codes_kept ? in : 0.0);
+  return 2.0 * out + (codes_kept ? in : 2.0 * in) + (input_gradient ? 2.0 * (out + weight) : 0.0);
 }
 
 }  // namespace
@@ -94,24 +89,28 @@ OpWork work_of(const LayerNormBackward& a) {
 OpWork work_of(const MatmulForward& a) {
   const int64_t N = last_dim(a.out), K = last_dim(a.in), M = K ? a.in.numel() / K : 0;
   const bool fp8 = a.fp8 != nullptr;
-  return {"matmul_forward " + product_shape(a.in, N) + (a.bias.empty() ? "" : " +bias") +
+  return {"matmul_forward " + product_shape(M, K, N) + (a.bias.empty() ? "" : " +bias") +
               (a.gelu_out.empty() ? "" : " +gelu") + (fp8 ? " fp8" : ""),
-          product_flops(a.in, N),
+          product_flops(M, K, N),
           bytes_of({&a.out, &a.in, &a.weight, &a.bias, &a.gelu_out}) +
-              (fp8 ? fp8_copies_bytes(M, K, N, /*forward=*/true, false) : 0.0),
+              (fp8 ? fp8_copies_bytes(M, K, N, /*forward=*/true, false, !a.in_fp8_t.empty()) : 0.0),
           fp8};
 }
 // The weight gradient always (one product), the input gradient when asked for (another); dweight
-// and dbias accumulate.
+// and dbias accumulate. With `in`'s codes kept, `in` is not read.
 OpWork work_of(const MatmulBackward& a) {
-  const int64_t N = last_dim(a.dout), K = last_dim(a.in), M = K ? a.in.numel() / K : 0;
+  const bool codes_kept = !a.in_fp8_t.empty();
+  const int64_t N = last_dim(a.dout);
+  const int64_t K = codes_kept ? a.in_fp8_t.shape[0] : last_dim(a.in);
+  const int64_t M = codes_kept ? a.in_fp8_t.shape[1] : (K ? a.in.numel() / K : 0);
   const bool fp8 = a.fp8 != nullptr, input_gradient = !a.din.empty();
-  return {"matmul_backward " + product_shape(a.in, N) + (a.dbias.empty() ? "" : " +dbias") +
+  const Tensor in_read = codes_kept ? Tensor{} : a.in;
+  return {"matmul_backward " + product_shape(M, K, N) + (a.dbias.empty() ? "" : " +dbias") +
               (a.gelu_in.empty() ? "" : " +dgelu") + (fp8 ? " fp8" : ""),
-          product_flops(a.in, N) * (input_gradient ? 2.0 : 1.0),
+          product_flops(M, K, N) * (input_gradient ? 2.0 : 1.0),
           2 * bytes_of({&a.dweight, &a.dbias}) +
-              bytes_of({&a.din, &a.dout, &a.in, &a.weight, &a.gelu_in}) +
-              (fp8 ? fp8_copies_bytes(M, K, N, /*forward=*/false, input_gradient) : 0.0),
+              bytes_of({&a.din, &a.dout, &in_read, &a.weight, &a.gelu_in}) +
+              (fp8 ? fp8_copies_bytes(M, K, N, /*forward=*/false, input_gradient, codes_kept) : 0.0),
           fp8};
 }
 OpWork work_of(const GeluForward& a) { return {"gelu_forward", 0.0, bytes_of({&a.out, &a.in})}; }

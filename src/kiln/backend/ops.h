@@ -90,6 +90,12 @@ enum class WeightLayout : uint8_t { InOut, OutIn };
 // turns the history of those into the next scales). The bias, the bias gradient and GELU and its
 // derivative see the values before casting. Reference meaning: the op on the operands replaced
 // by dec(fp8(x * scale)) * scale_inv, exactly, in fp32; gradients pass the casts straight through.
+// `in`'s codes kept from forward for backward (`in_fp8_t`, fp8 only): a forward given the tensor
+// also writes the E4M3 codes of `in` into it, transposed ([K, M], the weight gradient's layout), in
+// the same pass as its own cast; a backward given it reads those codes instead of casting `in`
+// again, and `in` may then be empty (not needed). Delayed scaling keeps `in`'s scale fixed from a
+// forward to its backward, so the codes are the ones the backward would cast, and skipping the
+// second cast leaves the amax unchanged (it would fold in the same maximum again).
 struct Fp8Operand {
   Tensor scale;      // [1] fp32, read
   Tensor scale_inv;  // [1] fp32, read: 1 / scale
@@ -109,17 +115,19 @@ struct MatmulForward {
   WeightLayout layout = WeightLayout::InOut;
   Tensor gelu_out = {};  // [M, N] = gelu(out), or empty
   const Fp8Matmul* fp8 = nullptr;  // fp8 products (above), or full precision
+  Tensor in_fp8_t = {};  // fp8 only: [K, M] E4M3, receives `in`'s codes transposed (above), or empty
 };
 struct MatmulBackward {
   Tensor din;      // [M, K] = ; may be empty (not needed) unless gelu_in is given
   Tensor dweight;  // same shape as weight, +=
   Tensor dbias;    // [N] +=, or empty
   Tensor dout;     // [M, N]
-  Tensor in;       // [M, K]
+  Tensor in;       // [M, K]; may be empty when in_fp8_t is given
   Tensor weight;
   WeightLayout layout = WeightLayout::InOut;
   Tensor gelu_in = {};  // [M, K] with in = gelu(gelu_in), or empty: din is then d gelu_in (above)
   const Fp8Matmul* fp8 = nullptr;
+  Tensor in_fp8_t = {};  // fp8 only: [K, M] E4M3 codes of `in` a forward wrote (above), or empty
 };
 
 // ---- GELU, tanh approximation (Hendrycks & Gimpel 2016, as in GPT-2) --------------------------

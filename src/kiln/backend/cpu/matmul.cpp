@@ -30,6 +30,25 @@ void cast_through_fp8(const Tensor& values, const Fp8Operand& operand, DType for
   *operand.amax.as<float>() = amax;
 }
 
+// codes[k, m] <- fp8(in[m, k] * scale) in E4M3: the kept, transposed codes of `in` [M, K] (ops.h).
+void write_codes_transposed(const Tensor& in, const Fp8Operand& operand, const Tensor& codes) {
+  const int64_t K = codes.shape[0], M = codes.shape[1];
+  const float scale = *operand.scale.as<float>();
+  const float* x = in.as<float>();
+  uint8_t* out = codes.as<uint8_t>();
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) out[k * M + m] = fp8::encode(x[m * K + k] * scale, fp8::Format::E4M3);
+}
+
+// in[m, k] <- dec(codes[k, m]) * scale_inv: `in` as the cast gave it back, from its kept codes.
+void decode_codes_transposed(const Tensor& codes, const Fp8Operand& operand, float* in) {
+  const int64_t K = codes.shape[0], M = codes.shape[1];
+  const float scale_inv = *operand.scale_inv.as<float>();
+  const uint8_t* bits = codes.as<uint8_t>();
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) in[m * K + k] = fp8::decode(bits[k * M + m], fp8::Format::E4M3) * scale_inv;
+}
+
 // sums[n] += column n of rows[M, N], in a fixed order.
 void add_column_sums(float* sums, const float* rows, int64_t M, int64_t N) {
   constexpr int64_t kColumnBlock = 64;
@@ -66,6 +85,7 @@ void CpuBackend::matmul_forward(const MatmulForward& args) {
     Fp32Scope f(scratch_);  // fp8 takes 16-bit operands, so `in` and `weight` are copies here
     const Tensor in = f.input(args.in), weight = f.input(args.weight);
     if (args.fp8) {
+      if (!args.in_fp8_t.empty()) write_codes_transposed(in, args.fp8->in, args.in_fp8_t);
       cast_through_fp8(in, args.fp8->in, DType::F8E4M3);
       cast_through_fp8(weight, args.fp8->weight, DType::F8E4M3);
     }
@@ -99,17 +119,20 @@ void matmul_backward_fp32(const MatmulBackward& args) {
 }  // namespace
 
 void CpuBackend::matmul_backward(const MatmulBackward& args) {
-  checks::matmul_backward(args, Device::CPU);
+  const auto [M, K, N] = checks::matmul_backward(args, Device::CPU);
   {
     Fp32Scope f(scratch_);
-    const Tensor dout = f.input(args.dout), in = f.input(args.in), weight = f.input(args.weight);
+    const Tensor dout = f.input(args.dout), weight = f.input(args.weight);
+    const bool codes_kept = !args.in_fp8_t.empty();
+    const Tensor in = codes_kept ? Tensor{scratch_.take(static_cast<size_t>(M * K)), Shape{M, K}} : f.input(args.in);
     if (!args.fp8) {
       matmul_backward_fp32({f.output(args.din), args.dweight, args.dbias, dout, in, weight, args.layout});
     } else {  // the bias gradient from dout before its cast
       if (!args.dbias.empty()) add_column_sums(args.dbias.as<float>(), dout.as<float>(), dout.numel() / args.dbias.numel(),
                                                args.dbias.numel());
       cast_through_fp8(dout, args.fp8->dout, args.fp8->grad_dtype);
-      cast_through_fp8(in, args.fp8->in, DType::F8E4M3);
+      if (codes_kept) decode_codes_transposed(args.in_fp8_t, args.fp8->in, in.as<float>());
+      else cast_through_fp8(in, args.fp8->in, DType::F8E4M3);
       cast_through_fp8(weight, args.fp8->weight, DType::F8E4M3);
       matmul_backward_fp32({f.output(args.din), args.dweight, Tensor{}, dout, in, weight, args.layout});
     }

@@ -350,10 +350,10 @@ void CudaBackend::matmul_forward(const MatmulForward& a) {
   Gemm product{{dtype, dtype, handles_->tf32}, false, out_in, M, N, K, 1.0f, a.in.data, K, a.weight.data,
                out_in ? K : N, 0.0f, a.out.data, N};
   if (a.fp8) {  // in [M,K] and the weight as [N,K], both E4M3 (ops.h)
-    Fp8Regions regions(workspace(fp8_cast_bytes(M, K, N)));
+    Fp8Regions regions(workspace(fp8_forward_cast_bytes(M, K, N)));
     uint8_t* in8 = regions.take(M * K);
     uint8_t* weight8 = regions.take(N * K);
-    cast(a.in, M, K, a.fp8->in, DType::F8E4M3, in8, nullptr);
+    cast(a.in, M, K, a.fp8->in, DType::F8E4M3, in8, a.in_fp8_t.as<uint8_t>());  // kept codes too, if asked
     if (out_in) cast(a.weight, N, K, a.fp8->weight, DType::F8E4M3, weight8, nullptr);
     else cast(a.weight, K, N, a.fp8->weight, DType::F8E4M3, nullptr, weight8);
     product = {{DType::F8E4M3, dtype}, false, true, M, N, K, 1.0f, in8, K, weight8, K, 0.0f, a.out.data, N};
@@ -435,21 +435,22 @@ void CudaBackend::matmul_backward(const MatmulBackward& a) {
 }
 
 // fp8 backward (ops.h): dout cast to its gradient format [M,N] and transposed, the weight as [K,N]
-// and `in` transposed [K,M], all K-contiguous for cuBLASLt; the bias gradient and GELU's
-// derivative from the values before the casts, in kernels.
+// and `in` transposed [K,M] (or its codes as the forward kept them), all K-contiguous for
+// cuBLASLt; the bias gradient and GELU's derivative from the values before the casts, in kernels.
 void CudaBackend::matmul_backward_fp8(const MatmulBackward& a, int64_t M, int64_t K, int64_t N) {
-  const DType dtype = a.in.dtype, grad = a.fp8->grad_dtype;
+  const DType dtype = a.dout.dtype, grad = a.fp8->grad_dtype;
   const int kind = element_kind(dtype);
   const bool in_out = a.layout == WeightLayout::InOut;
+  const bool codes_kept = !a.in_fp8_t.empty();
   cuda::LtMatmul& lt = *handles_->matmul;
-  const size_t cast_bytes = fp8_cast_bytes(M, K, N);
+  const size_t cast_bytes = fp8_backward_cast_bytes(M, K, N, codes_kept);
   auto* base = static_cast<uint8_t*>(
       workspace(cast_bytes + (a.dbias.empty() ? 0 : cuda::column_sums_workspace_bytes(M, N))));
   Fp8Regions regions(base);
   uint8_t* dout8 = regions.take(M * N);
   uint8_t* dout8_t = regions.take(M * N);
   uint8_t* weight8 = regions.take(K * N);
-  uint8_t* in8_t = regions.take(K * M);
+  uint8_t* in8_t = codes_kept ? a.in_fp8_t.as<uint8_t>() : regions.take(K * M);
   cast(a.dout, M, N, a.fp8->dout, grad, a.din.empty() ? nullptr : dout8, dout8_t);
   if (!a.din.empty()) {  // din [M,K] = dout [M,N] x (weight as [K,N])^T, then gelu'(gelu_in)
     if (in_out) cast(a.weight, K, N, a.fp8->weight, DType::F8E4M3, weight8, nullptr);
@@ -463,7 +464,7 @@ void CudaBackend::matmul_backward_fp8(const MatmulBackward& a, int64_t M, int64_
       check_cuda(cuda::gelu_backward(a.din.data, a.gelu_in.data, a.din.data, kind, M * K), "matmul_backward (gelu)");
   }
   // dweight += in^T dout ([K,N]: A = in^T [K,M], B = dout^T [N,M]) or dout^T in ([N,K]).
-  cast(a.in, M, K, a.fp8->in, DType::F8E4M3, nullptr, in8_t);
+  if (!codes_kept) cast(a.in, M, K, a.fp8->in, DType::F8E4M3, nullptr, in8_t);
   Gemm weight_grad = in_out ? Gemm{{DType::F8E4M3, DType::F32, false, grad}, false, true, K, N, M, 1.0f, in8_t, M,
                                    dout8_t, M, 1.0f, a.dweight.data, N}
                             : Gemm{{grad, DType::F32, false, DType::F8E4M3}, false, true, N, K, M, 1.0f, dout8_t, M,
