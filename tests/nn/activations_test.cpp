@@ -1,7 +1,7 @@
 // The activation plan shares memory only between buffers whose lifetimes never overlap
 // (activations.h): every pair of distinct views that overlap must both be in the shared stretch.
 // Views that are the same buffer (recomputation's scratch slots, selective recomputation's
-// GELU output) count as one.
+// GELU output, the LayerNorm and GELU outputs with fp8 products) count as one.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -38,8 +38,10 @@ std::map<Range, std::set<std::string>> views_of(const GptActivations& acts) {
          {std::pair<const char*, const Tensor&>{"ln1", b.ln1}, {"ln1_mean", b.ln1_mean}, {"ln1_rstd", b.ln1_rstd},
           {"qkv", b.qkv}, {"attn_out", b.attn_out}, {"attn_lse", b.attn_lse}, {"residual_mid", b.residual_mid},
           {"ln2", b.ln2}, {"ln2_mean", b.ln2_mean}, {"ln2_rstd", b.ln2_rstd}, {"fc_pre_gelu", b.fc_pre_gelu},
-          {"fc_post_gelu", b.fc_post_gelu}, {"residual_out", b.residual_out}})
-      add(fmt::format("{}[{}]", name, layer), tensor);
+          {"fc_post_gelu", b.fc_post_gelu}, {"residual_out", b.residual_out}, {"ln1_fp8_t", b.ln1_fp8_t},
+          {"attn_out_fp8_t", b.attn_out_fp8_t}, {"ln2_fp8_t", b.ln2_fp8_t},
+          {"fc_post_gelu_fp8_t", b.fc_post_gelu_fp8_t}})
+      if (!tensor.empty()) add(fmt::format("{}[{}]", name, layer), tensor);
   }
   add("lnf", acts.lnf);
   add("lnf_mean", acts.lnf_mean);
@@ -54,20 +56,30 @@ std::map<Range, std::set<std::string>> views_of(const GptActivations& acts) {
   return views;
 }
 
-TEST(Activations, OnlyBuffersWithDisjointLifetimesShareMemory) {
+GptConfig small_config() {
   GptConfig config;
   config.num_layers = 4;
   config.hidden_size = 32;
   config.num_heads = 2;
   config.vocab_size = 200;
   config.max_position_embeddings = 16;
+  return config;
+}
+
+const RecomputePolicy kPolicies[] = {RecomputePolicy{}, RecomputePolicy::parse("full", "uniform", 2),
+                                     RecomputePolicy::parse("full", "block", 3),
+                                     RecomputePolicy::parse("selective", "", 1)};
+
+TEST(Activations, OnlyBuffersWithDisjointLifetimesShareMemory) {
+  const GptConfig config = small_config();
   const std::set<std::string> shared = {"projection_scratch", "logits", "d_qkv", "d_fc"};
-  for (const RecomputePolicy& policy :
-       {RecomputePolicy{}, RecomputePolicy::parse("full", "uniform", 2), RecomputePolicy::parse("full", "block", 3),
-        RecomputePolicy::parse("selective", "", 1)}) {
-    const size_t bytes = GptActivations::bytes_needed(config, 3, 16, policy);
+  for (const bool fp8 : {false, true})
+  for (const RecomputePolicy& policy : kPolicies) {
+    SCOPED_TRACE(fp8 ? "fp8" : "no fp8");
+    const size_t bytes = GptActivations::bytes_needed(config, 3, 16, policy, DType::BF16, kDefaultLogitRows, fp8);
     Arena arena(bytes);
-    const GptActivations acts = GptActivations::lay_out(arena, config, 3, 16, Device::CPU, policy);
+    const GptActivations acts =
+        GptActivations::lay_out(arena, config, 3, 16, Device::CPU, policy, DType::BF16, kDefaultLogitRows, fp8);
     EXPECT_EQ(arena.used(), bytes);
     const auto views = views_of(acts);
     std::set<std::string> seen_sharing;
@@ -89,6 +101,41 @@ TEST(Activations, OnlyBuffersWithDisjointLifetimesShareMemory) {
     EXPECT_EQ(seen_sharing, shared) << policy.describe();  // the four do share, at one start
     EXPECT_EQ(acts.logits.data, acts.d_fc.data);
     EXPECT_EQ(acts.d_qkv.data, acts.projection_scratch.data);
+  }
+}
+
+// With fp8 products every block keeps its products' input codes, [K, B*T] in fp8_e4m3, and its
+// LayerNorm and GELU outputs are buffers all blocks share; under selective recomputation the GELU
+// output is recomputed instead, and its codes are not kept.
+TEST(Activations, Fp8ProductsKeepTheirInputsCodesInsteadOfTheInputs) {
+  const GptConfig config = small_config();
+  const int64_t C = config.hidden_size, M = 3 * 16, L = config.num_layers;
+  for (const RecomputePolicy& policy : kPolicies) {
+    SCOPED_TRACE(policy.describe());
+    const bool selective = policy.granularity == RecomputeGranularity::Selective;
+    const size_t bytes = GptActivations::bytes_needed(config, 3, 16, policy, DType::BF16, kDefaultLogitRows, true);
+    Arena arena(bytes);
+    const GptActivations acts =
+        GptActivations::lay_out(arena, config, 3, 16, Device::CPU, policy, DType::BF16, kDefaultLogitRows, true);
+    for (const BlockActivations& block : acts.blocks) {
+      EXPECT_EQ(block.ln1.data, acts.blocks[0].ln1.data);
+      EXPECT_EQ(block.ln2.data, acts.blocks[0].ln1.data);
+      EXPECT_EQ(block.fc_post_gelu.data, acts.blocks[0].fc_post_gelu.data);
+      for (const Tensor* codes : {&block.ln1_fp8_t, &block.attn_out_fp8_t, &block.ln2_fp8_t}) {
+        EXPECT_EQ(codes->dtype, DType::F8E4M3);
+        EXPECT_EQ(codes->shape, (Shape{C, M}));
+      }
+      if (selective) {
+        EXPECT_TRUE(block.fc_post_gelu_fp8_t.empty());
+      } else {
+        EXPECT_EQ(block.fc_post_gelu_fp8_t.shape, (Shape{4 * C, M}));
+      }
+    }
+    // Without recomputation: per layer 6C bf16 values (12C bytes) per position give way to 7C
+    // bytes of codes, and the shared LayerNorm and GELU outputs (5C values) are laid out once.
+    if (policy.granularity == RecomputeGranularity::None)
+      EXPECT_EQ(bytes, GptActivations::bytes_needed(config, 3, 16, policy, DType::BF16) -
+                           static_cast<size_t>((L * 12 * C - 10 * C - L * 7 * C) * M));
   }
 }
 

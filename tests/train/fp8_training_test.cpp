@@ -123,6 +123,18 @@ TEST_P(Fp8Training, ResumeIsBitForBitAcrossValidations) {
             file_bytes(dir_ / "ckpt/iter_0000008/optimizer.safetensors"));
 }
 
+// The back-end's op scratch is reserved before the first step for the largest fp8 product
+// (Gpt::workspace_needs, with the products' input codes kept): training steps allocate nothing more.
+// 128 wide, so that the casts (not attention) decide the scratch.
+TEST_P(Fp8Training, StepsAllocateNothingBeyondWhatWasPlanned) {
+  Config config = small_bf16_gpt(dir_.path(), GetParam(), "hybrid");
+  config.hidden_size = 128;
+  config.train_iters = 4;
+  Trainer trainer(config);
+  trainer.run();  // calibration before the first step included
+  EXPECT_LE(trainer.backend().peak_allocated_bytes(), trainer.planned_device_bytes());
+}
+
 TEST_P(Fp8Training, RecomputationAndGraphsLeaveTheLossesBitForBit) {
   // A recomputed block casts with the same scales and adds the same amax; a replayed graph reads
   // the scales as they are when it runs. Either way the products see the same fp8 codes.

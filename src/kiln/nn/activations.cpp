@@ -1,19 +1,22 @@
 #include "kiln/nn/activations.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "kiln/core/error.h"
 
 namespace kiln {
 namespace {
 
-// Hands out views from the arena: take() in the compute dtype, stats() in fp32, ints() in int32.
+// Hands out views from the arena: take() in the compute dtype, stats() in fp32, ints() in int32,
+// codes() in fp8 E4M3.
 class Layout {
  public:
   Layout(Arena& arena, Device device, DType dtype) : arena_(arena), device_(device), dtype_(dtype) {}
   Tensor take(Shape shape) { return take_as(shape, dtype_); }
   Tensor stats(Shape shape) { return take_as(shape, DType::F32); }
   Tensor ints(Shape shape) { return take_as(shape, DType::I32); }
+  Tensor codes(Shape shape) { return take_as(shape, DType::F8E4M3); }
 
  private:
   Tensor take_as(Shape shape, DType dtype) {
@@ -29,23 +32,43 @@ class Layout {
   DType dtype_;
 };
 
-// With shared_gelu_output, the block's GELU output is that shared buffer (selective recompute).
+// Buffers that every block's views share instead of taking their own (none: each block takes its
+// own; a measuring arena's views have no data, hence optional), and whether the blocks keep their
+// products' fp8 input codes (activations.h).
+struct SharedBlockBuffers {
+  std::optional<Tensor> layernorm_out;  // ln1 and ln2
+  std::optional<Tensor> gelu_out;
+  bool fp8_codes = false;
+};
+
+Tensor own_or_shared(Layout& layout, const std::optional<Tensor>& shared, Shape shape) {
+  return shared ? *shared : layout.take(shape);
+}
+
+// `gelu_recomputed`: this block's GELU output is recomputed before its backward (selective), so
+// its codes are not kept.
 BlockActivations take_block(Layout& layout, int64_t B, int64_t T, int64_t C, int64_t NH,
-                            const Tensor* shared_gelu_output = nullptr) {
+                            const SharedBlockBuffers& shared, bool gelu_recomputed) {
   BlockActivations block;
-  block.ln1 = layout.take({B, T, C});
+  block.ln1 = own_or_shared(layout, shared.layernorm_out, {B, T, C});
   block.ln1_mean = layout.stats({B * T});
   block.ln1_rstd = layout.stats({B * T});
   block.qkv = layout.take({B, T, 3 * C});
   block.attn_out = layout.take({B, T, C});
   block.attn_lse = layout.stats({B * NH * T});
   block.residual_mid = layout.take({B, T, C});
-  block.ln2 = layout.take({B, T, C});
+  block.ln2 = own_or_shared(layout, shared.layernorm_out, {B, T, C});
   block.ln2_mean = layout.stats({B * T});
   block.ln2_rstd = layout.stats({B * T});
   block.fc_pre_gelu = layout.take({B, T, 4 * C});
-  block.fc_post_gelu = shared_gelu_output ? *shared_gelu_output : layout.take({B, T, 4 * C});
+  block.fc_post_gelu = own_or_shared(layout, shared.gelu_out, {B, T, 4 * C});
   block.residual_out = layout.take({B, T, C});
+  if (shared.fp8_codes) {
+    block.ln1_fp8_t = layout.codes({C, B * T});
+    block.attn_out_fp8_t = layout.codes({C, B * T});
+    block.ln2_fp8_t = layout.codes({C, B * T});
+    if (!gelu_recomputed) block.fc_post_gelu_fp8_t = layout.codes({4 * C, B * T});
+  }
   return block;
 }
 
@@ -53,7 +76,7 @@ BlockActivations take_block(Layout& layout, int64_t B, int64_t T, int64_t C, int
 
 GptActivations GptActivations::lay_out(Arena& arena, const GptConfig& config, int64_t batch, int64_t seq,
                                        Device device, const RecomputePolicy& policy, DType dtype,
-                                       int64_t logit_rows) {
+                                       int64_t logit_rows, bool fp8) {
   KILN_CHECK(logit_rows > 0, "logit rows per classifier chunk must be positive, got {}", logit_rows);
   const int64_t B = batch, T = seq, C = config.hidden_size, NH = config.num_heads;
   const int64_t Vp = config.padded_vocab_size();
@@ -65,12 +88,15 @@ GptActivations GptActivations::lay_out(Arena& arena, const GptConfig& config, in
   acts.tokens = layout.ints({B, T});
   acts.targets = layout.ints({B, T});
   acts.embedded = layout.take({B, T, C});
+  const bool selective = std::any_of(acts.recompute.begin(), acts.recompute.end(),
+                                     [](const LayerRecompute& plan) { return plan.gelu_recomputed; });
+  SharedBlockBuffers shared;
+  shared.fp8_codes = fp8;
+  if (fp8) shared.layernorm_out = layout.take({B, T, C});
+  if (fp8 || selective) shared.gelu_out = layout.take({B, T, 4 * C});
   std::vector<BlockActivations> slots;
   for (int64_t slot = 0; slot < recompute_scratch_slots(acts.recompute); ++slot)
-    slots.push_back(take_block(layout, B, T, C, NH));
-  const bool shared_gelu = std::any_of(acts.recompute.begin(), acts.recompute.end(),
-                                       [](const LayerRecompute& plan) { return plan.gelu_recomputed; });
-  const Tensor gelu_output = shared_gelu ? layout.take({B, T, 4 * C}) : Tensor{};
+    slots.push_back(take_block(layout, B, T, C, NH, shared, false));
   for (int64_t layer = 0; layer < config.num_layers; ++layer) {
     const LayerRecompute& plan = acts.recompute[static_cast<size_t>(layer)];
     if (plan.recomputed) {
@@ -78,7 +104,7 @@ GptActivations GptActivations::lay_out(Arena& arena, const GptConfig& config, in
       if (layer == plan.chunk_last) block.residual_out = layout.take({B, T, C});  // the next chunk's input
       acts.blocks.push_back(block);
     } else {
-      acts.blocks.push_back(take_block(layout, B, T, C, NH, plan.gelu_recomputed ? &gelu_output : nullptr));
+      acts.blocks.push_back(take_block(layout, B, T, C, NH, shared, plan.gelu_recomputed));
     }
   }
   acts.lnf = layout.take({B, T, C});
@@ -101,9 +127,9 @@ GptActivations GptActivations::lay_out(Arena& arena, const GptConfig& config, in
 }
 
 size_t GptActivations::bytes_needed(const GptConfig& config, int64_t batch, int64_t seq,
-                                    const RecomputePolicy& policy, DType dtype, int64_t logit_rows) {
+                                    const RecomputePolicy& policy, DType dtype, int64_t logit_rows, bool fp8) {
   Arena measure = Arena::measuring();
-  lay_out(measure, config, batch, seq, Device::CPU, policy, dtype, logit_rows);
+  lay_out(measure, config, batch, seq, Device::CPU, policy, dtype, logit_rows, fp8);
   return measure.used();
 }
 

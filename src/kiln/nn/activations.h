@@ -20,8 +20,14 @@
 // loss at the end of forward, whose backward runs there too; logits_at() later), d_fc (the MLP's
 // backward) and d_qkv (attention's backward); each block's backward is done with d_fc before it
 // writes d_qkv. d_residual and d_hidden (which carries d ln_f from forward to backward) stay apart.
+// fp8 products (Gpt::enable_fp8): each block product's forward keeps the E4M3 codes of its input,
+// transposed, for its backward's weight gradient (ops.h, in_fp8_t), so nothing reads the bf16/fp16
+// LayerNorm outputs or GELU output after the product that consumes them: ln1 and ln2 of every block
+// are one shared buffer, and so is the GELU output (as under selective recomputation, where the
+// GELU output is recomputed instead and its codes are not kept). Per token and layer that keeps 7C
+// bytes of codes in place of 12C bytes of 16-bit activations.
 // Dtypes (ops.h): activations and their gradients in the model's compute dtype; LayerNorm
-// statistics and losses in fp32; token ids int32.
+// statistics and losses in fp32; token ids int32; kept fp8 codes fp8_e4m3.
 #pragma once
 
 #include <vector>
@@ -43,6 +49,9 @@ struct BlockActivations {
   Tensor fc_pre_gelu;              // [B,T,4C]
   Tensor fc_post_gelu;             // [B,T,4C]
   Tensor residual_out;             // [B,T,C] block output
+  // fp8 products only, else empty: the E4M3 codes of each product's input, transposed, [K, B*T]
+  // (the GELU output's only where it is not recomputed).
+  Tensor ln1_fp8_t, attn_out_fp8_t, ln2_fp8_t, fc_post_gelu_fp8_t;
 };
 
 // Positions per classifier chunk: large enough for efficient products (4096 x C x V), small
@@ -67,13 +76,14 @@ struct GptActivations {
   std::vector<LayerRecompute> recompute;  // per layer, from the policy
 
   // Lays out every tensor for (batch, seq) in `arena` and returns the views (null data when the
-  // arena is measuring). `device` tags the views; `dtype` is the compute dtype.
+  // arena is measuring). `device` tags the views; `dtype` is the compute dtype; `fp8`: the blocks'
+  // products are fp8 (their inputs' codes are kept, above).
   static GptActivations lay_out(Arena& arena, const GptConfig& config, int64_t batch, int64_t seq,
                                 Device device, const RecomputePolicy& policy = {}, DType dtype = DType::F32,
-                                int64_t logit_rows = kDefaultLogitRows);
+                                int64_t logit_rows = kDefaultLogitRows, bool fp8 = false);
   static size_t bytes_needed(const GptConfig& config, int64_t batch, int64_t seq,
                              const RecomputePolicy& policy = {}, DType dtype = DType::F32,
-                             int64_t logit_rows = kDefaultLogitRows);
+                             int64_t logit_rows = kDefaultLogitRows, bool fp8 = false);
 };
 
 }  // namespace kiln

@@ -8,6 +8,10 @@ const Fp8Matmul* fp8_of(const BlockFp8* fp8, Fp8Matmul BlockFp8::*product) {
   return fp8 ? &(fp8->*product) : nullptr;
 }
 
+// A product backward's input: none where the forward kept its fp8 codes (ops.h, in_fp8_t), whose
+// 16-bit tensor may since have been overwritten (activations.h).
+Tensor product_input(const Tensor& in, const Tensor& kept_codes) { return kept_codes.empty() ? in : Tensor{}; }
+
 }  // namespace
 
 void block_forward(Backend& backend, const GptConfig& config, const BlockWeights& w,
@@ -17,20 +21,22 @@ void block_forward(Backend& backend, const GptConfig& config, const BlockWeights
   backend.layernorm_forward(
       {acts.ln1, acts.ln1_mean, acts.ln1_rstd, input, w.ln1_weight, w.ln1_bias, eps});
   backend.matmul_forward({acts.qkv, acts.ln1, w.qkv_weight, w.qkv_bias, WeightLayout::InOut,
-                          Tensor{}, fp8_of(fp8, &BlockFp8::qkv)});
+                          Tensor{}, fp8_of(fp8, &BlockFp8::qkv), acts.ln1_fp8_t});
   backend.attention_forward({acts.attn_out, acts.attn_lse, acts.qkv, Tensor{},
                              static_cast<int>(config.num_heads), AttentionMask::Causal});
   backend.matmul_forward({projection, acts.attn_out, w.attn_proj_weight, w.attn_proj_bias,
-                          WeightLayout::InOut, Tensor{}, fp8_of(fp8, &BlockFp8::attn_proj)});
+                          WeightLayout::InOut, Tensor{}, fp8_of(fp8, &BlockFp8::attn_proj),
+                          acts.attn_out_fp8_t});
   // residual_mid = input + projection, fused with ln_2.
   backend.residual_layernorm_forward(
       {{acts.ln2, acts.ln2_mean, acts.ln2_rstd, input, w.ln2_weight, w.ln2_bias, eps},
        projection,
        acts.residual_mid});
   backend.matmul_forward({acts.fc_pre_gelu, acts.ln2, w.fc_weight, w.fc_bias, WeightLayout::InOut,
-                          acts.fc_post_gelu, fp8_of(fp8, &BlockFp8::fc)});  // + GELU
+                          acts.fc_post_gelu, fp8_of(fp8, &BlockFp8::fc), acts.ln2_fp8_t});  // + GELU
   backend.matmul_forward({projection, acts.fc_post_gelu, w.fc_proj_weight, w.fc_proj_bias,
-                          WeightLayout::InOut, Tensor{}, fp8_of(fp8, &BlockFp8::fc_proj)});
+                          WeightLayout::InOut, Tensor{}, fp8_of(fp8, &BlockFp8::fc_proj),
+                          acts.fc_post_gelu_fp8_t});
   backend.residual_forward({acts.residual_out, acts.residual_mid, projection});
 }
 
@@ -39,21 +45,25 @@ void block_backward(Backend& backend, const GptConfig& config, const BlockWeight
                     const BlockScratch& s, const Tensor& d_residual, const BlockFp8* fp8) {
   // MLP branch: d_residual is d(y) = d(x1) through the skip connection.
   // d_fc is the gradient of the pre-activation: GELU's derivative is applied inside.
-  backend.matmul_backward({s.d_fc, g.fc_proj_weight, g.fc_proj_bias, d_residual, acts.fc_post_gelu,
-                           w.fc_proj_weight, WeightLayout::InOut, acts.fc_pre_gelu,
-                           fp8_of(fp8, &BlockFp8::fc_proj)});
-  backend.matmul_backward({s.d_hidden, g.fc_weight, g.fc_bias, s.d_fc, acts.ln2, w.fc_weight,
-                           WeightLayout::InOut, Tensor{}, fp8_of(fp8, &BlockFp8::fc)});
+  backend.matmul_backward({s.d_fc, g.fc_proj_weight, g.fc_proj_bias, d_residual,
+                           product_input(acts.fc_post_gelu, acts.fc_post_gelu_fp8_t), w.fc_proj_weight,
+                           WeightLayout::InOut, acts.fc_pre_gelu, fp8_of(fp8, &BlockFp8::fc_proj),
+                           acts.fc_post_gelu_fp8_t});
+  backend.matmul_backward({s.d_hidden, g.fc_weight, g.fc_bias, s.d_fc, product_input(acts.ln2, acts.ln2_fp8_t),
+                           w.fc_weight, WeightLayout::InOut, Tensor{}, fp8_of(fp8, &BlockFp8::fc),
+                           acts.ln2_fp8_t});
   backend.layernorm_backward({d_residual, g.ln2_weight, g.ln2_bias, s.d_hidden, acts.residual_mid,
                               w.ln2_weight, acts.ln2_mean, acts.ln2_rstd});
   // Attention branch: d_residual is now d(x1) = d(x) through the skip connection.
   backend.matmul_backward({s.d_hidden, g.attn_proj_weight, g.attn_proj_bias, d_residual,
-                           acts.attn_out, w.attn_proj_weight, WeightLayout::InOut, Tensor{},
-                           fp8_of(fp8, &BlockFp8::attn_proj)});
+                           product_input(acts.attn_out, acts.attn_out_fp8_t), w.attn_proj_weight,
+                           WeightLayout::InOut, Tensor{}, fp8_of(fp8, &BlockFp8::attn_proj),
+                           acts.attn_out_fp8_t});
   backend.attention_backward({s.d_qkv, s.d_hidden, acts.qkv, acts.attn_out, acts.attn_lse, Tensor{},
                               static_cast<int>(config.num_heads), AttentionMask::Causal});
-  backend.matmul_backward({s.d_hidden, g.qkv_weight, g.qkv_bias, s.d_qkv, acts.ln1, w.qkv_weight,
-                           WeightLayout::InOut, Tensor{}, fp8_of(fp8, &BlockFp8::qkv)});
+  backend.matmul_backward({s.d_hidden, g.qkv_weight, g.qkv_bias, s.d_qkv, product_input(acts.ln1, acts.ln1_fp8_t),
+                           w.qkv_weight, WeightLayout::InOut, Tensor{}, fp8_of(fp8, &BlockFp8::qkv),
+                           acts.ln1_fp8_t});
   backend.layernorm_backward({d_residual, g.ln1_weight, g.ln1_bias, s.d_hidden, input, w.ln1_weight,
                               acts.ln1_mean, acts.ln1_rstd});
 }

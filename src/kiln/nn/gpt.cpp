@@ -82,7 +82,8 @@ void Gpt::allocate_activations(int64_t max_batch, int64_t max_seq, const Recompu
   KILN_CHECK(max_seq <= config_.max_position_embeddings,
              "seq_length {} exceeds max_position_embeddings {}", max_seq,
              config_.max_position_embeddings);
-  const size_t bytes = GptActivations::bytes_needed(config_, max_batch, max_seq, policy, dtype(), logit_rows);
+  const size_t bytes =
+      GptActivations::bytes_needed(config_, max_batch, max_seq, policy, dtype(), logit_rows, fp8_ != nullptr);
   arena_.reset();
   activation_buffer_ = backend_.allocate(bytes);
   arena_ = std::make_unique<Arena>(activation_buffer_->data(), bytes);
@@ -91,7 +92,7 @@ void Gpt::allocate_activations(int64_t max_batch, int64_t max_seq, const Recompu
   recompute_ = policy;
   logit_rows_ = logit_rows;
   acts_ = GptActivations::lay_out(*arena_, config_, max_batch, max_seq, backend_.device(), recompute_, dtype(),
-                                  logit_rows_);
+                                  logit_rows_, fp8_ != nullptr);
   workspace_bytes_ =
       backend_.reserve_workspace(workspace_needs(config_, max_batch, max_seq, dtype(), fp8_ != nullptr));
 }
@@ -108,9 +109,11 @@ Backend::WorkspaceNeeds Gpt::workspace_needs(const GptConfig& config, int64_t ba
   // The widest bias is the MLP's first, 4C.
   const int64_t C = config.hidden_size, M = batch * seq;
   Backend::WorkspaceNeeds needs{batch, seq, config.num_heads, C / config.num_heads, dtype, 4 * C};
-  if (fp8)  // the blocks' products: c_attn C -> 3C, attn.c_proj C -> C, c_fc C -> 4C, mlp.c_proj 4C -> C
-    needs.fp8_cast_bytes = std::max({fp8_cast_bytes(M, C, 3 * C), fp8_cast_bytes(M, C, C), fp8_cast_bytes(M, C, 4 * C),
-                                     fp8_cast_bytes(M, 4 * C, C)});
+  // The blocks' products: c_attn C -> 3C, attn.c_proj C -> C, c_fc C -> 4C, mlp.c_proj 4C -> C, each
+  // with its input's codes kept, but mlp.c_proj's not under selective recomputation (activations.h).
+  if (fp8)
+    needs.fp8_cast_bytes = std::max({fp8_cast_bytes(M, C, 3 * C, true), fp8_cast_bytes(M, C, C, true),
+                                     fp8_cast_bytes(M, C, 4 * C, true), fp8_cast_bytes(M, 4 * C, C, false)});
   return needs;
 }
 
@@ -152,7 +155,7 @@ void Gpt::begin_forward(std::span<const int32_t> tokens, std::span<const int32_t
   if (batch != acts_.batch || seq != acts_.seq) {
     arena_->reset();
     acts_ = GptActivations::lay_out(*arena_, config_, batch, seq, backend_.device(), recompute_,
-                                    dtype(), logit_rows_);
+                                    dtype(), logit_rows_, fp8_ != nullptr);
   }
   inputs_ = ForwardInputs{};
   inputs_.batch = batch;

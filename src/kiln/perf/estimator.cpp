@@ -118,12 +118,13 @@ Estimate estimate(const EstimateInput& in) {
 
   out.memory = model_state_bytes(static_cast<double>(out.parameters_exact), in.precision, in.zero_stage, in.gpus);
   const DType dtype = in.precision == "bf16" ? DType::BF16 : in.precision == "fp16" ? DType::F16 : DType::F32;
+  const bool fp8 = !in.fp8_format.empty();
   const auto activations = [&](int64_t micro) {
-    return static_cast<double>(GptActivations::bytes_needed(shape, micro, in.seq_length, in.recompute, dtype));
+    return static_cast<double>(
+        GptActivations::bytes_needed(shape, micro, in.seq_length, in.recompute, dtype, kDefaultLogitRows, fp8));
   };
   // CudaBackend::workspace_bytes' attention and fp8 cast parts (fused attention on, the default).
   const bool fused = fused_attention_shape(dtype, in.hidden_size / in.num_attention_heads);
-  const bool fp8 = !in.fp8_format.empty();
   const auto workspace = [&](int64_t micro) {
     const size_t attention = attention_workspace_bytes(micro, in.num_attention_heads, in.seq_length, dtype, fused);
     const size_t casts = Gpt::workspace_needs(shape, micro, in.seq_length, dtype, fp8).fp8_cast_bytes;

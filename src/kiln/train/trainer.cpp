@@ -131,10 +131,11 @@ void Trainer::check_memory_fits(const GptConfig& gpt) const {
   const size_t parameter_bytes = count * dtype_size(dtype);
   const size_t fp32_bytes = count * sizeof(float);  // gradients, each Adam moment, the master copy
   const size_t optimizer_bytes = (dtype == DType::F32 ? 2 : 3) * fp32_bytes;
-  const size_t activation_bytes = GptActivations::bytes_needed(gpt, config_.micro_batch_size, config_.seq_length,
-                                                                config_.recompute_policy(), dtype);
+  const bool fp8 = config_.fp8_recipe().has_value();
+  const size_t activation_bytes = GptActivations::bytes_needed(
+      gpt, config_.micro_batch_size, config_.seq_length, config_.recompute_policy(), dtype, kDefaultLogitRows, fp8);
   const size_t workspace_bytes = backend_->workspace_bytes(
-      Gpt::workspace_needs(gpt, config_.micro_batch_size, config_.seq_length, dtype, config_.fp8_recipe().has_value()));
+      Gpt::workspace_needs(gpt, config_.micro_batch_size, config_.seq_length, dtype, fp8));
   const size_t total = parameter_bytes + fp32_bytes + optimizer_bytes + activation_bytes + workspace_bytes;
   constexpr double kGiB = 1073741824.0;
   KILN_CHECK(total <= free_bytes,
@@ -147,13 +148,17 @@ void Trainer::check_memory_fits(const GptConfig& gpt) const {
              config_.micro_batch_size, config_.seq_length, workspace_bytes / kGiB, total / kGiB, free_bytes / kGiB);
 }
 
+size_t Trainer::planned_device_bytes() const {
+  return model_->params().bytes() + model_->grads().bytes() + optimizer_->master_bytes() + optimizer_->state_bytes() +
+         model_->activation_bytes() + model_->workspace_bytes() + stager_->device_bytes() +
+         (model_->fp8() ? model_->fp8()->bytes() : 0);
+}
+
 std::string Trainer::memory_summary() const {
   const size_t param_bytes = model_->params().bytes();
   const size_t moment_bytes = optimizer_->state_bytes() / 2;
   const size_t master_bytes = optimizer_->master_bytes();
-  const size_t total = param_bytes + model_->grads().bytes() + master_bytes + 2 * moment_bytes +
-                       model_->activation_bytes() + model_->workspace_bytes() + stager_->device_bytes() +
-                       (model_->fp8() ? model_->fp8()->bytes() : 0);
+  const size_t total = planned_device_bytes();
   std::string table = fmt::format("memory plan on {} (allocated once, before the first step):\n", backend_->description());
   const auto row = [&](const char* category, double bytes, const std::string& note) {
     table += fmt::format("  {:<22}{:>12.2f} MiB  {}\n", category, mib(static_cast<size_t>(bytes)), note);

@@ -52,6 +52,9 @@ class Trainer {
   // The per-op timer when the config asks for it (profile_ops), else null.
   OpTimingBackend* op_timing() const { return dynamic_cast<OpTimingBackend*>(backend_.get()); }
   std::string memory_summary() const;
+  // The device bytes of memory_summary()'s plan, all allocated before the first step; training
+  // allocates nothing more, so the back-end's peak stays within it.
+  size_t planned_device_bytes() const;
 
  private:
   void save();

@@ -1,0 +1,96 @@
+// Every product's backward reads the input its forward read: the activation plan (activations.h)
+// never lets a buffer a backward still needs be overwritten first, under every recomputation
+// policy, and with fp8 products each backward reads the codes its own forward kept (ops.h,
+// in_fp8_t), untouched since, while the 16-bit inputs those codes replace are shared and reused.
+// A CPU back-end records what each product's forward read, by weight, and compares at backward.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "kiln/backend/cpu/cpu_backend.h"
+#include "kiln/core/rng.h"
+#include "kiln/nn/gpt.h"
+
+namespace kiln {
+namespace {
+
+std::vector<char> contents(const Tensor& tensor) {
+  if (tensor.empty()) return {};
+  const char* data = static_cast<const char*>(tensor.data);
+  return std::vector<char>(data, data + tensor.bytes());
+}
+
+class ProductInputWatcher final : public CpuBackend {
+ public:
+  void matmul_forward(const MatmulForward& args) override {
+    CpuBackend::matmul_forward(args);
+    seen_[args.weight.data] = {contents(args.in), args.in_fp8_t.data, contents(args.in_fp8_t)};
+  }
+  void matmul_backward(const MatmulBackward& args) override {
+    const auto seen = seen_.find(args.weight.data);
+    ASSERT_NE(seen, seen_.end()) << "a product's backward before its forward";
+    if (args.in_fp8_t.empty()) {
+      EXPECT_TRUE(contents(args.in) == seen->second.in)
+          << "a backward's input changed since its forward";
+      ++from_input;
+    } else {
+      EXPECT_EQ(args.in_fp8_t.data, seen->second.codes_at)
+          << "a backward reads codes its forward did not keep";
+      EXPECT_TRUE(contents(args.in_fp8_t) == seen->second.codes)
+          << "kept codes changed since their forward";
+      ++from_codes;
+    }
+    CpuBackend::matmul_backward(args);
+  }
+  int from_input = 0, from_codes = 0;
+
+ private:
+  struct Seen {
+    std::vector<char> in;
+    void* codes_at;
+    std::vector<char> codes;
+  };
+  std::map<void*, Seen> seen_;
+};
+
+TEST(ProductInputs, EachBackwardReadsWhatItsForwardRead) {
+  GptConfig config;
+  config.num_layers = 3;
+  config.hidden_size = 32;
+  config.num_heads = 2;
+  config.vocab_size = 61;
+  config.max_position_embeddings = 8;
+  constexpr int64_t B = 2, T = 8;  // 16 positions: fp8 products need multiples of 16
+  Rng rng(5);
+  std::vector<int32_t> tokens(B * T), targets(B * T);
+  for (int64_t i = 0; i < B * T; ++i) {
+    tokens[i] = static_cast<int32_t>(rng.below(61));
+    targets[i] = static_cast<int32_t>(rng.below(61));
+  }
+  const RecomputePolicy policies[] = {RecomputePolicy{}, RecomputePolicy::parse("selective", "", 1),
+                                      RecomputePolicy::parse("full", "uniform", 2),
+                                      RecomputePolicy::parse("full", "block", 2)};
+  for (const bool fp8 : {false, true})
+    for (const RecomputePolicy& policy : policies) {
+      SCOPED_TRACE(policy.describe() + (fp8 ? ", fp8" : ""));
+      ProductInputWatcher backend;
+      Gpt model(config, backend, DType::BF16);
+      model.init_weights(1);
+      if (fp8) model.enable_fp8(Fp8Recipe{});
+      model.allocate_activations(B, T, policy);
+      for (int micro_batch = 0; micro_batch < 2; ++micro_batch) {
+        model.forward(tokens, targets, B, T, true, 1.0f);
+        model.backward();
+      }
+      // Per micro-batch: the classifier's product and each block's four.
+      const bool selective = policy.granularity == RecomputeGranularity::Selective;
+      const int kept = fp8 ? (selective ? 3 : 4) * static_cast<int>(config.num_layers) : 0;
+      EXPECT_EQ(backend.from_codes, 2 * kept);
+      EXPECT_EQ(backend.from_input, 2 * (1 + 4 * static_cast<int>(config.num_layers) - kept));
+    }
+}
+
+}  // namespace
+}  // namespace kiln
