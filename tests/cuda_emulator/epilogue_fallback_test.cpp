@@ -2,7 +2,8 @@
 // and then refuses it when run (cuda_emulator::set_cublaslt_epilogues): the back-end must then add
 // the bias, apply GELU and its derivative and sum the bias gradient in kernels of its own, match the
 // CPU reference as closely as with the epilogues, and say in run_notes() that it fell back. On a GPU
-// this path runs only where real cuBLASLt declines, which no test can arrange.
+// this path runs only where real cuBLASLt declines, which no test can arrange. The same for fp8
+// products, whose input gradient takes the GELU derivative in the epilogue where it can.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -21,16 +22,23 @@ struct Results {
 };
 
 // The MLP's two products as the GPT uses them: gelu(x W1 + b1) forward, and the backward of
-// h W2 + b2 with h = gelu(pre), whose input gradient comes out as d pre.
-Results run_mlp_products(Backend& backend, DType dtype) {
-  constexpr int64_t M = 64, K = 48, N = 40;  // multiples of 8: the GELU epilogues apply
+// h W2 + b2 with h = gelu(pre), whose input gradient comes out as d pre; with `fp8`, both products
+// on fp8 casts of their operands (scales 4, 16 and 8 for inputs, weight and output gradient).
+Results run_mlp_products(Backend& backend, DType dtype, bool fp8 = false) {
+  // Multiples of 8: the GELU epilogues apply; of 16 with fp8, as its products ask.
+  const int64_t M = 64, K = 48, N = fp8 ? 48 : 40;
   Rng rng(5);
   DeviceTensors t(backend, dtype);
+  const auto operand = [&](float scale) {
+    return Fp8Operand{t.floats({scale}, {1}), t.floats({1.0f / scale}, {1}), t.floats({0.0f}, {1})};
+  };
+  const Fp8Matmul casts{operand(4.0f), operand(16.0f), operand(8.0f)};
+  const Fp8Matmul* products = fp8 ? &casts : nullptr;
   const Tensor in = t.acts(random_floats(M * K, rng), {M, K});
   const Tensor weight = t.acts(random_floats(K * N, rng, 0.2f), {K, N});
   const Tensor bias = t.acts(random_floats(N, rng), {N});
   const Tensor out = t.poisoned_acts({M, N}), gelu_out = t.poisoned_acts({M, N});
-  backend.matmul_forward({out, in, weight, bias, WeightLayout::InOut, gelu_out});
+  backend.matmul_forward({out, in, weight, bias, WeightLayout::InOut, gelu_out, products});
 
   const Tensor pre = t.acts(random_floats(M * K, rng), {M, K});
   const Tensor hidden = t.poisoned_acts({M, K});
@@ -39,7 +47,7 @@ Results run_mlp_products(Backend& backend, DType dtype) {
   const Tensor din = t.poisoned_acts({M, K});
   const Tensor dweight = t.floats(std::vector<float>(K * N, 0.5f), {K, N});
   const Tensor dbias = t.floats(std::vector<float>(N, 0.25f), {N});
-  backend.matmul_backward({din, dweight, dbias, dout, hidden, weight, WeightLayout::InOut, pre});
+  backend.matmul_backward({din, dweight, dbias, dout, hidden, weight, WeightLayout::InOut, pre, products});
   return {t.download(out), t.download(gelu_out), t.download(din), t.download(dweight), t.download(dbias)};
 }
 
@@ -80,6 +88,43 @@ INSTANTIATE_TEST_SUITE_P(
              (std::get<1>(info.param) == cuda_emulator::Epilogues::NoAlgorithm ? "_no_algorithm"
                                                                                : "_refused_when_run");
     });
+
+class EmulatedFp8Epilogues : public ::testing::TestWithParam<cuda_emulator::Epilogues> {
+ protected:
+  void TearDown() override { cuda_emulator::set_cublaslt_epilogues(cuda_emulator::Epilogues::Offered); }
+};
+
+// fp8 products: bias + GELU forward and the GELU derivative of the input gradient in epilogues
+// where cuBLASLt offers them, in kernels where it does not; the bias gradient is always a kernel
+// (it sums dout before its cast).
+TEST_P(EmulatedFp8Epilogues, MatchTheCpuWithOrWithoutEpilogues) {
+  auto cpu = make_backend("cpu");
+  const Results expected = run_mlp_products(*cpu, DType::BF16, true);
+  cuda_emulator::set_cublaslt_epilogues(GetParam());
+  auto gpu = make_backend("cuda");
+  const Results actual = run_mlp_products(*gpu, DType::BF16, true);
+  EXPECT_LT(normalized_error(actual.out, expected.out), 1e-2);
+  EXPECT_LT(normalized_error(actual.gelu_out, expected.gelu_out), 1e-2);
+  EXPECT_LT(normalized_error(actual.din, expected.din), 2e-2);
+  EXPECT_LT(normalized_error(actual.dweight, expected.dweight), 2e-2);
+  EXPECT_LT(normalized_error(actual.dbias, expected.dbias), 2e-2);
+  const std::string notes = gpu->run_notes();
+  const bool offered = GetParam() == cuda_emulator::Epilogues::Offered;
+  // Offered: bias + GELU forward, GELU derivative backward. Declined: bias + GELU, then bias alone
+  // (forward), and the GELU derivative (backward).
+  EXPECT_NE(notes.find(offered ? "2 shapes with an epilogue, 0 fell back" : "0 shapes with an epilogue, 3 fell back"),
+            std::string::npos)
+      << notes;
+}
+
+INSTANTIATE_TEST_SUITE_P(Refusals, EmulatedFp8Epilogues,
+                         ::testing::Values(cuda_emulator::Epilogues::Offered, cuda_emulator::Epilogues::NoAlgorithm,
+                                           cuda_emulator::Epilogues::RefusedWhenRun),
+                         [](const ::testing::TestParamInfo<cuda_emulator::Epilogues>& info) {
+                           return std::string(info.param == cuda_emulator::Epilogues::Offered       ? "offered"
+                                              : info.param == cuda_emulator::Epilogues::NoAlgorithm ? "no_algorithm"
+                                                                                                     : "refused_when_run");
+                         });
 
 }  // namespace
 }  // namespace kiln::testing

@@ -133,9 +133,10 @@ TEST(Activations, Fp8ProductsKeepTheirInputsCodesInsteadOfTheInputs) {
     }
     // Without recomputation: per layer 6C bf16 values (12C bytes) per position give way to 7C
     // bytes of codes, and the shared LayerNorm and GELU outputs (5C values) are laid out once.
-    if (policy.granularity == RecomputeGranularity::None)
+    if (policy.granularity == RecomputeGranularity::None) {
       EXPECT_EQ(bytes, GptActivations::bytes_needed(config, 3, 16, policy, DType::BF16) -
                            static_cast<size_t>((L * 12 * C - 10 * C - L * 7 * C) * M));
+    }
   }
 }
 

@@ -148,8 +148,9 @@ TEST(Estimator, Fp8AddsTheCastScratchAndTheScalingState) {
   const Estimate fp8 = estimate(in);
   // The largest cast is mlp.c_fc's backward (M = 128, K = C = 64, N = 4C = 256), one byte an
   // element: dout and its transpose 2 M N = 65,536 and the weight K N = 16,384 (`in` transposed
-  // is the codes its forward kept, activations.h); 81,920 bytes, every region a multiple of 256.
-  EXPECT_EQ(fp8.memory.workspace, 81920.0);
+  // is the codes its forward kept, activations.h); 81,920 bytes, every region a multiple of 256;
+  // then the bias gradient's partial sums, one float per column for each 32 rows: 4,096 bytes.
+  EXPECT_EQ(fp8.memory.workspace, 81920.0 + 4096.0);
   // 2 layers x 4 products x 3 operands = 24 rows of (scale, 1/scale, amax, fp8 max, 1 amax) fp32.
   EXPECT_EQ(fp8.memory.fp8_scaling, 24.0 * 5 * 4);
   in.fp8_amax_history_len = 16;

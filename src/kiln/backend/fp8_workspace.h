@@ -1,8 +1,9 @@
 // The scratch the CUDA back-end's fp8 products cast their operands into (ops.h, fp8 products):
 // forward, `in` [M,K] and the weight as [N,K]; backward, the output gradient [M,N] and its
 // transpose, the weight as [K,N] and `in` transposed [K,M]; one byte an element, each region
-// 256-byte aligned. Shared by the back-end, which carves its workspace so, and the model, which
-// asks for the largest of its products (Backend::WorkspaceNeeds::fp8_cast_bytes).
+// 256-byte aligned; then the bias gradient's partial sums. Shared by the back-end, which carves its
+// workspace so, the model, which asks for the largest of its products
+// (Backend::WorkspaceNeeds::fp8_cast_bytes), and the estimator.
 #pragma once
 
 #include <algorithm>
@@ -23,6 +24,13 @@ inline size_t fp8_forward_cast_bytes(int64_t M, int64_t K, int64_t N) {
 // `in` of its own; the regions are carved in the order above, `in` transposed last.
 inline size_t fp8_backward_cast_bytes(int64_t M, int64_t K, int64_t N, bool in_codes_kept) {
   return 2 * fp8_region_bytes(M * N) + fp8_region_bytes(K * N) + (in_codes_kept ? 0 : fp8_region_bytes(K * M));
+}
+
+// A backward with a bias gradient sums the output gradient's columns as its cast reads them, one
+// float per column for each tile of kFp8CastTileRows rows (fp8.cu), in scratch after the casts.
+constexpr int64_t kFp8CastTileRows = 32;
+inline size_t fp8_bias_partials_bytes(int64_t M, int64_t N) {
+  return static_cast<size_t>((M + kFp8CastTileRows - 1) / kFp8CastTileRows * N) * sizeof(float);
 }
 
 // What one product's forward and backward need at most.

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kiln/backend/attention_workspace.h"
+#include "kiln/backend/fp8_workspace.h"
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
 #include "kiln/nn/activations.h"
@@ -127,7 +128,9 @@ Estimate estimate(const EstimateInput& in) {
   const bool fused = fused_attention_shape(dtype, in.hidden_size / in.num_attention_heads);
   const auto workspace = [&](int64_t micro) {
     const size_t attention = attention_workspace_bytes(micro, in.num_attention_heads, in.seq_length, dtype, fused);
-    const size_t casts = Gpt::workspace_needs(shape, micro, in.seq_length, dtype, fp8).fp8_cast_bytes;
+    const Backend::WorkspaceNeeds needs = Gpt::workspace_needs(shape, micro, in.seq_length, dtype, fp8);
+    const size_t casts =
+        fp8 ? needs.fp8_cast_bytes + fp8_bias_partials_bytes(micro * in.seq_length, needs.widest_row) : 0;
     return static_cast<double>(std::max(attention, casts));
   };
   out.memory.activations = activations(in.micro_batch_size);

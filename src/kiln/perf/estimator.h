@@ -22,7 +22,8 @@
 //                 x s^2 matrices, shared by all layers); Korthikanti et al. 2022 (arXiv 2205.05198)
 //                 per-layer activation bytes are given for reference. With fp8 products
 //                 (--fp8-format, bf16 only) the workspace is the larger of the attention's and the
-//                 casts' of the largest product (fp8_workspace.h, the same carve of one workspace),
+//                 casts' of the largest product with the bias gradient's partial sums
+//                 (fp8_workspace.h, the same carve of one workspace),
 //                 plus the fp8 scaling state (nn/fp8_scaling.h); the FLOPs are the same and the share
 //                 of peak stays against the bf16 peak (attention, classifier and loss stay bf16)
 //   fit           the largest micro-batch whose total fits in the GPU's memory, less 1.5 GiB
@@ -61,7 +62,8 @@ struct EstimateInput {
 struct MemoryEstimate {
   double weights = 0, gradients = 0, optimizer = 0, activations = 0;  // bytes per GPU
   // The CUDA back-end's op scratch: attention's (backend/attention_workspace.h) or, with fp8
-  // products, the casts' of the largest product (backend/fp8_workspace.h) where that is larger.
+  // products, the casts' of the largest product and the bias gradient's partial sums
+  // (backend/fp8_workspace.h) where that is larger.
   double workspace = 0;
   double fp8_scaling = 0;  // scales and amax history of every fp8 tensor (nn/fp8_scaling.h)
   double total() const { return weights + gradients + optimizer + activations + workspace + fp8_scaling; }

@@ -76,6 +76,11 @@ int column_sums_add(float* sums, const void* in, int kind, int64_t M, int64_t N,
   return status != 0 ? status : column_sums_finish(sums, nullptr, partials, nullptr, M, N);
 }
 
+int add_column_partials(float* sums, const float* partials, int64_t chunks, int64_t N) {
+  launch(column_sums_finish_kernel, blocks_for(N), kThreads, 0, sums, nullptr, partials, nullptr, N, chunks);
+  return launch_status();
+}
+
 int add_floats(float* sums, const float* values, int64_t count) {
   launch(add_floats_kernel, blocks_for(count), kThreads, 0, sums, values, count);
   return launch_status();

@@ -158,7 +158,8 @@ size_t CudaBackend::workspace_bytes(const WorkspaceNeeds& needs) const {
   const size_t column_sums = cuda::column_sums_workspace_bytes(positions, needs.widest_row);
   return std::max({cuda::embedding_backward_workspace_bytes(positions),
                    attention_workspace_bytes(needs.batch, needs.heads, needs.seq, needs.dtype, fused), column_sums,
-                   needs.fp8_cast_bytes > 0 ? needs.fp8_cast_bytes + column_sums : 0}) +
+                   needs.fp8_cast_bytes > 0 ? needs.fp8_cast_bytes + fp8_bias_partials_bytes(positions, needs.widest_row)
+                                            : 0}) +
          fixed_workspace_bytes();
 }
 
@@ -332,11 +333,12 @@ class Fp8Regions {
 };
 
 // Casts `operand` ([rows, cols] of kind) to E4M3 or E5M2 into `out` (same layout) and/or `out_t`
-// (transposed), with its Fp8Operand's scale and amax.
+// (transposed), with its Fp8Operand's scale and amax; with column_partials, also its column sums
+// before the cast (kernels.h).
 void cast(const Tensor& operand, int64_t rows, int64_t cols, const Fp8Operand& fp8, DType format, uint8_t* out,
-          uint8_t* out_t) {
+          uint8_t* out_t, float* column_partials = nullptr) {
   check_cuda(cuda::cast_fp8(operand.data, element_kind(operand.dtype), rows, cols, fp8.scale.as<float>(),
-                            fp8.amax.as<float>(), format == DType::F8E4M3, out, out_t),
+                            fp8.amax.as<float>(), format == DType::F8E4M3, out, out_t, column_partials),
              "cast_fp8");
 }
 
@@ -387,6 +389,24 @@ void CudaBackend::matmul_forward(const MatmulForward& a) {
     check_cuda(cuda::gelu_forward(a.gelu_out.data, a.out.data, element_kind(dtype), M * N), "matmul_forward (gelu)");
 }
 
+// `product` writes din [M,K]; with gelu_in, din is then multiplied by gelu'(gelu_in): in cuBLASLt's
+// DGELU epilogue where it has an algorithm for it, else in a kernel after the product.
+void CudaBackend::input_gradient(const Gemm& product, const Tensor& gelu_in) {
+  cuda::LtMatmul& lt = *handles_->matmul;
+  const int64_t M = product.M, K = product.N;
+  if (handles_->matmul_epilogues && !gelu_in.empty() && gelu_epilogue_applies(product.types, K)) {
+    Gemm fused = product;
+    fused.epilogue = GemmEpilogue::Dgelu;
+    fused.aux = gelu_in.data;
+    fused.aux_ld = K;
+    if (lt.run(fused)) return;
+  }
+  lt.run(product);
+  if (!gelu_in.empty())
+    check_cuda(cuda::gelu_backward(product.C, gelu_in.data, product.C, element_kind(gelu_in.dtype), M * K),
+               "matmul_backward (gelu)");
+}
+
 void CudaBackend::matmul_backward(const MatmulBackward& a) {
   const auto [M, K, N] = checks::matmul_backward(a, kCuda);
   if (a.fp8) return matmul_backward_fp8(a, M, K, N);
@@ -395,21 +415,9 @@ void CudaBackend::matmul_backward(const MatmulBackward& a) {
   const bool in_out = a.layout == WeightLayout::InOut;
   cuda::LtMatmul& lt = *handles_->matmul;
   if (!a.din.empty()) {  // din = dout W^T (InOut) or dout W (OutIn), times gelu'(gelu_in) when given
-    Gemm product{{dtype, dtype, handles_->tf32}, false, in_out, M, K, N, 1.0f, a.dout.data, N, a.weight.data,
-                 in_out ? N : K, 0.0f, a.din.data, K};
-    bool gelu_done = false;
-    if (handles_->matmul_epilogues && !a.gelu_in.empty() && gelu_epilogue_applies(product.types, K)) {
-      Gemm fused = product;
-      fused.epilogue = GemmEpilogue::Dgelu;
-      fused.aux = a.gelu_in.data;
-      fused.aux_ld = K;
-      gelu_done = lt.run(fused);
-    }
-    if (!gelu_done) {
-      lt.run(product);
-      if (!a.gelu_in.empty())
-        check_cuda(cuda::gelu_backward(a.din.data, a.gelu_in.data, a.din.data, kind, M * K), "matmul_backward (gelu)");
-    }
+    input_gradient({{dtype, dtype, handles_->tf32}, false, in_out, M, K, N, 1.0f, a.dout.data, N, a.weight.data,
+                    in_out ? N : K, 0.0f, a.din.data, K},
+                   a.gelu_in);
   }
   // dweight += in^T dout (InOut, [K,N]) or dout^T in (OutIn, [N,K]), accumulated in fp32; the
   // bias gradient is the column sums of dout, which is op(B) of the first and op(A) of the second.
@@ -436,22 +444,24 @@ void CudaBackend::matmul_backward(const MatmulBackward& a) {
 
 // fp8 backward (ops.h): dout cast to its gradient format [M,N] and transposed, the weight as [K,N]
 // and `in` transposed [K,M] (or its codes as the forward kept them), all K-contiguous for
-// cuBLASLt; the bias gradient and GELU's derivative from the values before the casts, in kernels.
+// cuBLASLt; the bias gradient from dout before its cast, summed by that cast; GELU's derivative
+// as in full precision (input_gradient).
 void CudaBackend::matmul_backward_fp8(const MatmulBackward& a, int64_t M, int64_t K, int64_t N) {
   const DType dtype = a.dout.dtype, grad = a.fp8->grad_dtype;
-  const int kind = element_kind(dtype);
   const bool in_out = a.layout == WeightLayout::InOut;
   const bool codes_kept = !a.in_fp8_t.empty();
   cuda::LtMatmul& lt = *handles_->matmul;
   const size_t cast_bytes = fp8_backward_cast_bytes(M, K, N, codes_kept);
   auto* base = static_cast<uint8_t*>(
-      workspace(cast_bytes + (a.dbias.empty() ? 0 : cuda::column_sums_workspace_bytes(M, N))));
+      workspace(cast_bytes + (a.dbias.empty() ? 0 : fp8_bias_partials_bytes(M, N))));
+  // The bias gradient: dout's column sums, taken by its cast on the way (before the cast, ops.h).
+  float* bias_partials = a.dbias.empty() ? nullptr : reinterpret_cast<float*>(base + cast_bytes);
   Fp8Regions regions(base);
   uint8_t* dout8 = regions.take(M * N);
   uint8_t* dout8_t = regions.take(M * N);
   uint8_t* weight8 = regions.take(K * N);
   uint8_t* in8_t = codes_kept ? a.in_fp8_t.as<uint8_t>() : regions.take(K * M);
-  cast(a.dout, M, N, a.fp8->dout, grad, a.din.empty() ? nullptr : dout8, dout8_t);
+  cast(a.dout, M, N, a.fp8->dout, grad, a.din.empty() ? nullptr : dout8, dout8_t, bias_partials);
   if (!a.din.empty()) {  // din [M,K] = dout [M,N] x (weight as [K,N])^T, then gelu'(gelu_in)
     if (in_out) cast(a.weight, K, N, a.fp8->weight, DType::F8E4M3, weight8, nullptr);
     else cast(a.weight, N, K, a.fp8->weight, DType::F8E4M3, nullptr, weight8);
@@ -459,9 +469,7 @@ void CudaBackend::matmul_backward_fp8(const MatmulBackward& a, int64_t M, int64_
                  a.din.data, K};
     product.a_scale = a.fp8->dout.scale_inv.as<float>();
     product.b_scale = a.fp8->weight.scale_inv.as<float>();
-    lt.run(product);
-    if (!a.gelu_in.empty())
-      check_cuda(cuda::gelu_backward(a.din.data, a.gelu_in.data, a.din.data, kind, M * K), "matmul_backward (gelu)");
+    input_gradient(product, a.gelu_in);
   }
   // dweight += in^T dout ([K,N]: A = in^T [K,M], B = dout^T [N,M]) or dout^T in ([N,K]).
   if (!codes_kept) cast(a.in, M, K, a.fp8->in, DType::F8E4M3, nullptr, in8_t);
@@ -472,8 +480,8 @@ void CudaBackend::matmul_backward_fp8(const MatmulBackward& a, int64_t M, int64_
   weight_grad.a_scale = (in_out ? a.fp8->in : a.fp8->dout).scale_inv.as<float>();
   weight_grad.b_scale = (in_out ? a.fp8->dout : a.fp8->in).scale_inv.as<float>();
   lt.run(weight_grad);
-  if (!a.dbias.empty())
-    check_cuda(cuda::column_sums_add(a.dbias.as<float>(), a.dout.data, kind, M, N, base + cast_bytes),
+  if (bias_partials)
+    check_cuda(cuda::add_column_partials(a.dbias.as<float>(), bias_partials, cuda::cast_fp8_tile_rows(M), N),
                "matmul_backward");
 }
 

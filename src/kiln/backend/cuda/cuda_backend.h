@@ -18,6 +18,9 @@
 #include "kiln/backend/memory_tracker.h"
 
 namespace kiln {
+namespace cuda {
+struct Gemm;  // lt_matmul.h
+}  // namespace cuda
 
 class CudaBackend final : public Backend {
  public:
@@ -68,6 +71,7 @@ class CudaBackend final : public Backend {
   void* workspace(size_t bytes);  // the shared op scratch, grown to at least `bytes`
   size_t fixed_workspace_bytes() const;  // held from construction: cuBLASLt's and the norm's scratch
   void matmul_backward_fp8(const MatmulBackward& args, int64_t M, int64_t K, int64_t N);
+  void input_gradient(const cuda::Gemm& product, const Tensor& gelu_in);
   struct Handles;
   std::shared_ptr<MemoryTracker> memory_ = std::make_shared<MemoryTracker>();
   // Shared with the graphs capture() returns.

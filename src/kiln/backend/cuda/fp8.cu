@@ -4,7 +4,11 @@
 // bytes a thread), or both (cuBLASLt's fp8 products want both operands K-contiguous, so a
 // backward needs the transposes of forward's operands), and folds the tile's max |x| into the
 // tensor's amax with one atomic max per block. Rows and columns are multiples of 16 (ops.h).
+// Optionally it also sums each tile's columns before the cast (the bias gradient of an fp8
+// backward, from the output gradient it casts anyway), into one row of partial sums per tile row,
+// which add_column_partials() then adds in order: a fixed order, so the bits do not vary.
 #include "kiln/backend/cuda/kernel_common.cuh"
+#include "kiln/backend/fp8_workspace.h"
 #include "kiln/core/fp8_codec.h"
 
 #if defined(__CUDACC__)
@@ -14,7 +18,7 @@
 namespace kiln::cuda {
 namespace {
 
-constexpr int kTileRows = 32, kTileColumns = 128, kVector = 4;  // kVector elements a thread
+constexpr int kTileRows = kFp8CastTileRows, kTileColumns = 128, kVector = 4;  // kVector elements a thread
 static_assert(kTileColumns == 32 * kVector && kTileColumns * kTileRows == kThreads * 16);
 
 __device__ __forceinline__ uint8_t to_fp8(float value, bool e4m3) {
@@ -33,17 +37,21 @@ __device__ __forceinline__ void max_into(float* amax, float value) {
 
 // Block (x, y) casts the tile of rows [32 y, 32 y + 32) and columns [128 x, 128 x + 128): warp w
 // takes rows w, w + 8, w + 16, w + 24, lane l columns 4 l to 4 l + 3 of each; then thread t writes
-// half t % 2 (16 rows) of tile column t / 2 as one 16-byte row piece of the transpose.
+// half t % 2 (16 rows) of tile column t / 2 as one 16-byte row piece of the transpose. With
+// column_partials, thread t < 128 then adds tile column t's four warp sums in warp order into
+// column_partials[y][128 x + t].
 template <typename T>
 __global__ void cast_fp8_kernel(const T* in, int64_t rows, int64_t cols, const float* scale_pointer,
-                                float* amax, bool e4m3, uint8_t* out, uint8_t* out_t) {
+                                float* amax, bool e4m3, uint8_t* out, uint8_t* out_t, float* column_partials) {
+  constexpr int kWarps = kThreads / 32;
   alignas(16) __shared__ uint8_t tile[kTileRows][kTileColumns + 4];  // rows 132 bytes apart
+  __shared__ float warp_sums[kWarps][kTileColumns];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kTileRows,
                 col0 = static_cast<int64_t>(blockIdx.x) * kTileColumns, col = col0 + lane * kVector;
   const float scale = *scale_pointer;
-  float largest = 0.0f;
-  for (int r = warp; r < kTileRows; r += kThreads / 32) {
+  float largest = 0.0f, sums[kVector] = {};
+  for (int r = warp; r < kTileRows; r += kWarps) {
     const int64_t row = row0 + r;
     if (row >= rows || col >= cols) continue;
     const auto values = Pack<T, kVector>::load(in + row * cols + col);
@@ -51,13 +59,22 @@ __global__ void cast_fp8_kernel(const T* in, int64_t rows, int64_t cols, const f
 #pragma unroll
     for (int v = 0; v < kVector; ++v) {
       largest = fmaxf(largest, fabsf(values[v]));
+      sums[v] += values[v];
       codes |= static_cast<uint32_t>(to_fp8(values[v] * scale, e4m3)) << (8 * v);
     }
     if (out) *reinterpret_cast<uint32_t*>(out + row * cols + col) = codes;
     *reinterpret_cast<uint32_t*>(&tile[r][lane * kVector]) = codes;
   }
-  largest = block_max(largest);  // synchronises the block: the tile is complete
+#pragma unroll
+  for (int v = 0; v < kVector; ++v) warp_sums[warp][lane * kVector + v] = sums[v];
+  largest = block_max(largest);  // synchronises the block: the tile and its warp sums are complete
   if (threadIdx.x == 0) max_into(amax, largest);
+  if (column_partials && threadIdx.x < kTileColumns && col0 + threadIdx.x < cols) {
+    float total = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) total += warp_sums[w][threadIdx.x];
+    column_partials[blockIdx.y * cols + col0 + threadIdx.x] = total;
+  }
   if (!out_t) return;
   const int c = threadIdx.x / 2, first = threadIdx.x % 2 * 16;
   const int64_t out_row = col0 + c, out_col = row0 + first;
@@ -93,8 +110,10 @@ __global__ void fp8_update_scales_kernel(float* state, int64_t tensors, int64_t 
 
 }  // namespace
 
+int64_t cast_fp8_tile_rows(int64_t rows) { return (rows + kTileRows - 1) / kTileRows; }
+
 int cast_fp8(const void* in, int kind, int64_t rows, int64_t cols, const float* scale, float* amax,
-             bool e4m3, uint8_t* out, uint8_t* out_t) {
+             bool e4m3, uint8_t* out, uint8_t* out_t, float* column_partials) {
   if (rows % 16 != 0 || cols % 16 != 0) return static_cast<int>(cudaErrorInvalidValue);
   if (rows == 0 || cols == 0) return 0;
   const dim3 grid(static_cast<unsigned>((cols + kTileColumns - 1) / kTileColumns),
@@ -102,7 +121,7 @@ int cast_fp8(const void* in, int kind, int64_t rows, int64_t cols, const float* 
   return dispatch(kind, [&](auto tag) {
     using E = decltype(tag);
     launch(cast_fp8_kernel<E>, grid, kThreads, 0, static_cast<const E*>(in), rows, cols, scale,
-           amax, e4m3, out, out_t);
+           amax, e4m3, out, out_t, column_partials);
     return launch_status();
   });
 }

@@ -37,6 +37,8 @@ int broadcast_rows(void* out, const void* row, int kind, int64_t M, int64_t N); 
 // sums += sum_m in[m, :]
 int column_sums_add(float* sums, const void* in, int kind, int64_t M, int64_t N, void* workspace);
 int add_floats(float* sums, const float* values, int64_t count);  // sums += values
+// sums[n] += partials[0][n] + partials[1][n] + ... + partials[chunks - 1][n], in that order.
+int add_column_partials(float* sums, const float* partials, int64_t chunks, int64_t N);
 int gelu_forward(void* out, const void* in, int kind, int64_t count);
 int gelu_backward(void* din, const void* in, const void* dout, int kind, int64_t count);
 int residual_forward(void* out, const void* a, const void* b, int kind, int64_t count);
@@ -60,9 +62,13 @@ int adamw(float* master, void* param_out, int out_kind, const float* grad, float
           float bias_correction2);
 // fp8 casts of the fp8 products (ops.h): out[r, c] and/or out_t[c, r] (the transpose) =
 // fp8(in[r, c] * *scale), E4M3 when e4m3 else E5M2, and *amax = max(*amax, max |in|); either output
-// may be null; rows and cols multiples of 16, pointers 16-byte aligned.
+// may be null; rows and cols multiples of 16, pointers 16-byte aligned. With column_partials (else
+// null; fp8_bias_partials_bytes(rows, cols), fp8_workspace.h), also the column sums of `in` before
+// the cast, in tile rows that add_column_partials(sums, column_partials, cast_fp8_tile_rows(rows),
+// cols) adds into sums.
+int64_t cast_fp8_tile_rows(int64_t rows);
 int cast_fp8(const void* in, int kind, int64_t rows, int64_t cols, const float* scale, float* amax, bool e4m3,
-             uint8_t* out, uint8_t* out_t);
+             uint8_t* out, uint8_t* out_t, float* column_partials = nullptr);
 // ops.h, Fp8UpdateScales: rows of [scale, scale_inv, amax, fp8_max, ...] with the history of
 // `history` values from column history_column.
 int fp8_update_scales(float* state, int64_t tensors, int64_t history_column, int64_t history, int64_t position,
