@@ -55,7 +55,7 @@ TEST_P(Fp8Training, HybridAndE4m3FollowTheBf16LossCurve) {
         train_and_record(small_bf16_gpt(dir_.path(), GetParam(), format));
     // Casting the products' operands to 3 (E4M3) or 2 (E5M2) mantissa bits, with scales that
     // fit each tensor, moves the losses by far less than the run's progress (0.735): measured
-    // 0.0026 (hybrid) and 0.0019 (e4m3) on the CPU, 0.0018 and 0.0017 on the emulated GPU.
+    // 0.0026 (hybrid) and 0.0019 (e4m3) on the CPU, 0.0014 and 0.0013 on the emulated GPU.
     const double worst = worst_difference(fp8, bf16);
     std::printf("fp8 %s on %s: largest loss difference to bf16 %.4f (bf16 progress %.3f)\n", format,
                 GetParam().c_str(), worst, bf16.front().lm_loss - bf16.back().lm_loss);
@@ -93,7 +93,7 @@ TEST_P(Fp8Training, CudaFollowsTheCpu) {
   const double worst = worst_difference(gpu, cpu);
   std::printf("fp8 hybrid: largest loss difference between %s and cpu %.4f\n", GetParam().c_str(),
               worst);
-  EXPECT_LT(worst, 0.02);  // 0.0011 on the emulated GPU
+  EXPECT_LT(worst, 0.02);  // 0.0012 on the emulated GPU
 }
 
 TEST_P(Fp8Training, ResumeIsBitForBitAcrossValidations) {
