@@ -38,14 +38,14 @@ __device__ __forceinline__ void max_into(float* amax, float value) {
 // Block (x, y) casts the tile of rows [32 y, 32 y + 32) and columns [128 x, 128 x + 128): warp w
 // takes rows w, w + 8, w + 16, w + 24, lane l columns 4 l to 4 l + 3 of each; then thread t writes
 // half t % 2 (16 rows) of tile column t / 2 as one 16-byte row piece of the transpose. With
-// column_partials, thread t < 128 then adds tile column t's four warp sums in warp order into
+// column_partials, thread t < 128 then adds tile column t's eight warp sums in warp order into
 // column_partials[y][128 x + t].
 template <typename T>
 __global__ void cast_fp8_kernel(const T* in, int64_t rows, int64_t cols, const float* scale_pointer,
                                 float* amax, bool e4m3, uint8_t* out, uint8_t* out_t, float* column_partials) {
   constexpr int kWarps = kThreads / 32;
   alignas(16) __shared__ uint8_t tile[kTileRows][kTileColumns + 4];  // rows 132 bytes apart
-  __shared__ float warp_sums[kWarps][kTileColumns];
+  alignas(16) __shared__ float warp_sums[kWarps][kTileColumns];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kTileRows,
                 col0 = static_cast<int64_t>(blockIdx.x) * kTileColumns, col = col0 + lane * kVector;
@@ -65,8 +65,8 @@ __global__ void cast_fp8_kernel(const T* in, int64_t rows, int64_t cols, const f
     if (out) *reinterpret_cast<uint32_t*>(out + row * cols + col) = codes;
     *reinterpret_cast<uint32_t*>(&tile[r][lane * kVector]) = codes;
   }
-#pragma unroll
-  for (int v = 0; v < kVector; ++v) warp_sums[warp][lane * kVector + v] = sums[v];
+  static_assert(kVector == 4);  // one 16-byte store a lane
+  *reinterpret_cast<float4*>(&warp_sums[warp][lane * kVector]) = make_float4(sums[0], sums[1], sums[2], sums[3]);
   largest = block_max(largest);  // synchronises the block: the tile and its warp sums are complete
   if (threadIdx.x == 0) max_into(amax, largest);
   if (column_partials && threadIdx.x < kTileColumns && col0 + threadIdx.x < cols) {
