@@ -36,12 +36,18 @@ std::string precision_name(const EstimateInput& in) {
   return in.fp8_format.empty() ? in.precision : in.precision + " + fp8 " + in.fp8_format;
 }
 
+// The first line of a report: what is estimated, for which configuration, on `gpu`.
+void print_header(const std::string& title, const EstimateInput& in, const std::string& gpu,
+                  const std::string& suffix = "") {
+  fmt::print("# {} | GPT {} layers x {} hidden, {} heads, seq {}, vocab {} | global batch {}, micro-batch {}, {} x {} "
+             "| {} | ZeRO-{} | recompute {}{}\n",
+             title, in.num_layers, in.hidden_size, in.num_attention_heads, in.seq_length, in.vocab_size,
+             in.global_batch_size, in.micro_batch_size, in.gpus, gpu, precision_name(in), in.zero_stage,
+             in.recompute.describe(), suffix);
+}
+
 void print_estimate(const EstimateInput& in, const Estimate& e, const std::string& report) {
-  fmt::print("# kiln estimate | GPT {} layers x {} hidden, {} heads, seq {}, vocab {} | global batch {}, "
-             "micro-batch {}, {} x {} | {} | ZeRO-{} | recompute {}\n",
-             in.num_layers, in.hidden_size, in.num_attention_heads, in.seq_length, in.vocab_size,
-             in.global_batch_size, in.micro_batch_size, in.gpus, e.gpu.key, precision_name(in), in.zero_stage,
-             in.recompute.describe());
+  print_header("kiln estimate", in, e.gpu.key);
   fmt::print("parameters            {:.4g} (closed form), {} (exact, as kiln builds it)\n", e.parameters_formula,
              e.parameters_exact);
   if (report == "all") print_speed(in, e);
@@ -97,11 +103,7 @@ void print_memory(const Estimate& e) {
 }
 
 void print_levers(const EstimateInput& in, const std::vector<LeverEstimate>& levers) {
-  fmt::print("# kiln estimate levers | GPT {} layers x {} hidden, {} heads, seq {}, vocab {} | global batch {}, "
-             "micro-batch {}, {} x {} | {} | ZeRO-{} | recompute {} | one switch changed at a time\n",
-             in.num_layers, in.hidden_size, in.num_attention_heads, in.seq_length, in.vocab_size,
-             in.global_batch_size, in.micro_batch_size, in.gpus, in.gpu, precision_name(in), in.zero_stage,
-             in.recompute.describe());
+  print_header("kiln estimate levers", in, in.gpu, " | one switch changed at a time");
   fmt::print("{:<56} {:>11} {:>5} {:>12} {:>18}\n", "change", "memory GiB", "fits", "roofline ms",
              "tokens/s at most");
   for (const LeverEstimate& lever : levers) {
