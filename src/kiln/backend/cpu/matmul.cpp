@@ -17,27 +17,22 @@ namespace kiln {
 
 namespace {
 // values <- dec(fp8(values * scale)) * scale_inv in place, and amax <- max(amax, max |values|)
-// (ops.h, fp8 products). `values` is an fp32 copy the op owns.
-void cast_through_fp8(const Tensor& values, const Fp8Operand& operand, DType format) {
+// (ops.h, fp8 products). `values` is an fp32 copy the op owns. With `codes_t` ([K, M] for values
+// [M, K]), the fp8 codes are also kept there, transposed (ops.h, in_fp8_t).
+void cast_through_fp8(const Tensor& values, const Fp8Operand& operand, DType format, const Tensor& codes_t = {}) {
   const fp8::Format f = format == DType::F8E4M3 ? fp8::Format::E4M3 : fp8::Format::E5M2;
   const float scale = *operand.scale.as<float>(), scale_inv = *operand.scale_inv.as<float>();
   float* x = values.as<float>();
+  uint8_t* kept = codes_t.as<uint8_t>();
+  const int64_t M = codes_t.empty() ? 0 : codes_t.shape[1], K = codes_t.empty() ? 0 : codes_t.shape[0];
   float amax = *operand.amax.as<float>();
   for (int64_t i = 0; i < values.numel(); ++i) {
     amax = std::max(amax, std::fabs(x[i]));
-    x[i] = fp8::decode(fp8::encode(x[i] * scale, f), f) * scale_inv;
+    const uint8_t code = fp8::encode(x[i] * scale, f);
+    if (kept) kept[i % K * M + i / K] = code;
+    x[i] = fp8::decode(code, f) * scale_inv;
   }
   *operand.amax.as<float>() = amax;
-}
-
-// codes[k, m] <- fp8(in[m, k] * scale) in E4M3: the kept, transposed codes of `in` [M, K] (ops.h).
-void write_codes_transposed(const Tensor& in, const Fp8Operand& operand, const Tensor& codes) {
-  const int64_t K = codes.shape[0], M = codes.shape[1];
-  const float scale = *operand.scale.as<float>();
-  const float* x = in.as<float>();
-  uint8_t* out = codes.as<uint8_t>();
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t k = 0; k < K; ++k) out[k * M + m] = fp8::encode(x[m * K + k] * scale, fp8::Format::E4M3);
 }
 
 // in[m, k] <- dec(codes[k, m]) * scale_inv: `in` as the cast gave it back, from its kept codes.
@@ -85,8 +80,7 @@ void CpuBackend::matmul_forward(const MatmulForward& args) {
     Fp32Scope f(scratch_);  // fp8 takes 16-bit operands, so `in` and `weight` are copies here
     const Tensor in = f.input(args.in), weight = f.input(args.weight);
     if (args.fp8) {
-      if (!args.in_fp8_t.empty()) write_codes_transposed(in, args.fp8->in, args.in_fp8_t);
-      cast_through_fp8(in, args.fp8->in, DType::F8E4M3);
+      cast_through_fp8(in, args.fp8->in, DType::F8E4M3, args.in_fp8_t);
       cast_through_fp8(weight, args.fp8->weight, DType::F8E4M3);
     }
     matmul_forward_fp32({f.output(args.out), in, weight, f.input(args.bias), args.layout});
