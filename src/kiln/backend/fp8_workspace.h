@@ -33,6 +33,12 @@ inline size_t fp8_bias_partials_bytes(int64_t M, int64_t N) {
   return static_cast<size_t>((M + kFp8CastTileRows - 1) / kFp8CastTileRows * N) * sizeof(float);
 }
 
+// The op scratch fp8 products need: the largest product's casts (0: no fp8 products), then the
+// bias gradient's partial sums for the widest output of M rows.
+inline size_t fp8_scratch_bytes(size_t largest_cast_bytes, int64_t M, int64_t widest_N) {
+  return largest_cast_bytes > 0 ? largest_cast_bytes + fp8_bias_partials_bytes(M, widest_N) : 0;
+}
+
 // What one product's forward and backward need at most.
 inline size_t fp8_cast_bytes(int64_t M, int64_t K, int64_t N, bool in_codes_kept = false) {
   return std::max(fp8_forward_cast_bytes(M, K, N), fp8_backward_cast_bytes(M, K, N, in_codes_kept));

@@ -129,8 +129,7 @@ Estimate estimate(const EstimateInput& in) {
   const auto workspace = [&](int64_t micro) {
     const size_t attention = attention_workspace_bytes(micro, in.num_attention_heads, in.seq_length, dtype, fused);
     const Backend::WorkspaceNeeds needs = Gpt::workspace_needs(shape, micro, in.seq_length, dtype, fp8);
-    const size_t casts =
-        fp8 ? needs.fp8_cast_bytes + fp8_bias_partials_bytes(micro * in.seq_length, needs.widest_row) : 0;
+    const size_t casts = fp8_scratch_bytes(needs.fp8_cast_bytes, micro * in.seq_length, needs.widest_row);
     return static_cast<double>(std::max(attention, casts));
   };
   out.memory.activations = activations(in.micro_batch_size);

@@ -156,11 +156,9 @@ size_t CudaBackend::workspace_bytes(const WorkspaceNeeds& needs) const {
                                     needs.heads, needs.head_size, {}) != AttentionPath::Materialized;
   const int64_t positions = needs.batch * needs.seq;
   const size_t column_sums = cuda::column_sums_workspace_bytes(positions, needs.widest_row);
-  const size_t fp8_casts =
-      needs.fp8_cast_bytes > 0 ? needs.fp8_cast_bytes + fp8_bias_partials_bytes(positions, needs.widest_row) : 0;
   return std::max({cuda::embedding_backward_workspace_bytes(positions),
                    attention_workspace_bytes(needs.batch, needs.heads, needs.seq, needs.dtype, fused), column_sums,
-                   fp8_casts}) +
+                   fp8_scratch_bytes(needs.fp8_cast_bytes, positions, needs.widest_row)}) +
          fixed_workspace_bytes();
 }
 
