@@ -1,11 +1,12 @@
 // The CUDA back-end's own kernels other than attention (kernels.h) on the CPU emulator
 // (cuda_emulator.h), against the CPU back-end's ops on the same inputs, in every storage dtype:
-// embedding, LayerNorm (with the residual, and its parameter gradients' chunked column sums),
+// embedding, LayerNorm (with the residual; the backward over runs of rows and slices of columns),
 // GELU, residual, fill, convert, softmax cross-entropy, AdamW and the sum of squares. Shapes are
 // picked to cross the kernels' edges: rows that do not fill a block of eight, more than one chunk
-// of column sums (M > 1024), token runs longer than a block's 256 staged rows, vocabularies with
-// padding columns. Outputs start as NaN; accumulating outputs start random. Bounds as the CUDA op
-// table's (ops_test.cpp): normalised error 1e-5 in fp32, 1e-2 in bf16, 2e-3 in fp16.
+// of column sums (M > 1024), rows wider than a LayerNorm backward's slice, token runs longer than a
+// block's 256 staged rows, vocabularies with padding columns. Outputs start as NaN; accumulating
+// outputs start random. Bounds as the CUDA op table's (ops_test.cpp): normalised error 1e-5 in
+// fp32, 1e-2 in bf16, 2e-3 in fp16.
 #include "kiln/backend/cuda/kernels.h"
 
 #include <gtest/gtest.h>
@@ -16,6 +17,7 @@
 
 #include "host_tensor.h"
 #include "kiln/backend/cpu/cpu_backend.h"
+#include "kiln/backend/layernorm_workspace.h"
 #include "kiln/core/rng.h"
 
 namespace kiln::testing {
@@ -50,6 +52,7 @@ class EmulatedKernels
   static HostTensor copy_of(const HostTensor& tensor, DType dtype) {
     return HostTensor(dtype, tensor.view().shape, tensor.floats());
   }
+  void layernorm_backward_matches_the_cpu(int64_t M, int64_t C);
   CpuBackend cpu;
 };
 
@@ -119,33 +122,55 @@ TEST_P(EmulatedKernels, LayerNormForwardWithAndWithoutTheResidual) {
   }
 }
 
-TEST_P(EmulatedKernels, LayerNormBackwardOverSeveralColumnSumChunks) {
-  constexpr int64_t M = 1100, C = 40;  // two chunks of column sums, a partial block of columns
+// LayerNorm backward on M x C rows against the CPU; then again with din one element further into a
+// buffer, which takes the element-wise path: the parameter gradients must come out in the same bits
+// (each column's order of addition, rows in turn, warps, runs, does not depend on the pack width).
+void EmulatedKernels::layernorm_backward_matches_the_cpu(int64_t M, int64_t C) {
   const HostTensor in = acts({M, C}, 1, 2.0f), weight = acts({C}, 2), bias = acts({C}, 3),
                    dout = acts({M, C}, 4);
-  const HostTensor mean = HostTensor::poisoned(DType::F32, {M}),
-                   rstd = HostTensor::poisoned(DType::F32, {M});
+  const HostTensor mean = HostTensor::poisoned(DType::F32, {M}), rstd = HostTensor::poisoned(DType::F32, {M});
   const HostTensor normed = poisoned({M, C});
-  cpu.layernorm_forward(
-      {normed.view(), mean.view(), rstd.view(), in.view(), weight.view(), bias.view()});
+  cpu.layernorm_forward({normed.view(), mean.view(), rstd.view(), in.view(), weight.view(), bias.view()});
 
   const HostTensor expected_din = acts({M, C}, 5), expected_dweight = floats({C}, 6),
                    expected_dbias = floats({C}, 7);
-  const HostTensor din = copy_of(expected_din, dtype()),
-                   dweight = copy_of(expected_dweight, DType::F32),
-                   dbias = copy_of(expected_dbias, DType::F32);
-  cpu.layernorm_backward({expected_din.view(), expected_dweight.view(), expected_dbias.view(),
-                          dout.view(), in.view(), weight.view(), mean.view(), rstd.view()});
-  const size_t workspace_bytes = cuda::column_sums_workspace_bytes(M, C);
-  const HostTensor workspace =
-      HostTensor::poisoned(DType::F32, {static_cast<int64_t>(workspace_bytes / 4 + 1)});
-  ASSERT_TRUE(launched(cuda::layernorm_backward(
-      din.data(), dweight.as<float>(), dbias.as<float>(), dout.data(), in.data(), weight.data(),
-      kind(), mean.as<float>(), rstd.as<float>(), M, C, workspace.data())));
+  const std::vector<float> initial_din = expected_din.floats(), initial_dweight = expected_dweight.floats(),
+                           initial_dbias = expected_dbias.floats();
+  cpu.layernorm_backward({expected_din.view(), expected_dweight.view(), expected_dbias.view(), dout.view(),
+                          in.view(), weight.view(), mean.view(), rstd.view()});
+  const size_t workspace_bytes = layernorm_backward_scratch_bytes(M, C);
+  const HostTensor workspace = HostTensor::poisoned(DType::F32, {static_cast<int64_t>(workspace_bytes / 4)});
+  const auto run = [&](void* din, const HostTensor& dweight, const HostTensor& dbias) {
+    return launched(cuda::layernorm_backward(din, dweight.as<float>(), dbias.as<float>(), dout.data(), in.data(),
+                                             weight.data(), kind(), mean.as<float>(), rstd.as<float>(), M, C,
+                                             workspace.data()));
+  };
+  const HostTensor din(dtype(), {M, C}, initial_din), dweight(DType::F32, {C}, initial_dweight),
+      dbias(DType::F32, {C}, initial_dbias);
+  ASSERT_TRUE(run(din.data(), dweight, dbias));
   expect_close(din, expected_din, 2 * bound(dtype()), "din");
   expect_close(dweight, expected_dweight, 1e-5, "dweight");
   expect_close(dbias, expected_dbias, 1e-5, "dbias");
+  EXPECT_TRUE(workspace.guard_intact()) << "partial sums written past layernorm_backward_scratch_bytes";
+
+  std::vector<float> shifted_din = initial_din;
+  shifted_din.insert(shifted_din.begin(), 0.0f);
+  const HostTensor shifted(dtype(), {M * C + 1}, shifted_din), unpacked_dweight(DType::F32, {C}, initial_dweight),
+      unpacked_dbias(DType::F32, {C}, initial_dbias);
+  ASSERT_TRUE(run(static_cast<char*>(shifted.data()) + dtype_size(dtype()), unpacked_dweight, unpacked_dbias));
+  EXPECT_EQ(unpacked_dweight.floats(), dweight.floats()) << "packed and element-wise dweight differ";
+  EXPECT_EQ(unpacked_dbias.floats(), dbias.floats()) << "packed and element-wise dbias differ";
+  std::vector<float> unpacked_din = shifted.floats();
+  unpacked_din.erase(unpacked_din.begin());
+  EXPECT_LT(normalized_error(unpacked_din, expected_din.floats()), 2 * bound(dtype())) << "element-wise din";
 }
+
+// 35 runs of rows, the last one short; 40 columns: a partial warp of packs.
+TEST_P(EmulatedKernels, LayerNormBackwardOverSeveralRuns) { layernorm_backward_matches_the_cpu(1100, 40); }
+
+// Rows wider than one slice of columns: slices of 2048, 2048 and 8; three runs of 24 rows, the last
+// of 22, so one warp of a run has a row fewer.
+TEST_P(EmulatedKernels, LayerNormBackwardOverSeveralSlices) { layernorm_backward_matches_the_cpu(70, 4104); }
 
 // N = 72 takes 16-byte packs in every dtype; the same rows one element further into a buffer are
 // misaligned for packs and take the element-wise path, which must give the same bits (the order of

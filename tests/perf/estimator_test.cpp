@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "kiln/nn/activations.h"
 #include "kiln/perf/flops.h"
 #include "support/error_of.h"
@@ -113,24 +115,34 @@ TEST(Estimator, TimeFromMeasuredIterationAndMemoryFromThePlanner) {
   EXPECT_GT(state + planned(e.largest_micro_batch + 1), capacity);
 }
 
+// The workspace is the largest scratch of one call; with M = 128 positions (4 runs of 32 rows) the
+// LayerNorm backward's partial sums, two rows of C floats a run (layernorm_workspace.h), are
+// 2 x 4 x C x 4 bytes, which beat the fused attention's one float per query and head where C is
+// more than 16 heads.
+double layernorm_scratch(double C) { return 2.0 * 4 * C * 4; }
+
 TEST(Estimator, AttentionWorkspaceFollowsTheKernelThatRuns) {
-  // Head size 64 in bf16 on an H100: the fused kernels, which keep one fp32 per query and head.
+  // Head size 64 in bf16 on an H100: the fused kernels, which keep one fp32 per query and head
+  // (micro-batch x heads x seq x 4 bytes = 2,048), fewer than the LayerNorm backward's partials.
   EstimateInput in = testing::small_estimate_input();
   in.hidden_size = 256;
   in.num_attention_heads = 4;
   in.gpu = "h100-sxm";
   in.precision = "bf16";
-  EXPECT_EQ(estimate(in).memory.workspace, 4.0 * 4 * 32 * 4);  // micro-batch x heads x seq x 4 bytes
+  EXPECT_EQ(estimate(in).memory.workspace, std::max(4.0 * 4 * 32 * 4, layernorm_scratch(256)));
+  in.num_attention_heads = 64;  // head size 4: the attention's 32,768 bytes are the most
+  EXPECT_EQ(estimate(in).memory.workspace, 4.0 * 64 * 32 * 4);
   // fp16 on a V100 (no sm_80 tensor-core tiles) with head size 80 and 256: the general fused
-  // kernels, the same workspace.
+  // kernels, the same attention workspace.
+  in.num_attention_heads = 4;
   in.gpu = "v100";
   in.precision = "fp16";
   in.hidden_size = 320;
-  EXPECT_EQ(estimate(in).memory.workspace, 4.0 * 4 * 32 * 4);
+  EXPECT_EQ(estimate(in).memory.workspace, std::max(4.0 * 4 * 32 * 4, layernorm_scratch(320)));
   in.hidden_size = 1024;
-  EXPECT_EQ(estimate(in).memory.workspace, 4.0 * 4 * 32 * 4);
+  EXPECT_EQ(estimate(in).memory.workspace, std::max(4.0 * 4 * 32 * 4, layernorm_scratch(1024)));
   // fp32, and heads wider than 256: the materialised path's two micro-batch x heads x seq^2
-  // matrices in the compute dtype.
+  // matrices in the compute dtype, larger than the partials.
   in.precision = "fp32";
   EXPECT_EQ(estimate(in).memory.workspace, 2.0 * 4 * 4 * 32 * 32 * 4);
   in.precision = "fp16";
@@ -138,11 +150,30 @@ TEST(Estimator, AttentionWorkspaceFollowsTheKernelThatRuns) {
   EXPECT_EQ(estimate(in).memory.workspace, 2.0 * 4 * 4 * 32 * 32 * 2);
 }
 
+TEST(Estimator, LayerNormBackwardScratchIsTwoPartialRowsARun) {
+  EstimateInput in = testing::small_estimate_input();
+  in.precision = "bf16";
+  in.hidden_size = 512;
+  in.num_attention_heads = 8;
+  EXPECT_EQ(estimate(in).memory.workspace, layernorm_scratch(512));  // 4 runs: 16 KiB
+  // GPT-2 124M at micro-batch 64: 65,536 positions, the most runs (1024 of 64 rows), 6 MiB at
+  // C = 768, twice the fused attention's 64 x 12 x 1024 floats.
+  in.num_layers = 12;
+  in.hidden_size = 768;
+  in.num_attention_heads = 12;
+  in.seq_length = 1024;
+  in.micro_batch_size = 64;
+  in.global_batch_size = 64;
+  EXPECT_EQ(estimate(in).memory.workspace, 2.0 * 1024 * 768 * 4);
+}
+
 TEST(Estimator, Fp8AddsTheCastScratchAndTheScalingState) {
   EstimateInput in = testing::small_estimate_input();  // M = micro-batch x seq = 128 positions, C = 64
   in.precision = "bf16";
   const Estimate bf16 = estimate(in);
-  EXPECT_EQ(bf16.memory.workspace, 4.0 * 4 * 32 * 4);  // fused attention: micro-batch x heads x seq x 4 bytes
+  // Fused attention's micro-batch x heads x seq floats, as many bytes as the LayerNorm partials.
+  EXPECT_EQ(bf16.memory.workspace, 4.0 * 4 * 32 * 4);
+  EXPECT_EQ(bf16.memory.workspace, layernorm_scratch(64));
   EXPECT_EQ(bf16.memory.fp8_scaling, 0.0);
   in.fp8_format = "hybrid";
   const Estimate fp8 = estimate(in);

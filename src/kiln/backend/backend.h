@@ -76,9 +76,10 @@ class Backend {
   // grow it themselves.
   struct WorkspaceNeeds {  // the largest calls the model makes
     int64_t batch = 0, seq = 0, heads = 0, head_size = 0;
-    DType dtype = DType::F32;  // the compute dtype
-    int64_t widest_row = 0;    // the most columns a parameter gradient sums over rows (a bias's N)
-    size_t fp8_cast_bytes = 0; // most fp8_cast_bytes() (fp8_workspace.h) of one fp8 product
+    DType dtype = DType::F32;      // the compute dtype
+    int64_t widest_row = 0;        // the most columns a bias gradient sums over rows (a bias's N)
+    size_t fp8_cast_bytes = 0;     // most fp8_cast_bytes() (fp8_workspace.h) of one fp8 product
+    int64_t widest_layernorm = 0;  // the most columns a LayerNorm normalises (layernorm_workspace.h)
   };
   virtual size_t reserve_workspace(const WorkspaceNeeds& needs) = 0;
   // What reserve_workspace(needs) would hold, without allocating (memory pre-flight checks).

@@ -106,9 +106,10 @@ void Gpt::enable_fp8(const Fp8Recipe& recipe) {
 
 Backend::WorkspaceNeeds Gpt::workspace_needs(const GptConfig& config, int64_t batch, int64_t seq, DType dtype,
                                              bool fp8) {
-  // The widest bias is the MLP's first, 4C.
+  // The widest bias is the MLP's first, 4C; every LayerNorm is C wide.
   const int64_t C = config.hidden_size, M = batch * seq;
   Backend::WorkspaceNeeds needs{batch, seq, config.num_heads, C / config.num_heads, dtype, 4 * C};
+  needs.widest_layernorm = C;
   // The blocks' products: c_attn C -> 3C, attn.c_proj C -> C, c_fc C -> 4C, mlp.c_proj 4C -> C, each
   // with its input's codes kept, but mlp.c_proj's not under selective recomputation (activations.h).
   if (fp8)

@@ -4,6 +4,7 @@
 
 #include "kiln/backend/attention_workspace.h"
 #include "kiln/backend/fp8_workspace.h"
+#include "kiln/backend/layernorm_workspace.h"
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
 #include "kiln/nn/activations.h"
@@ -124,13 +125,16 @@ Estimate estimate(const EstimateInput& in) {
     return static_cast<double>(
         GptActivations::bytes_needed(shape, micro, in.seq_length, in.recompute, dtype, kDefaultLogitRows, fp8));
   };
-  // CudaBackend::workspace_bytes' attention and fp8 cast parts (fused attention on, the default).
+  // CudaBackend::workspace_bytes' attention, LayerNorm backward and fp8 cast parts (fused attention
+  // on, the default).
   const bool fused = fused_attention_shape(dtype, in.hidden_size / in.num_attention_heads);
   const auto workspace = [&](int64_t micro) {
+    const int64_t positions = micro * in.seq_length;
     const size_t attention = attention_workspace_bytes(micro, in.num_attention_heads, in.seq_length, dtype, fused);
     const Backend::WorkspaceNeeds needs = Gpt::workspace_needs(shape, micro, in.seq_length, dtype, fp8);
-    const size_t casts = fp8_scratch_bytes(needs.fp8_cast_bytes, micro * in.seq_length, needs.widest_row);
-    return static_cast<double>(std::max(attention, casts));
+    const size_t layernorm = layernorm_backward_scratch_bytes(positions, needs.widest_layernorm);
+    const size_t casts = fp8_scratch_bytes(needs.fp8_cast_bytes, positions, needs.widest_row);
+    return static_cast<double>(std::max({attention, layernorm, casts}));
   };
   out.memory.activations = activations(in.micro_batch_size);
   out.memory.workspace = workspace(in.micro_batch_size);

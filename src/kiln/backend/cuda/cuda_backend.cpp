@@ -9,6 +9,7 @@
 
 #include "kiln/backend/attention_workspace.h"
 #include "kiln/backend/fp8_workspace.h"
+#include "kiln/backend/layernorm_workspace.h"
 #include "kiln/backend/cuda/cuda_check.h"
 #include "kiln/backend/cuda/flash_attention.h"
 #include "kiln/backend/cuda/general_attention.h"
@@ -155,9 +156,10 @@ size_t CudaBackend::workspace_bytes(const WorkspaceNeeds& needs) const {
   const bool fused = attention_path(handles_->fused_attention, handles_->compute_major, needs.dtype, needs.batch,
                                     needs.heads, needs.head_size, {}) != AttentionPath::Materialized;
   const int64_t positions = needs.batch * needs.seq;
-  const size_t column_sums = cuda::column_sums_workspace_bytes(positions, needs.widest_row);
   return std::max({cuda::embedding_backward_workspace_bytes(positions),
-                   attention_workspace_bytes(needs.batch, needs.heads, needs.seq, needs.dtype, fused), column_sums,
+                   attention_workspace_bytes(needs.batch, needs.heads, needs.seq, needs.dtype, fused),
+                   cuda::column_sums_workspace_bytes(positions, needs.widest_row),
+                   layernorm_backward_scratch_bytes(positions, needs.widest_layernorm),
                    fp8_scratch_bytes(needs.fp8_cast_bytes, positions, needs.widest_row)}) +
          fixed_workspace_bytes();
 }
@@ -307,7 +309,7 @@ void CudaBackend::layernorm_backward(const LayerNormBackward& a) {
   const auto [M, C] = checks::layernorm_backward(a, kCuda);
   check_cuda(cuda::layernorm_backward(a.din.data, a.dweight.as<float>(), a.dbias.as<float>(), a.dout.data, a.in.data,
                                       a.weight.data, element_kind(a.in.dtype), a.mean.as<float>(), a.rstd.as<float>(),
-                                      M, C, workspace(cuda::column_sums_workspace_bytes(M, C))),
+                                      M, C, workspace(layernorm_backward_scratch_bytes(M, C))),
              "layernorm_backward");
 }
 

@@ -28,11 +28,13 @@ int embedding_backward(float* dwte, float* dwpe, const void* dout, int kind, con
 // With residual (else null): residual_out = in + residual, rounded, is written and normalised.
 int layernorm_forward(void* out, float* mean, float* rstd, const void* in, const void* weight, const void* bias,
                       const void* residual, void* residual_out, int kind, int64_t M, int64_t C, float eps);
-// Parameter-gradient column sums (layernorm_backward, column_sums_add) need a workspace of
-// column_sums_workspace_bytes(M, N) bytes for their per-chunk partial sums.
-size_t column_sums_workspace_bytes(int64_t M, int64_t N);
+// din += the input gradient, dweight and dbias += the parameter gradients, from one read of dout and
+// in; needs a workspace of layernorm_backward_scratch_bytes(M, C) (layernorm_workspace.h) bytes.
 int layernorm_backward(void* din, float* dweight, float* dbias, const void* dout, const void* in, const void* weight,
                        int kind, const float* mean, const float* rstd, int64_t M, int64_t C, void* workspace);
+// The bias gradient's column sums (column_sums_add) need a workspace of
+// column_sums_workspace_bytes(M, N) bytes for their per-chunk partial sums.
+size_t column_sums_workspace_bytes(int64_t M, int64_t N);
 int broadcast_rows(void* out, const void* row, int kind, int64_t M, int64_t N);  // out[m, :] = row
 // sums += sum_m in[m, :]
 int column_sums_add(float* sums, const void* in, int kind, int64_t M, int64_t N, void* workspace);

@@ -1,7 +1,8 @@
-// LayerNorm forward (optionally fused with the residual add before it) and backward, one warp per
-// row; parameter gradients through the fixed-order column sums (kernel_common.cuh), whose partial
-// sums take the workspace.
+// LayerNorm forward (optionally fused with the residual add before it), one warp per row, and
+// backward, one warp per row with the parameter gradients summed in the same pass into partial
+// sums a run of rows (layernorm_workspace.h), which take the workspace.
 #include "kiln/backend/cuda/kernel_common.cuh"
+#include "kiln/backend/layernorm_workspace.h"
 
 namespace kiln::cuda {
 namespace {
@@ -62,58 +63,109 @@ __global__ void layernorm_forward_kernel(T* out, float* mean_out, float* rstd_ou
   }
 }
 
-// din += the input gradient, one warp per row as in forward.
-template <typename T, int W>
-__global__ void layernorm_backward_input_kernel(T* din, const T* dout, const T* in, const T* weight,
-                                                const float* means, const float* rstds, int64_t M,
-                                                int64_t C) {
-  using P = Pack<T, W>;
-  const int64_t row = blockIdx.x * static_cast<int64_t>(kRowsPerBlock) + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= M) return;
-  const float mean = means[row], rstd = rstds[row];
-  const T* x = in + row * C;
-  const T* g = dout + row * C;
-  float grad_sum = 0.0f, grad_dot = 0.0f;
-  for (int64_t c = lane * W; c < C; c += 32 * W) {
-    const P gradients = P::load(g + c), values = P::load(x + c), scale = P::load(weight + c);
-#pragma unroll
-    for (int w = 0; w < W; ++w) {
-      const float gw = gradients[w] * scale[w];
-      grad_sum += gw;
-      grad_dot += gw * (values[w] - mean) * rstd;
-    }
-  }
-  const float grad_mean = warp_sum(grad_sum) / static_cast<float>(C);
-  const float grad_dot_mean = warp_sum(grad_dot) / static_cast<float>(C);
-  for (int64_t c = lane * W; c < C; c += 32 * W) {
-    const P gradients = P::load(g + c), values = P::load(x + c), scale = P::load(weight + c);
-    P accumulated = P::load(din + row * C + c);
-#pragma unroll
-    for (int w = 0; w < W; ++w) {
-      const float xhat = (values[w] - mean) * rstd;
-      const float delta = rstd * (gradients[w] * scale[w] - grad_mean - xhat * grad_dot_mean);
-      accumulated.set(w, accumulated[w] + delta);
-    }
-    accumulated.store(din + row * C + c);
-  }
+// The backward (layernorm_workspace.h): block (s, r) takes run r's rows, one warp per row in turn,
+// and slice s of the columns, at most kSliceColumns wide. A warp reads its row whole for the
+// row's two sums, then its slice again (from cache) to add the input gradient into din and each
+// column's dweight and dbias terms into the warp's own accumulators in shared memory; the block
+// then adds its warps' accumulators in warp order into the run's row of partial sums. One slice
+// covers C up to kSliceColumns (every GPT-2 size): dout and the input leave DRAM once, where the
+// input gradient and the column sums as two kernels read them twice. Wider rows take several
+// slices, each reading the whole row for its sums (the slices of a run are neighbouring blocks,
+// so mostly from L2). A lane's accumulators are laid out [W][slice / W] by pack, so the lanes of
+// a warp touch consecutive words (no bank conflicts) and each lane only what it zeroed.
+constexpr int kBackwardWarps = 4;
+// At most 64 registers a thread (ptxas took 66 unbounded), so eight blocks fit an SM where shared
+// memory allows (32 C bytes a block and 1 KB reserved, within 228 KB: C up to 864): GPT-2 124M at
+// micro-batch 64 makes 1024 runs, one wave on an H100's 132 SMs (1056 blocks) instead of 1.1
+// waves whose last tenth runs on a nearly idle GPU.
+constexpr int kBackwardBlocksPerSm = 8;
+constexpr int64_t kSliceColumns = 2048;
+
+__host__ __device__ inline int64_t slice_width(int64_t C) { return C < kSliceColumns ? C : kSliceColumns; }
+
+inline size_t backward_shared_bytes(int64_t C) {
+  return static_cast<size_t>(kBackwardWarps) * 2 * static_cast<size_t>(slice_width(C)) * sizeof(float);
 }
 
 template <typename T, int W>
-__global__ void layernorm_backward_params_kernel(float* partial_dweight, float* partial_dbias,
-                                                 const T* dout, const T* in, const float* means,
-                                                 const float* rstds, int64_t M, int64_t C) {
-  column_sums_partial<W>(
-      partial_dweight, partial_dbias, M, C,
-      [=] __device__(int64_t m, int64_t c, float(&dweight)[W], float(&dbias)[W]) {
-        const auto g = Pack<T, W>::load(dout + m * C + c), x = Pack<T, W>::load(in + m * C + c);
-        const float mean = means[m], rstd = rstds[m];
+__global__ void __launch_bounds__(32 * kBackwardWarps, kBackwardBlocksPerSm)
+    layernorm_backward_kernel(T* din, float* partial_dweight, float* partial_dbias, const T* dout, const T* in,
+                              const T* weight, const float* means, const float* rstds, int64_t M, int64_t C,
+                              int64_t rows_per_run) {
+  using P = Pack<T, W>;
+  KILN_DYNAMIC_SHARED_MEMORY(shared);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t width = slice_width(C), first = blockIdx.x * width;
+  const int64_t columns = C - first < width ? C - first : width, packs = columns / W;
+  float* const accumulators = reinterpret_cast<float*>(shared);
+  float* const dweight = accumulators + warp * 2 * width;  // [W][packs], then dbias's
+  float* const dbias = dweight + width;
+  for (int64_t p = lane; p < packs; p += 32)
 #pragma unroll
-        for (int w = 0; w < W; ++w) {
-          dweight[w] += g[w] * (x[w] - mean) * rstd;
-          dbias[w] += g[w];
-        }
-      });
+    for (int w = 0; w < W; ++w) dweight[w * packs + p] = dbias[w * packs + p] = 0.0f;
+
+  const int64_t begin = blockIdx.y * rows_per_run;
+  const int64_t end = begin + rows_per_run < M ? begin + rows_per_run : M;
+  for (int64_t row = begin + warp; row < end; row += kBackwardWarps) {
+    const float mean = means[row], rstd = rstds[row];
+    const T* x = in + row * C;
+    const T* g = dout + row * C;
+    float grad_sum = 0.0f, grad_dot = 0.0f;
+    for (int64_t c = lane * W; c < C; c += 32 * W) {
+      const P gradients = P::load(g + c), values = P::load(x + c), scale = P::load(weight + c);
+#pragma unroll
+      for (int w = 0; w < W; ++w) {
+        const float gw = gradients[w] * scale[w];
+        grad_sum += gw;
+        grad_dot += gw * (values[w] - mean) * rstd;
+      }
+    }
+    const float grad_mean = warp_sum(grad_sum) / static_cast<float>(C);
+    const float grad_dot_mean = warp_sum(grad_dot) / static_cast<float>(C);
+    for (int64_t p = lane; p < packs; p += 32) {
+      const int64_t c = first + p * W;
+      const P gradients = P::load(g + c), values = P::load(x + c), scale = P::load(weight + c);
+      P accumulated = P::load(din + row * C + c);
+#pragma unroll
+      for (int w = 0; w < W; ++w) {
+        const float xhat = (values[w] - mean) * rstd;
+        const float delta = rstd * (gradients[w] * scale[w] - grad_mean - xhat * grad_dot_mean);
+        accumulated.set(w, accumulated[w] + delta);
+        dweight[w * packs + p] += gradients[w] * xhat;
+        dbias[w * packs + p] += gradients[w];
+      }
+      accumulated.store(din + row * C + c);
+    }
+  }
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < 2 * columns; i += blockDim.x) {
+    const int64_t half = i / columns, j = i % columns;  // half 0: dweight, 1: dbias
+    float sum = 0.0f;
+    for (int k = 0; k < kBackwardWarps; ++k) sum += accumulators[(k * 2 + half) * width + j];
+    const int64_t column = first + (j % packs) * W + j / packs;
+    (half == 0 ? partial_dweight : partial_dbias)[blockIdx.y * C + column] = sum;
+  }
+}
+
+// dweight and dbias += the runs' partial rows added in run order: block (x, y) takes 32 columns of
+// dweight (y = 0) or dbias (y = 1), warp k adding runs k, k + kFinishWarps, ...; the warps' sums
+// are then added in order.
+constexpr int kFinishWarps = 16;
+
+__global__ void layernorm_backward_finish_kernel(float* dweight, float* dbias, const float* partial_dweight,
+                                                 const float* partial_dbias, int64_t runs, int64_t C) {
+  __shared__ float sums[kFinishWarps][32];
+  const int64_t column = blockIdx.x * 32 + threadIdx.x;
+  const float* partials = blockIdx.y == 0 ? partial_dweight : partial_dbias;
+  float sum = 0.0f;
+  if (column < C)
+    for (int64_t run = threadIdx.y; run < runs; run += kFinishWarps) sum += partials[run * C + column];
+  sums[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && column < C) {
+    for (int k = 1; k < kFinishWarps; ++k) sum += sums[k][threadIdx.x];
+    (blockIdx.y == 0 ? dweight : dbias)[column] += sum;
+  }
 }
 
 }  // namespace
@@ -136,22 +188,28 @@ int layernorm_forward(void* out, float* mean, float* rstd, const void* in, const
 int layernorm_backward(void* din, float* dweight, float* dbias, const void* dout, const void* in, const void* weight,
                        int kind, const float* mean, const float* rstd, int64_t M, int64_t C, void* workspace) {
   if (M == 0) return 0;
+  const int64_t runs = layernorm_backward_runs(M);
   auto* partial_dweight = static_cast<float*>(workspace);
-  float* partial_dbias = partial_dweight + column_sum_chunks(M) * C;
+  float* partial_dbias = partial_dweight + runs * C;
+  const size_t shared_bytes = backward_shared_bytes(C);
+  const dim3 grid(static_cast<unsigned>((C + kSliceColumns - 1) / kSliceColumns), static_cast<unsigned>(runs));
   const int status = dispatch(kind, [&](auto tag) {
     using E = decltype(tag);
-    const E* grad = static_cast<const E*>(dout);
-    const E* x = static_cast<const E*>(in);
     return with_pack_width<E>(C, {din, dout, in, weight}, [&](auto width) {
-      constexpr int W = decltype(width)::value;
-      launch(layernorm_backward_input_kernel<E, W>, row_blocks(M), kThreads, 0,
-             static_cast<E*>(din), grad, x, static_cast<const E*>(weight), mean, rstd, M, C);
-      launch(layernorm_backward_params_kernel<E, W>, column_sums_grid(M, C, W),
-             dim3(32, kRowGroups), 0, partial_dweight, partial_dbias, grad, x, mean, rstd, M, C);
+      const auto kernel = layernorm_backward_kernel<E, decltype(width)::value>;
+      if (const cudaError_t set = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                       static_cast<int>(shared_bytes)))
+        return static_cast<int>(set);
+      launch(kernel, grid, 32 * kBackwardWarps, shared_bytes, static_cast<E*>(din), partial_dweight, partial_dbias,
+             static_cast<const E*>(dout), static_cast<const E*>(in), static_cast<const E*>(weight), mean, rstd, M, C,
+             (M + runs - 1) / runs);
       return launch_status();
     });
   });
-  return status != 0 ? status : column_sums_finish(dweight, dbias, partial_dweight, partial_dbias, M, C);
+  if (status != 0) return status;
+  launch(layernorm_backward_finish_kernel, dim3(static_cast<unsigned>((C + 31) / 32), 2), dim3(32, kFinishWarps), 0,
+         dweight, dbias, partial_dweight, partial_dbias, runs, C);
+  return launch_status();
 }
 
 }  // namespace kiln::cuda
