@@ -71,8 +71,10 @@ __global__ void layernorm_forward_kernel(T* out, float* mean_out, float* rstd_ou
 // covers C up to kSliceColumns (every GPT-2 size): dout and the input leave DRAM once, where the
 // input gradient and the column sums as two kernels read them twice. Wider rows take several
 // slices, each reading the whole row for its sums (the slices of a run are neighbouring blocks,
-// so mostly from L2). A lane's accumulators are laid out [W][slice / W] by pack, so the lanes of
-// a warp touch consecutive words (no bank conflicts) and each lane only what it zeroed.
+// so mostly from L2). A lane's accumulators move in groups of four floats where W allows (one
+// 16-byte shared access, a quarter of the instructions of one float at a time) and are laid out
+// [W / group][slice / W] by group and pack, so the lanes of a warp touch consecutive groups (no bank
+// conflicts) and each lane only what it zeroed.
 constexpr int kBackwardWarps = 4;
 // At most 64 registers a thread (ptxas took 66 unbounded), so eight blocks fit an SM where shared
 // memory allows (32 C bytes a block and 1 KB reserved, within 228 KB: C up to 864): GPT-2 124M at
@@ -97,12 +99,16 @@ __global__ void __launch_bounds__(32 * kBackwardWarps, kBackwardBlocksPerSm)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t width = slice_width(C), first = blockIdx.x * width;
   const int64_t columns = C - first < width ? C - first : width, packs = columns / W;
+  constexpr int G = W % 4 == 0 ? 4 : 1;  // floats a group
+  struct alignas(4 * G) Group {
+    float sums[G];
+  };
   float* const accumulators = reinterpret_cast<float*>(shared);
-  float* const dweight = accumulators + warp * 2 * width;  // [W][packs], then dbias's
-  float* const dbias = dweight + width;
+  Group* const dweight = reinterpret_cast<Group*>(accumulators + warp * 2 * width);  // [W / G][packs]
+  Group* const dbias = dweight + width / G;
   for (int64_t p = lane; p < packs; p += 32)
 #pragma unroll
-    for (int w = 0; w < W; ++w) dweight[w * packs + p] = dbias[w * packs + p] = 0.0f;
+    for (int q = 0; q < W / G; ++q) dweight[q * packs + p] = dbias[q * packs + p] = Group{};
 
   const int64_t begin = blockIdx.y * rows_per_run;
   const int64_t end = begin + rows_per_run < M ? begin + rows_per_run : M;
@@ -127,12 +133,19 @@ __global__ void __launch_bounds__(32 * kBackwardWarps, kBackwardBlocksPerSm)
       const P gradients = P::load(g + c), values = P::load(x + c), scale = P::load(weight + c);
       P accumulated = P::load(din + row * C + c);
 #pragma unroll
-      for (int w = 0; w < W; ++w) {
-        const float xhat = (values[w] - mean) * rstd;
-        const float delta = rstd * (gradients[w] * scale[w] - grad_mean - xhat * grad_dot_mean);
-        accumulated.set(w, accumulated[w] + delta);
-        dweight[w * packs + p] += gradients[w] * xhat;
-        dbias[w * packs + p] += gradients[w];
+      for (int q = 0; q < W / G; ++q) {
+        Group weight_sums = dweight[q * packs + p], bias_sums = dbias[q * packs + p];
+#pragma unroll
+        for (int k = 0; k < G; ++k) {
+          const int w = q * G + k;
+          const float xhat = (values[w] - mean) * rstd;
+          const float delta = rstd * (gradients[w] * scale[w] - grad_mean - xhat * grad_dot_mean);
+          accumulated.set(w, accumulated[w] + delta);
+          weight_sums.sums[k] += gradients[w] * xhat;
+          bias_sums.sums[k] += gradients[w];
+        }
+        dweight[q * packs + p] = weight_sums;
+        dbias[q * packs + p] = bias_sums;
       }
       accumulated.store(din + row * C + c);
     }
@@ -142,7 +155,7 @@ __global__ void __launch_bounds__(32 * kBackwardWarps, kBackwardBlocksPerSm)
     const int64_t half = i / columns, j = i % columns;  // half 0: dweight, 1: dbias
     float sum = 0.0f;
     for (int k = 0; k < kBackwardWarps; ++k) sum += accumulators[(k * 2 + half) * width + j];
-    const int64_t column = first + (j % packs) * W + j / packs;
+    const int64_t group = j / G, column = first + (group % packs) * W + group / packs * G + j % G;
     (half == 0 ? partial_dweight : partial_dbias)[blockIdx.y * C + column] = sum;
   }
 }
