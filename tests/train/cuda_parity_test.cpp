@@ -166,5 +166,27 @@ TEST(CudaMemory, APlanThatCannotFitFailsBeforeTheFirstStepWithBytesPerCategory) 
   }
 }
 
+// The back-end's op scratch is reserved before the first step for the largest call the model
+// makes (Gpt::workspace_needs): bf16 training steps allocate nothing beyond the plan. 512
+// positions of 256 columns, so that the LayerNorm backward's partial sums (32 KiB) are the largest
+// scratch, about twice the next (the embedding gradient's sort).
+TEST(CudaMemory, Bf16StepsAllocateNothingBeyondWhatWasPlanned) {
+  const std::string reason = testing::backend_skip_reason("cuda");
+  if (!reason.empty()) GTEST_SKIP() << reason;
+  Config config = testing::small_gpt_config("", "cuda");
+  config.mock_data = true;
+  config.vocab_size = 96;
+  config.bf16 = true;
+  config.hidden_size = 256;
+  config.num_attention_heads = 4;
+  config.seq_length = 64;
+  config.micro_batch_size = 8;
+  config.global_batch_size = 8;
+  config.train_iters = 3;
+  Trainer trainer(config);
+  trainer.run();
+  EXPECT_LE(trainer.backend().peak_allocated_bytes(), trainer.planned_device_bytes());
+}
+
 }  // namespace
 }  // namespace kiln
