@@ -1,9 +1,10 @@
 // How the CUDA back-end's LayerNorm backward splits its rows, and the scratch that takes, shared by
 // the back-end (cuda/layernorm.cu runs it, CudaBackend reserves it) and `kiln estimate` (which
-// predicts it). The backward reads dout and the input once: each block takes a run of rows,
-// writes their input gradients and sums their parameter-gradient terms into one row of partial
-// sums per run, for dweight and for dbias; a second kernel adds the runs' rows in order. The runs
-// depend only on M, so the order of addition, and so the bits, do not depend on the GPU.
+// predicts it). The backward reads dout and the input once: each block takes a run of rows (and
+// a slice of the columns where rows are wider than 2048), writes their input gradients and sums
+// their parameter-gradient terms into one row of partial sums per run, for dweight and for dbias;
+// a second kernel adds the runs' rows in order. The runs depend only on M, so the order of
+// addition, and so the bits, do not depend on the GPU.
 #pragma once
 
 #include <cstddef>
@@ -11,10 +12,10 @@
 
 namespace kiln {
 
-// Rows per run where M allows; M = 64 x 1024 (GPT-2 at micro-batch 64) makes the most runs,
-// 1024 of 64 rows: with each run's two partial rows written and read back, a run of R rows adds
+// 32 rows a run up to 1024 runs, longer runs beyond (M = 64 x 1024, GPT-2 at micro-batch 64: 1024
+// runs of 64 rows). With each run's two partial rows written and read back, a run of R rows adds
 // 2 / R to the bytes its rows move (3% at 64), while fewer runs would leave an H100's SMs short
-// of warps (runs of 4 warps; M = 16 x 1024 gives 512 of 32 rows).
+// of warps (a run is one block of 4 warps; M = 16 x 1024 gives 512 runs of 32 rows).
 constexpr int64_t kLayerNormBackwardRowsPerRun = 32;
 constexpr int64_t kLayerNormBackwardMaxRuns = 1024;
 
