@@ -117,8 +117,8 @@ TEST(Estimator, TimeFromMeasuredIterationAndMemoryFromThePlanner) {
 
 // The workspace is the largest scratch of one call; with M = 128 positions (4 runs of 32 rows) the
 // LayerNorm backward's partial sums, two rows of C floats a run (layernorm_workspace.h), are
-// 2 x 4 x C x 4 bytes, which beat the fused attention's one float per query and head where C is
-// more than 16 heads.
+// 2 x 4 x C x 4 bytes, more than the fused attention's one float per query and head wherever C is
+// over 16 times the number of heads.
 double layernorm_scratch(double C) { return 2.0 * 4 * C * 4; }
 
 TEST(Estimator, AttentionWorkspaceFollowsTheKernelThatRuns) {
