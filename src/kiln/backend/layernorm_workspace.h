@@ -3,8 +3,8 @@
 // predicts it). The backward reads dout and the input once: each block takes a run of rows (and
 // a slice of the columns where rows are wider than 2048), writes their input gradients and sums
 // their parameter-gradient terms into one row of partial sums per run, for dweight and for dbias;
-// a second kernel adds the runs' rows in order. The runs depend only on M, so the order of
-// addition, and so the bits, do not depend on the GPU.
+// column_sums_finish (kernel_common.cuh) adds the runs' rows. The runs depend only on M, so the
+// order of addition, and so the bits, do not depend on the GPU.
 #pragma once
 
 #include <cstddef>

@@ -88,7 +88,7 @@ int with_pack_width(int64_t extent, std::initializer_list<const void*> pointers,
 // column_sum_chunks(M) chunks; block (x, y) sums 32 W columns over chunk y, thread x taking W
 // adjacent columns (one 16-byte pack where W = kPackWidth) with kRowGroups warps striding over the
 // chunk's rows, adds the warps' sums in order through shared memory and writes them to
-// partials[y][column]; column_sums_finish() then adds the chunks in order into the result. Each
+// partials[y][column]; column_sums_finish() then adds the chunks in a fixed order into the result. Each
 // column's order of addition depends only on M, not on W or the GPU, so the bits do not either.
 // (One block per 32 columns alone, the first version, left 24 blocks for C = 768 and most of an
 // H100 idle.)
@@ -137,9 +137,9 @@ __device__ __forceinline__ void column_sums_partial(float* partial_a, float* par
   }
 }
 
-// sums_a[n] += sum over chunks of partial_a[chunk][n], in chunk order; likewise b when non-null.
-// Defined in bias.cu.
-int column_sums_finish(float* sums_a, float* sums_b, const float* partial_a, const float* partial_b, int64_t M,
+// sums_a[n] += the sum over `chunks` rows of partial_a[chunk][n], in an order that depends only on
+// `chunks`; likewise b when non-null. Defined in bias.cu.
+int column_sums_finish(float* sums_a, float* sums_b, const float* partial_a, const float* partial_b, int64_t chunks,
                        int64_t N);
 
 }  // namespace kiln::cuda

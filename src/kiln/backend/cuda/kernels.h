@@ -39,7 +39,7 @@ int broadcast_rows(void* out, const void* row, int kind, int64_t M, int64_t N); 
 // sums += sum_m in[m, :]
 int column_sums_add(float* sums, const void* in, int kind, int64_t M, int64_t N, void* workspace);
 int add_floats(float* sums, const float* values, int64_t count);  // sums += values
-// sums[n] += partials[0][n] + partials[1][n] + ... + partials[chunks - 1][n], in that order.
+// sums[n] += partials[0][n] + ... + partials[chunks - 1][n], in an order that depends only on chunks.
 int add_column_partials(float* sums, const float* partials, int64_t chunks, int64_t N);
 int gelu_forward(void* out, const void* in, int kind, int64_t count);
 int gelu_backward(void* din, const void* in, const void* dout, int kind, int64_t count);

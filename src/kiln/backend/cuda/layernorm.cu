@@ -160,27 +160,6 @@ __global__ void __launch_bounds__(32 * kBackwardWarps, kBackwardBlocksPerSm)
   }
 }
 
-// dweight and dbias += the runs' partial rows added in run order: block (x, y) takes 32 columns of
-// dweight (y = 0) or dbias (y = 1), warp k adding runs k, k + kFinishWarps, ...; the warps' sums
-// are then added in order.
-constexpr int kFinishWarps = 16;
-
-__global__ void layernorm_backward_finish_kernel(float* dweight, float* dbias, const float* partial_dweight,
-                                                 const float* partial_dbias, int64_t runs, int64_t C) {
-  __shared__ float sums[kFinishWarps][32];
-  const int64_t column = blockIdx.x * 32 + threadIdx.x;
-  const float* partials = blockIdx.y == 0 ? partial_dweight : partial_dbias;
-  float sum = 0.0f;
-  if (column < C)
-    for (int64_t run = threadIdx.y; run < runs; run += kFinishWarps) sum += partials[run * C + column];
-  sums[threadIdx.y][threadIdx.x] = sum;
-  __syncthreads();
-  if (threadIdx.y == 0 && column < C) {
-    for (int k = 1; k < kFinishWarps; ++k) sum += sums[k][threadIdx.x];
-    (blockIdx.y == 0 ? dweight : dbias)[column] += sum;
-  }
-}
-
 }  // namespace
 
 int layernorm_forward(void* out, float* mean, float* rstd, const void* in, const void* weight, const void* bias,
@@ -219,10 +198,7 @@ int layernorm_backward(void* din, float* dweight, float* dbias, const void* dout
       return launch_status();
     });
   });
-  if (status != 0) return status;
-  launch(layernorm_backward_finish_kernel, dim3(static_cast<unsigned>((C + 31) / 32), 2), dim3(32, kFinishWarps), 0,
-         dweight, dbias, partial_dweight, partial_dbias, runs, C);
-  return launch_status();
+  return status != 0 ? status : column_sums_finish(dweight, dbias, partial_dweight, partial_dbias, runs, C);
 }
 
 }  // namespace kiln::cuda
