@@ -29,8 +29,9 @@ inline size_t fp8_backward_cast_bytes(int64_t M, int64_t K, int64_t N, bool in_c
 // A backward with a bias gradient sums the output gradient's columns as its cast reads them, one
 // float per column for each tile of kFp8CastTileRows rows (fp8.cu), in scratch after the casts.
 constexpr int64_t kFp8CastTileRows = 32;
+inline int64_t fp8_cast_tile_rows(int64_t M) { return (M + kFp8CastTileRows - 1) / kFp8CastTileRows; }
 inline size_t fp8_bias_partials_bytes(int64_t M, int64_t N) {
-  return static_cast<size_t>((M + kFp8CastTileRows - 1) / kFp8CastTileRows * N) * sizeof(float);
+  return static_cast<size_t>(fp8_cast_tile_rows(M) * N) * sizeof(float);
 }
 
 // The op scratch fp8 products need: the largest product's casts (0: no fp8 products), then the

@@ -482,7 +482,7 @@ void CudaBackend::matmul_backward_fp8(const MatmulBackward& a, int64_t M, int64_
   weight_grad.b_scale = (in_out ? a.fp8->dout : a.fp8->in).scale_inv.as<float>();
   lt.run(weight_grad);
   if (bias_partials)
-    check_cuda(cuda::add_column_partials(a.dbias.as<float>(), bias_partials, cuda::cast_fp8_tile_rows(M), N),
+    check_cuda(cuda::add_column_partials(a.dbias.as<float>(), bias_partials, fp8_cast_tile_rows(M), N),
                "matmul_backward");
 }
 

@@ -110,14 +110,12 @@ __global__ void fp8_update_scales_kernel(float* state, int64_t tensors, int64_t 
 
 }  // namespace
 
-int64_t cast_fp8_tile_rows(int64_t rows) { return (rows + kTileRows - 1) / kTileRows; }
-
 int cast_fp8(const void* in, int kind, int64_t rows, int64_t cols, const float* scale, float* amax,
              bool e4m3, uint8_t* out, uint8_t* out_t, float* column_partials) {
   if (rows % 16 != 0 || cols % 16 != 0) return static_cast<int>(cudaErrorInvalidValue);
   if (rows == 0 || cols == 0) return 0;
   const dim3 grid(static_cast<unsigned>((cols + kTileColumns - 1) / kTileColumns),
-                  static_cast<unsigned>((rows + kTileRows - 1) / kTileRows));
+                  static_cast<unsigned>(fp8_cast_tile_rows(rows)));
   return dispatch(kind, [&](auto tag) {
     using E = decltype(tag);
     launch(cast_fp8_kernel<E>, grid, kThreads, 0, static_cast<const E*>(in), rows, cols, scale,

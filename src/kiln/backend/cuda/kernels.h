@@ -66,9 +66,8 @@ int adamw(float* master, void* param_out, int out_kind, const float* grad, float
 // fp8(in[r, c] * *scale), E4M3 when e4m3 else E5M2, and *amax = max(*amax, max |in|); either output
 // may be null; rows and cols multiples of 16, pointers 16-byte aligned. With column_partials (else
 // null; fp8_bias_partials_bytes(rows, cols), fp8_workspace.h), also the column sums of `in` before
-// the cast, in tile rows that add_column_partials(sums, column_partials, cast_fp8_tile_rows(rows),
+// the cast, in tile rows that add_column_partials(sums, column_partials, fp8_cast_tile_rows(rows),
 // cols) adds into sums.
-int64_t cast_fp8_tile_rows(int64_t rows);
 int cast_fp8(const void* in, int kind, int64_t rows, int64_t cols, const float* scale, float* amax, bool e4m3,
              uint8_t* out, uint8_t* out_t, float* column_partials = nullptr);
 // ops.h, Fp8UpdateScales: rows of [scale, scale_inv, amax, fp8_max, ...] with the history of
