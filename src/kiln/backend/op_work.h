@@ -10,9 +10,9 @@
 // Bytes: each tensor an op reads or writes once; accumulated outputs twice (read and written);
 // embedding rows as gathered; fp8 products also write and read back each fp8 copy of an operand
 // they cast (fp8_workspace.h), and kept input codes (ops.h, in_fp8_t) are written once by the
-// forward and only read by the backward, which then reads no 16-bit input. Scratch an implementation adds on top (the materialised attention
-// path's T x T matrices, a fallback kernel's extra pass) is not counted: that is the gap between
-// an implementation and this bound.
+// forward and only read by the backward, which then reads no 16-bit input. Scratch an
+// implementation adds on top (the materialised attention path's T x T matrices, a fallback
+// kernel's extra pass) is not counted: that is the gap between an implementation and this bound.
 #pragma once
 
 #include <cstdint>

@@ -17,15 +17,15 @@
 //                 ZeRO-2 2 + 16/Nd, ZeRO-3 18/Nd), and fp32 training 4 + 4 + 8 (Rajbhandari et al.
 //                 2020 count 2-byte gradients, 16 bytes, for their fp16 layout). Plus activations as
 //                 kiln's planner lays them out (in the precision's dtype) under the recompute
-//                 policy, and the CUDA back-end's attention workspace (backend/attention_workspace.h:
-//                 with the fused kernels one fp32 per query and head, else two micro-batch x heads
-//                 x s^2 matrices, shared by all layers); Korthikanti et al. 2022 (arXiv 2205.05198)
-//                 per-layer activation bytes are given for reference. With fp8 products
-//                 (--fp8-format, bf16 only) the workspace is the larger of the attention's and the
-//                 casts' of the largest product with the bias gradient's partial sums
-//                 (fp8_workspace.h, the same carve of one workspace),
-//                 plus the fp8 scaling state (nn/fp8_scaling.h); the FLOPs are the same and the share
-//                 of peak stays against the bf16 peak (attention, classifier and loss stay bf16)
+//                 policy, and the CUDA back-end's op workspace, the largest of: attention's
+//                 (backend/attention_workspace.h: with the fused kernels one fp32 per query and
+//                 head, else two micro-batch x heads x s^2 matrices, shared by all layers) and the
+//                 LayerNorm backward's partial sums (backend/layernorm_workspace.h); Korthikanti et
+//                 al. 2022 (arXiv 2205.05198) per-layer activation bytes are given for reference.
+//                 With fp8 products (--fp8-format, bf16 only) also the casts of the largest product
+//                 with the bias gradient's partial sums (fp8_workspace.h), plus the fp8 scaling
+//                 state (nn/fp8_scaling.h); the FLOPs are the same and the share of peak stays
+//                 against the bf16 peak (attention, classifier and loss stay bf16)
 //   fit           the largest micro-batch whose total fits in the GPU's memory, less 1.5 GiB
 //                 for the CUDA context and library workspaces
 //   roofline      the least time one GPU's share of an iteration can take at the datasheet's
@@ -61,9 +61,9 @@ struct EstimateInput {
 
 struct MemoryEstimate {
   double weights = 0, gradients = 0, optimizer = 0, activations = 0;  // bytes per GPU
-  // The CUDA back-end's op scratch: attention's (backend/attention_workspace.h) or, with fp8
-  // products, the casts' of the largest product and the bias gradient's partial sums
-  // (backend/fp8_workspace.h) where that is larger.
+  // The CUDA back-end's op scratch, the largest of attention's (backend/attention_workspace.h),
+  // the LayerNorm backward's partial sums (backend/layernorm_workspace.h) and, with fp8 products,
+  // the casts of the largest product and the bias gradient's partial sums (backend/fp8_workspace.h).
   double workspace = 0;
   double fp8_scaling = 0;  // scales and amax history of every fp8 tensor (nn/fp8_scaling.h)
   double total() const { return weights + gradients + optimizer + activations + workspace + fp8_scaling; }
