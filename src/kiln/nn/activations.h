@@ -15,7 +15,8 @@
 // The classifier and loss run on at most `logit_rows` positions at a time (Gpt::forward), so the
 // logits buffer holds min(logit_rows, batch x seq) rows, never the whole batch's.
 // Buffers whose lifetimes never overlap share one stretch of the arena (ArenaOverlay), as large
-// as the largest of them: the projection scratch (each block's forward, including the forwards
+// as the largest of them: the projection scratch (from each c_proj to the op that adds it into the
+// residual stream, at most the next block's ln_1 or ln_f, block.h; in forward, and in the forwards
 // recomputed in backward just before a layer's backward), the logits chunk (the classifier and
 // loss at the end of forward, whose backward runs there too; logits_at() later), d_fc (the MLP's
 // backward) and d_qkv (attention's backward); each block's backward is done with d_fc before it

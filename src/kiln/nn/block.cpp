@@ -14,12 +14,27 @@ Tensor product_input(const Tensor& in, const Tensor& kept_codes) { return kept_c
 
 }  // namespace
 
+BlockInput output_of(const BlockActivations& acts, const Tensor& projection) {
+  return {acts.residual_out, acts.residual_mid, projection};
+}
+
+void normalize_input(Backend& backend, LayerNormForward norm, const BlockInput& input) {
+  if (!input.unsummed()) {
+    norm.in = input.x;
+    backend.layernorm_forward(norm);
+    return;
+  }
+  norm.in = input.residual_mid;
+  backend.residual_layernorm_forward({norm, input.projection, input.x});
+}
+
 void block_forward(Backend& backend, const GptConfig& config, const BlockWeights& w,
-                   const Tensor& input, const BlockActivations& acts, const Tensor& projection,
+                   const BlockInput& input, const BlockActivations& acts, const Tensor& projection,
                    const BlockFp8* fp8) {
   const float eps = config.layernorm_eps;
-  backend.layernorm_forward(
-      {acts.ln1, acts.ln1_mean, acts.ln1_rstd, input, w.ln1_weight, w.ln1_bias, eps});
+  // First, before the attention's projection overwrites an unsummed input's addend.
+  normalize_input(backend, {acts.ln1, acts.ln1_mean, acts.ln1_rstd, Tensor{}, w.ln1_weight, w.ln1_bias, eps},
+                  input);
   backend.matmul_forward({acts.qkv, acts.ln1, w.qkv_weight, w.qkv_bias, WeightLayout::InOut,
                           Tensor{}, fp8_of(fp8, &BlockFp8::qkv), acts.ln1_fp8_t});
   backend.attention_forward({acts.attn_out, acts.attn_lse, acts.qkv, Tensor{},
@@ -29,7 +44,7 @@ void block_forward(Backend& backend, const GptConfig& config, const BlockWeights
                           acts.attn_out_fp8_t});
   // residual_mid = input + projection, fused with ln_2.
   backend.residual_layernorm_forward(
-      {{acts.ln2, acts.ln2_mean, acts.ln2_rstd, input, w.ln2_weight, w.ln2_bias, eps},
+      {{acts.ln2, acts.ln2_mean, acts.ln2_rstd, input.x, w.ln2_weight, w.ln2_bias, eps},
        projection,
        acts.residual_mid});
   backend.matmul_forward({acts.fc_pre_gelu, acts.ln2, w.fc_weight, w.fc_bias, WeightLayout::InOut,
@@ -37,7 +52,7 @@ void block_forward(Backend& backend, const GptConfig& config, const BlockWeights
   backend.matmul_forward({projection, acts.fc_post_gelu, w.fc_proj_weight, w.fc_proj_bias,
                           WeightLayout::InOut, Tensor{}, fp8_of(fp8, &BlockFp8::fc_proj),
                           acts.fc_post_gelu_fp8_t});
-  backend.residual_forward({acts.residual_out, acts.residual_mid, projection});
+  // The output, residual_mid + projection, is added by the next LayerNorm (output_of).
 }
 
 void block_backward(Backend& backend, const GptConfig& config, const BlockWeights& w,

@@ -179,15 +179,17 @@ void Gpt::begin_forward(std::span<const int32_t> tokens, std::span<const int32_t
 void Gpt::forward_ops() {
   KILN_CHECK(inputs_.tokens != nullptr, "Gpt::forward_ops without begin_forward");
   backend_.embedding_forward({acts_.embedded, tokens_in_use_, weights_.wte, weights_.wpe});
-  Tensor residual = acts_.embedded;
+  BlockInput input{acts_.embedded};
   for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
     const BlockActivations& block = acts_.blocks[static_cast<size_t>(layer)];
-    block_forward(backend_, config_, weights_.blocks[static_cast<size_t>(layer)], residual, block,
+    block_forward(backend_, config_, weights_.blocks[static_cast<size_t>(layer)], input, block,
                   acts_.projection_scratch, block_fp8(layer));
-    residual = block.residual_out;
+    input = output_of(block, acts_.projection_scratch);
   }
-  backend_.layernorm_forward({acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, residual,
-                              weights_.lnf_weight, weights_.lnf_bias, config_.layernorm_eps});
+  // Writes the last block's output too (block.h).
+  normalize_input(backend_, {acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, Tensor{}, weights_.lnf_weight,
+                             weights_.lnf_bias, config_.layernorm_eps},
+                  input);
   backward_ready_ = false;
   if (!inputs_.targets) return;
 
@@ -244,10 +246,14 @@ void Gpt::backward() {
     const LayerRecompute& plan = acts_.recompute[index];
     if (plan.recomputed && layer == plan.chunk_last) {
       // Re-run the chunk's forward from its kept input; the projection scratch is free in backward.
-      for (int64_t chunk_layer = plan.chunk_first; chunk_layer <= plan.chunk_last; ++chunk_layer)
-        block_forward(backend_, config_, weights_.blocks[static_cast<size_t>(chunk_layer)], input_of(chunk_layer),
-                      acts_.blocks[static_cast<size_t>(chunk_layer)], acts_.projection_scratch,
-                      block_fp8(chunk_layer));
+      // The chunk's last output is kept, so it is not added again.
+      BlockInput input{input_of(plan.chunk_first)};
+      for (int64_t chunk_layer = plan.chunk_first; chunk_layer <= plan.chunk_last; ++chunk_layer) {
+        const BlockActivations& block = acts_.blocks[static_cast<size_t>(chunk_layer)];
+        block_forward(backend_, config_, weights_.blocks[static_cast<size_t>(chunk_layer)], input, block,
+                      acts_.projection_scratch, block_fp8(chunk_layer));
+        input = output_of(block, acts_.projection_scratch);
+      }
     }
     if (plan.gelu_recomputed)  // selective: this layer's GELU output, into the buffer all layers share
       backend_.gelu_forward({acts_.blocks[index].fc_post_gelu, acts_.blocks[index].fc_pre_gelu});
