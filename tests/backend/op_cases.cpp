@@ -242,25 +242,6 @@ OpCase gelu_case(int64_t count, Rng& rng) {
   return op;
 }
 
-// ---- residual -------------------------------------------------------------------------------------
-OpCase residual_case(int64_t count, Rng& rng) {
-  OpCase op;
-  op.name = fmt::format("residual_N{}", count);
-  op.inputs = {random_floats(static_cast<size_t>(count), rng), random_floats(static_cast<size_t>(count), rng)};
-  op.forward = [=](Backend& backend, DType dtype, const FloatInputs& x) {
-    DeviceTensors t(backend, dtype);
-    Tensor out = t.poisoned_acts({count});
-    backend.residual_forward({out, t.acts(x[0], {count}), t.acts(x[1], {count})});
-    return t.download(out);
-  };
-  op.reference = [](const DoubleInputs& x) {
-    std::vector<double> out(x[0].size());
-    for (size_t i = 0; i < out.size(); ++i) out[i] = x[0][i] + x[1][i];
-    return out;
-  };
-  return op;
-}
-
 // ---- embedding --------------------------------------------------------------------------------------
 OpCase embedding_case(int64_t B, int64_t T, int64_t C, int64_t rows, int64_t positions, Rng& rng) {
   OpCase op;
@@ -435,7 +416,6 @@ std::vector<OpCase> all_op_cases() {
   cases.push_back(layernorm_residual_case(3, 80, rng));
   cases.push_back(gelu_case(37, rng));
   cases.push_back(gelu_case(256, rng));
-  cases.push_back(residual_case(50, rng));
   cases.push_back(embedding_case(2, 5, 24, 13, 8, rng));
   cases.push_back(embedding_case(1, 7, 80, 64, 7, rng));
   // CUDA's token-gradient kernel stages a run's rows 256 at a time and its columns 1024 at a time:

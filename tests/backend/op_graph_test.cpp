@@ -19,13 +19,16 @@ TEST(CudaGraphs, RecordedOpsRunOnlyWhenReplayedAndEachReplayRunsThemAgain) {
   if (!reason.empty()) GTEST_SKIP() << reason;
   std::unique_ptr<Backend> backend = make_backend("cuda");
   testing::DeviceTensors t(*backend);
-  const Tensor total = t.floats({1.0f, 2.0f, 3.0f}, {3});
-  const Tensor step = t.floats({0.5f, 0.25f, 2.0f}, {3});
-  backend->residual_forward(
-      {total, total, step});  // once directly: nothing to settle, but as callers do
-  const std::unique_ptr<OpGraph> graph = backend->capture([&] {
-    backend->residual_forward({total, total, step});
-  });
+  // total += step, the residual add of a LayerNorm over one row of three (whose outputs are unused).
+  const Tensor total = t.floats({1.0f, 2.0f, 3.0f}, {1, 3});
+  const Tensor step = t.floats({0.5f, 0.25f, 2.0f}, {1, 3});
+  const Tensor normalised = t.poisoned({1, 3}), mean = t.poisoned({1}), rstd = t.poisoned({1});
+  const Tensor weight = t.floats({1.0f, 1.0f, 1.0f}, {3}), bias = t.floats({0.0f, 0.0f, 0.0f}, {3});
+  const auto accumulate = [&] {
+    backend->residual_layernorm_forward({{normalised, mean, rstd, total, weight, bias}, step, total});
+  };
+  accumulate();  // once directly: nothing to settle, but as callers do
+  const std::unique_ptr<OpGraph> graph = backend->capture(accumulate);
   ASSERT_NE(graph, nullptr);
   EXPECT_EQ(t.download(total), (std::vector<float>{1.5f, 2.25f, 5.0f})) << "recording ran the op";
   graph->replay();

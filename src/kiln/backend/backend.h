@@ -114,7 +114,6 @@ class Backend {
   virtual void attention_forward(const AttentionForward& args) = 0;
   virtual void attention_backward(const AttentionBackward& args) = 0;
   virtual void softmax_cross_entropy(const SoftmaxCrossEntropy& args) = 0;
-  virtual void residual_forward(const ResidualForward& args) = 0;
   virtual void adamw_step(const AdamwStep& args) = 0;
   virtual void fp8_update_scales(const Fp8UpdateScales& args) = 0;
   virtual double sum_of_squares(const SumOfSquares& args) = 0;

@@ -221,16 +221,6 @@ RowsDims softmax_cross_entropy(const SoftmaxCrossEntropy& a, Device device) {
   return dims;
 }
 
-int64_t residual_forward(const ResidualForward& a, Device device) {
-  constexpr const char* op = "residual_forward";
-  const DType dtype = compute_dtype(a.out, device, op, "out");
-  require(a.a, dtype, device, op, "a");
-  require(a.b, dtype, device, op, "b");
-  require_numel(a.a, a.out.numel(), op, "a");
-  require_numel(a.b, a.out.numel(), op, "b");
-  return a.out.numel();
-}
-
 int64_t adamw_step(const AdamwStep& a, Device device) {
   constexpr const char* op = "adamw_step";
   require(a.master, DType::F32, device, op, "master");

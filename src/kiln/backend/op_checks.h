@@ -28,7 +28,6 @@ int64_t gelu_backward(const GeluBackward& args, Device device);
 AttentionShape attention_forward(const AttentionForward& args, Device device);
 AttentionShape attention_backward(const AttentionBackward& args, Device device);
 RowsDims softmax_cross_entropy(const SoftmaxCrossEntropy& args, Device device);  // M rows, Vp columns
-int64_t residual_forward(const ResidualForward& args, Device device);
 int64_t adamw_step(const AdamwStep& args, Device device);  // parameter count
 int64_t sum_of_squares(const SumOfSquares& args, Device device);
 int64_t fp8_update_scales(const Fp8UpdateScales& args, Device device);  // history length

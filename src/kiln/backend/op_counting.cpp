@@ -70,9 +70,6 @@ void OpCountingBackend::attention_backward(const AttentionBackward& a) {
 void OpCountingBackend::softmax_cross_entropy(const SoftmaxCrossEntropy& a) {
   count(a, checks::softmax_cross_entropy);
 }
-void OpCountingBackend::residual_forward(const ResidualForward& a) {
-  count(a, checks::residual_forward);
-}
 void OpCountingBackend::adamw_step(const AdamwStep& a) { count(a, checks::adamw_step); }
 void OpCountingBackend::fp8_update_scales(const Fp8UpdateScales& a) {
   count(a, checks::fp8_update_scales);

@@ -99,9 +99,6 @@ void OpTimingBackend::attention_backward(const AttentionBackward& a) {
 void OpTimingBackend::softmax_cross_entropy(const SoftmaxCrossEntropy& a) {
   timed(work_of(a), [&] { inner_->softmax_cross_entropy(a); });
 }
-void OpTimingBackend::residual_forward(const ResidualForward& a) {
-  timed(work_of(a), [&] { inner_->residual_forward(a); });
-}
 void OpTimingBackend::adamw_step(const AdamwStep& a) {
   timed(work_of(a), [&] { inner_->adamw_step(a); });
 }

@@ -66,7 +66,6 @@ class OpTimingBackend final : public Backend {
   void attention_forward(const AttentionForward& args) override;
   void attention_backward(const AttentionBackward& args) override;
   void softmax_cross_entropy(const SoftmaxCrossEntropy& args) override;
-  void residual_forward(const ResidualForward& args) override;
   void adamw_step(const AdamwStep& args) override;
   double sum_of_squares(const SumOfSquares& args) override;
   void fp8_update_scales(const Fp8UpdateScales& args) override;

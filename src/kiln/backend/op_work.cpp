@@ -131,9 +131,6 @@ OpWork work_of(const SoftmaxCrossEntropy& a) {
   return {"softmax_cross_entropy", 0.0,
           (a.write_grad ? 2.0 : 1.0) * bytes_of({&a.logits}) + bytes_of({&a.losses, &a.targets})};
 }
-OpWork work_of(const ResidualForward& a) {
-  return {"residual_forward", 0.0, bytes_of({&a.out, &a.a, &a.b})};
-}
 // master and both moments read and written, the gradient read, the parameters written.
 OpWork work_of(const AdamwStep& a) {
   const bool separate = !a.param_out.empty() && a.param_out.data != a.master.data;

@@ -43,7 +43,6 @@ OpWork work_of(const GeluBackward& args);
 OpWork work_of(const AttentionForward& args);
 OpWork work_of(const AttentionBackward& args);
 OpWork work_of(const SoftmaxCrossEntropy& args);
-OpWork work_of(const ResidualForward& args);
 OpWork work_of(const AdamwStep& args);
 OpWork work_of(const SumOfSquares& args);
 OpWork work_of(const Fp8UpdateScales& args);

@@ -188,11 +188,6 @@ struct SoftmaxCrossEntropy {
   bool write_grad = false;
 };
 
-// ---- residual: out = a + b (out may alias a) ---------------------------------------------------
-struct ResidualForward {
-  Tensor out, a, b;
-};
-
 // ---- AdamW with decoupled weight decay (Loshchilov & Hutter 2019) on flat fp32 buffers --------
 // For each element: g = grad * grad_scale (unscaling and clipping folded in);
 // m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; mhat = m / (1-b1^step); vhat = v / (1-b2^step);

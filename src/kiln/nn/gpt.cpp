@@ -179,7 +179,7 @@ void Gpt::begin_forward(std::span<const int32_t> tokens, std::span<const int32_t
 void Gpt::forward_ops() {
   KILN_CHECK(inputs_.tokens != nullptr, "Gpt::forward_ops without begin_forward");
   backend_.embedding_forward({acts_.embedded, tokens_in_use_, weights_.wte, weights_.wpe});
-  BlockInput input{acts_.embedded};
+  BlockInput input{acts_.embedded, {}, {}};
   for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
     const BlockActivations& block = acts_.blocks[static_cast<size_t>(layer)];
     block_forward(backend_, config_, weights_.blocks[static_cast<size_t>(layer)], input, block,
@@ -247,7 +247,7 @@ void Gpt::backward() {
     if (plan.recomputed && layer == plan.chunk_last) {
       // Re-run the chunk's forward from its kept input; the projection scratch is free in backward.
       // The chunk's last output is kept, so it is not added again.
-      BlockInput input{input_of(plan.chunk_first)};
+      BlockInput input{input_of(plan.chunk_first), {}, {}};
       for (int64_t chunk_layer = plan.chunk_first; chunk_layer <= plan.chunk_last; ++chunk_layer) {
         const BlockActivations& block = acts_.blocks[static_cast<size_t>(chunk_layer)];
         block_forward(backend_, config_, weights_.blocks[static_cast<size_t>(chunk_layer)], input, block,

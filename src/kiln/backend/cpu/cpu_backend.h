@@ -47,7 +47,6 @@ class CpuBackend : public Backend {
   void attention_forward(const AttentionForward& args) override;
   void attention_backward(const AttentionBackward& args) override;
   void softmax_cross_entropy(const SoftmaxCrossEntropy& args) override;
-  void residual_forward(const ResidualForward& args) override;
   void adamw_step(const AdamwStep& args) override;
   void fp8_update_scales(const Fp8UpdateScales& args) override;
   double sum_of_squares(const SumOfSquares& args) override;

@@ -1,26 +1,8 @@
-// Residual add, fill (any floating dtype, written directly) and dtype conversion.
+// Fill (any floating dtype, written directly) and dtype conversion.
 #include "kiln/backend/op_checks.h"
 #include "kiln/backend/cpu/cpu_backend.h"
 
 namespace kiln {
-
-namespace {
-void residual_forward_fp32(const ResidualForward& args) {
-  const int64_t count = checks::residual_forward(args, Device::CPU);
-  const float* a = args.a.as<float>();
-  const float* b = args.b.as<float>();
-  float* out = args.out.as<float>();
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < count; ++i) out[i] = a[i] + b[i];
-}
-}  // namespace
-
-void CpuBackend::residual_forward(const ResidualForward& args) {
-  checks::residual_forward(args, Device::CPU);
-  Fp32Scope f(scratch_);
-  residual_forward_fp32({f.output(args.out), f.input(args.a), f.input(args.b)});
-  f.write_back();
-}
 
 void CpuBackend::fill(const Fill& args) {
   const int64_t count = checks::fill(args, Device::CPU);

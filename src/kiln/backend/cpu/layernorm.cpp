@@ -30,6 +30,16 @@ void layernorm_forward_fp32(const LayerNormForward& args) {
     args.rstd.as<float>()[m] = rstd;
   }
 }
+
+// out = a + b, in fp32 (Fp32Scope rounds out to its dtype).
+void add_fp32(const Tensor& out, const Tensor& a, const Tensor& b) {
+  const int64_t count = out.numel();
+  const float* x = a.as<float>();
+  const float* y = b.as<float>();
+  float* sum = out.as<float>();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < count; ++i) sum[i] = x[i] + y[i];
+}
 }  // namespace
 
 void CpuBackend::layernorm_forward(const LayerNormForward& args) {
@@ -85,10 +95,14 @@ void layernorm_backward_fp32(const LayerNormBackward& args) {
 }
 }  // namespace
 
-// The reference of the fused op is the two ops in turn.
+// The reference of the fused op is the two ops in turn: the add, rounded to the dtype, then the norm.
 void CpuBackend::residual_layernorm_forward(const ResidualLayerNormForward& args) {
   checks::residual_layernorm_forward(args, Device::CPU);
-  residual_forward({args.residual_out, args.norm.in, args.residual});
+  {  // a scope of its own: layernorm_forward's reuses the conversion scratch
+    Fp32Scope f(scratch_);
+    add_fp32(f.output(args.residual_out), f.input(args.norm.in), f.input(args.residual));
+    f.write_back();
+  }
   LayerNormForward norm = args.norm;
   norm.in = args.residual_out;
   layernorm_forward(norm);

@@ -604,12 +604,6 @@ void CudaBackend::softmax_cross_entropy(const SoftmaxCrossEntropy& a) {
              "softmax_cross_entropy");
 }
 
-void CudaBackend::residual_forward(const ResidualForward& a) {
-  const int64_t count = checks::residual_forward(a, kCuda);
-  check_cuda(cuda::residual_forward(a.out.data, a.a.data, a.b.data, element_kind(a.out.dtype), count),
-             "residual_forward");
-}
-
 void CudaBackend::adamw_step(const AdamwStep& a) {
   checks::adamw_step(a, kCuda);
   const DType out = a.param_out.dtype;

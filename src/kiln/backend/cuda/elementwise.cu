@@ -1,4 +1,4 @@
-// Elementwise utilities: the residual add, fill, dtype conversion, and the pseudo-random fill of the
+// Elementwise utilities: fill, dtype conversion, and the pseudo-random fill of the
 // benchmarks.
 #include "kiln/backend/cuda/kernel_common.cuh"
 
@@ -6,17 +6,6 @@ namespace kiln::cuda {
 namespace {
 
 // The elementwise kernels move W elements at a time (Pack, element.cuh); count is a multiple of W.
-template <typename T, int W>
-__global__ void residual_kernel(T* out, const T* a, const T* b, int64_t count) {
-  GRID_STRIDE(p, count / W) {
-    const auto x = Pack<T, W>::load(a + p * W), y = Pack<T, W>::load(b + p * W);
-    Pack<T, W> sum;
-#pragma unroll
-    for (int w = 0; w < W; ++w) sum.set(w, x[w] + y[w]);
-    sum.store(out + p * W);
-  }
-}
-
 template <typename T, int W>
 __global__ void fill_kernel(T* out, float value, int64_t count) {
   Pack<T, W> values;
@@ -64,18 +53,6 @@ __global__ void fill_random_fp8_e4m3_kernel(uint8_t* out, int64_t count, uint64_
 }
 
 }  // namespace
-
-int residual_forward(void* out, const void* a, const void* b, int kind, int64_t count) {
-  return dispatch(kind, [&](auto tag) {
-    using E = decltype(tag);
-    return with_pack_width<E>(count, {out, a, b}, [&](auto width) {
-      launch(residual_kernel<E, decltype(width)::value>, blocks_for(count / decltype(width)::value),
-             kThreads, 0, static_cast<E*>(out), static_cast<const E*>(a), static_cast<const E*>(b),
-             count);
-      return launch_status();
-    });
-  });
-}
 
 int fill(void* out, int kind, float value, int64_t count) {
   return dispatch(kind, [&](auto tag) {

@@ -43,7 +43,6 @@ int add_floats(float* sums, const float* values, int64_t count);  // sums += val
 int add_column_partials(float* sums, const float* partials, int64_t chunks, int64_t N);
 int gelu_forward(void* out, const void* in, int kind, int64_t count);
 int gelu_backward(void* din, const void* in, const void* dout, int kind, int64_t count);
-int residual_forward(void* out, const void* a, const void* b, int kind, int64_t count);
 int fill(void* out, int kind, float value, int64_t count);
 int convert(void* out, int out_kind, const void* in, int in_kind, int64_t count);
 // Attention's softmax under the flash-attention contract (ops.h). Scores are [B, NH, T, T], already
