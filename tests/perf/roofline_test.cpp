@@ -92,6 +92,31 @@ TEST(Roofline, ProductAndAttentionFlopsFollowTheClosedForms) {
   EXPECT_DOUBLE_EQ(attention, 3.5 * 2 * B * T * T * C * L);
 }
 
+// Each residual add runs inside the LayerNorm that reads its sum next (nn/block.h): a micro-batch
+// makes 2 L fused calls (each ln_2; each later ln_1 and ln_f add the block before's output) and one
+// plain LayerNorm (the first ln_1). Full recomputation in one chunk replays the forward the same
+// way, less the output the chunk keeps: one plain and 2 L - 1 fused calls more.
+TEST(Roofline, EachResidualAddRunsInsideTheNextLayerNorm) {
+  IterationShape shape;
+  shape.gpt.num_layers = 3;
+  shape.gpt.hidden_size = 64;
+  shape.gpt.num_heads = 4;
+  shape.gpt.vocab_size = 100;
+  shape.gpt.max_position_embeddings = 32;
+  shape.micro_batch = 2;
+  shape.seq = 32;
+  shape.accumulation = 3;
+  shape.dtype = DType::BF16;
+  const int64_t L = 3, micro_batches = 3;
+  auto ops = by_op(count_iteration_ops(shape));
+  EXPECT_EQ(ops.at("residual_layernorm_forward").calls, micro_batches * 2 * L);
+  EXPECT_EQ(ops.at("layernorm_forward").calls, micro_batches);
+  shape.recompute = RecomputePolicy::parse("full", "uniform", L);
+  ops = by_op(count_iteration_ops(shape));
+  EXPECT_EQ(ops.at("residual_layernorm_forward").calls, micro_batches * (2 * L + 2 * L - 1));
+  EXPECT_EQ(ops.at("layernorm_forward").calls, micro_batches * 2);
+}
+
 TEST(Roofline, ShardedOptimizerStateSharesTheOptimizersWork) {
   IterationShape shape;
   shape.dtype = DType::BF16;
