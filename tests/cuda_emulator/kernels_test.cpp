@@ -1,7 +1,7 @@
 // The CUDA back-end's own kernels other than attention (kernels.h) on the CPU emulator
 // (cuda_emulator.h), against the CPU back-end's ops on the same inputs, in every storage dtype:
-// embedding, LayerNorm (with the residual; the backward over runs of rows and slices of columns),
-// GELU, residual, fill, convert, softmax cross-entropy, AdamW and the sum of squares. Shapes are
+// embedding, LayerNorm (with the residual; cast to fp8; the backward over runs of rows and slices
+// of columns), GELU, fill, convert, softmax cross-entropy, AdamW and the sum of squares. Shapes are
 // picked to cross the kernels' edges: rows that do not fill a block of eight, more than one chunk
 // of column sums (M > 1024), rows wider than a LayerNorm backward's slice, token runs longer than a
 // block's 256 staged rows, vocabularies with padding columns. Outputs start as NaN; accumulating
@@ -119,6 +119,48 @@ TEST_P(EmulatedKernels, LayerNormForwardWithAndWithoutTheResidual) {
     expect_close(mean, expected_mean, 1e-5, what + "mean");
     expect_close(rstd, expected_rstd, 1e-5, what + "rstd");
     if (with_residual) expect_close(sum, expected_sum, bound(dtype()), what + "residual_out");
+  }
+}
+
+// The LayerNorm that casts its output (32 rows a block, tiles of 128 columns) against the plain
+// one and the cast kernel, in the same bits, under both thread schedules: 48 rows (a block and a
+// half), 272 columns (two tiles and a part), with and without the residual add.
+TEST_P(EmulatedKernels, LayerNormCastToFp8IsTheCastOfItsOutput) {
+  constexpr int64_t M = 48, C = 272;
+  const HostTensor in = acts({M, C}, 1, 2.0f), residual = acts({M, C}, 2), weight = acts({C}, 3),
+                   bias = acts({C}, 4), scale = HostTensor(DType::F32, {1}, {8.0f});
+  for (const bool with_residual : {false, true}) {
+    const std::string what = with_residual ? "with residual: " : "plain: ";
+    struct Outputs {
+      HostTensor mean, rstd, sum, codes, codes_t, amax;
+    };
+    const auto fresh = [&] {
+      return Outputs{HostTensor::poisoned(DType::F32, {M}),    HostTensor::poisoned(DType::F32, {M}),
+                     poisoned({M, C}),                         HostTensor::poisoned(DType::F8E4M3, {M, C}),
+                     HostTensor::poisoned(DType::F8E4M3, {C, M}), HostTensor(DType::F32, {1}, {0.0f})};
+    };
+    const Outputs plain = fresh(), cast = fresh();
+    const HostTensor out = poisoned({M, C});
+    const void* add = with_residual ? residual.data() : nullptr;
+    ASSERT_TRUE(launched(cuda::layernorm_forward(out.data(), plain.mean.as<float>(), plain.rstd.as<float>(),
+                                                 in.data(), weight.data(), bias.data(), add,
+                                                 with_residual ? plain.sum.data() : nullptr, kind(), M, C, 1e-5f)));
+    ASSERT_TRUE(launched(cuda::cast_fp8(out.data(), kind(), M, C, scale.as<float>(), plain.amax.as<float>(), true,
+                                        plain.codes.as<uint8_t>(), plain.codes_t.as<uint8_t>(), nullptr)));
+    ASSERT_TRUE(launched(cuda::layernorm_forward_fp8(
+        cast.codes.as<uint8_t>(), cast.codes_t.as<uint8_t>(), cast.mean.as<float>(), cast.rstd.as<float>(),
+        in.data(), weight.data(), bias.data(), add, with_residual ? cast.sum.data() : nullptr, kind(), M, C, 1e-5f,
+        scale.as<float>(), cast.amax.as<float>())));
+    EXPECT_EQ(cast.codes.floats(), plain.codes.floats()) << what << "codes";
+    EXPECT_EQ(cast.codes_t.floats(), plain.codes_t.floats()) << what << "transposed codes";
+    EXPECT_EQ(cast.amax.floats(), plain.amax.floats()) << what << "amax";
+    EXPECT_EQ(cast.mean.floats(), plain.mean.floats()) << what << "mean";
+    EXPECT_EQ(cast.rstd.floats(), plain.rstd.floats()) << what << "rstd";
+    if (with_residual) {
+      EXPECT_EQ(cast.sum.floats(), plain.sum.floats()) << what << "residual_out";
+    }
+    for (const HostTensor* written : {&cast.codes, &cast.codes_t, &cast.sum})
+      EXPECT_TRUE(written->guard_intact()) << what << "written past its end";
   }
 }
 

@@ -105,8 +105,9 @@ TEST(Activations, OnlyBuffersWithDisjointLifetimesShareMemory) {
 }
 
 // With fp8 products every block keeps its products' input codes, [K, B*T] in fp8_e4m3, and its
-// LayerNorm and GELU outputs are buffers all blocks share; under selective recomputation the GELU
-// output is recomputed instead, and its codes are not kept.
+// LayerNorm outputs' codes (all the LayerNorms write, ops.h) and GELU output are buffers all blocks
+// share; under selective recomputation the GELU output is recomputed instead, and its codes are
+// not kept.
 TEST(Activations, Fp8ProductsKeepTheirInputsCodesInsteadOfTheInputs) {
   const GptConfig config = small_config();
   const int64_t C = config.hidden_size, M = 3 * 16, L = config.num_layers;
@@ -120,6 +121,8 @@ TEST(Activations, Fp8ProductsKeepTheirInputsCodesInsteadOfTheInputs) {
     for (const BlockActivations& block : acts.blocks) {
       EXPECT_EQ(block.ln1.data, acts.blocks[0].ln1.data);
       EXPECT_EQ(block.ln2.data, acts.blocks[0].ln1.data);
+      EXPECT_EQ(block.ln1.dtype, DType::F8E4M3);
+      EXPECT_EQ(block.ln1.shape, (Shape{M, C}));
       EXPECT_EQ(block.fc_post_gelu.data, acts.blocks[0].fc_post_gelu.data);
       for (const Tensor* codes : {&block.ln1_fp8_t, &block.attn_out_fp8_t, &block.ln2_fp8_t}) {
         EXPECT_EQ(codes->dtype, DType::F8E4M3);
@@ -132,10 +135,11 @@ TEST(Activations, Fp8ProductsKeepTheirInputsCodesInsteadOfTheInputs) {
       }
     }
     // Without recomputation: per layer 6C bf16 values (12C bytes) per position give way to 7C
-    // bytes of codes, and the shared LayerNorm and GELU outputs (5C values) are laid out once.
+    // bytes of codes, and the shared LayerNorm codes (C bytes) and GELU output (4C values, 8C bytes)
+    // are laid out once.
     if (policy.granularity == RecomputeGranularity::None) {
       EXPECT_EQ(bytes, GptActivations::bytes_needed(config, 3, 16, policy, DType::BF16) -
-                           static_cast<size_t>((L * 12 * C - 10 * C - L * 7 * C) * M));
+                           static_cast<size_t>((L * 12 * C - 9 * C - L * 7 * C) * M));
     }
   }
 }

@@ -1,7 +1,8 @@
 // Every product's backward reads the input its forward read: the activation plan (activations.h)
 // never lets a buffer a backward still needs be overwritten first, under every recomputation
 // policy, and with fp8 products each backward reads the codes its own forward kept (ops.h,
-// in_fp8_t), untouched since, while the 16-bit inputs those codes replace are shared and reused.
+// in_fp8_t), or for c_attn and c_fc those the LayerNorm before it wrote for it (LayerNormForward
+// with fp8), untouched since, while the 16-bit inputs those codes replace are shared and reused.
 // A CPU back-end records what each product's forward read, by weight, and compares at backward.
 #include <gtest/gtest.h>
 
@@ -24,9 +25,22 @@ std::vector<char> contents(const Tensor& tensor) {
 
 class ProductInputWatcher final : public CpuBackend {
  public:
+  void layernorm_forward(const LayerNormForward& args) override {
+    CpuBackend::layernorm_forward(args);
+    note_cast(args);
+  }
+  void residual_layernorm_forward(const ResidualLayerNormForward& args) override {
+    CpuBackend::residual_layernorm_forward(args);
+    note_cast(args.norm);
+  }
   void matmul_forward(const MatmulForward& args) override {
     CpuBackend::matmul_forward(args);
-    seen_[args.weight.data] = {contents(args.in), args.in_fp8_t.data, contents(args.in_fp8_t)};
+    if (args.in.dtype == DType::F8E4M3) {  // cast by the LayerNorm before it, which kept the transpose
+      EXPECT_EQ(args.in.data, last_cast_.codes) << "a product reads codes the last LayerNorm did not write";
+      seen_[args.weight.data] = {contents(args.in), last_cast_.codes_t_at, last_cast_.codes_t};
+    } else {
+      seen_[args.weight.data] = {contents(args.in), args.in_fp8_t.data, contents(args.in_fp8_t)};
+    }
   }
   void matmul_backward(const MatmulBackward& args) override {
     const auto seen = seen_.find(args.weight.data);
@@ -47,12 +61,20 @@ class ProductInputWatcher final : public CpuBackend {
   int from_input = 0, from_codes = 0;
 
  private:
+  void note_cast(const LayerNormForward& args) {
+    if (args.fp8) last_cast_ = {args.out_fp8.data, args.out_fp8_t.data, contents(args.out_fp8_t)};
+  }
   struct Seen {
     std::vector<char> in;
     void* codes_at;
     std::vector<char> codes;
   };
   std::map<void*, Seen> seen_;
+  struct Cast {
+    void* codes = nullptr;
+    void* codes_t_at = nullptr;
+    std::vector<char> codes_t;
+  } last_cast_;  // the last LayerNorm's output codes
 };
 
 TEST(ProductInputs, EachBackwardReadsWhatItsForwardRead) {

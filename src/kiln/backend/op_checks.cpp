@@ -2,6 +2,34 @@
 
 namespace kiln::checks {
 
+namespace {
+// `names`: the argument names of the operand's scale, scale_inv and amax, for the errors.
+void require_fp8_operand(const Fp8Operand& operand, Device device, const char* op, const char* const (&names)[3]) {
+  const Tensor* parts[3] = {&operand.scale, &operand.scale_inv, &operand.amax};
+  for (int i = 0; i < 3; ++i) {
+    require(*parts[i], DType::F32, device, op, names[i]);
+    require_numel(*parts[i], 1, op, names[i]);
+  }
+}
+
+// A LayerNorm that casts its output for an fp8 product (ops.h): codes in place of the output.
+void layernorm_fp8_output(const LayerNormForward& a, DType dtype, int64_t M, int64_t C, Device device) {
+  constexpr const char* op = "layernorm_forward";
+  KILN_CHECK(dtype == DType::BF16 || dtype == DType::F16, "{}: an output cast to fp8 needs bf16 or fp16, not {}", op,
+             dtype_name(dtype));
+  KILN_CHECK(M % 16 == 0 && C % 16 == 0, "{}: an output cast to fp8 needs rows and columns multiples of 16, got {} x {}",
+             op, M, C);
+  KILN_CHECK(a.out.empty(), "{}: argument 'out' is given with 'fp8' (the output is only cast)", op);
+  require_fp8_operand(*a.fp8, device, op, {"fp8 scale", "fp8 scale_inv", "fp8 amax"});
+  require(a.out_fp8, DType::F8E4M3, device, op, "out_fp8");
+  require(a.out_fp8_t, DType::F8E4M3, device, op, "out_fp8_t");
+  KILN_CHECK(a.out_fp8.shape.rank == 2 && a.out_fp8.shape[0] == M && a.out_fp8.shape[1] == C,
+             "{}: argument 'out_fp8' must be [M, C] = [{}, {}], got {}", op, M, C, a.out_fp8.shape.to_string());
+  KILN_CHECK(a.out_fp8_t.shape.rank == 2 && a.out_fp8_t.shape[0] == C && a.out_fp8_t.shape[1] == M,
+             "{}: argument 'out_fp8_t' must be [C, M] = [{}, {}], got {}", op, C, M, a.out_fp8_t.shape.to_string());
+}
+}  // namespace
+
 EmbeddingDims embedding_forward(const EmbeddingForward& a, Device device) {
   constexpr const char* op = "embedding_forward";
   const DType dtype = compute_dtype(a.out, device, op, "out");
@@ -28,16 +56,22 @@ EmbeddingDims embedding_backward(const EmbeddingBackward& a, Device device) {
 RowsDims layernorm_forward(const LayerNormForward& a, Device device) {
   constexpr const char* op = "layernorm_forward";
   const DType dtype = compute_dtype(a.in, device, op, "in");
-  for (auto [tensor, name] : {std::pair{&a.out, "out"}, {&a.weight, "weight"}, {&a.bias, "bias"}})
+  for (auto [tensor, name] : {std::pair{&a.weight, "weight"}, {&a.bias, "bias"}})
     require(*tensor, dtype, device, op, name);
   require(a.mean, DType::F32, device, op, "mean");
   require(a.rstd, DType::F32, device, op, "rstd");
   const int64_t C = a.weight.numel(), M = a.in.numel() / C;
   require_numel(a.in, M * C, op, "in");
-  require_numel(a.out, M * C, op, "out");
   require_numel(a.mean, M, op, "mean");
   require_numel(a.rstd, M, op, "rstd");
   require_numel(a.bias, C, op, "bias");
+  if (a.fp8) {
+    layernorm_fp8_output(a, dtype, M, C, device);
+  } else {
+    require(a.out, dtype, device, op, "out");
+    require_numel(a.out, M * C, op, "out");
+    KILN_CHECK(a.out_fp8.empty() && a.out_fp8_t.empty(), "{}: fp8 codes of the output are given without 'fp8'", op);
+  }
   return {M, C};
 }
 
@@ -68,15 +102,6 @@ RowsDims layernorm_backward(const LayerNormBackward& a, Device device) {
 }
 
 namespace {
-// `names`: the argument names of the operand's scale, scale_inv and amax, for the errors.
-void require_fp8_operand(const Fp8Operand& operand, Device device, const char* op, const char* const (&names)[3]) {
-  const Tensor* parts[3] = {&operand.scale, &operand.scale_inv, &operand.amax};
-  for (int i = 0; i < 3; ++i) {
-    require(*parts[i], DType::F32, device, op, names[i]);
-    require_numel(*parts[i], 1, op, names[i]);
-  }
-}
-
 void require_fp8(const Fp8Matmul& fp8, DType compute, const MatmulDims& dims, Device device, const char* op,
                  bool backward) {
   KILN_CHECK(compute == DType::BF16 || compute == DType::F16, "{}: fp8 products take bf16 or fp16 operands, not {}",
@@ -105,7 +130,15 @@ void require_in_fp8_t(const Tensor& in_fp8_t, bool fp8, const MatmulDims& dims, 
 
 MatmulDims matmul_forward(const MatmulForward& a, Device device) {
   constexpr const char* op = "matmul_forward";
-  const DType dtype = compute_dtype(a.in, device, op, "in");
+  // `in` as codes (ops.h): the compute dtype is out's.
+  const bool in_codes = a.in.dtype == DType::F8E4M3 && !a.in.empty();
+  const DType dtype = compute_dtype(in_codes ? a.out : a.in, device, op, in_codes ? "out" : "in");
+  if (in_codes) {
+    KILN_CHECK(a.fp8, "{}: argument 'in' is fp8 codes for a product without fp8", op);
+    require(a.in, DType::F8E4M3, device, op, "in");
+    KILN_CHECK(a.in_fp8_t.empty(), "{}: argument 'in_fp8_t' is given with 'in' cast already (its writer keeps them)",
+               op);
+  }
   require(a.out, dtype, device, op, "out");
   require(a.weight, dtype, device, op, "weight");
   const MatmulDims dims = matmul_dims(a.in, a.weight, a.layout, op);

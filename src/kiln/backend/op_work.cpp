@@ -46,10 +46,12 @@ double attention_flops(const Tensor& qkv, AttentionMask mask) {
 // element: forward `in` [M,K] and the weight; backward dout transposed and `in` transposed for the
 // weight gradient, and dout and the weight again for the input gradient (fp8_workspace.h). With
 // `in`'s codes kept (ops.h, in_fp8_t), the forward also writes them, transposed, and the backward
-// only reads them.
-double fp8_copies_bytes(int64_t M, int64_t K, int64_t N, bool forward, bool input_gradient, bool codes_kept) {
+// only reads them. A forward given `in` as codes (ops.h) casts only the weight; the codes' read is
+// `in`'s own bytes.
+double fp8_copies_bytes(int64_t M, int64_t K, int64_t N, bool forward, bool input_gradient, bool codes_kept,
+                        bool in_cast = true) {
   const double in = static_cast<double>(M * K), weight = static_cast<double>(K * N), out = static_cast<double>(M * N);
-  if (forward) return 2.0 * (in + weight) + (codes_kept ? in : 0.0);
+  if (forward) return 2.0 * ((in_cast ? in : 0.0) + weight) + (codes_kept ? in : 0.0);
   return 2.0 * out + (codes_kept ? in : 2.0 * in) + (input_gradient ? 2.0 * (out + weight) : 0.0);
 }
 
@@ -70,15 +72,16 @@ OpWork work_of(const EmbeddingBackward& a) {
   return {"embedding_backward", 0.0,
           bytes_of({&a.dout, &a.tokens}) + 2 * rows * row_bytes + 2 * positions * row_bytes};
 }
+// With fp8 the output's codes are written in its place (ops.h); the row says so.
 OpWork work_of(const LayerNormForward& a) {
-  return {"layernorm_forward", 0.0,
-          bytes_of({&a.out, &a.mean, &a.rstd, &a.in, &a.weight, &a.bias})};
+  return {a.fp8 ? "layernorm_forward fp8" : "layernorm_forward", 0.0,
+          bytes_of({&a.out, &a.mean, &a.rstd, &a.in, &a.weight, &a.bias, &a.out_fp8, &a.out_fp8_t})};
 }
 OpWork work_of(const ResidualLayerNormForward& a) {
   const LayerNormForward& n = a.norm;
-  return {"residual_layernorm_forward", 0.0,
-          bytes_of(
-              {&n.out, &n.mean, &n.rstd, &n.in, &n.weight, &n.bias, &a.residual, &a.residual_out})};
+  return {n.fp8 ? "residual_layernorm_forward fp8" : "residual_layernorm_forward", 0.0,
+          bytes_of({&n.out, &n.mean, &n.rstd, &n.in, &n.weight, &n.bias, &n.out_fp8, &n.out_fp8_t, &a.residual,
+                    &a.residual_out})};
 }
 // din, dweight and dbias accumulate: read and written.
 OpWork work_of(const LayerNormBackward& a) {
@@ -93,7 +96,9 @@ OpWork work_of(const MatmulForward& a) {
               (a.gelu_out.empty() ? "" : " +gelu") + (fp8 ? " fp8" : ""),
           product_flops(M, K, N),
           bytes_of({&a.out, &a.in, &a.weight, &a.bias, &a.gelu_out}) +
-              (fp8 ? fp8_copies_bytes(M, K, N, /*forward=*/true, false, !a.in_fp8_t.empty()) : 0.0),
+              (fp8 ? fp8_copies_bytes(M, K, N, /*forward=*/true, false, !a.in_fp8_t.empty(),
+                                      a.in.dtype != DType::F8E4M3)
+                   : 0.0),
           fp8};
 }
 // The weight gradient always (one product), the input gradient when asked for (another); dweight

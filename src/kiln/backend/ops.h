@@ -40,14 +40,23 @@ struct EmbeddingBackward {
 };
 
 // ---- layernorm over the last axis: out = (in - mean) * rstd * weight + bias -------------------
+// Cast for an fp8 product (bf16/fp16, M and C multiples of 16; the fp8 products below): with
+// `fp8` given (the product's Fp8Matmul::in), the op casts its output as that product's forward
+// would: the E4M3 codes of out rounded to the compute dtype, fp8(out * scale), into out_fp8 [M, C]
+// and, transposed, out_fp8_t [C, M] (the product's in_fp8_t for its backward), and max |out|
+// max-accumulated into fp8->amax. `out` is then empty, not written: the product reads the codes
+// (MatmulForward with `in` as codes). One pass where the norm and the cast took two.
+struct Fp8Operand;
 struct LayerNormForward {
-  Tensor out;     // [M, C]
+  Tensor out;     // [M, C]; empty with fp8
   Tensor mean;    // [M] saved for backward
   Tensor rstd;    // [M] saved for backward: 1 / sqrt(var + eps)
   Tensor in;      // [M, C]
   Tensor weight;  // [C]
   Tensor bias;    // [C]
   float eps = 1e-5f;
+  const Fp8Operand* fp8 = nullptr;     // cast the output (above), or null
+  Tensor out_fp8 = {}, out_fp8_t = {};  // with fp8: [M, C] and [C, M] E4M3 codes
 };
 // Fused with the residual add before it: residual_out = norm.in + residual (rounded to the
 // compute dtype), then layernorm of residual_out into norm.out. Its backward is
@@ -107,9 +116,13 @@ struct Fp8Matmul {
   DType grad_dtype = DType::F8E5M2;  // dout's fp8 format: F8E5M2 or F8E4M3
 };
 
+// `in` cast already (fp8 only): `in` may be the E4M3 codes [M, K] of the input, cast with fp8->in's
+// scale (and its amax folded) by the op that wrote them, LayerNormForward with fp8, which also
+// wrote their transpose for the backward; the forward then casts only the weight, and in_fp8_t is
+// empty.
 struct MatmulForward {
   Tensor out;       // [M, N]
-  Tensor in;        // [M, K]
+  Tensor in;        // [M, K] in the compute dtype, or its E4M3 codes (above)
   Tensor weight;    // [K, N] or [N, K]
   Tensor bias;      // [N] or empty
   WeightLayout layout = WeightLayout::InOut;

@@ -36,7 +36,7 @@ class Layout {
 // own; a measuring arena's views have no data, hence optional), and whether the blocks keep their
 // products' fp8 input codes (activations.h).
 struct SharedBlockBuffers {
-  std::optional<Tensor> layernorm_out;  // ln1 and ln2
+  std::optional<Tensor> layernorm_out;  // ln1 and ln2 (with fp8: their E4M3 codes)
   std::optional<Tensor> gelu_out;
   bool fp8_codes = false;
 };
@@ -92,7 +92,7 @@ GptActivations GptActivations::lay_out(Arena& arena, const GptConfig& config, in
                                      [](const LayerRecompute& plan) { return plan.gelu_recomputed; });
   SharedBlockBuffers shared;
   shared.fp8_codes = fp8;
-  if (fp8) shared.layernorm_out = layout.take({B, T, C});
+  if (fp8) shared.layernorm_out = layout.codes({B * T, C});  // the LayerNorms write only codes (ops.h)
   if (fp8 || selective) shared.gelu_out = layout.take({B, T, 4 * C});
   std::vector<BlockActivations> slots;
   for (int64_t slot = 0; slot < recompute_scratch_slots(acts.recompute); ++slot)

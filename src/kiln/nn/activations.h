@@ -23,10 +23,12 @@
 // writes d_qkv. d_residual and d_hidden (which carries d ln_f from forward to backward) stay apart.
 // fp8 products (Gpt::enable_fp8): each block product's forward keeps the E4M3 codes of its input,
 // transposed, for its backward's weight gradient (ops.h, in_fp8_t), so nothing reads the bf16/fp16
-// LayerNorm outputs or GELU output after the product that consumes them: ln1 and ln2 of every block
-// are one shared buffer, and so is the GELU output (as under selective recomputation, where the
-// GELU output is recomputed instead and its codes are not kept). Per token and layer that keeps 7C
-// bytes of codes in place of 12C bytes of 16-bit activations.
+// LayerNorm outputs or GELU output after the product that consumes them: the LayerNorms write only
+// their outputs' codes (ops.h, LayerNormForward with fp8), both layouts, and ln1 and ln2 of every
+// block are one shared buffer of the codes in the product's layout ([B*T, C] E4M3); the GELU output
+// is one shared buffer too (as under selective recomputation, where the GELU output is recomputed
+// instead and its codes are not kept). Per token and layer that keeps 7C bytes of codes in place of
+// 12C bytes of 16-bit activations.
 // Dtypes (ops.h): activations and their gradients in the model's compute dtype; LayerNorm
 // statistics and losses in fp32; token ids int32; kept fp8 codes fp8_e4m3.
 #pragma once
@@ -41,7 +43,7 @@
 namespace kiln {
 
 struct BlockActivations {
-  Tensor ln1, ln1_mean, ln1_rstd;  // [B,T,C], [B*T], [B*T]
+  Tensor ln1, ln1_mean, ln1_rstd;  // [B,T,C] (fp8: [B*T,C] codes, above), [B*T], [B*T]
   Tensor qkv;                      // [B,T,3C]
   Tensor attn_out;                 // [B,T,C] attention core output, input of c_proj
   Tensor attn_lse;                 // [B,NH,T] fp32 log-sum-exp of each query's scores

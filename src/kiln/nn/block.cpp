@@ -8,6 +8,15 @@ const Fp8Matmul* fp8_of(const BlockFp8* fp8, Fp8Matmul BlockFp8::*product) {
   return fp8 ? &(fp8->*product) : nullptr;
 }
 
+// A LayerNorm feeding `product`: its output `out`, or with fp8 only the output's codes, `out` (the
+// codes buffer, activations.h) and `codes_t` (kept for the product's backward), as ops.h casts them.
+LayerNormForward layernorm_feeding(const Fp8Matmul* product, const Tensor& out, const Tensor& mean,
+                                   const Tensor& rstd, const Tensor& weight, const Tensor& bias, float eps,
+                                   const Tensor& codes_t) {
+  if (!product) return {out, mean, rstd, Tensor{}, weight, bias, eps};
+  return {Tensor{}, mean, rstd, Tensor{}, weight, bias, eps, &product->in, out, codes_t};
+}
+
 // A product backward's input: none where the forward kept its fp8 codes (ops.h, in_fp8_t), whose
 // 16-bit tensor may since have been overwritten (activations.h).
 Tensor product_input(const Tensor& in, const Tensor& kept_codes) { return kept_codes.empty() ? in : Tensor{}; }
@@ -32,23 +41,27 @@ void block_forward(Backend& backend, const GptConfig& config, const BlockWeights
                    const BlockInput& input, const BlockActivations& acts, const Tensor& projection,
                    const BlockFp8* fp8) {
   const float eps = config.layernorm_eps;
+  // With fp8 the LayerNorms cast their outputs for the products, which read the codes (ops.h).
+  const Fp8Matmul* qkv = fp8_of(fp8, &BlockFp8::qkv);
+  const Fp8Matmul* fc = fp8_of(fp8, &BlockFp8::fc);
   // First, before the attention's projection overwrites an unsummed input's addend.
-  normalize_input(backend, {acts.ln1, acts.ln1_mean, acts.ln1_rstd, Tensor{}, w.ln1_weight, w.ln1_bias, eps},
+  normalize_input(backend,
+                  layernorm_feeding(qkv, acts.ln1, acts.ln1_mean, acts.ln1_rstd, w.ln1_weight, w.ln1_bias, eps,
+                                    acts.ln1_fp8_t),
                   input);
-  backend.matmul_forward({acts.qkv, acts.ln1, w.qkv_weight, w.qkv_bias, WeightLayout::InOut,
-                          Tensor{}, fp8_of(fp8, &BlockFp8::qkv), acts.ln1_fp8_t});
+  backend.matmul_forward({acts.qkv, acts.ln1, w.qkv_weight, w.qkv_bias, WeightLayout::InOut, Tensor{}, qkv});
   backend.attention_forward({acts.attn_out, acts.attn_lse, acts.qkv, Tensor{},
                              static_cast<int>(config.num_heads), AttentionMask::Causal});
   backend.matmul_forward({projection, acts.attn_out, w.attn_proj_weight, w.attn_proj_bias,
                           WeightLayout::InOut, Tensor{}, fp8_of(fp8, &BlockFp8::attn_proj),
                           acts.attn_out_fp8_t});
   // residual_mid = input + projection, fused with ln_2.
-  backend.residual_layernorm_forward(
-      {{acts.ln2, acts.ln2_mean, acts.ln2_rstd, input.x, w.ln2_weight, w.ln2_bias, eps},
-       projection,
-       acts.residual_mid});
+  LayerNormForward ln2 =
+      layernorm_feeding(fc, acts.ln2, acts.ln2_mean, acts.ln2_rstd, w.ln2_weight, w.ln2_bias, eps, acts.ln2_fp8_t);
+  ln2.in = input.x;
+  backend.residual_layernorm_forward({ln2, projection, acts.residual_mid});
   backend.matmul_forward({acts.fc_pre_gelu, acts.ln2, w.fc_weight, w.fc_bias, WeightLayout::InOut,
-                          acts.fc_post_gelu, fp8_of(fp8, &BlockFp8::fc), acts.ln2_fp8_t});  // + GELU
+                          acts.fc_post_gelu, fc});  // + GELU
   backend.matmul_forward({projection, acts.fc_post_gelu, w.fc_proj_weight, w.fc_proj_bias,
                           WeightLayout::InOut, Tensor{}, fp8_of(fp8, &BlockFp8::fc_proj),
                           acts.fc_post_gelu_fp8_t});

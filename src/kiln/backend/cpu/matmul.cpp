@@ -35,13 +35,15 @@ void cast_through_fp8(const Tensor& values, const Fp8Operand& operand, DType for
   *operand.amax.as<float>() = amax;
 }
 
-// in[m, k] <- dec(codes[k, m]) * scale_inv: `in` as the cast gave it back, from its kept codes.
-void decode_codes_transposed(const Tensor& codes, const Fp8Operand& operand, float* in) {
-  const int64_t K = codes.shape[0], M = codes.shape[1];
+// in[m, k] <- dec(code) * scale_inv: `in` [M, K] as the cast gave it back, from its E4M3 codes,
+// [M, K] or, transposed, [K, M] (the kept ones).
+void decode_codes(const Tensor& codes, bool transposed, const Fp8Operand& operand, float* in) {
+  const int64_t K = codes.shape[transposed ? 0 : codes.shape.rank - 1], M = codes.numel() / K;
   const float scale_inv = *operand.scale_inv.as<float>();
   const uint8_t* bits = codes.as<uint8_t>();
   for (int64_t m = 0; m < M; ++m)
-    for (int64_t k = 0; k < K; ++k) in[m * K + k] = fp8::decode(bits[k * M + m], fp8::Format::E4M3) * scale_inv;
+    for (int64_t k = 0; k < K; ++k)
+      in[m * K + k] = fp8::decode(bits[transposed ? k * M + m : m * K + k], fp8::Format::E4M3) * scale_inv;
 }
 
 // sums[n] += column n of rows[M, N], in a fixed order.
@@ -78,11 +80,17 @@ void CpuBackend::matmul_forward(const MatmulForward& args) {
   checks::matmul_forward(args, Device::CPU);
   {
     Fp32Scope f(scratch_);  // fp8 takes 16-bit operands, so `in` and `weight` are copies here
-    const Tensor in = f.input(args.in), weight = f.input(args.weight);
-    if (args.fp8) {
+    const bool in_codes = args.in.dtype == DType::F8E4M3;  // cast already (ops.h)
+    Tensor in = in_codes ? Tensor{} : f.input(args.in);
+    const Tensor weight = f.input(args.weight);
+    if (in_codes) {
+      in.shape = args.in.shape;
+      in.data = scratch_.take(static_cast<size_t>(args.in.numel()));
+      decode_codes(args.in, /*transposed=*/false, args.fp8->in, in.as<float>());
+    } else if (args.fp8) {
       cast_through_fp8(in, args.fp8->in, DType::F8E4M3, args.in_fp8_t);
-      cast_through_fp8(weight, args.fp8->weight, DType::F8E4M3);
     }
+    if (args.fp8) cast_through_fp8(weight, args.fp8->weight, DType::F8E4M3);
     matmul_forward_fp32({f.output(args.out), in, weight, f.input(args.bias), args.layout});
     f.write_back();
   }
@@ -125,7 +133,7 @@ void CpuBackend::matmul_backward(const MatmulBackward& args) {
       if (!args.dbias.empty()) add_column_sums(args.dbias.as<float>(), dout.as<float>(), dout.numel() / args.dbias.numel(),
                                                args.dbias.numel());
       cast_through_fp8(dout, args.fp8->dout, args.fp8->grad_dtype);
-      if (codes_kept) decode_codes_transposed(args.in_fp8_t, args.fp8->in, in.as<float>());
+      if (codes_kept) decode_codes(args.in_fp8_t, /*transposed=*/true, args.fp8->in, in.as<float>());
       else cast_through_fp8(in, args.fp8->in, DType::F8E4M3);
       cast_through_fp8(weight, args.fp8->weight, DType::F8E4M3);
       matmul_backward_fp32({f.output(args.din), args.dweight, Tensor{}, dout, in, weight, args.layout});

@@ -289,19 +289,29 @@ void CudaBackend::embedding_backward(const EmbeddingBackward& a) {
              "embedding_backward");
 }
 
+namespace {
+// Either LayerNorm forward kernel, with the residual add (else null) and the fp8 cast as `n` asks.
+int launch_layernorm_forward(const LayerNormForward& n, const void* residual, void* residual_out, int64_t M,
+                             int64_t C) {
+  const int kind = element_kind(n.in.dtype);
+  if (n.fp8)
+    return cuda::layernorm_forward_fp8(n.out_fp8.as<uint8_t>(), n.out_fp8_t.as<uint8_t>(), n.mean.as<float>(),
+                                       n.rstd.as<float>(), n.in.data, n.weight.data, n.bias.data, residual,
+                                       residual_out, kind, M, C, n.eps, n.fp8->scale.as<float>(),
+                                       n.fp8->amax.as<float>());
+  return cuda::layernorm_forward(n.out.data, n.mean.as<float>(), n.rstd.as<float>(), n.in.data, n.weight.data,
+                                 n.bias.data, residual, residual_out, kind, M, C, n.eps);
+}
+}  // namespace
+
 void CudaBackend::layernorm_forward(const LayerNormForward& a) {
   const auto [M, C] = checks::layernorm_forward(a, kCuda);
-  check_cuda(cuda::layernorm_forward(a.out.data, a.mean.as<float>(), a.rstd.as<float>(), a.in.data, a.weight.data,
-                                     a.bias.data, nullptr, nullptr, element_kind(a.in.dtype), M, C, a.eps),
-             "layernorm_forward");
+  check_cuda(launch_layernorm_forward(a, nullptr, nullptr, M, C), "layernorm_forward");
 }
 
 void CudaBackend::residual_layernorm_forward(const ResidualLayerNormForward& a) {
   const auto [M, C] = checks::residual_layernorm_forward(a, kCuda);
-  const LayerNormForward& n = a.norm;
-  check_cuda(cuda::layernorm_forward(n.out.data, n.mean.as<float>(), n.rstd.as<float>(), n.in.data, n.weight.data,
-                                     n.bias.data, a.residual.data, a.residual_out.data, element_kind(n.in.dtype), M,
-                                     C, n.eps),
+  check_cuda(launch_layernorm_forward(a.norm, a.residual.data, a.residual_out.data, M, C),
              "residual_layernorm_forward");
 }
 
@@ -347,16 +357,17 @@ void cast(const Tensor& operand, int64_t rows, int64_t cols, const Fp8Operand& f
 
 void CudaBackend::matmul_forward(const MatmulForward& a) {
   const auto [M, K, N] = checks::matmul_forward(a, kCuda);
-  const DType dtype = a.in.dtype;
+  const DType dtype = a.out.dtype;
+  const bool in_codes = a.in.dtype == DType::F8E4M3;  // cast already (ops.h)
   const bool out_in = a.layout == WeightLayout::OutIn;
   cuda::LtMatmul& lt = *handles_->matmul;
   Gemm product{{dtype, dtype, handles_->tf32}, false, out_in, M, N, K, 1.0f, a.in.data, K, a.weight.data,
                out_in ? K : N, 0.0f, a.out.data, N};
   if (a.fp8) {  // in [M,K] and the weight as [N,K], both E4M3 (ops.h)
     Fp8Regions regions(workspace(fp8_forward_cast_bytes(M, K, N)));
-    uint8_t* in8 = regions.take(M * K);
+    uint8_t* in8 = in_codes ? a.in.as<uint8_t>() : regions.take(M * K);
     uint8_t* weight8 = regions.take(N * K);
-    cast(a.in, M, K, a.fp8->in, DType::F8E4M3, in8, a.in_fp8_t.as<uint8_t>());  // kept codes too, if asked
+    if (!in_codes) cast(a.in, M, K, a.fp8->in, DType::F8E4M3, in8, a.in_fp8_t.as<uint8_t>());  // kept codes too, if asked
     if (out_in) cast(a.weight, N, K, a.fp8->weight, DType::F8E4M3, weight8, nullptr);
     else cast(a.weight, K, N, a.fp8->weight, DType::F8E4M3, nullptr, weight8);
     product = {{DType::F8E4M3, dtype}, false, true, M, N, K, 1.0f, in8, K, weight8, K, 0.0f, a.out.data, N};

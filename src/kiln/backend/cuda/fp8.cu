@@ -7,44 +7,23 @@
 // Optionally it also sums each tile's columns before the cast (the bias gradient of an fp8
 // backward, from the output gradient it casts anyway), into one row of partial sums per tile row,
 // which add_column_partials() then adds in a fixed order, so the bits do not vary.
-#include "kiln/backend/cuda/kernel_common.cuh"
-#include "kiln/backend/fp8_workspace.h"
-#include "kiln/core/fp8_codec.h"
-
-#if defined(__CUDACC__)
-#include <cuda_fp8.h>
-#endif
+#include "kiln/backend/cuda/fp8_tile.cuh"
 
 namespace kiln::cuda {
 namespace {
 
-constexpr int kTileRows = kFp8CastTileRows, kTileColumns = 128, kVector = 4;  // kVector elements a thread
-static_assert(kTileColumns == 32 * kVector && kTileColumns * kTileRows == kThreads * 16);
-
-__device__ __forceinline__ uint8_t to_fp8(float value, bool e4m3) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  // The conversion instruction: the same function as fp8::encode (nearest even, saturating).
-  return __nv_cvt_float_to_fp8(value, __NV_SATFINITE, e4m3 ? __NV_E4M3 : __NV_E5M2);
-#else
-  return fp8::encode(value, e4m3 ? fp8::Format::E4M3 : fp8::Format::E5M2);
-#endif
-}
-
-// amax >= 0 and a float's bits order like signed integers for non-negative values.
-__device__ __forceinline__ void max_into(float* amax, float value) {
-  atomicMax(reinterpret_cast<int*>(amax), __float_as_int(value));
-}
+constexpr int kTileRows = kFp8TileRows, kTileColumns = kFp8TileColumns, kVector = kFp8Vector;
 
 // Block (x, y) casts the tile of rows [32 y, 32 y + 32) and columns [128 x, 128 x + 128): warp w
-// takes rows w, w + 8, w + 16, w + 24, lane l columns 4 l to 4 l + 3 of each; then thread t writes
-// half t % 2 (16 rows) of tile column t / 2 as one 16-byte row piece of the transpose. With
+// takes rows w, w + 8, w + 16, w + 24, lane l columns 4 l to 4 l + 3 of each; then the tile's
+// transpose is written from shared memory (store_fp8_tile_transposed). With
 // column_partials, thread t < 128 then adds tile column t's eight warp sums in warp order into
 // column_partials[y][128 x + t].
 template <typename T>
 __global__ void cast_fp8_kernel(const T* in, int64_t rows, int64_t cols, const float* scale_pointer,
                                 float* amax, bool e4m3, uint8_t* out, uint8_t* out_t, float* column_partials) {
   constexpr int kWarps = kThreads / 32;
-  alignas(16) __shared__ uint8_t tile[kTileRows][kTileColumns + 4];  // rows 132 bytes apart
+  alignas(16) __shared__ Fp8Tile tile;
   alignas(16) __shared__ float warp_sums[kWarps][kTileColumns];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kTileRows,
@@ -75,18 +54,7 @@ __global__ void cast_fp8_kernel(const T* in, int64_t rows, int64_t cols, const f
     for (int w = 0; w < kWarps; ++w) total += warp_sums[w][threadIdx.x];
     column_partials[blockIdx.y * cols + col0 + threadIdx.x] = total;
   }
-  if (!out_t) return;
-  const int c = threadIdx.x / 2, first = threadIdx.x % 2 * 16;
-  const int64_t out_row = col0 + c, out_col = row0 + first;
-  if (out_row >= cols || out_col >= rows) return;
-  uint32_t words[4];
-#pragma unroll
-  for (int w = 0; w < 4; ++w) {
-    words[w] = 0;
-#pragma unroll
-    for (int b = 0; b < 4; ++b) words[w] |= static_cast<uint32_t>(tile[first + 4 * w + b][c]) << (8 * b);
-  }
-  *reinterpret_cast<uint4*>(out_t + out_row * rows + out_col) = make_uint4(words[0], words[1], words[2], words[3]);
+  if (out_t) store_fp8_tile_transposed(tile, out_t, row0, col0, rows, cols);
 }
 
 // One thread per tensor: the rule of ops.h, Fp8UpdateScales, as the CPU reference computes it.

@@ -28,6 +28,12 @@ int embedding_backward(float* dwte, float* dwpe, const void* dout, int kind, con
 // With residual (else null): residual_out = in + residual, rounded, is written and normalised.
 int layernorm_forward(void* out, float* mean, float* rstd, const void* in, const void* weight, const void* bias,
                       const void* residual, void* residual_out, int kind, int64_t M, int64_t C, float eps);
+// The same LayerNorm with its output only cast (ops.h, LayerNormForward with fp8): E4M3 codes of the
+// rounded output, times *scale, into codes [M, C] and codes_t [C, M], max |output| into *amax, as
+// cast_fp8 from layernorm_forward's output would give. M and C multiples of 16.
+int layernorm_forward_fp8(uint8_t* codes, uint8_t* codes_t, float* mean, float* rstd, const void* in,
+                          const void* weight, const void* bias, const void* residual, void* residual_out, int kind,
+                          int64_t M, int64_t C, float eps, const float* scale, float* amax);
 // din += the input gradient, dweight and dbias += the parameter gradients, from one read of dout and
 // in; needs a workspace of layernorm_backward_scratch_bytes(M, C) (layernorm_workspace.h) bytes.
 int layernorm_backward(void* din, float* dweight, float* dbias, const void* dout, const void* in, const void* weight,

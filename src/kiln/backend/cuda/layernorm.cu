@@ -1,7 +1,8 @@
-// LayerNorm forward (optionally fused with the residual add before it), one warp per row, and
+// LayerNorm forward (optionally fused with the residual add before it), one warp per row, or, for
+// an output only an fp8 product reads, 32 rows a block casting it to fp8 codes in the same pass; and
 // backward, one warp per row with the parameter gradients summed in the same pass into partial
 // sums a run of rows (layernorm_workspace.h), which take the workspace.
-#include "kiln/backend/cuda/kernel_common.cuh"
+#include "kiln/backend/cuda/fp8_tile.cuh"
 #include "kiln/backend/layernorm_workspace.h"
 
 namespace kiln::cuda {
@@ -16,7 +17,55 @@ constexpr int kRowsPerBlock = kThreads / 32;
 inline unsigned row_blocks(int64_t M) { return static_cast<unsigned>((M + kRowsPerBlock - 1) / kRowsPerBlock); }
 
 // Columns move W at a time (Pack, element.cuh; C is a multiple of W): lane l takes columns
-// [W (l + 32 i), W (l + 32 i) + W).
+// [W (l + 32 i), W (l + 32 i) + W). The pieces below are shared by the plain forward and the one
+// that casts its output to fp8, so the two give the same bits.
+
+// Row `row` of the input to normalise: `in`'s, or with a residual the rounded sum in + residual,
+// written to residual_out first (which may alias in; each lane reads back only what it wrote).
+template <typename T, int W>
+__device__ __forceinline__ const T* row_to_normalise(const T* in, const T* residual, T* residual_out, int64_t row,
+                                                     int64_t C, int lane) {
+  const T* x = in + row * C;
+  if (residual == nullptr) return x;
+  for (int64_t c = lane * W; c < C; c += 32 * W) {
+    const Pack<T, W> a = Pack<T, W>::load(x + c), b = Pack<T, W>::load(residual + row * C + c);
+    Pack<T, W> sum;
+#pragma unroll
+    for (int w = 0; w < W; ++w) sum.set(w, a[w] + b[w]);
+    sum.store(residual_out + row * C + c);
+  }
+  return residual_out + row * C;
+}
+
+struct RowStatistics {
+  float mean, rstd;
+};
+
+// The mean and 1 / std of a row, by one warp (every lane gets them).
+template <typename T, int W>
+__device__ __forceinline__ RowStatistics row_statistics(const T* x, int64_t C, float eps, int lane) {
+  float sum = 0.0f;
+  for (int64_t c = lane * W; c < C; c += 32 * W) {
+    const Pack<T, W> values = Pack<T, W>::load(x + c);
+#pragma unroll
+    for (int w = 0; w < W; ++w) sum += values[w];
+  }
+  const float mean = warp_sum(sum) / static_cast<float>(C);
+  float squares = 0.0f;
+  for (int64_t c = lane * W; c < C; c += 32 * W) {
+    const Pack<T, W> values = Pack<T, W>::load(x + c);
+#pragma unroll
+    for (int w = 0; w < W; ++w) squares += (values[w] - mean) * (values[w] - mean);
+  }
+  return {mean, rsqrtf(warp_sum(squares) / static_cast<float>(C) + eps)};
+}
+
+// One normalised element, before rounding to the storage type: one fused multiply-add, written out
+// so that every kernel rounds the same way.
+__device__ __forceinline__ float normalised(float x, RowStatistics s, float weight, float bias) {
+  return fmaf((x - s.mean) * s.rstd, weight, bias);
+}
+
 template <typename T, int W>
 __global__ void layernorm_forward_kernel(T* out, float* mean_out, float* rstd_out, const T* in,
                                          const T* weight, const T* bias, const T* residual,
@@ -25,42 +74,78 @@ __global__ void layernorm_forward_kernel(T* out, float* mean_out, float* rstd_ou
   const int64_t row = blockIdx.x * static_cast<int64_t>(kRowsPerBlock) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= M) return;  // whole warps leave together
-  const T* x = in + row * C;
-  if (residual != nullptr) {  // fused residual add: normalise the rounded sum it writes (may alias in)
-    for (int64_t c = lane * W; c < C; c += 32 * W) {
-      const P a = P::load(x + c), b = P::load(residual + row * C + c);
-      P sum;
-#pragma unroll
-      for (int w = 0; w < W; ++w) sum.set(w, a[w] + b[w]);
-      sum.store(residual_out + row * C + c);
-    }
-    x = residual_out + row * C;
-  }
-  float sum = 0.0f;
-  for (int64_t c = lane * W; c < C; c += 32 * W) {
-    const P values = P::load(x + c);
-#pragma unroll
-    for (int w = 0; w < W; ++w) sum += values[w];
-  }
-  const float mean = warp_sum(sum) / static_cast<float>(C);
-  float squares = 0.0f;
-  for (int64_t c = lane * W; c < C; c += 32 * W) {
-    const P values = P::load(x + c);
-#pragma unroll
-    for (int w = 0; w < W; ++w) squares += (values[w] - mean) * (values[w] - mean);
-  }
-  const float rstd = rsqrtf(warp_sum(squares) / static_cast<float>(C) + eps);
+  const T* x = row_to_normalise<T, W>(in, residual, residual_out, row, C, lane);
+  const RowStatistics s = row_statistics<T, W>(x, C, eps, lane);
   for (int64_t c = lane * W; c < C; c += 32 * W) {
     const P values = P::load(x + c), scale = P::load(weight + c), shift = P::load(bias + c);
-    P normalised;
+    P result;
 #pragma unroll
-    for (int w = 0; w < W; ++w) normalised.set(w, (values[w] - mean) * rstd * scale[w] + shift[w]);
-    normalised.store(out + row * C + c);
+    for (int w = 0; w < W; ++w) result.set(w, normalised(values[w], s, scale[w], shift[w]));
+    result.store(out + row * C + c);
   }
   if (lane == 0) {
-    mean_out[row] = mean;
-    rstd_out[row] = rstd;
+    mean_out[row] = s.mean;
+    rstd_out[row] = s.rstd;
   }
+}
+
+// The forward whose output only an fp8 product reads (ops.h, LayerNormForward with fp8): instead
+// of the output, its E4M3 codes, fp8(round(y) * scale), in the layout and in the transposed one,
+// as cast_fp8 (fp8.cu) would write them from the rounded output, and max |round(y)| into amax.
+// Block b takes the 32 rows [32 b, 32 b + 32) (M is a multiple of 16): its warps first take a row
+// each in turn for the residual add and the statistics, as the plain kernel (the same bits, where
+// the plain kernel's output would not narrow its pack width W: 16-byte aligned as in the arena), then
+// the rows go in tiles of 128 columns as in the cast (warp w rows w, w + 8, ..., lane l columns
+// 4 l to 4 l + 3), read again from cache, normalised, cast, and the tile's transpose written from
+// shared memory. C is a multiple of 16; the rows' pointers are 8-byte aligned (a 4-element Pack).
+template <typename T, int W>
+__global__ void layernorm_forward_fp8_kernel(uint8_t* codes, uint8_t* codes_t, float* mean_out, float* rstd_out,
+                                             const T* in, const T* weight, const T* bias, const T* residual,
+                                             T* residual_out, int64_t M, int64_t C, float eps,
+                                             const float* scale_pointer, float* amax) {
+  constexpr int kWarps = kThreads / 32;
+  __shared__ RowStatistics statistics[kFp8TileRows];
+  alignas(16) __shared__ Fp8Tile tile;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kFp8TileRows;
+  for (int r = warp; r < kFp8TileRows && row0 + r < M; r += kWarps) {
+    const int64_t row = row0 + r;
+    const RowStatistics s = row_statistics<T, W>(row_to_normalise<T, W>(in, residual, residual_out, row, C, lane), C,
+                                                 eps, lane);
+    if (lane == 0) {
+      statistics[r] = s;
+      mean_out[row] = s.mean;
+      rstd_out[row] = s.rstd;
+    }
+  }
+  __syncthreads();
+  const T* x = residual ? residual_out : in;
+  const float scale = *scale_pointer;
+  float largest = 0.0f;
+  using P = Pack<T, kFp8Vector>;
+  for (int64_t col0 = 0; col0 < C; col0 += kFp8TileColumns) {
+    const int64_t col = col0 + lane * kFp8Vector;
+    for (int r = warp; r < kFp8TileRows; r += kWarps) {
+      const int64_t row = row0 + r;
+      if (row >= M || col >= C) continue;
+      const P values = P::load(x + row * C + col), gain = P::load(weight + col), shift = P::load(bias + col);
+      P rounded;
+      uint32_t packed = 0;
+#pragma unroll
+      for (int v = 0; v < kFp8Vector; ++v) {
+        rounded.set(v, normalised(values[v], statistics[r], gain[v], shift[v]));
+        largest = fmaxf(largest, fabsf(rounded[v]));
+        packed |= static_cast<uint32_t>(to_fp8(rounded[v] * scale, true)) << (8 * v);
+      }
+      *reinterpret_cast<uint32_t*>(codes + row * C + col) = packed;
+      *reinterpret_cast<uint32_t*>(&tile[r][lane * kFp8Vector]) = packed;
+    }
+    __syncthreads();
+    store_fp8_tile_transposed(tile, codes_t, row0, col0, M, C);
+    __syncthreads();  // before the next tile overwrites this one
+  }
+  largest = block_max(largest);
+  if (threadIdx.x == 0) max_into(amax, largest);
 }
 
 // The backward (layernorm_workspace.h): block (s, r) takes run r's rows, one warp per row in turn,
@@ -172,6 +257,26 @@ int layernorm_forward(void* out, float* mean, float* rstd, const void* in, const
              static_cast<E*>(out), mean, rstd, static_cast<const E*>(in),
              static_cast<const E*>(weight), static_cast<const E*>(bias),
              static_cast<const E*>(residual), static_cast<E*>(residual_out), M, C, eps);
+      return launch_status();
+    });
+  });
+}
+
+int layernorm_forward_fp8(uint8_t* codes, uint8_t* codes_t, float* mean, float* rstd, const void* in,
+                          const void* weight, const void* bias, const void* residual, void* residual_out, int kind,
+                          int64_t M, int64_t C, float eps, const float* scale, float* amax) {
+  if (M % 16 != 0 || C % 16 != 0) return static_cast<int>(cudaErrorInvalidValue);
+  if (M == 0) return 0;
+  return dispatch(kind, [&](auto tag) {
+    using E = decltype(tag);
+    for (const void* rows : std::initializer_list<const void*>{in, weight, bias, residual_out})  // 4-element reads
+      if (reinterpret_cast<uintptr_t>(rows) % (kFp8Vector * sizeof(E)) != 0)
+        return static_cast<int>(cudaErrorMisalignedAddress);
+    return with_pack_width<E>(C, {in, weight, bias, residual, residual_out}, [&](auto width) {
+      launch(layernorm_forward_fp8_kernel<E, decltype(width)::value>,
+             static_cast<unsigned>(fp8_cast_tile_rows(M)), kThreads, 0, codes, codes_t, mean, rstd,
+             static_cast<const E*>(in), static_cast<const E*>(weight), static_cast<const E*>(bias),
+             static_cast<const E*>(residual), static_cast<E*>(residual_out), M, C, eps, scale, amax);
       return launch_status();
     });
   });

@@ -1,0 +1,56 @@
+// The pieces of an fp8 cast that the cast kernel (fp8.cu) and the LayerNorm that casts its own
+// output (layernorm.cu) share: the conversion, the amax update, and the transposed write of a
+// 32 x 128 tile of codes staged in shared memory. Device code only; .cu files include it.
+#pragma once
+
+#include "kiln/backend/cuda/kernel_common.cuh"
+#include "kiln/backend/fp8_workspace.h"
+#include "kiln/core/fp8_codec.h"
+
+#if defined(__CUDACC__)
+#include <cuda_fp8.h>
+#endif
+
+namespace kiln::cuda {
+
+// A block casts tiles of kFp8TileRows x kFp8TileColumns elements, kFp8Vector a thread.
+constexpr int kFp8TileRows = kFp8CastTileRows, kFp8TileColumns = 128, kFp8Vector = 4;
+static_assert(kFp8TileColumns == 32 * kFp8Vector && kFp8TileColumns * kFp8TileRows == kThreads * 16);
+
+// A tile of codes in shared memory, rows 132 bytes apart (4-byte stores by row, byte reads by column).
+using Fp8Tile = uint8_t[kFp8TileRows][kFp8TileColumns + 4];
+
+__device__ __forceinline__ uint8_t to_fp8(float value, bool e4m3) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  // The conversion instruction: the same function as fp8::encode (nearest even, saturating).
+  return __nv_cvt_float_to_fp8(value, __NV_SATFINITE, e4m3 ? __NV_E4M3 : __NV_E5M2);
+#else
+  return fp8::encode(value, e4m3 ? fp8::Format::E4M3 : fp8::Format::E5M2);
+#endif
+}
+
+// amax >= 0 and a float's bits order like signed integers for non-negative values.
+__device__ __forceinline__ void max_into(float* amax, float value) {
+  atomicMax(reinterpret_cast<int*>(amax), __float_as_int(value));
+}
+
+// Writes the tile of rows [row0, row0 + 32) and columns [col0, col0 + 128) of a rows x cols
+// matrix, staged in `tile`, into its transpose out_t [cols, rows]: thread t writes half t % 2 (16
+// rows) of tile column t / 2 as one 16-byte row piece. Call after a barrier that completes the
+// tile; rows is a multiple of 16, so a piece is whole or absent.
+__device__ __forceinline__ void store_fp8_tile_transposed(const Fp8Tile& tile, uint8_t* out_t, int64_t row0,
+                                                          int64_t col0, int64_t rows, int64_t cols) {
+  const int c = threadIdx.x / 2, first = threadIdx.x % 2 * 16;
+  const int64_t out_row = col0 + c, out_col = row0 + first;
+  if (out_row >= cols || out_col >= rows) return;
+  uint32_t words[4];
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    words[w] = 0;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) words[w] |= static_cast<uint32_t>(tile[first + 4 * w + b][c]) << (8 * b);
+  }
+  *reinterpret_cast<uint4*>(out_t + out_row * rows + out_col) = make_uint4(words[0], words[1], words[2], words[3]);
+}
+
+}  // namespace kiln::cuda
