@@ -17,8 +17,8 @@ void layernorm_fp8_output(const LayerNormForward& a, DType dtype, int64_t M, int
   constexpr const char* op = "layernorm_forward";
   KILN_CHECK(dtype == DType::BF16 || dtype == DType::F16, "{}: an output cast to fp8 needs bf16 or fp16, not {}", op,
              dtype_name(dtype));
-  KILN_CHECK(M % 16 == 0 && C % 16 == 0, "{}: an output cast to fp8 needs rows and columns multiples of 16, got {} x {}",
-             op, M, C);
+  KILN_CHECK(M % 16 == 0 && C % 16 == 0,
+             "{}: an output cast to fp8 needs rows and columns multiples of 16, got {} x {}", op, M, C);
   KILN_CHECK(a.out.empty(), "{}: argument 'out' is given with 'fp8' (the output is only cast)", op);
   require_fp8_operand(*a.fp8, device, op, {"fp8 scale", "fp8 scale_inv", "fp8 amax"});
   require(a.out_fp8, DType::F8E4M3, device, op, "out_fp8");

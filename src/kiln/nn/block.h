@@ -12,7 +12,8 @@
 // blocks); parameter gradients are added to `grads`. `scratch` supplies the backward temporaries.
 // Recomputing a block means calling block_forward again on the saved input before its backward
 // (or on the previous recomputed block's unsummed output).
-// With `fp8` (fp8_scaling.h) the four products cast their operands to fp8 (ops.h).
+// With `fp8` (fp8_scaling.h) the four products cast their operands to fp8 (ops.h); ln_1 and ln_2
+// cast their outputs for c_attn and c_fc themselves, writing only the codes.
 #pragma once
 
 #include "kiln/backend/backend.h"
@@ -40,7 +41,7 @@ struct BlockInput {
 // The output of the block whose activations are `acts`, as block_forward leaves it: unsummed.
 BlockInput output_of(const BlockActivations& acts, const Tensor& projection);
 
-// LayerNorm of `input` into norm.out/mean/rstd (norm.in is ignored and set to input.x), adding the
+// LayerNorm of `input` into norm's outputs (norm.in is ignored and set to input.x), adding the
 // unsummed input into input.x first (residual_layernorm_forward). It reads input.projection, so
 // nothing may overwrite that scratch between the previous block's forward and this call.
 void normalize_input(Backend& backend, LayerNormForward norm, const BlockInput& input);

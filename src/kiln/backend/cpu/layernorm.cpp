@@ -68,13 +68,9 @@ void cast_output_to_fp8(const Tensor& out, DType dtype, const LayerNormForward& 
 void CpuBackend::layernorm_forward(const LayerNormForward& args) {
   const auto [M, C] = checks::layernorm_forward(args, Device::CPU);
   Fp32Scope f(scratch_);
-  Tensor out = f.output(args.out);
-  if (args.fp8) {  // the output only cast: an fp32 scratch of its own
-    out = Tensor{};
-    out.shape = {M, C};
-    out.device = Device::CPU;
-    out.data = scratch_.take(static_cast<size_t>(M * C));
-  }
+  // With fp8 the output is only cast (ops.h): it takes fp32 scratch of its own.
+  const Tensor out = args.fp8 ? Tensor{scratch_.take(static_cast<size_t>(M * C)), {M, C}, DType::F32, Device::CPU}
+                              : f.output(args.out);
   layernorm_forward_fp32({out, args.mean, args.rstd, f.input(args.in), f.input(args.weight), f.input(args.bias),
                           args.eps});
   if (args.fp8) cast_output_to_fp8(out, args.in.dtype, args, scratch_);

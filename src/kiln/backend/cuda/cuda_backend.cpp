@@ -367,7 +367,8 @@ void CudaBackend::matmul_forward(const MatmulForward& a) {
     Fp8Regions regions(workspace(fp8_forward_cast_bytes(M, K, N)));
     uint8_t* in8 = in_codes ? a.in.as<uint8_t>() : regions.take(M * K);
     uint8_t* weight8 = regions.take(N * K);
-    if (!in_codes) cast(a.in, M, K, a.fp8->in, DType::F8E4M3, in8, a.in_fp8_t.as<uint8_t>());  // kept codes too, if asked
+    if (!in_codes)  // with the kept codes too, if asked
+      cast(a.in, M, K, a.fp8->in, DType::F8E4M3, in8, a.in_fp8_t.as<uint8_t>());
     if (out_in) cast(a.weight, N, K, a.fp8->weight, DType::F8E4M3, weight8, nullptr);
     else cast(a.weight, K, N, a.fp8->weight, DType::F8E4M3, nullptr, weight8);
     product = {{DType::F8E4M3, dtype}, false, true, M, N, K, 1.0f, in8, K, weight8, K, 0.0f, a.out.data, N};
