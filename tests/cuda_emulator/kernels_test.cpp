@@ -52,9 +52,18 @@ class EmulatedKernels
   static HostTensor copy_of(const HostTensor& tensor, DType dtype) {
     return HostTensor(dtype, tensor.view().shape, tensor.floats());
   }
-  void layernorm_backward_matches_the_cpu(int64_t M, int64_t C);
+  void layernorm_backward_matches_the_cpu(int64_t M, int64_t C, GradStore din_store, GradStore param_store);
   CpuBackend cpu;
 };
+
+// What a gradient the kernel stores as `store` holds before it: `seed` where it adds (the CPU
+// reference starts from the same), NaN where it writes (the reference zeroes its own copy).
+std::vector<float> held_before(GradStore store, const std::vector<float>& seed) {
+  return store == GradStore::Add ? seed : std::vector<float>(seed.size(), NAN);
+}
+
+constexpr GradStore kStores[] = {GradStore::Add, GradStore::Write};
+const char* name_of(GradStore store) { return store == GradStore::Add ? "add: " : "write: "; }
 
 void expect_close(const HostTensor& actual, const HostTensor& expected, double limit,
                   const std::string& what) {
@@ -77,18 +86,21 @@ TEST_P(EmulatedKernels, EmbeddingForwardAndBackward) {
                                                wpe.data(), kind(), B, T, C)));
   expect_close(out, expected_out, bound(dtype()), "out");
 
-  const HostTensor expected_dwte = floats({Vp, C}, 5), expected_dwpe = floats({maxT, C}, 6);
-  const HostTensor dwte = copy_of(expected_dwte, DType::F32),
-                   dwpe = copy_of(expected_dwpe, DType::F32);
-  cpu.embedding_backward({expected_dwte.view(), expected_dwpe.view(), dout.view(), tokens.view()});
-  const size_t workspace_bytes = cuda::embedding_backward_workspace_bytes(B * T);
-  const HostTensor workspace =
-      HostTensor::poisoned(DType::F32, {static_cast<int64_t>(workspace_bytes / 4 + 1)});
-  ASSERT_TRUE(launched(cuda::embedding_backward(dwte.as<float>(), dwpe.as<float>(), dout.data(),
-                                                kind(), tokens.as<int32_t>(), B, T, C,
-                                                workspace.data(), workspace_bytes)));
-  expect_close(dwte, expected_dwte, 1e-5, "dwte");
-  expect_close(dwpe, expected_dwpe, 1e-5, "dwpe");
+  // dwte always adds; dwpe adds, or writes all its rows (those past T zero).
+  for (const GradStore store : kStores) {
+    const HostTensor expected_dwte = floats({Vp, C}, 5), expected_dwpe = floats({maxT, C}, 6);
+    const HostTensor dwte = copy_of(expected_dwte, DType::F32),
+                     dwpe(DType::F32, {maxT, C}, held_before(store, expected_dwpe.floats()));
+    cpu.embedding_backward({expected_dwte.view(), expected_dwpe.view(), dout.view(), tokens.view(), store});
+    const size_t workspace_bytes = cuda::embedding_backward_workspace_bytes(B * T);
+    const HostTensor workspace =
+        HostTensor::poisoned(DType::F32, {static_cast<int64_t>(workspace_bytes / 4 + 1)});
+    ASSERT_TRUE(launched(cuda::embedding_backward(dwte.as<float>(), dwpe.as<float>(), dout.data(), kind(),
+                                                  tokens.as<int32_t>(), B, T, C, maxT, store == GradStore::Write,
+                                                  workspace.data(), workspace_bytes)));
+    expect_close(dwte, expected_dwte, 1e-5, std::string(name_of(store)) + "dwte");
+    expect_close(dwpe, expected_dwpe, 1e-5, std::string(name_of(store)) + "dwpe");
+  }
 }
 
 TEST_P(EmulatedKernels, LayerNormForwardWithAndWithoutTheResidual) {
@@ -167,7 +179,10 @@ TEST_P(EmulatedKernels, LayerNormCastToFp8IsTheCastOfItsOutput) {
 // LayerNorm backward on M x C rows against the CPU; then again with din one element further into a
 // buffer, which takes the element-wise path: the parameter gradients must come out in the same bits
 // (each column's order of addition, rows in turn, warps, runs, does not depend on the pack width).
-void EmulatedKernels::layernorm_backward_matches_the_cpu(int64_t M, int64_t C) {
+// din and the parameter gradients are stored as din_store and param_store say (NaN before a write).
+void EmulatedKernels::layernorm_backward_matches_the_cpu(int64_t M, int64_t C, GradStore din_store,
+                                                         GradStore param_store) {
+  SCOPED_TRACE(std::string("din ") + name_of(din_store) + "parameters " + name_of(param_store));
   const HostTensor in = acts({M, C}, 1, 2.0f), weight = acts({C}, 2), bias = acts({C}, 3),
                    dout = acts({M, C}, 4);
   const HostTensor mean = HostTensor::poisoned(DType::F32, {M}), rstd = HostTensor::poisoned(DType::F32, {M});
@@ -179,26 +194,30 @@ void EmulatedKernels::layernorm_backward_matches_the_cpu(int64_t M, int64_t C) {
   const std::vector<float> initial_din = expected_din.floats(), initial_dweight = expected_dweight.floats(),
                            initial_dbias = expected_dbias.floats();
   cpu.layernorm_backward({expected_din.view(), expected_dweight.view(), expected_dbias.view(), dout.view(),
-                          in.view(), weight.view(), mean.view(), rstd.view()});
+                          in.view(), weight.view(), mean.view(), rstd.view(), param_store, din_store});
   const size_t workspace_bytes = layernorm_backward_scratch_bytes(M, C);
   const HostTensor workspace = HostTensor::poisoned(DType::F32, {static_cast<int64_t>(workspace_bytes / 4)});
   const auto run = [&](void* din, const HostTensor& dweight, const HostTensor& dbias) {
     return launched(cuda::layernorm_backward(din, dweight.as<float>(), dbias.as<float>(), dout.data(), in.data(),
                                              weight.data(), kind(), mean.as<float>(), rstd.as<float>(), M, C,
+                                             din_store == GradStore::Write, param_store == GradStore::Write,
                                              workspace.data()));
   };
-  const HostTensor din(dtype(), {M, C}, initial_din), dweight(DType::F32, {C}, initial_dweight),
-      dbias(DType::F32, {C}, initial_dbias);
+  const std::vector<float> din_before = held_before(din_store, initial_din),
+                           dweight_before = held_before(param_store, initial_dweight),
+                           dbias_before = held_before(param_store, initial_dbias);
+  const HostTensor din(dtype(), {M, C}, din_before), dweight(DType::F32, {C}, dweight_before),
+      dbias(DType::F32, {C}, dbias_before);
   ASSERT_TRUE(run(din.data(), dweight, dbias));
   expect_close(din, expected_din, 2 * bound(dtype()), "din");
   expect_close(dweight, expected_dweight, 1e-5, "dweight");
   expect_close(dbias, expected_dbias, 1e-5, "dbias");
   EXPECT_TRUE(workspace.guard_intact()) << "partial sums written past layernorm_backward_scratch_bytes";
 
-  std::vector<float> shifted_din = initial_din;
+  std::vector<float> shifted_din = din_before;
   shifted_din.insert(shifted_din.begin(), 0.0f);
-  const HostTensor shifted(dtype(), {M * C + 1}, shifted_din), unpacked_dweight(DType::F32, {C}, initial_dweight),
-      unpacked_dbias(DType::F32, {C}, initial_dbias);
+  const HostTensor shifted(dtype(), {M * C + 1}, shifted_din), unpacked_dweight(DType::F32, {C}, dweight_before),
+      unpacked_dbias(DType::F32, {C}, dbias_before);
   ASSERT_TRUE(run(static_cast<char*>(shifted.data()) + dtype_size(dtype()), unpacked_dweight, unpacked_dbias));
   EXPECT_EQ(unpacked_dweight.floats(), dweight.floats()) << "packed and element-wise dweight differ";
   EXPECT_EQ(unpacked_dbias.floats(), dbias.floats()) << "packed and element-wise dbias differ";
@@ -207,42 +226,56 @@ void EmulatedKernels::layernorm_backward_matches_the_cpu(int64_t M, int64_t C) {
   EXPECT_LT(normalized_error(unpacked_din, expected_din.floats()), 2 * bound(dtype())) << "element-wise din";
 }
 
-// 35 runs of rows, the last one short; 40 columns: a partial warp of packs.
-TEST_P(EmulatedKernels, LayerNormBackwardOverSeveralRuns) { layernorm_backward_matches_the_cpu(1100, 40); }
+// 35 runs of rows, the last one short; 40 columns: a partial warp of packs. Each gradient added and
+// written.
+TEST_P(EmulatedKernels, LayerNormBackwardOverSeveralRuns) {
+  layernorm_backward_matches_the_cpu(1100, 40, GradStore::Add, GradStore::Add);
+  layernorm_backward_matches_the_cpu(1100, 40, GradStore::Write, GradStore::Add);
+  layernorm_backward_matches_the_cpu(1100, 40, GradStore::Add, GradStore::Write);
+}
 
 // Rows wider than one slice of columns: slices of 2048, 2048 and 8; three runs of 24 rows, the last
 // of 22, so one warp of a run has a row fewer.
-TEST_P(EmulatedKernels, LayerNormBackwardOverSeveralSlices) { layernorm_backward_matches_the_cpu(70, 4104); }
+TEST_P(EmulatedKernels, LayerNormBackwardOverSeveralSlices) {
+  layernorm_backward_matches_the_cpu(70, 4104, GradStore::Add, GradStore::Add);
+  layernorm_backward_matches_the_cpu(70, 4104, GradStore::Write, GradStore::Write);
+}
 
 // N = 72 takes 16-byte packs in every dtype; the same rows one element further into a buffer are
 // misaligned for packs and take the element-wise path, which must give the same bits (the order of
-// addition per column does not depend on the pack width).
+// addition per column does not depend on the pack width). The sums added and written.
 TEST_P(EmulatedKernels, BiasGradientColumnSums) {
   constexpr int64_t M = 1100, N = 72;
   const HostTensor in = acts({M, N}, 1), weight = acts({N, 3}, 2), bias = floats({N}, 3);
-  const HostTensor expected_dbias = floats({N}, 4), sums = copy_of(expected_dbias, DType::F32);
-  // The CPU reference's bias gradient: matmul_backward's dbias is the column sums of dout.
-  const HostTensor din = poisoned({M, 3}),
-                   dweight = HostTensor(DType::F32, {N, 3}, std::vector<float>(N * 3, 0.0f));
-  const HostTensor x = acts({M, 3}, 5);
-  cpu.matmul_backward({din.view(), dweight.view(), expected_dbias.view(), in.view(), x.view(),
-                       weight.view(), WeightLayout::OutIn});
-  const size_t workspace_bytes = cuda::column_sums_workspace_bytes(M, N);
-  const HostTensor workspace =
-      HostTensor::poisoned(DType::F32, {static_cast<int64_t>(workspace_bytes / 4 + 1)});
-  const std::vector<float> initial = sums.floats();
-  ASSERT_TRUE(
-      launched(cuda::column_sums_add(sums.as<float>(), in.data(), kind(), M, N, workspace.data())));
-  expect_close(sums, expected_dbias, 1e-5, "column sums");
+  for (const GradStore store : kStores) {
+    SCOPED_TRACE(name_of(store));
+    const HostTensor expected_dbias = floats({N}, 4);
+    const std::vector<float> initial = held_before(store, expected_dbias.floats());
+    const HostTensor sums(DType::F32, {N}, initial);
+    // The CPU reference's bias gradient: matmul_backward's dbias is the column sums of dout.
+    const HostTensor din = poisoned({M, 3}),
+                     dweight = HostTensor(DType::F32, {N, 3}, std::vector<float>(N * 3, 0.0f));
+    const HostTensor x = acts({M, 3}, 5);
+    MatmulBackward reference{din.view(), dweight.view(), expected_dbias.view(), in.view(), x.view(),
+                             weight.view(), WeightLayout::OutIn};
+    reference.param_store = store;
+    cpu.matmul_backward(reference);
+    const size_t workspace_bytes = cuda::column_sums_workspace_bytes(M, N);
+    const HostTensor workspace =
+        HostTensor::poisoned(DType::F32, {static_cast<int64_t>(workspace_bytes / 4 + 1)});
+    const bool write = store == GradStore::Write;
+    ASSERT_TRUE(launched(cuda::sum_columns(sums.as<float>(), in.data(), kind(), M, N, workspace.data(), write)));
+    expect_close(sums, expected_dbias, 1e-5, "column sums");
 
-  std::vector<float> shifted_values = in.floats();
-  shifted_values.insert(shifted_values.begin(), 0.0f);
-  const HostTensor shifted(dtype(), {M * N + 1}, shifted_values);
-  const HostTensor unpacked_sums(DType::F32, {N}, initial);
-  const void* misaligned = static_cast<const char*>(shifted.data()) + dtype_size(dtype());
-  ASSERT_TRUE(launched(cuda::column_sums_add(unpacked_sums.as<float>(), misaligned, kind(), M, N,
-                                             workspace.data())));
-  EXPECT_EQ(unpacked_sums.floats(), sums.floats()) << "packed and element-wise column sums differ";
+    std::vector<float> shifted_values = in.floats();
+    shifted_values.insert(shifted_values.begin(), 0.0f);
+    const HostTensor shifted(dtype(), {M * N + 1}, shifted_values);
+    const HostTensor unpacked_sums(DType::F32, {N}, initial);
+    const void* misaligned = static_cast<const char*>(shifted.data()) + dtype_size(dtype());
+    ASSERT_TRUE(
+        launched(cuda::sum_columns(unpacked_sums.as<float>(), misaligned, kind(), M, N, workspace.data(), write)));
+    EXPECT_EQ(unpacked_sums.floats(), sums.floats()) << "packed and element-wise column sums differ";
+  }
 }
 
 TEST_P(EmulatedKernels, GeluFillAndConvert) {

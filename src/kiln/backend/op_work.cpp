@@ -33,6 +33,11 @@ double bytes_of(std::initializer_list<const Tensor*> tensors) {
   return total;
 }
 
+// Bytes of gradients stored as `store` says: read and written to add, written only to write.
+double gradient_bytes(GradStore store, std::initializer_list<const Tensor*> grads) {
+  return (store == GradStore::Write ? 1 : 2) * bytes_of(grads);
+}
+
 double product_flops(int64_t M, int64_t K, int64_t N) { return 2.0 * static_cast<double>(M) * K * N; }
 
 // perf/flops.h's count for qkv [B, T, 3C].
@@ -62,16 +67,18 @@ OpWork work_of(const EmbeddingForward& a) {
   return {"embedding_forward", 0.0, 3 * bytes_of({&a.out}) + bytes_of({&a.tokens})};
 }
 // Traffic: dout and tokens read; per position one wte gradient row (fp32) read and written; dwpe's
-// used rows read and written.
+// used rows read and written, or with Write all its rows written.
 OpWork work_of(const EmbeddingBackward& a) {
   const double rows =
       a.dout.shape.rank == 3 ? static_cast<double>(a.dout.shape[0] * a.dout.shape[1]) : 0.0;
   const double row_bytes =
       a.dwte.shape.rank == 2 ? static_cast<double>(a.dwte.shape[1]) * sizeof(float) : 0.0;
   const double positions = a.dout.shape.rank == 3 ? static_cast<double>(a.dout.shape[1]) : 0.0;
-  return {"embedding_backward", 0.0,
-          bytes_of({&a.dout, &a.tokens}) + 2 * rows * row_bytes + 2 * positions * row_bytes};
+  const double dwpe_bytes =
+      a.dwpe_store == GradStore::Write ? bytes_of({&a.dwpe}) : 2 * positions * row_bytes;
+  return {"embedding_backward", 0.0, bytes_of({&a.dout, &a.tokens}) + 2 * rows * row_bytes + dwpe_bytes};
 }
+
 // With fp8 the output's codes are written in its place (ops.h); the row says so.
 OpWork work_of(const LayerNormForward& a) {
   return {a.fp8 ? "layernorm_forward fp8" : "layernorm_forward", 0.0,
@@ -83,10 +90,9 @@ OpWork work_of(const ResidualLayerNormForward& a) {
           bytes_of({&n.out, &n.mean, &n.rstd, &n.in, &n.weight, &n.bias, &n.out_fp8, &n.out_fp8_t, &a.residual,
                     &a.residual_out})};
 }
-// din, dweight and dbias accumulate: read and written.
 OpWork work_of(const LayerNormBackward& a) {
   return {"layernorm_backward", 0.0,
-          2 * bytes_of({&a.din, &a.dweight, &a.dbias}) +
+          gradient_bytes(a.din_store, {&a.din}) + gradient_bytes(a.param_store, {&a.dweight, &a.dbias}) +
               bytes_of({&a.dout, &a.in, &a.weight, &a.mean, &a.rstd})};
 }
 OpWork work_of(const MatmulForward& a) {
@@ -101,8 +107,8 @@ OpWork work_of(const MatmulForward& a) {
                    : 0.0),
           fp8};
 }
-// The weight gradient always (one product), the input gradient when asked for (another); dweight
-// and dbias accumulate. With `in`'s codes kept, `in` is not read.
+// The weight gradient always (one product), the input gradient when asked for (another). With
+// `in`'s codes kept, `in` is not read.
 OpWork work_of(const MatmulBackward& a) {
   const bool codes_kept = !a.in_fp8_t.empty();
   const int64_t N = last_dim(a.dout);
@@ -113,7 +119,7 @@ OpWork work_of(const MatmulBackward& a) {
   return {"matmul_backward " + product_shape(M, K, N) + (a.dbias.empty() ? "" : " +dbias") +
               (a.gelu_in.empty() ? "" : " +dgelu") + (fp8 ? " fp8" : ""),
           product_flops(M, K, N) * (input_gradient ? 2.0 : 1.0),
-          2 * bytes_of({&a.dweight, &a.dbias}) +
+          gradient_bytes(a.param_store, {&a.dweight, &a.dbias}) +
               bytes_of({&a.din, &a.dout, &in_read, &a.weight, &a.gelu_in}) +
               (fp8 ? fp8_copies_bytes(M, K, N, /*forward=*/false, input_gradient, codes_kept) : 0.0),
           fp8};

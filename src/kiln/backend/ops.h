@@ -4,10 +4,13 @@
 // Shape names: B batch, T sequence, C channels, NH heads, HS = C / NH head size, V vocabulary,
 // Vp padded vocabulary (row stride of logits and of the token embedding), M rows = B * T.
 //
-// Gradient conventions (so gradient accumulation needs no extra pass):
-//   - parameter gradients (dweight, dbias, dwte, dwpe) are ADDED to (+=);
+// Gradient conventions (so neither gradient accumulation nor the first micro-batch of a step
+// needs a pass of its own):
+//   - parameter gradients (dweight, dbias, dwte, dwpe) are ADDED to (+=), or WRITTEN (=) where the
+//     op's GradStore (below) says Write;
 //   - activation gradients are WRITTEN (=), except where an op says it adds: layernorm's input
-//     gradient is added because its input is always the residual stream, which has two readers.
+//     gradient is added because its input is always the residual stream, which has two readers
+//     (the first of them, ln_f's backward, writes it: LayerNormBackward::din_store).
 //
 // Dtypes (the precision policy of mixed-precision training, as Megatron-LM's bf16/fp16 modes):
 // every op has one compute dtype, fp32, bf16 or fp16, that its activations, activation gradients
@@ -25,6 +28,13 @@
 
 namespace kiln {
 
+// How an op stores a gradient that accumulates: Add (+=; later micro-batches of a step, and every
+// contribution after the first to a tensor with several, like the tied wte) or Write (=; a
+// step's first contribution, so no pass zeroes the gradients before it). Write never reads what
+// the tensor held: NaN there is overwritten. Either way the stored value is bit for bit what Add
+// into zeros would leave (up to the sign of a zero).
+enum class GradStore : uint8_t { Add, Write };
+
 // ---- embedding: out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:] ----------------------------------
 struct EmbeddingForward {
   Tensor out;     // [B, T, C]
@@ -33,10 +43,11 @@ struct EmbeddingForward {
   Tensor wpe;     // [maxT, C], maxT >= T
 };
 struct EmbeddingBackward {
-  Tensor dwte;    // [Vp, C] +=
-  Tensor dwpe;    // [maxT, C] +=
+  Tensor dwte;    // [Vp, C] +=, always: only the rows of tokens present have a contribution
+  Tensor dwpe;    // [maxT, C] += or = (dwpe_store); Write writes all maxT rows, zero past T
   Tensor dout;    // [B, T, C]
   Tensor tokens;  // [B, T] int32
+  GradStore dwpe_store = GradStore::Add;
 };
 
 // ---- layernorm over the last axis: out = (in - mean) * rstd * weight + bias -------------------
@@ -68,11 +79,13 @@ struct ResidualLayerNormForward {
   Tensor residual_out;    // [M, C] (may alias norm.in)
 };
 struct LayerNormBackward {
-  Tensor din;      // [M, C] += (see header)
-  Tensor dweight;  // [C] +=
-  Tensor dbias;    // [C] +=
+  Tensor din;      // [M, C] += (see header), or = with din_store Write
+  Tensor dweight;  // [C] += or = (param_store)
+  Tensor dbias;    // [C] += or = (param_store)
   Tensor dout;     // [M, C]
   Tensor in, weight, mean, rstd;
+  GradStore param_store = GradStore::Add;
+  GradStore din_store = GradStore::Add;
 };
 
 // ---- matmul with optional bias ---------------------------------------------------------------
@@ -132,8 +145,8 @@ struct MatmulForward {
 };
 struct MatmulBackward {
   Tensor din;      // [M, K] = ; may be empty (not needed) unless gelu_in is given
-  Tensor dweight;  // same shape as weight, +=
-  Tensor dbias;    // [N] +=, or empty
+  Tensor dweight;  // same shape as weight, += or = (param_store)
+  Tensor dbias;    // [N] += or = (param_store), or empty
   Tensor dout;     // [M, N]
   Tensor in;       // [M, K]; may be empty when in_fp8_t is given
   Tensor weight;
@@ -141,6 +154,7 @@ struct MatmulBackward {
   Tensor gelu_in = {};  // [M, K] with in = gelu(gelu_in), or empty: din is then d gelu_in (above)
   const Fp8Matmul* fp8 = nullptr;
   Tensor in_fp8_t = {};  // fp8 only: [K, M] E4M3 codes of `in` a forward wrote (above), or empty
+  GradStore param_store = GradStore::Add;
 };
 
 // ---- GELU, tanh approximation (Hendrycks & Gimpel 2016, as in GPT-2) --------------------------

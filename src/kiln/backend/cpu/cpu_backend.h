@@ -11,6 +11,8 @@
 // Not final: tests derive from it to watch the ops a model issues (tests/nn/product_inputs_test.cpp).
 #pragma once
 
+#include <initializer_list>
+
 #include "kiln/backend/backend.h"
 #include "kiln/backend/cpu/fp32_scope.h"
 #include "kiln/backend/memory_tracker.h"
@@ -54,6 +56,10 @@ class CpuBackend : public Backend {
   void convert(const Convert& args) override;
 
  private:
+  // The reference meaning of GradStore::Write (ops.h): the op's Add into zeros. Zeroes `grads`
+  // (empty ones skipped) when `store` is Write.
+  void zero_to_write(GradStore store, std::initializer_list<Tensor> grads);
+
   // Shared with the buffers, which report their release to it.
   std::shared_ptr<MemoryTracker> memory_ = std::make_shared<MemoryTracker>();
   ConversionScratch scratch_;  // fp32 copies of bf16/fp16 arguments

@@ -4,6 +4,12 @@
 
 namespace kiln {
 
+void CpuBackend::zero_to_write(GradStore store, std::initializer_list<Tensor> grads) {
+  if (store != GradStore::Write) return;
+  for (const Tensor& grad : grads)
+    if (!grad.empty()) fill({grad, 0.0f});
+}
+
 void CpuBackend::fill(const Fill& args) {
   const int64_t count = checks::fill(args, Device::CPU);
   if (args.out.dtype == DType::F32) {

@@ -59,6 +59,7 @@ void embedding_backward_fp32(const EmbeddingBackward& args) {
 
 void CpuBackend::embedding_backward(const EmbeddingBackward& args) {
   checks::embedding_backward(args, Device::CPU);
+  zero_to_write(args.dwpe_store, {args.dwpe});
   Fp32Scope f(scratch_);
   embedding_backward_fp32({args.dwte, args.dwpe, f.input(args.dout), args.tokens});
   f.write_back();

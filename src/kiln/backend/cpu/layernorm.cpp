@@ -137,6 +137,8 @@ void CpuBackend::residual_layernorm_forward(const ResidualLayerNormForward& args
 
 void CpuBackend::layernorm_backward(const LayerNormBackward& args) {
   checks::layernorm_backward(args, Device::CPU);
+  zero_to_write(args.param_store, {args.dweight, args.dbias});
+  zero_to_write(args.din_store, {args.din});
   Fp32Scope f(scratch_);
   layernorm_backward_fp32({f.accumulated(args.din), args.dweight, args.dbias, f.input(args.dout),
                            f.input(args.in), f.input(args.weight), args.mean, args.rstd});

@@ -122,6 +122,7 @@ void matmul_backward_fp32(const MatmulBackward& args) {
 
 void CpuBackend::matmul_backward(const MatmulBackward& args) {
   const auto [M, K, N] = checks::matmul_backward(args, Device::CPU);
+  zero_to_write(args.param_store, {args.dweight, args.dbias});
   {
     Fp32Scope f(scratch_);
     const Tensor dout = f.input(args.dout), weight = f.input(args.weight);

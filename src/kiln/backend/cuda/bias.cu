@@ -22,7 +22,7 @@ __global__ void column_sums_partial_kernel(float* partials, const T* in, int64_t
                          });
 }
 
-// sums_a (blockIdx.y 0) or sums_b (1) += the chunks' partial rows, in a fixed order: block x takes
+// sums_a (blockIdx.y 0) or sums_b (1) += (or =) the chunks' partial rows, in a fixed order: block x takes
 // 32 columns, warp k adds chunks k, k + kFinishWarps, ... and the warps' sums are then added in warp
 // order. Spreading the chunks over warps keeps a column's loads in flight together; one thread per
 // column looping over the chunks (the first version) waited on each load in turn, which at the fp8
@@ -30,7 +30,7 @@ __global__ void column_sums_partial_kernel(float* partials, const T* in, int64_t
 constexpr int kFinishWarps = 16;
 
 __global__ void column_sums_finish_kernel(float* sums_a, float* sums_b, const float* partial_a,
-                                          const float* partial_b, int64_t chunks, int64_t N) {
+                                          const float* partial_b, int64_t chunks, int64_t N, bool overwrite) {
   __shared__ float warp_sums[kFinishWarps][32];
   const int64_t column = blockIdx.x * 32 + threadIdx.x;
   const float* partials = blockIdx.y == 0 ? partial_a : partial_b;
@@ -41,7 +41,8 @@ __global__ void column_sums_finish_kernel(float* sums_a, float* sums_b, const fl
   __syncthreads();
   if (threadIdx.y == 0 && column < N) {
     for (int k = 1; k < kFinishWarps; ++k) sum += warp_sums[k][threadIdx.x];
-    (blockIdx.y == 0 ? sums_a : sums_b)[column] += sum;
+    float& result = (blockIdx.y == 0 ? sums_a : sums_b)[column];
+    result = overwrite ? sum : result + sum;
   }
 }
 
@@ -65,14 +66,15 @@ size_t column_sums_workspace_bytes(int64_t M, int64_t N) {
 }
 
 int column_sums_finish(float* sums_a, float* sums_b, const float* partial_a, const float* partial_b, int64_t chunks,
-                       int64_t N) {
+                       int64_t N, bool overwrite) {
   const dim3 grid(static_cast<unsigned>((N + 31) / 32), sums_b ? 2 : 1);
-  launch(column_sums_finish_kernel, grid, dim3(32, kFinishWarps), 0, sums_a, sums_b, partial_a, partial_b, chunks, N);
+  launch(column_sums_finish_kernel, grid, dim3(32, kFinishWarps), 0, sums_a, sums_b, partial_a, partial_b, chunks, N,
+         overwrite);
   return launch_status();
 }
 
-int column_sums_add(float* sums, const void* in, int kind, int64_t M, int64_t N, void* workspace) {
-  if (M == 0) return 0;
+int sum_columns(float* sums, const void* in, int kind, int64_t M, int64_t N, void* workspace, bool overwrite) {
+  if (M == 0) return overwrite ? column_sums_finish(sums, nullptr, nullptr, nullptr, 0, N, true) : 0;
   auto* partials = static_cast<float*>(workspace);
   const int status = dispatch(kind, [&](auto tag) {
     using E = decltype(tag);
@@ -83,11 +85,12 @@ int column_sums_add(float* sums, const void* in, int kind, int64_t M, int64_t N,
       return launch_status();
     });
   });
-  return status != 0 ? status : column_sums_finish(sums, nullptr, partials, nullptr, column_sum_chunks(M), N);
+  return status != 0 ? status
+                     : column_sums_finish(sums, nullptr, partials, nullptr, column_sum_chunks(M), N, overwrite);
 }
 
-int add_column_partials(float* sums, const float* partials, int64_t chunks, int64_t N) {
-  return column_sums_finish(sums, nullptr, partials, nullptr, chunks, N);
+int sum_column_partials(float* sums, const float* partials, int64_t chunks, int64_t N, bool overwrite) {
+  return column_sums_finish(sums, nullptr, partials, nullptr, chunks, N, overwrite);
 }
 
 int add_floats(float* sums, const float* values, int64_t count) {

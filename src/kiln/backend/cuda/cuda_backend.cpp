@@ -285,7 +285,8 @@ void CudaBackend::embedding_backward(const EmbeddingBackward& a) {
   const auto [B, T, C] = checks::embedding_backward(a, kCuda);
   const size_t bytes = cuda::embedding_backward_workspace_bytes(B * T);
   check_cuda(cuda::embedding_backward(a.dwte.as<float>(), a.dwpe.as<float>(), a.dout.data, element_kind(a.dout.dtype),
-                                      a.tokens.as<int32_t>(), B, T, C, workspace(bytes), bytes),
+                                      a.tokens.as<int32_t>(), B, T, C, a.dwpe.shape[0],
+                                      a.dwpe_store == GradStore::Write, workspace(bytes), bytes),
              "embedding_backward");
 }
 
@@ -319,7 +320,8 @@ void CudaBackend::layernorm_backward(const LayerNormBackward& a) {
   const auto [M, C] = checks::layernorm_backward(a, kCuda);
   check_cuda(cuda::layernorm_backward(a.din.data, a.dweight.as<float>(), a.dbias.as<float>(), a.dout.data, a.in.data,
                                       a.weight.data, element_kind(a.in.dtype), a.mean.as<float>(), a.rstd.as<float>(),
-                                      M, C, workspace(layernorm_backward_scratch_bytes(M, C))),
+                                      M, C, a.din_store == GradStore::Write, a.param_store == GradStore::Write,
+                                      workspace(layernorm_backward_scratch_bytes(M, C))),
              "layernorm_backward");
 }
 
@@ -432,24 +434,35 @@ void CudaBackend::matmul_backward(const MatmulBackward& a) {
                     in_out ? N : K, 0.0f, a.din.data, K},
                    a.gelu_in);
   }
-  // dweight += in^T dout (InOut, [K,N]) or dout^T in (OutIn, [N,K]), accumulated in fp32; the
-  // bias gradient is the column sums of dout, which is op(B) of the first and op(A) of the second.
+  // dweight += (or, with Write, =: beta 0, the old values unread) in^T dout (InOut, [K,N]) or
+  // dout^T in (OutIn, [N,K]), accumulated in fp32; the bias gradient is the column sums of dout,
+  // which is op(B) of the first and op(A) of the second.
+  const bool write = a.param_store == GradStore::Write;
+  const float beta = write ? 0.0f : 1.0f;
   Gemm weight_grad = in_out ? Gemm{{dtype, DType::F32, handles_->tf32}, true, false, K, N, M, 1.0f, a.in.data, K,
-                                   a.dout.data, N, 1.0f, a.dweight.data, N}
+                                   a.dout.data, N, beta, a.dweight.data, N}
                             : Gemm{{dtype, DType::F32, handles_->tf32}, true, false, N, K, M, 1.0f, a.dout.data, N,
-                                   a.in.data, K, 1.0f, a.dweight.data, K};
+                                   a.in.data, K, beta, a.dweight.data, K};
   if (!a.dbias.empty()) {
-    // The epilogue writes the bias gradient; it is added to dbias (+=) from the shared workspace.
-    auto* bias_grad = static_cast<float*>(workspace(static_cast<size_t>(N) * sizeof(float)));
+    // The epilogue writes the bias gradient: straight into dbias with Write, else into the shared
+    // workspace, to be added to dbias. cuBLASLt states no alignment for the bias-gradient pointer;
+    // the workspace is 256-byte aligned, and dbias is used in its place only when 16-byte aligned
+    // (every GPT-2 size's biases are).
+    const bool in_place = write && reinterpret_cast<uintptr_t>(a.dbias.data) % 16 == 0;
+    auto* bias_grad =
+        in_place ? a.dbias.as<float>() : static_cast<float*>(workspace(static_cast<size_t>(N) * sizeof(float)));
     Gemm fused = weight_grad;
     fused.epilogue = in_out ? GemmEpilogue::BiasGradFromB : GemmEpilogue::BiasGradFromA;
     fused.bias_grad = bias_grad;
     if (handles_->matmul_epilogues && lt.run(fused)) {
-      check_cuda(cuda::add_floats(a.dbias.as<float>(), bias_grad, N), "matmul_backward");
+      if (in_place) return;
+      check_cuda(write ? cuda::convert(a.dbias.data, cuda::kFp32, bias_grad, cuda::kFp32, N)  // a copy
+                       : cuda::add_floats(a.dbias.as<float>(), bias_grad, N),
+                 "matmul_backward");
       return;
     }
-    check_cuda(cuda::column_sums_add(a.dbias.as<float>(), a.dout.data, kind, M, N,
-                                     workspace(cuda::column_sums_workspace_bytes(M, N))),
+    check_cuda(cuda::sum_columns(a.dbias.as<float>(), a.dout.data, kind, M, N,
+                                 workspace(cuda::column_sums_workspace_bytes(M, N)), write),
                "matmul_backward");
   }
   lt.run(weight_grad);
@@ -484,17 +497,19 @@ void CudaBackend::matmul_backward_fp8(const MatmulBackward& a, int64_t M, int64_
     product.b_scale = a.fp8->weight.scale_inv.as<float>();
     input_gradient(product, a.gelu_in);
   }
-  // dweight += in^T dout ([K,N]: A = in^T [K,M], B = dout^T [N,M]) or dout^T in ([N,K]).
+  // dweight += (Write: =) in^T dout ([K,N]: A = in^T [K,M], B = dout^T [N,M]) or dout^T in ([N,K]).
   if (!codes_kept) cast(a.in, M, K, a.fp8->in, DType::F8E4M3, nullptr, in8_t);
+  const bool write = a.param_store == GradStore::Write;
+  const float beta = write ? 0.0f : 1.0f;
   Gemm weight_grad = in_out ? Gemm{{DType::F8E4M3, DType::F32, false, grad}, false, true, K, N, M, 1.0f, in8_t, M,
-                                   dout8_t, M, 1.0f, a.dweight.data, N}
+                                   dout8_t, M, beta, a.dweight.data, N}
                             : Gemm{{grad, DType::F32, false, DType::F8E4M3}, false, true, N, K, M, 1.0f, dout8_t, M,
-                                   in8_t, M, 1.0f, a.dweight.data, K};
+                                   in8_t, M, beta, a.dweight.data, K};
   weight_grad.a_scale = (in_out ? a.fp8->in : a.fp8->dout).scale_inv.as<float>();
   weight_grad.b_scale = (in_out ? a.fp8->dout : a.fp8->in).scale_inv.as<float>();
   lt.run(weight_grad);
   if (bias_partials)
-    check_cuda(cuda::add_column_partials(a.dbias.as<float>(), bias_partials, fp8_cast_tile_rows(M), N),
+    check_cuda(cuda::sum_column_partials(a.dbias.as<float>(), bias_partials, fp8_cast_tile_rows(M), N, write),
                "matmul_backward");
 }
 

@@ -61,13 +61,16 @@ __global__ void embedding_backward_tokens_kernel(float* dwte, const T* dout, con
   }
 }
 
-// dwpe[t] += sum over the batch of dout[b, t], in batch order.
+// dwpe[t] += sum over the batch of dout[b, t], in batch order; with `write`, = instead, over all
+// `rows` rows of dwpe, the ones past T_ (no position there) zero.
 template <typename T>
-__global__ void embedding_backward_positions_kernel(float* dwpe, const T* dout, int64_t B, int64_t T_, int64_t C) {
-  GRID_STRIDE(i, T_ * C) {
+__global__ void embedding_backward_positions_kernel(float* dwpe, const T* dout, int64_t B, int64_t T_, int64_t C,
+                                                    int64_t rows, bool write) {
+  GRID_STRIDE(i, (write ? rows : T_) * C) {
     float sum = 0.0f;
-    for (int64_t b = 0; b < B; ++b) sum += to_float(dout[b * T_ * C + i]);
-    dwpe[i] += sum;
+    if (i < T_ * C)
+      for (int64_t b = 0; b < B; ++b) sum += to_float(dout[b * T_ * C + i]);
+    dwpe[i] = write ? sum : dwpe[i] + sum;
   }
 }
 
@@ -96,7 +99,8 @@ size_t embedding_backward_workspace_bytes(int64_t positions) {
 }
 
 int embedding_backward(float* dwte, float* dwpe, const void* dout, int kind, const int32_t* tokens, int64_t B,
-                       int64_t T, int64_t C, void* workspace, size_t workspace_bytes) {
+                       int64_t T, int64_t C, int64_t dwpe_rows, bool write_dwpe, void* workspace,
+                       size_t workspace_bytes) {
   const int64_t positions = B * T;
   auto* positions_in = static_cast<int32_t*>(workspace);
   int32_t* sorted_tokens = positions_in + positions;
@@ -113,8 +117,8 @@ int embedding_backward(float* dwte, float* dwpe, const void* dout, int kind, con
     const E* grad = static_cast<const E*>(dout);
     launch(embedding_backward_tokens_kernel<E>, static_cast<unsigned>(positions), kThreads, 0, dwte,
            grad, sorted_tokens, sorted_positions, positions, C);
-    launch(embedding_backward_positions_kernel<E>, blocks_for(T * C), kThreads, 0, dwpe, grad, B, T,
-           C);
+    launch(embedding_backward_positions_kernel<E>, blocks_for((write_dwpe ? dwpe_rows : T) * C), kThreads, 0, dwpe,
+           grad, B, T, C, dwpe_rows, write_dwpe);
     return launch_status();
   });
 }

@@ -6,7 +6,7 @@
 // tensor's amax with one atomic max per block. Rows and columns are multiples of 16 (ops.h).
 // Optionally it also sums each tile's columns before the cast (the bias gradient of an fp8
 // backward, from the output gradient it casts anyway), into one row of partial sums per tile row,
-// which add_column_partials() then adds in a fixed order, so the bits do not vary.
+// which sum_column_partials() then adds in a fixed order, so the bits do not vary.
 #include "kiln/backend/cuda/fp8_tile.cuh"
 
 namespace kiln::cuda {

@@ -137,9 +137,9 @@ __device__ __forceinline__ void column_sums_partial(float* partial_a, float* par
   }
 }
 
-// sums_a[n] += the sum over `chunks` rows of partial_a[chunk][n], in an order that depends only on
-// `chunks`; likewise b when non-null. Defined in bias.cu.
+// sums_a[n] += (or, with overwrite, =) the sum over `chunks` rows of partial_a[chunk][n], in an
+// order that depends only on `chunks`; likewise b when non-null. Defined in bias.cu.
 int column_sums_finish(float* sums_a, float* sums_b, const float* partial_a, const float* partial_b, int64_t chunks,
-                       int64_t N);
+                       int64_t N, bool overwrite);
 
 }  // namespace kiln::cuda

@@ -23,8 +23,11 @@ int embedding_forward(void* out, const int32_t* tokens, const void* wte, const v
                       int64_t T, int64_t C);
 // Needs a workspace of embedding_backward_workspace_bytes(B * T) bytes (positions sorted by token).
 size_t embedding_backward_workspace_bytes(int64_t positions);
+// dwte += always; dwpe += or, with write_dwpe, = for its first T rows and zero for the rest of its
+// dwpe_rows (ops.h, EmbeddingBackward::dwpe_store).
 int embedding_backward(float* dwte, float* dwpe, const void* dout, int kind, const int32_t* tokens, int64_t B,
-                       int64_t T, int64_t C, void* workspace, size_t workspace_bytes);
+                       int64_t T, int64_t C, int64_t dwpe_rows, bool write_dwpe, void* workspace,
+                       size_t workspace_bytes);
 // With residual (else null): residual_out = in + residual, rounded, is written and normalised.
 int layernorm_forward(void* out, float* mean, float* rstd, const void* in, const void* weight, const void* bias,
                       const void* residual, void* residual_out, int kind, int64_t M, int64_t C, float eps);
@@ -34,19 +37,22 @@ int layernorm_forward(void* out, float* mean, float* rstd, const void* in, const
 int layernorm_forward_fp8(uint8_t* codes, uint8_t* codes_t, float* mean, float* rstd, const void* in,
                           const void* weight, const void* bias, const void* residual, void* residual_out, int kind,
                           int64_t M, int64_t C, float eps, const float* scale, float* amax);
-// din += the input gradient, dweight and dbias += the parameter gradients, from one read of dout and
-// in; needs a workspace of layernorm_backward_scratch_bytes(M, C) (layernorm_workspace.h) bytes.
+// din += (write_din: =) the input gradient, dweight and dbias += (write_params: =) the parameter
+// gradients, from one read of dout and in; needs a workspace of layernorm_backward_scratch_bytes(M,
+// C) (layernorm_workspace.h) bytes.
 int layernorm_backward(void* din, float* dweight, float* dbias, const void* dout, const void* in, const void* weight,
-                       int kind, const float* mean, const float* rstd, int64_t M, int64_t C, void* workspace);
-// The bias gradient's column sums (column_sums_add) need a workspace of
+                       int kind, const float* mean, const float* rstd, int64_t M, int64_t C, bool write_din,
+                       bool write_params, void* workspace);
+// The bias gradient's column sums (sum_columns) need a workspace of
 // column_sums_workspace_bytes(M, N) bytes for their per-chunk partial sums.
 size_t column_sums_workspace_bytes(int64_t M, int64_t N);
 int broadcast_rows(void* out, const void* row, int kind, int64_t M, int64_t N);  // out[m, :] = row
-// sums += sum_m in[m, :]
-int column_sums_add(float* sums, const void* in, int kind, int64_t M, int64_t N, void* workspace);
+// sums += (overwrite: =) sum_m in[m, :]
+int sum_columns(float* sums, const void* in, int kind, int64_t M, int64_t N, void* workspace, bool overwrite);
 int add_floats(float* sums, const float* values, int64_t count);  // sums += values
-// sums[n] += partials[0][n] + ... + partials[chunks - 1][n], in an order that depends only on chunks.
-int add_column_partials(float* sums, const float* partials, int64_t chunks, int64_t N);
+// sums[n] += (overwrite: =) partials[0][n] + ... + partials[chunks - 1][n], in an order that depends
+// only on chunks.
+int sum_column_partials(float* sums, const float* partials, int64_t chunks, int64_t N, bool overwrite);
 int gelu_forward(void* out, const void* in, int kind, int64_t count);
 int gelu_backward(void* din, const void* in, const void* dout, int kind, int64_t count);
 int fill(void* out, int kind, float value, int64_t count);
@@ -71,8 +77,8 @@ int adamw(float* master, void* param_out, int out_kind, const float* grad, float
 // fp8(in[r, c] * *scale), E4M3 when e4m3 else E5M2, and *amax = max(*amax, max |in|); either output
 // may be null; rows and cols multiples of 16, pointers 16-byte aligned. With column_partials (else
 // null; fp8_bias_partials_bytes(rows, cols), fp8_workspace.h), also the column sums of `in` before
-// the cast, in tile rows that add_column_partials(sums, column_partials, fp8_cast_tile_rows(rows),
-// cols) adds into sums.
+// the cast, in tile rows that sum_column_partials(sums, column_partials, fp8_cast_tile_rows(rows),
+// cols, overwrite) adds into (or writes to) sums.
 int cast_fp8(const void* in, int kind, int64_t rows, int64_t cols, const float* scale, float* amax, bool e4m3,
              uint8_t* out, uint8_t* out_t, float* column_partials = nullptr);
 // ops.h, Fp8UpdateScales: rows of [scale, scale_inv, amax, fp8_max, ...] with the history of

@@ -150,7 +150,7 @@ __global__ void layernorm_forward_fp8_kernel(uint8_t* codes, uint8_t* codes_t, f
 
 // The backward (layernorm_workspace.h): block (s, r) takes run r's rows, one warp per row in turn,
 // and slice s of the columns, at most kSliceColumns wide. A warp reads its row whole for the
-// row's two sums, then its slice again (from cache) to add the input gradient into din and each
+// row's two sums, then its slice again (from cache) to add the input gradient into din (or write it) and each
 // column's dweight and dbias terms into the warp's own accumulators in shared memory; the block
 // then adds its warps' accumulators in warp order into the run's row of partial sums. One slice
 // covers C up to kSliceColumns (every GPT-2 size): dout and the input leave DRAM once, where the
@@ -178,7 +178,7 @@ template <typename T, int W>
 __global__ void __launch_bounds__(32 * kBackwardWarps, kBackwardBlocksPerSm)
     layernorm_backward_kernel(T* din, float* partial_dweight, float* partial_dbias, const T* dout, const T* in,
                               const T* weight, const float* means, const float* rstds, int64_t M, int64_t C,
-                              int64_t rows_per_run) {
+                              int64_t rows_per_run, bool write_din) {
   using P = Pack<T, W>;
   KILN_DYNAMIC_SHARED_MEMORY(shared);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -216,7 +216,8 @@ __global__ void __launch_bounds__(32 * kBackwardWarps, kBackwardBlocksPerSm)
     for (int64_t p = lane; p < packs; p += 32) {
       const int64_t c = first + p * W;
       const P gradients = P::load(g + c), values = P::load(x + c), scale = P::load(weight + c);
-      P accumulated = P::load(din + row * C + c);
+      P accumulated;  // din's values, unread where they are written over
+      if (!write_din) accumulated = P::load(din + row * C + c);
 #pragma unroll
       for (int q = 0; q < W / G; ++q) {
         Group weight_sums = dweight[q * packs + p], bias_sums = dbias[q * packs + p];
@@ -225,7 +226,7 @@ __global__ void __launch_bounds__(32 * kBackwardWarps, kBackwardBlocksPerSm)
           const int w = q * G + k;
           const float xhat = (values[w] - mean) * rstd;
           const float delta = rstd * (gradients[w] * scale[w] - grad_mean - xhat * grad_dot_mean);
-          accumulated.set(w, accumulated[w] + delta);
+          accumulated.set(w, write_din ? delta : accumulated[w] + delta);
           weight_sums.sums[k] += gradients[w] * xhat;
           bias_sums.sums[k] += gradients[w];
         }
@@ -283,8 +284,9 @@ int layernorm_forward_fp8(uint8_t* codes, uint8_t* codes_t, float* mean, float* 
 }
 
 int layernorm_backward(void* din, float* dweight, float* dbias, const void* dout, const void* in, const void* weight,
-                       int kind, const float* mean, const float* rstd, int64_t M, int64_t C, void* workspace) {
-  if (M == 0) return 0;
+                       int kind, const float* mean, const float* rstd, int64_t M, int64_t C, bool write_din,
+                       bool write_params, void* workspace) {
+  if (M == 0) return write_params ? column_sums_finish(dweight, dbias, nullptr, nullptr, 0, C, true) : 0;
   const int64_t runs = layernorm_backward_runs(M);
   auto* partial_dweight = static_cast<float*>(workspace);
   float* partial_dbias = partial_dweight + runs * C;
@@ -299,11 +301,12 @@ int layernorm_backward(void* din, float* dweight, float* dbias, const void* dout
         return static_cast<int>(set);
       launch(kernel, grid, 32 * kBackwardWarps, shared_bytes, static_cast<E*>(din), partial_dweight, partial_dbias,
              static_cast<const E*>(dout), static_cast<const E*>(in), static_cast<const E*>(weight), mean, rstd, M, C,
-             (M + runs - 1) / runs);
+             (M + runs - 1) / runs, write_din);
       return launch_status();
     });
   });
-  return status != 0 ? status : column_sums_finish(dweight, dbias, partial_dweight, partial_dbias, runs, C);
+  return status != 0 ? status
+                     : column_sums_finish(dweight, dbias, partial_dweight, partial_dbias, runs, C, write_params);
 }
 
 }  // namespace kiln::cuda
