@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 
 #include "kiln/backend/registry.h"
 #include "kiln/core/rng.h"
@@ -44,7 +47,7 @@ TEST(Gpt, GradientMatchesDirectionalFiniteDifference) {
   model.init_weights(1);
   model.allocate_activations(2, 8);
   const Batch batch = random_batch(2 * 7, config.vocab_size, 2);
-  model.forward(batch.tokens, batch.targets, 2, 7, true, 1.0f);
+  model.forward(batch.tokens, batch.targets, 2, 7, GradientPass::Write, 1.0f);
   model.backward();
   float* params = model.params().as<float>();
   const float* grads = model.grads().as<float>();
@@ -69,16 +72,30 @@ TEST(Gpt, GradientMatchesDirectionalFiniteDifference) {
   EXPECT_NEAR(numeric, predicted, 5e-4 * std::abs(predicted)) << "numeric " << numeric;
 }
 
-TEST(Gpt, GradientsAccumulateAcrossBackwardCalls) {
+// A Write pass leaves what an Add pass into the zeroed gradients of a fresh model leaves, bit for
+// bit, whatever the gradients held (NaN here); an Add pass after it doubles them.
+TEST(Gpt, TheFirstMicroBatchWritesTheGradientsAndTheNextAdd) {
   auto backend = make_backend("cpu");
+  const Batch batch = random_batch(6, 37, 4);
+  const auto grads_of = [](const Gpt& model) {
+    return std::vector<float>(model.grads().as<float>(), model.grads().as<float>() + model.num_parameters());
+  };
+  Gpt fresh(tiny_config(), *backend);
+  fresh.init_weights(1);
+  fresh.allocate_activations(1, 6);
+  fresh.forward(batch.tokens, batch.targets, 1, 6, GradientPass::Add, 1.0f);
+  fresh.backward();
+  const std::vector<float> once = grads_of(fresh);
+
   Gpt model(tiny_config(), *backend);
   model.init_weights(1);
   model.allocate_activations(1, 6);
-  const Batch batch = random_batch(6, 37, 4);
-  model.forward(batch.tokens, batch.targets, 1, 6, true, 1.0f);
+  std::fill_n(model.grads().as<float>(), model.num_parameters(), std::numeric_limits<float>::quiet_NaN());
+  model.forward(batch.tokens, batch.targets, 1, 6, GradientPass::Write, 1.0f);
   model.backward();
-  const std::vector<float> once(model.grads().as<float>(), model.grads().as<float>() + model.num_parameters());
-  model.forward(batch.tokens, batch.targets, 1, 6, true, 1.0f);
+  const std::vector<float> written = grads_of(model);
+  ASSERT_EQ(0, std::memcmp(written.data(), once.data(), once.size() * sizeof(float)));
+  model.forward(batch.tokens, batch.targets, 1, 6, GradientPass::Add, 1.0f);
   model.backward();
   for (int64_t i = 0; i < model.num_parameters(); ++i)
     ASSERT_FLOAT_EQ(model.grads().as<float>()[i], 2 * once[i]) << i;
@@ -97,7 +114,7 @@ TEST(Gpt, ClassifierChunksGiveTheLossesAndGradientsOfOneChunk) {
     Gpt model(config, *backend);
     model.init_weights(1);
     model.allocate_activations(2, 7, {}, logit_rows);
-    losses.push_back(model.forward(batch.tokens, batch.targets, 2, 7, true, 1.0f));
+    losses.push_back(model.forward(batch.tokens, batch.targets, 2, 7, GradientPass::Write, 1.0f));
     model.backward();
     grads.emplace_back(model.grads().as<float>(), model.grads().as<float>() + model.num_parameters());
     EXPECT_EQ(model.logits_at(1, 6).size(), static_cast<size_t>(config.vocab_size));
@@ -140,7 +157,7 @@ TEST(Gpt, VocabularyPaddingIsNeverPredictedNorTrained) {
   model.init_weights(1);
   model.allocate_activations(1, 5);
   const Batch batch = random_batch(5, config.vocab_size, 5);
-  model.forward(batch.tokens, batch.targets, 1, 5, true, 1.0f);
+  model.forward(batch.tokens, batch.targets, 1, 5, GradientPass::Write, 1.0f);
   model.backward();
   const ParameterInfo& wte = model.layout().find("wte.weight");
   const float* params = model.params().as<float>() + wte.offset;

@@ -103,7 +103,7 @@ TEST(ProductInputs, EachBackwardReadsWhatItsForwardRead) {
       if (fp8) model.enable_fp8(Fp8Recipe{});
       model.allocate_activations(B, T, policy);
       for (int micro_batch = 0; micro_batch < 2; ++micro_batch) {
-        model.forward(tokens, targets, B, T, true, 1.0f);
+        model.forward(tokens, targets, B, T, micro_batch == 0 ? GradientPass::Write : GradientPass::Add, 1.0f);
         model.backward();
       }
       // Per micro-batch: the classifier's product and each block's four.

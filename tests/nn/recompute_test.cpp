@@ -48,7 +48,7 @@ std::vector<float> gradients_after_one_backward(const RecomputePolicy& recompute
     tokens[i] = static_cast<int32_t>(rng.below(50));
     targets[i] = static_cast<int32_t>(rng.below(50));
   }
-  loss = model.forward(tokens, targets, 2, 16, true, 1.0f);
+  loss = model.forward(tokens, targets, 2, 16, GradientPass::Write, 1.0f);
   model.backward();
   return {model.grads().as<float>(), model.grads().as<float>() + model.num_parameters()};
 }

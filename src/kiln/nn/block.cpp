@@ -70,30 +70,30 @@ void block_forward(Backend& backend, const GptConfig& config, const BlockWeights
 
 void block_backward(Backend& backend, const GptConfig& config, const BlockWeights& w,
                     const BlockWeights& g, const Tensor& input, const BlockActivations& acts,
-                    const BlockScratch& s, const Tensor& d_residual, const BlockFp8* fp8) {
+                    const BlockScratch& s, const Tensor& d_residual, GradStore store, const BlockFp8* fp8) {
   // MLP branch: d_residual is d(y) = d(x1) through the skip connection.
   // d_fc is the gradient of the pre-activation: GELU's derivative is applied inside.
   backend.matmul_backward({s.d_fc, g.fc_proj_weight, g.fc_proj_bias, d_residual,
                            product_input(acts.fc_post_gelu, acts.fc_post_gelu_fp8_t), w.fc_proj_weight,
                            WeightLayout::InOut, acts.fc_pre_gelu, fp8_of(fp8, &BlockFp8::fc_proj),
-                           acts.fc_post_gelu_fp8_t});
+                           acts.fc_post_gelu_fp8_t, store});
   backend.matmul_backward({s.d_hidden, g.fc_weight, g.fc_bias, s.d_fc, product_input(acts.ln2, acts.ln2_fp8_t),
                            w.fc_weight, WeightLayout::InOut, Tensor{}, fp8_of(fp8, &BlockFp8::fc),
-                           acts.ln2_fp8_t});
+                           acts.ln2_fp8_t, store});
   backend.layernorm_backward({d_residual, g.ln2_weight, g.ln2_bias, s.d_hidden, acts.residual_mid,
-                              w.ln2_weight, acts.ln2_mean, acts.ln2_rstd});
+                              w.ln2_weight, acts.ln2_mean, acts.ln2_rstd, store});
   // Attention branch: d_residual is now d(x1) = d(x) through the skip connection.
   backend.matmul_backward({s.d_hidden, g.attn_proj_weight, g.attn_proj_bias, d_residual,
                            product_input(acts.attn_out, acts.attn_out_fp8_t), w.attn_proj_weight,
                            WeightLayout::InOut, Tensor{}, fp8_of(fp8, &BlockFp8::attn_proj),
-                           acts.attn_out_fp8_t});
+                           acts.attn_out_fp8_t, store});
   backend.attention_backward({s.d_qkv, s.d_hidden, acts.qkv, acts.attn_out, acts.attn_lse, Tensor{},
                               static_cast<int>(config.num_heads), AttentionMask::Causal});
   backend.matmul_backward({s.d_hidden, g.qkv_weight, g.qkv_bias, s.d_qkv, product_input(acts.ln1, acts.ln1_fp8_t),
                            w.qkv_weight, WeightLayout::InOut, Tensor{}, fp8_of(fp8, &BlockFp8::qkv),
-                           acts.ln1_fp8_t});
+                           acts.ln1_fp8_t, store});
   backend.layernorm_backward({d_residual, g.ln1_weight, g.ln1_bias, s.d_hidden, input, w.ln1_weight,
-                              acts.ln1_mean, acts.ln1_rstd});
+                              acts.ln1_mean, acts.ln1_rstd, store});
 }
 
 }  // namespace kiln

@@ -9,7 +9,8 @@
 // by a LayerNorm of its own. block_backward reads `acts`, takes
 // the gradient of the block output in `d_residual` and leaves the gradient of the block input
 // there (the residual stream's gradient is updated in place, so no copy is needed between
-// blocks); parameter gradients are added to `grads`. `scratch` supplies the backward temporaries.
+// blocks); parameter gradients are added to `grads`, or written over them with `store` Write.
+// `scratch` supplies the backward temporaries.
 // Recomputing a block means calling block_forward again on the saved input before its backward
 // (or on the previous recomputed block's unsummed output).
 // With `fp8` (fp8_scaling.h) the four products cast their operands to fp8 (ops.h); ln_1 and ln_2
@@ -52,6 +53,7 @@ void block_forward(Backend& backend, const GptConfig& config, const BlockWeights
 
 void block_backward(Backend& backend, const GptConfig& config, const BlockWeights& weights,
                     const BlockWeights& grads, const Tensor& input, const BlockActivations& acts,
-                    const BlockScratch& scratch, const Tensor& d_residual, const BlockFp8* fp8 = nullptr);
+                    const BlockScratch& scratch, const Tensor& d_residual, GradStore store,
+                    const BlockFp8* fp8 = nullptr);
 
 }  // namespace kiln

@@ -38,7 +38,7 @@ Gpt::Gpt(const GptConfig& config, Backend& backend, DType dtype)
   grads_ = flat_view(*grad_buffer_, layout_.total(), DType::F32, backend_.device());
   weights_ = GptWeights::bind(layout_, config_, params_);
   weight_grads_ = GptWeights::bind(layout_, config_, grads_);
-  zero_grads();
+  backend_.fill({grads_, 0.0f});
 }
 
 void Gpt::init_weights(uint64_t seed) {
@@ -118,17 +118,15 @@ Backend::WorkspaceNeeds Gpt::workspace_needs(const GptConfig& config, int64_t ba
   return needs;
 }
 
-void Gpt::zero_grads() { backend_.fill({grads_, 0.0f}); }
-
-double Gpt::forward(std::span<const int32_t> tokens, std::span<const int32_t> targets,
-                    int64_t batch, int64_t seq, bool prepare_backward, float loss_scale, GptStagedInputs staged) {
-  begin_forward(tokens, targets, batch, seq, prepare_backward, loss_scale, staged);
+double Gpt::forward(std::span<const int32_t> tokens, std::span<const int32_t> targets, int64_t batch,
+                    int64_t seq, GradientPass gradients, float loss_scale, GptStagedInputs staged) {
+  begin_forward(tokens, targets, batch, seq, gradients, loss_scale, staged);
   forward_ops();
   return loss();
 }
 
 void Gpt::begin_forward(std::span<const int32_t> tokens, std::span<const int32_t> targets,
-                        int64_t batch, int64_t seq, bool prepare_backward, float loss_scale,
+                        int64_t batch, int64_t seq, GradientPass gradients, float loss_scale,
                         GptStagedInputs staged) {
   KILN_CHECK(arena_ != nullptr, "Gpt::forward before allocate_activations");
   KILN_CHECK(batch > 0 && seq > 0 && batch <= max_batch_ && seq <= max_seq_,
@@ -138,7 +136,7 @@ void Gpt::begin_forward(std::span<const int32_t> tokens, std::span<const int32_t
              batch, seq);
   KILN_CHECK(targets.empty() || targets.size() == positions, "{} targets given for {} positions",
              targets.size(), positions);
-  KILN_CHECK(!prepare_backward || !targets.empty(), "a training forward needs targets");
+  KILN_CHECK(gradients == GradientPass::None || !targets.empty(), "a training forward needs targets");
   KILN_CHECK((staged.tokens == nullptr) == (staged.targets == nullptr),
              "staged inputs carry both tokens and targets, or neither");
   for (size_t i = 0; i < positions; ++i)
@@ -161,7 +159,7 @@ void Gpt::begin_forward(std::span<const int32_t> tokens, std::span<const int32_t
   inputs_ = ForwardInputs{};
   inputs_.batch = batch;
   inputs_.seq = seq;
-  inputs_.prepare_backward = prepare_backward;
+  inputs_.gradients = gradients;
   inputs_.tokens = staged.tokens ? staged.tokens : acts_.tokens.as<int32_t>();
   if (!staged.tokens)
     backend_.copy_to_device(acts_.tokens.data, tokens.data(), positions * sizeof(int32_t));
@@ -200,7 +198,7 @@ void Gpt::forward_ops() {
   const int64_t rows = inputs_.batch * inputs_.seq, C = config_.hidden_size,
                 Vp = config_.padded_vocab_size();
   const int64_t chunk = acts_.logits.shape[0];
-  const bool prepare_backward = inputs_.prepare_backward;
+  const bool prepare_backward = inputs_.gradients != GradientPass::None;
   for (int64_t first = 0; first < rows; first += chunk) {
     const int64_t n = std::min(chunk, rows - first);
     const Tensor logits = acts_.logits.slice(0, n * Vp).reshaped({n, Vp});
@@ -209,9 +207,12 @@ void Gpt::forward_ops() {
     backend_.softmax_cross_entropy({logits, acts_.losses.slice(first, n),
                                     targets_in_use.slice(first, n), config_.vocab_size,
                                     ignore_index(), inputs_.gradient_scale, prepare_backward});
-    if (prepare_backward)
-      backend_.matmul_backward({acts_.d_hidden.slice(first * C, n * C).reshaped({n, C}), weight_grads_.wte, Tensor{},
-                                logits, lnf, weights_.wte, WeightLayout::OutIn});
+    if (prepare_backward) {  // the first chunk writes wte's gradient if the pass does; the others add
+      MatmulBackward classifier{acts_.d_hidden.slice(first * C, n * C).reshaped({n, C}), weight_grads_.wte,
+                                Tensor{}, logits, lnf, weights_.wte, WeightLayout::OutIn};
+      classifier.param_store = first == 0 ? grad_store() : GradStore::Add;
+      backend_.matmul_backward(classifier);
+    }
   }
   backward_ready_ = prepare_backward;
 }
@@ -232,11 +233,12 @@ void Gpt::backward() {
   const int64_t layers = config_.num_layers;
   const Tensor last_residual =
       layers ? acts_.blocks[static_cast<size_t>(layers - 1)].residual_out : acts_.embedded;
-  // The classifier's backward ran in forward: d_hidden holds d ln_f.
-  backend_.fill({acts_.d_residual, 0.0f});
+  // The classifier's backward ran in forward: d_hidden holds d ln_f. ln_f's backward is the first
+  // to reach the residual stream's gradient, so it writes it; every later one adds.
+  const GradStore store = grad_store();
   backend_.layernorm_backward({acts_.d_residual, weight_grads_.lnf_weight, weight_grads_.lnf_bias,
                                acts_.d_hidden, last_residual, weights_.lnf_weight, acts_.lnf_mean,
-                               acts_.lnf_rstd});
+                               acts_.lnf_rstd, store, GradStore::Write});
   const BlockScratch scratch{acts_.d_hidden, acts_.d_qkv, acts_.d_fc};
   const auto input_of = [&](int64_t layer) {
     return layer ? acts_.blocks[static_cast<size_t>(layer - 1)].residual_out : acts_.embedded;
@@ -258,9 +260,10 @@ void Gpt::backward() {
     if (plan.gelu_recomputed)  // selective: this layer's GELU output, into the buffer all layers share
       backend_.gelu_forward({acts_.blocks[index].fc_post_gelu, acts_.blocks[index].fc_pre_gelu});
     block_backward(backend_, config_, weights_.blocks[index], weight_grads_.blocks[index], input_of(layer),
-                   acts_.blocks[index], scratch, acts_.d_residual, block_fp8(layer));
+                   acts_.blocks[index], scratch, acts_.d_residual, store, block_fp8(layer));
   }
-  backend_.embedding_backward({weight_grads_.wte, weight_grads_.wpe, acts_.d_residual, tokens_in_use_});
+  // wte's gradient has the classifier's part already: the embedding's is added to it.
+  backend_.embedding_backward({weight_grads_.wte, weight_grads_.wpe, acts_.d_residual, tokens_in_use_, store});
 }
 
 std::vector<float> Gpt::logits_at(int64_t batch_index, int64_t position) {

@@ -7,6 +7,8 @@
 // Precision: parameters and activations are kept in the compute dtype given at construction
 // (fp32, or bf16/fp16 for mixed precision); gradients are always fp32 (ops.h). enable_fp8() casts
 // the blocks' products to fp8 on top of bf16/fp16.
+// Gradients start at zero; each training forward says whether its backward writes or adds them
+// (GradientPass), so a training step needs no pass that zeroes them.
 // Memory: allocate_activations(B, T) sizes the arena once; forward() with any b <= B, t <= T
 // re-lays the views inside it, so steady-state training never allocates.
 // Not thread-safe.
@@ -24,6 +26,12 @@
 #include "kiln/nn/recompute.h"
 
 namespace kiln {
+
+// What a forward prepares: no backward (evaluation, generation), or a backward whose parameter
+// gradients are written over grads() (a step's first micro-batch: no pass zeroes them first) or
+// added to them (the micro-batches after it). Either way backward() leaves the same values as
+// adding into zeros would (ops.h, GradStore).
+enum class GradientPass : uint8_t { None, Write, Add };
 
 // Inputs already on the device for Gpt::forward (a BatchStager slot); null: copy from the host.
 struct GptStagedInputs {
@@ -67,22 +75,24 @@ class Gpt {
 
   // Runs the model on tokens [batch * seq] (host, row-major). With targets, returns the mean
   // loss over counted positions (target != ignore_index). The classifier and loss run in chunks
-  // of logit rows, so the logits of the whole batch never exist at once; with `prepare_backward`
+  // of logit rows, so the logits of the whole batch never exist at once; with a `gradients` pass
   // each chunk's d(loss_scale * sum of losses)/d logits is turned into d ln_f at once, and the
-  // classifier's part of the wte gradient is ADDED to grads() already here; backward() does the
-  // rest. Without targets returns 0 and forms no logits (logits_at() forms one position's).
+  // classifier's part of the wte gradient goes into grads() (written or added, as the pass says)
+  // already here; backward() does the rest. Without targets returns 0 and forms no logits
+  // (logits_at() forms one position's).
   // `staged`: the same tokens and targets already on their way to the device (a BatchStager
   // slot; the host copies are still checked), used instead of copying; they must stay in place
   // until backward() returns.
   double forward(std::span<const int32_t> tokens, std::span<const int32_t> targets, int64_t batch,
-                 int64_t seq, bool prepare_backward = false, float loss_scale = 1.0f, GptStagedInputs staged = {});
+                 int64_t seq, GradientPass gradients = GradientPass::None, float loss_scale = 1.0f,
+                 GptStagedInputs staged = {});
 
   // forward() in three parts, for a caller that records the ops into a graph (Backend::capture):
   // begin_forward() takes forward()'s arguments, checks them on the host and copies what is not
   // staged; forward_ops() issues the forward's ops and nothing else (no copy, no wait); loss()
   // waits for them and returns what forward() would. backward() may come before loss().
   void begin_forward(std::span<const int32_t> tokens, std::span<const int32_t> targets,
-                     int64_t batch, int64_t seq, bool prepare_backward = false,
+                     int64_t batch, int64_t seq, GradientPass gradients = GradientPass::None,
                      float loss_scale = 1.0f, GptStagedInputs staged = {});
   void forward_ops();
   double loss();
@@ -94,14 +104,13 @@ class Gpt {
     const int32_t* targets = nullptr;  // null without targets
     int64_t batch = 0, seq = 0;
     float gradient_scale = 0.0f;  // loss_scale over the counted positions
-    bool prepare_backward = false;
+    GradientPass gradients = GradientPass::None;
     bool operator==(const ForwardInputs&) const = default;
   };
   const ForwardInputs& forward_inputs() const { return inputs_; }
-  // Adds the rest of this micro-batch's parameter gradients to grads(); requires
-  // forward(prepare_backward) just before it.
+  // The rest of this micro-batch's parameter gradients into grads(), written or added as the
+  // forward's `gradients` pass says; requires that forward just before it.
   void backward();
-  void zero_grads();
 
   // Logits of one position of the last forward (formed now from its final LayerNorm output),
   // first vocab_size columns, copied to the host.
@@ -128,6 +137,10 @@ class Gpt {
   bool backward_ready_ = false;
   std::unique_ptr<Fp8Scaling> fp8_;
   const BlockFp8* block_fp8(int64_t layer) const { return fp8_ ? &fp8_->block(layer) : nullptr; }
+  // How the current training forward's backward stores its parameter gradients.
+  GradStore grad_store() const {
+    return inputs_.gradients == GradientPass::Write ? GradStore::Write : GradStore::Add;
+  }
 };
 
 }  // namespace kiln

@@ -56,20 +56,26 @@ std::vector<OpTotals> count_iteration_ops(const IterationShape& shape) {
   // Token 0 everywhere: the ops and their work depend on the shapes alone.
   const std::vector<int32_t> tokens(static_cast<size_t>(shape.micro_batch * shape.seq), 0);
 
-  // Every micro-batch issues the same ops: count one and repeat it.
-  counter.clear();
-  model.forward(tokens, tokens, shape.micro_batch, shape.seq, /*prepare_backward=*/true);
-  model.backward();
-  const std::vector<OpTotals> micro_batches = repeated(counter.totals(), shape.accumulation);
+  // The first micro-batch writes the gradients; the others issue the same ops adding to them:
+  // count one of each and repeat the second.
+  const auto count_micro_batch = [&](GradientPass gradients) {
+    counter.clear();
+    model.forward(tokens, tokens, shape.micro_batch, shape.seq, gradients);
+    model.backward();
+    return counter.totals();
+  };
+  const std::vector<OpTotals> first = count_micro_batch(GradientPass::Write);
+  const std::vector<OpTotals> later =
+      shape.accumulation > 1 ? repeated(count_micro_batch(GradientPass::Add), shape.accumulation - 1)
+                             : std::vector<OpTotals>{};
 
   counter.clear();
-  model.zero_grads();
   counter.sum_of_squares({model.grads()});
   optimizer.step(model.grads(), 1e-4f, 1.0f);
   if (model.fp8()) model.fp8()->update_scales(1);
   const std::vector<OpTotals> once = sharded(counter.totals(), shape.optimizer_shards);
   OpLedger iteration;
-  for (const auto* part : {&micro_batches, &once})
+  for (const auto* part : {&first, &later, &once})
     for (const OpTotals& totals : *part) iteration.add(totals);
   return iteration.totals();
 }

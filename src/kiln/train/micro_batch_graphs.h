@@ -1,11 +1,12 @@
 // MicroBatchGraphs: a training micro-batch's forward and backward replayed from a recorded graph
 // (Backend::capture; the `cuda_graph` switch), so that its several hundred kernel launches cost
 // the host one launch. The ops of Gpt::forward_ops() and Gpt::backward() read the micro-batch
-// through device addresses fixed by Gpt::begin_forward() (the stager slot the batch is in) and a
-// gradient scale (the loss scale over the counted positions); a graph recorded with one set of
-// those (Gpt::ForwardInputs) replays correctly for every micro-batch that has the same, so one
-// graph is kept per set, a few at most: one per stager slot, and again when fp16's dynamic loss
-// scale or the count of ignored targets changes the scale.
+// through device addresses fixed by Gpt::begin_forward() (the stager slot the batch is in), a
+// gradient scale (the loss scale over the counted positions) and whether the backward writes the
+// gradients or adds to them (a step's first micro-batch or a later one); a graph recorded with one
+// set of those (Gpt::ForwardInputs) replays correctly for every micro-batch that has the same, so
+// one graph is kept per set, a few at most: one per stager slot and gradient pass, and again when
+// fp16's dynamic loss scale or the count of ignored targets changes the scale.
 //
 // The first call runs the ops directly: it lets every op settle what it must do outside a capture
 // (grow its workspace, plan its cuBLASLt products, raise kernels' shared-memory limits). Where the
@@ -26,12 +27,12 @@ class MicroBatchGraphs {
   explicit MicroBatchGraphs(Backend& backend) : backend_(backend) {}
 
   // Issues model.forward_ops() then model.backward(), as recorded or directly; call after
-  // model.begin_forward(..., prepare_backward = true, ...), before model.loss().
+  // model.begin_forward(..., a gradient pass, ...), before model.loss().
   void forward_backward(Gpt& model);
 
  private:
-  // Graphs kept: enough for two stager slots at two gradient scales.
-  static constexpr size_t kMaxGraphs = 4;
+  // Graphs kept: enough for two stager slots, both gradient passes, at two gradient scales.
+  static constexpr size_t kMaxGraphs = 8;
   struct Recorded {
     Gpt::ForwardInputs inputs;
     std::unique_ptr<OpGraph> graph;

@@ -113,10 +113,10 @@ Trainer::Trainer(const Config& config)
 
 // The amax of every fp8 tensor from one forward and backward of the next micro-batch, so that
 // the first step casts with scales from the data rather than 1 (the delayed-scaling recipe has no
-// history yet); its gradients are discarded (train_step zeroes them).
+// history yet); its gradients are discarded (the step's first micro-batch writes over them).
 void Trainer::calibrate_fp8() {
   train_loader_->next(state_.consumed_samples, tokens_, targets_);
-  model_->forward(tokens_, targets_, config_.micro_batch_size, config_.seq_length, /*prepare_backward=*/true);
+  model_->forward(tokens_, targets_, config_.micro_batch_size, config_.seq_length, GradientPass::Write);
   model_->backward();
   model_->fp8()->update_scales(state_.iteration);
   fp8_calibrated_ = true;
@@ -188,7 +188,6 @@ IterationStats Trainer::train_step() {
   const int64_t micro = config_.micro_batch_size, seq = config_.seq_length;
   const int64_t accumulation = config_.accumulation_steps();
   const float scale = scaler_.scale();
-  model_->zero_grads();
   double loss_sum = 0.0;
   // Micro-batch k+1 is read and its copy queued before micro-batch k is computed, so the copy
   // overlaps the compute (batch_stager.h).
@@ -197,7 +196,9 @@ IterationStats Trainer::train_step() {
     const StagedBatch next = step + 1 < accumulation ? stage(state_.consumed_samples + (step + 1) * micro) : StagedBatch{};
     stager_->wait_for_copy(current.device);
     const GptStagedInputs device{current.device, current.device + current.tokens.size()};
-    model_->begin_forward(current.tokens, current.targets, micro, seq, /*prepare_backward=*/true,
+    // The first micro-batch writes the gradients (no pass zeroes them), the others add to them.
+    model_->begin_forward(current.tokens, current.targets, micro, seq,
+                          step == 0 ? GradientPass::Write : GradientPass::Add,
                           scale / static_cast<float>(accumulation), device);
     if (graphs_) {
       graphs_->forward_backward(*model_);
