@@ -39,7 +39,7 @@ void normalize_input(Backend& backend, LayerNormForward norm, const BlockInput& 
 
 void block_forward(Backend& backend, const GptConfig& config, const BlockWeights& w,
                    const BlockInput& input, const BlockActivations& acts, const Tensor& projection,
-                   const BlockFp8* fp8) {
+                   const BlockFp8* fp8, BlockForwardExtent extent) {
   const float eps = config.layernorm_eps;
   // With fp8 the LayerNorms cast their outputs for the products, which read the codes (ops.h).
   const Fp8Matmul* qkv = fp8_of(fp8, &BlockFp8::qkv);
@@ -62,10 +62,16 @@ void block_forward(Backend& backend, const GptConfig& config, const BlockWeights
   backend.residual_layernorm_forward({ln2, projection, acts.residual_mid});
   backend.matmul_forward({acts.fc_pre_gelu, acts.ln2, w.fc_weight, w.fc_bias, WeightLayout::InOut,
                           acts.fc_post_gelu, fc});  // + GELU
+  if (extent == BlockForwardExtent::BackwardInputs) return;
   backend.matmul_forward({projection, acts.fc_post_gelu, w.fc_proj_weight, w.fc_proj_bias,
                           WeightLayout::InOut, Tensor{}, fp8_of(fp8, &BlockFp8::fc_proj),
                           acts.fc_post_gelu_fp8_t});
   // The output, residual_mid + projection, is added by the next LayerNorm (output_of).
+}
+
+BlockActivations without_kept_mlp_codes(BlockActivations acts) {
+  acts.fc_post_gelu_fp8_t = Tensor{};
+  return acts;
 }
 
 void block_backward(Backend& backend, const GptConfig& config, const BlockWeights& w,

@@ -47,9 +47,21 @@ BlockInput output_of(const BlockActivations& acts, const Tensor& projection);
 // nothing may overwrite that scratch between the previous block's forward and this call.
 void normalize_input(Backend& backend, LayerNormForward norm, const BlockInput& input);
 
+// How much of the block block_forward runs: all of it, or what the block's own backward reads,
+// which ends at the MLP's activation: the MLP's c_proj is skipped, whose output only feeds the
+// next block (a recomputed chunk's last block, whose output is kept, activations.h). With fp8 the
+// skipped product's forward would also have kept its input's codes: the backward must then be
+// given acts without fc_post_gelu_fp8_t (without_kept_mlp_codes) and casts that input itself,
+// to the same codes.
+enum class BlockForwardExtent : uint8_t { Output, BackwardInputs };
+
 void block_forward(Backend& backend, const GptConfig& config, const BlockWeights& weights,
                    const BlockInput& input, const BlockActivations& acts, const Tensor& projection,
-                   const BlockFp8* fp8 = nullptr);
+                   const BlockFp8* fp8 = nullptr, BlockForwardExtent extent = BlockForwardExtent::Output);
+
+// `acts` with no kept codes for the MLP's c_proj, for the backward of a block run to
+// BackwardInputs.
+BlockActivations without_kept_mlp_codes(BlockActivations acts);
 
 void block_backward(Backend& backend, const GptConfig& config, const BlockWeights& weights,
                     const BlockWeights& grads, const Tensor& input, const BlockActivations& acts,

@@ -248,19 +248,24 @@ void Gpt::backward() {
     const LayerRecompute& plan = acts_.recompute[index];
     if (plan.recomputed && layer == plan.chunk_last) {
       // Re-run the chunk's forward from its kept input; the projection scratch is free in backward.
-      // The chunk's last output is kept, so it is not added again.
+      // The chunk's last output is kept, so its last block runs only as far as its backward reads.
       BlockInput input{input_of(plan.chunk_first), {}, {}};
       for (int64_t chunk_layer = plan.chunk_first; chunk_layer <= plan.chunk_last; ++chunk_layer) {
         const BlockActivations& block = acts_.blocks[static_cast<size_t>(chunk_layer)];
         block_forward(backend_, config_, weights_.blocks[static_cast<size_t>(chunk_layer)], input, block,
-                      acts_.projection_scratch, block_fp8(chunk_layer));
+                      acts_.projection_scratch, block_fp8(chunk_layer),
+                      chunk_layer == plan.chunk_last ? BlockForwardExtent::BackwardInputs
+                                                     : BlockForwardExtent::Output);
         input = output_of(block, acts_.projection_scratch);
       }
     }
     if (plan.gelu_recomputed)  // selective: this layer's GELU output, into the buffer all layers share
       backend_.gelu_forward({acts_.blocks[index].fc_post_gelu, acts_.blocks[index].fc_pre_gelu});
+    const BlockActivations& kept = acts_.blocks[index];
+    const bool replayed_to_backward_inputs = plan.recomputed && layer == plan.chunk_last;
     block_backward(backend_, config_, weights_.blocks[index], weight_grads_.blocks[index], input_of(layer),
-                   acts_.blocks[index], scratch, acts_.d_residual, store, block_fp8(layer));
+                   replayed_to_backward_inputs ? without_kept_mlp_codes(kept) : kept, scratch, acts_.d_residual,
+                   store, block_fp8(layer));
   }
   // wte's gradient has the classifier's part already: the embedding's is added to it.
   backend_.embedding_backward({weight_grads_.wte, weight_grads_.wpe, acts_.d_residual, tokens_in_use_, store});
