@@ -71,10 +71,10 @@ void print_roofline(const EstimateInput& in, const Estimate& e) {
   const Roofline& r = e.roofline;
   fmt::print("roofline              {:.4g} ms per iteration on one GPU at least, at the {} datasheet's {:.0f} TFLOP/s "
              "({}) and {:.2f} TB/s: {:.4g} ms in compute-bound ops, {:.4g} ms in memory-bound ones; at most {:.4g} "
-             "tokens/s per GPU, model FLOPs at {:.1f}% of the {} peak\n",
+             "tokens/s per GPU, MFU at most {:.1f}% of the {} peak (model FLOPs without recomputation)\n",
              r.ms, e.gpu.key, r.limits.tflops, in.precision, r.limits.bandwidth_gb_per_s * 1e-3, r.compute_bound_ms,
              r.memory_bound_ms, e.roofline_tokens_per_second,
-             100 * e.flops_per_iteration / static_cast<double>(in.gpus) / (r.ms * 1e-3) / (r.limits.tflops * 1e12),
+             100 * e.flops_without_recompute / static_cast<double>(in.gpus) / (r.ms * 1e-3) / (r.limits.tflops * 1e12),
              in.precision);
 }
 
