@@ -45,10 +45,11 @@ Tensor own_or_shared(Layout& layout, const std::optional<Tensor>& shared, Shape 
   return shared ? *shared : layout.take(shape);
 }
 
-// `gelu_recomputed`: this block's GELU output is recomputed before its backward (selective), so
-// its codes are not kept.
+// `mlp_codes`: with fp8, whether the block keeps the codes of its MLP c_proj's input; not where its
+// GELU output is recomputed before its backward (selective), nor in a recompute slot whose layers
+// all end their chunks (their replays stop before that product, block.h).
 BlockActivations take_block(Layout& layout, int64_t B, int64_t T, int64_t C, int64_t NH,
-                            const SharedBlockBuffers& shared, bool gelu_recomputed) {
+                            const SharedBlockBuffers& shared, bool mlp_codes) {
   BlockActivations block;
   block.ln1 = own_or_shared(layout, shared.layernorm_out, {B, T, C});
   block.ln1_mean = layout.stats({B * T});
@@ -67,7 +68,7 @@ BlockActivations take_block(Layout& layout, int64_t B, int64_t T, int64_t C, int
     block.ln1_fp8_t = layout.codes({C, B * T});
     block.attn_out_fp8_t = layout.codes({C, B * T});
     block.ln2_fp8_t = layout.codes({C, B * T});
-    if (!gelu_recomputed) block.fc_post_gelu_fp8_t = layout.codes({4 * C, B * T});
+    if (mlp_codes) block.fc_post_gelu_fp8_t = layout.codes({4 * C, B * T});
   }
   return block;
 }
@@ -95,8 +96,15 @@ GptActivations GptActivations::lay_out(Arena& arena, const GptConfig& config, in
   if (fp8) shared.layernorm_out = layout.codes({B * T, C});  // the LayerNorms write only codes (ops.h)
   if (fp8 || selective) shared.gelu_out = layout.take({B, T, 4 * C});
   std::vector<BlockActivations> slots;
-  for (int64_t slot = 0; slot < recompute_scratch_slots(acts.recompute); ++slot)
-    slots.push_back(take_block(layout, B, T, C, NH, shared, false));
+  for (int64_t slot = 0; slot < recompute_scratch_slots(acts.recompute); ++slot) {
+    bool read_by_a_chunk_inside = false;  // a layer in this slot that does not end its chunk
+    for (size_t layer = 0; layer < acts.recompute.size(); ++layer) {
+      const LayerRecompute& plan = acts.recompute[layer];
+      read_by_a_chunk_inside |= plan.recomputed && plan.scratch_slot == slot &&
+                                plan.chunk_last != static_cast<int64_t>(layer);
+    }
+    slots.push_back(take_block(layout, B, T, C, NH, shared, read_by_a_chunk_inside));
+  }
   for (int64_t layer = 0; layer < config.num_layers; ++layer) {
     const LayerRecompute& plan = acts.recompute[static_cast<size_t>(layer)];
     if (plan.recomputed) {
@@ -104,7 +112,7 @@ GptActivations GptActivations::lay_out(Arena& arena, const GptConfig& config, in
       if (layer == plan.chunk_last) block.residual_out = layout.take({B, T, C});  // the next chunk's input
       acts.blocks.push_back(block);
     } else {
-      acts.blocks.push_back(take_block(layout, B, T, C, NH, shared, plan.gelu_recomputed));
+      acts.blocks.push_back(take_block(layout, B, T, C, NH, shared, !plan.gelu_recomputed));
     }
   }
   acts.lnf = layout.take({B, T, C});
