@@ -9,12 +9,13 @@ void MicroBatchGraphs::forward_backward(Gpt& model) {
     model.forward_ops();
     model.backward();
   };
-  if (!warmed_up_ || !has_graphs_) {
+  const Gpt::ForwardInputs& inputs = model.forward_inputs();
+  const bool warmed_up = std::find(warmed_up_.begin(), warmed_up_.end(), inputs.gradients) != warmed_up_.end();
+  if (!warmed_up || !has_graphs_) {
     ops();
-    warmed_up_ = true;
+    if (!warmed_up) warmed_up_.push_back(inputs.gradients);
     return;
   }
-  const Gpt::ForwardInputs& inputs = model.forward_inputs();
   auto found = std::find_if(recorded_.begin(), recorded_.end(),
                             [&](const Recorded& recorded) { return recorded.inputs == inputs; });
   if (found == recorded_.end()) {

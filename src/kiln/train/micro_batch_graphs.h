@@ -8,9 +8,11 @@
 // one graph is kept per set, a few at most: one per stager slot and gradient pass, and again when
 // fp16's dynamic loss scale or the count of ignored targets changes the scale.
 //
-// The first call runs the ops directly: it lets every op settle what it must do outside a capture
-// (grow its workspace, plan its cuBLASLt products, raise kernels' shared-memory limits). Where the
-// back-end has no graphs (the CPU) every call runs the ops directly.
+// The first call of each gradient pass runs the ops directly: it lets every op settle what it must
+// do outside a capture (grow its workspace, plan its cuBLASLt products, raise kernels' shared-memory
+// limits), and the two passes' ops differ there (a written bias gradient goes straight into the
+// gradients, an added one through the workspace: other cuBLASLt plans). Where the back-end has no
+// graphs (the CPU) every call runs the ops directly.
 // Must not outlive the back-end or the model. Not thread-safe.
 #pragma once
 
@@ -39,7 +41,7 @@ class MicroBatchGraphs {
   };
 
   Backend& backend_;
-  bool warmed_up_ = false;
+  std::vector<GradientPass> warmed_up_;  // passes whose first call has run directly
   bool has_graphs_ = true;
   std::vector<Recorded> recorded_;  // least recently used first
 };
