@@ -6,6 +6,7 @@
 // products, whose input gradient takes the GELU derivative in the epilogue where it can.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <tuple>
 
@@ -23,8 +24,9 @@ struct Results {
 
 // The MLP's two products as the GPT uses them: gelu(x W1 + b1) forward, and the backward of
 // h W2 + b2 with h = gelu(pre), whose input gradient comes out as d pre; with `fp8`, both products
-// on fp8 casts of their operands (scales 4, 16 and 8 for inputs, weight and output gradient).
-Results run_mlp_products(Backend& backend, DType dtype, bool fp8 = false) {
+// on fp8 casts of their operands (scales 4, 16 and 8 for inputs, weight and output gradient). The
+// backward adds its parameter gradients to 0.5 and 0.25, or writes them over NaN (`store`).
+Results run_mlp_products(Backend& backend, DType dtype, bool fp8 = false, GradStore store = GradStore::Add) {
   // Multiples of 8: the GELU epilogues apply; of 16 with fp8, as its products ask.
   const int64_t M = 64, K = 48, N = fp8 ? 48 : 40;
   Rng rng(5);
@@ -45,9 +47,12 @@ Results run_mlp_products(Backend& backend, DType dtype, bool fp8 = false) {
   backend.gelu_forward({hidden, pre});
   const Tensor dout = t.acts(random_floats(M * N, rng), {M, N});
   const Tensor din = t.poisoned_acts({M, K});
-  const Tensor dweight = t.floats(std::vector<float>(K * N, 0.5f), {K, N});
-  const Tensor dbias = t.floats(std::vector<float>(N, 0.25f), {N});
-  backend.matmul_backward({din, dweight, dbias, dout, hidden, weight, WeightLayout::InOut, pre, products});
+  const bool write = store == GradStore::Write;
+  const Tensor dweight = t.floats(std::vector<float>(K * N, write ? NAN : 0.5f), {K, N});
+  const Tensor dbias = t.floats(std::vector<float>(N, write ? NAN : 0.25f), {N});
+  MatmulBackward backward{din, dweight, dbias, dout, hidden, weight, WeightLayout::InOut, pre, products};
+  backward.param_store = store;
+  backend.matmul_backward(backward);
   return {t.download(out), t.download(gelu_out), t.download(din), t.download(dweight), t.download(dbias)};
 }
 
@@ -62,19 +67,22 @@ TEST_P(EmulatedEpilogueFallback, KernelsDoTheEpiloguesWorkAndSaySo) {
   const auto [dtype, refusal] = GetParam();
   const double bound = dtype == DType::BF16 ? 1e-2 : 2e-3;  // the op table's (ops_test.cpp)
   auto cpu = make_backend("cpu");
-  const Results expected = run_mlp_products(*cpu, dtype);
-
   cuda_emulator::set_cublaslt_epilogues(refusal);
   auto gpu = make_backend("cuda");
-  const Results actual = run_mlp_products(*gpu, dtype);
-  EXPECT_LT(normalized_error(actual.out, expected.out), bound);
-  EXPECT_LT(normalized_error(actual.gelu_out, expected.gelu_out), bound);
-  EXPECT_LT(normalized_error(actual.din, expected.din), 2 * bound);
-  EXPECT_LT(normalized_error(actual.dweight, expected.dweight), 2 * bound);
-  EXPECT_LT(normalized_error(actual.dbias, expected.dbias), 2 * bound);
+  for (const GradStore store : {GradStore::Add, GradStore::Write}) {
+    SCOPED_TRACE(store == GradStore::Add ? "gradients added" : "gradients written");
+    const Results expected = run_mlp_products(*cpu, dtype, false, store);
+    const Results actual = run_mlp_products(*gpu, dtype, false, store);
+    EXPECT_LT(normalized_error(actual.out, expected.out), bound);
+    EXPECT_LT(normalized_error(actual.gelu_out, expected.gelu_out), bound);
+    EXPECT_LT(normalized_error(actual.din, expected.din), 2 * bound);
+    EXPECT_LT(normalized_error(actual.dweight, expected.dweight), 2 * bound);
+    EXPECT_LT(normalized_error(actual.dbias, expected.dbias), 2 * bound);
+  }
   const std::string notes = gpu->run_notes();
   // Four epilogue plans declined: bias + GELU, then bias alone (forward); the GELU derivative and the
-  // bias gradient (backward).
+  // bias gradient (backward; written into dbias and added through the workspace: one plan, as both
+  // are 256-byte aligned here).
   EXPECT_NE(notes.find("0 shapes with an epilogue, 4 fell back to kernels"), std::string::npos) << notes;
 }
 
