@@ -73,6 +73,31 @@ OpCase matmul_case(int64_t M, int64_t K, int64_t N, bool bias, WeightLayout layo
   return op;
 }
 
+// The attention projection with the residual add inside it: out = in W (+ b) + residual. Its
+// backward is the plain matmul's (the add passes dout through), checked by those cases.
+OpCase matmul_residual_case(int64_t M, int64_t K, int64_t N, bool bias, WeightLayout layout, Rng& rng) {
+  const bool in_out = layout == WeightLayout::InOut;
+  const Shape weight_shape = in_out ? Shape{K, N} : Shape{N, K};
+  OpCase op;
+  op.name = fmt::format("matmul_residual_{}_M{}_K{}_N{}{}", in_out ? "inout" : "outin", M, K, N, bias ? "_bias" : "");
+  op.inputs = {random_floats(static_cast<size_t>(M * K), rng), random_floats(static_cast<size_t>(K * N), rng),
+               random_floats(static_cast<size_t>(M * N), rng, 4.0f), random_floats(static_cast<size_t>(N), rng)};
+  op.forward = [=](Backend& backend, DType dtype, const FloatInputs& in) {
+    DeviceTensors t(backend, dtype);
+    MatmulForward product{t.poisoned_acts({M, N}), t.acts(in[0], {M, K}), t.acts(in[1], weight_shape),
+                          bias ? t.acts(in[3], {N}) : Tensor{}, layout};
+    product.residual = t.acts(in[2], {M, N});
+    backend.matmul_forward(product);
+    return t.download(product.out);
+  };
+  op.reference = [=](const DoubleInputs& in) {
+    std::vector<double> out = matmul_reference(in[0], in[1], bias ? &in[3] : nullptr, M, K, N, layout);
+    for (size_t i = 0; i < out.size(); ++i) out[i] += in[2][i];
+    return out;
+  };
+  return op;
+}
+
 // The MLP's forward fusion: out = in W + b and gelu_out = gelu(out), flattened [out, gelu_out].
 // Its backward is the plain matmul's and gelu's, checked by their cases.
 OpCase matmul_gelu_case(int64_t M, int64_t K, int64_t N, Rng& rng) {
@@ -402,6 +427,8 @@ std::vector<OpCase> all_op_cases() {
   cases.push_back(matmul_case(5, 24, 13, false, WeightLayout::OutIn, rng));
   cases.push_back(matmul_case(9, 80, 33, true, WeightLayout::OutIn, rng));
   // Multiples of 8 take cuBLASLt's GELU epilogues on CUDA; the others the separate GELU kernels.
+  cases.push_back(matmul_residual_case(16, 48, 64, true, WeightLayout::InOut, rng));
+  cases.push_back(matmul_residual_case(5, 24, 13, false, WeightLayout::OutIn, rng));
   cases.push_back(matmul_gelu_case(7, 24, 64, rng));
   cases.push_back(matmul_gelu_case(5, 16, 20, rng));
   cases.push_back(gelu_matmul_case(6, 32, 24, WeightLayout::InOut, rng));

@@ -56,6 +56,24 @@ Results run_mlp_products(Backend& backend, DType dtype, bool fp8 = false, GradSt
   return {t.download(out), t.download(gelu_out), t.download(din), t.download(dweight), t.download(dbias)};
 }
 
+// The attention projection with the residual added inside it (ops.h): in W + b + residual, with
+// `fp8` on casts of in and W (scales 4 and 16).
+std::vector<float> run_projection(Backend& backend, DType dtype, bool fp8) {
+  const int64_t M = 64, K = 48, N = 32;
+  Rng rng(6);
+  DeviceTensors t(backend, dtype);
+  const auto operand = [&](float scale) {
+    return Fp8Operand{t.floats({scale}, {1}), t.floats({1.0f / scale}, {1}), t.floats({0.0f}, {1})};
+  };
+  const Fp8Matmul casts{operand(4.0f), operand(16.0f), operand(8.0f)};
+  MatmulForward product{t.poisoned_acts({M, N}), t.acts(random_floats(M * K, rng), {M, K}),
+                        t.acts(random_floats(K * N, rng, 0.2f), {K, N}), t.acts(random_floats(N, rng), {N}),
+                        WeightLayout::InOut, Tensor{}, fp8 ? &casts : nullptr};
+  product.residual = t.acts(random_floats(M * N, rng, 4.0f), {M, N});
+  backend.matmul_forward(product);
+  return t.download(product.out);
+}
+
 using Case = std::tuple<DType, cuda_emulator::Epilogues>;
 
 class EmulatedEpilogueFallback : public ::testing::TestWithParam<Case> {
@@ -84,6 +102,22 @@ TEST_P(EmulatedEpilogueFallback, KernelsDoTheEpiloguesWorkAndSaySo) {
   // bias gradient (backward; written into dbias and added through the workspace: one plan, as both
   // are 256-byte aligned here).
   EXPECT_NE(notes.find("0 shapes with an epilogue, 4 fell back to kernels"), std::string::npos) << notes;
+}
+
+// With the bias epilogue the residual is cuBLASLt's C read apart from D; without it the bias kernel
+// adds the residual too, before the accumulating product. bf16 also on fp8 casts.
+TEST_P(EmulatedEpilogueFallback, TheResidualIsAddedWhicheverWayTheBiasGoes) {
+  const auto [dtype, refusal] = GetParam();
+  const double bound = dtype == DType::BF16 ? 1e-2 : 2e-3;
+  auto cpu = make_backend("cpu");
+  for (const cuda_emulator::Epilogues epilogues : {cuda_emulator::Epilogues::Offered, refusal})
+    for (const bool fp8 : {false, dtype == DType::BF16}) {
+      SCOPED_TRACE(std::string(epilogues == cuda_emulator::Epilogues::Offered ? "offered" : "declined") +
+                   (fp8 ? ", fp8" : ""));
+      cuda_emulator::set_cublaslt_epilogues(epilogues);
+      auto gpu = make_backend("cuda");
+      EXPECT_LT(normalized_error(run_projection(*gpu, dtype, fp8), run_projection(*cpu, dtype, fp8)), bound);
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -92,11 +92,12 @@ TEST(Roofline, ProductAndAttentionFlopsFollowTheClosedForms) {
   EXPECT_DOUBLE_EQ(attention, 3.5 * 2 * B * T * T * C * L);
 }
 
-// Each residual add runs inside the LayerNorm that reads its sum next (nn/block.h): a micro-batch
-// makes 2 L fused calls (each ln_2; each later ln_1 and ln_f add the block before's output) and one
-// plain LayerNorm (the first ln_1). Full recomputation in one chunk replays the forward the same
-// way, less the output the chunk keeps: one plain and 2 L - 1 fused calls more.
-TEST(Roofline, EachResidualAddRunsInsideTheNextLayerNorm) {
+// Each residual add runs inside another op (nn/block.h): the attention's inside its projection (L
+// products +residual a micro-batch, then L plain ln_2), the MLP's inside the LayerNorm that reads
+// the sum next (L fused calls: each later ln_1 and ln_f), and the first ln_1 is plain. Full
+// recomputation in one chunk replays the forward the same way, less the output the chunk keeps: L
+// products, L + 1 plain and L - 1 fused LayerNorms more.
+TEST(Roofline, EachResidualAddRunsInsideAProductOrTheNextLayerNorm) {
   IterationShape shape;
   shape.gpt.num_layers = 3;
   shape.gpt.hidden_size = 64;
@@ -108,13 +109,16 @@ TEST(Roofline, EachResidualAddRunsInsideTheNextLayerNorm) {
   shape.accumulation = 3;
   shape.dtype = DType::BF16;
   const int64_t L = 3, micro_batches = 3;
+  const std::string projection = "matmul_forward 64x64x64 +bias +residual";
   auto ops = by_op(count_iteration_ops(shape));
-  EXPECT_EQ(ops.at("residual_layernorm_forward").calls, micro_batches * 2 * L);
-  EXPECT_EQ(ops.at("layernorm_forward").calls, micro_batches);
+  EXPECT_EQ(ops.at(projection).calls, micro_batches * L);
+  EXPECT_EQ(ops.at("residual_layernorm_forward").calls, micro_batches * L);
+  EXPECT_EQ(ops.at("layernorm_forward").calls, micro_batches * (L + 1));
   shape.recompute = RecomputePolicy::parse("full", "uniform", L);
   ops = by_op(count_iteration_ops(shape));
-  EXPECT_EQ(ops.at("residual_layernorm_forward").calls, micro_batches * (2 * L + 2 * L - 1));
-  EXPECT_EQ(ops.at("layernorm_forward").calls, micro_batches * 2);
+  EXPECT_EQ(ops.at(projection).calls, micro_batches * 2 * L);
+  EXPECT_EQ(ops.at("residual_layernorm_forward").calls, micro_batches * (L + L - 1));
+  EXPECT_EQ(ops.at("layernorm_forward").calls, micro_batches * (L + 1 + L + 1));
 }
 
 TEST(Roofline, ShardedOptimizerStateSharesTheOptimizersWork) {

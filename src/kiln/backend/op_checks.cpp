@@ -151,6 +151,13 @@ MatmulDims matmul_forward(const MatmulForward& a, Device device) {
     require(a.gelu_out, dtype, device, op, "gelu_out");
     require_numel(a.gelu_out, dims.M * dims.N, op, "gelu_out");
   }
+  if (!a.residual.empty()) {
+    KILN_CHECK(a.gelu_out.empty(), "{}: argument 'residual' is given with 'gelu_out' (GELU then the add is no fusion "
+               "kiln has)", op);
+    require(a.residual, dtype, device, op, "residual");
+    require_numel(a.residual, dims.M * dims.N, op, "residual");
+    KILN_CHECK(a.residual.data != a.out.data, "{}: argument 'residual' is 'out' itself (the sum goes elsewhere)", op);
+  }
   if (a.fp8) require_fp8(*a.fp8, dtype, dims, device, op, false);
   require_in_fp8_t(a.in_fp8_t, a.fp8 != nullptr, dims, device, op);
   return dims;

@@ -99,9 +99,9 @@ OpWork work_of(const MatmulForward& a) {
   const int64_t N = last_dim(a.out), K = last_dim(a.in), M = K ? a.in.numel() / K : 0;
   const bool fp8 = a.fp8 != nullptr;
   return {"matmul_forward " + product_shape(M, K, N) + (a.bias.empty() ? "" : " +bias") +
-              (a.gelu_out.empty() ? "" : " +gelu") + (fp8 ? " fp8" : ""),
+              (a.gelu_out.empty() ? "" : " +gelu") + (a.residual.empty() ? "" : " +residual") + (fp8 ? " fp8" : ""),
           product_flops(M, K, N),
-          bytes_of({&a.out, &a.in, &a.weight, &a.bias, &a.gelu_out}) +
+          bytes_of({&a.out, &a.in, &a.weight, &a.bias, &a.gelu_out, &a.residual}) +
               (fp8 ? fp8_copies_bytes(M, K, N, /*forward=*/true, false, !a.in_fp8_t.empty(),
                                       a.in.dtype != DType::F8E4M3)
                    : 0.0),

@@ -94,6 +94,10 @@ struct LayerNormBackward {
 enum class WeightLayout : uint8_t { InOut, OutIn };
 
 //
+// The residual add of a pre-LN block (x + proj(h)) inside the projection: with `residual` given,
+// out = in W + bias + residual, summed in fp32 and rounded once (cuBLASLt's beta C with C apart
+// from D). Not with gelu_out. The backward is the plain product's: the add passes dout through.
+//
 // GELU fusions (the MLP: gelu(x W1 + b1) W2 + b2), so a back-end can apply GELU and its derivative
 // inside the products (cuBLASLt epilogues) instead of in passes of their own:
 //   - forward with gelu_out: out keeps the pre-activation (for backward) and gelu_out = gelu(out);
@@ -142,6 +146,7 @@ struct MatmulForward {
   Tensor gelu_out = {};  // [M, N] = gelu(out), or empty
   const Fp8Matmul* fp8 = nullptr;  // fp8 products (above), or full precision
   Tensor in_fp8_t = {};  // fp8 only: [K, M] E4M3, receives `in`'s codes transposed (above), or empty
+  Tensor residual = {};  // [M, N] in the compute dtype, added before rounding (above; not out), or empty
 };
 struct MatmulBackward {
   Tensor din;      // [M, K] = ; may be empty (not needed) unless gelu_in is given

@@ -52,14 +52,16 @@ void block_forward(Backend& backend, const GptConfig& config, const BlockWeights
   backend.matmul_forward({acts.qkv, acts.ln1, w.qkv_weight, w.qkv_bias, WeightLayout::InOut, Tensor{}, qkv});
   backend.attention_forward({acts.attn_out, acts.attn_lse, acts.qkv, Tensor{},
                              static_cast<int>(config.num_heads), AttentionMask::Causal});
-  backend.matmul_forward({projection, acts.attn_out, w.attn_proj_weight, w.attn_proj_bias,
-                          WeightLayout::InOut, Tensor{}, fp8_of(fp8, &BlockFp8::attn_proj),
-                          acts.attn_out_fp8_t});
-  // residual_mid = input + projection, fused with ln_2.
+  // residual_mid = input + the attention's projection, added inside the product (ops.h).
+  MatmulForward attention_projection{acts.residual_mid, acts.attn_out, w.attn_proj_weight, w.attn_proj_bias,
+                                     WeightLayout::InOut, Tensor{}, fp8_of(fp8, &BlockFp8::attn_proj),
+                                     acts.attn_out_fp8_t};
+  attention_projection.residual = input.x;
+  backend.matmul_forward(attention_projection);
   LayerNormForward ln2 =
       layernorm_feeding(fc, acts.ln2, acts.ln2_mean, acts.ln2_rstd, w.ln2_weight, w.ln2_bias, eps, acts.ln2_fp8_t);
-  ln2.in = input.x;
-  backend.residual_layernorm_forward({ln2, projection, acts.residual_mid});
+  ln2.in = acts.residual_mid;
+  backend.layernorm_forward(ln2);
   backend.matmul_forward({acts.fc_pre_gelu, acts.ln2, w.fc_weight, w.fc_bias, WeightLayout::InOut,
                           acts.fc_post_gelu, fc});  // + GELU
   if (extent == BlockForwardExtent::BackwardInputs) return;

@@ -1,9 +1,10 @@
 // One pre-LayerNorm GPT-2 transformer block with explicit forward and backward:
 //   x1 = x + c_proj(attention(c_attn(ln_1(x))));   y = x1 + mlp.c_proj(gelu(mlp.c_fc(ln_2(x1))))
 //
-// block_forward writes everything backward needs into `acts`; `projection` is [B,T,C] scratch
-// for the c_proj outputs before their residual adds. The block's output y is left as its two
-// addends, acts.residual_mid and the MLP's c_proj output in `projection` (output_of): the
+// block_forward writes everything backward needs into `acts`. The attention's c_proj adds the
+// residual itself, writing x1 into acts.residual_mid (MatmulForward::residual); `projection` is
+// [B,T,C] scratch for the MLP's c_proj output before its residual add. The block's output y is left
+// as its two addends, acts.residual_mid and that output in `projection` (output_of): the
 // LayerNorm that reads y next, the next block's ln_1 or the final ln_f, adds them and writes y into
 // acts.residual_out as it normalises it (normalize_input), so y is written once and not read back
 // by a LayerNorm of its own. block_backward reads `acts`, takes

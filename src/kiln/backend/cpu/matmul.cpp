@@ -63,11 +63,13 @@ void matmul_forward_fp32(const MatmulForward& args) {
   const auto [M, K, N] = checks::matmul_forward(args, Device::CPU);
   float* out = args.out.as<float>();
   float beta = 0.0f;
-  if (!args.bias.empty()) {
-    const float* bias = args.bias.as<float>();
+  if (!args.bias.empty() || !args.residual.empty()) {  // out starts as bias + residual; the product adds to it
+    const float* bias = args.bias.empty() ? nullptr : args.bias.as<float>();
+    const float* residual = args.residual.empty() ? nullptr : args.residual.as<float>();
 #pragma omp parallel for schedule(static)
     for (int64_t m = 0; m < M; ++m)
-      for (int64_t n = 0; n < N; ++n) out[m * N + n] = bias[n];
+      for (int64_t n = 0; n < N; ++n)
+        out[m * N + n] = (bias ? bias[n] : 0.0f) + (residual ? residual[m * N + n] : 0.0f);
     beta = 1.0f;
   }
   const bool transposed = args.layout == WeightLayout::OutIn;
@@ -91,7 +93,9 @@ void CpuBackend::matmul_forward(const MatmulForward& args) {
       cast_through_fp8(in, args.fp8->in, DType::F8E4M3, args.in_fp8_t);
     }
     if (args.fp8) cast_through_fp8(weight, args.fp8->weight, DType::F8E4M3);
-    matmul_forward_fp32({f.output(args.out), in, weight, f.input(args.bias), args.layout});
+    MatmulForward product{f.output(args.out), in, weight, f.input(args.bias), args.layout};
+    product.residual = f.input(args.residual);
+    matmul_forward_fp32(product);
     f.write_back();
   }
   if (!args.gelu_out.empty()) gelu_forward({args.gelu_out, args.out});  // the reference: the two ops in turn

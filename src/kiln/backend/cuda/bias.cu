@@ -1,5 +1,5 @@
-// The bias helpers of the matrix products (lt_matmul.h, cuda_backend.cpp): broadcast a bias into
-// the output before an accumulating product and sum a bias gradient's columns, where cuBLASLt's
+// The bias helpers of the matrix products (lt_matmul.h, cuda_backend.cpp): broadcast a bias (and
+// a residual) into the output before an accumulating product and sum a bias gradient's columns, where cuBLASLt's
 // epilogues do not take them, and add an epilogue's bias gradient into the accumulated one; also
 // the second pass of the fixed-order column sums (kernel_common.cuh).
 #include "kiln/backend/cuda/kernel_common.cuh"
@@ -8,8 +8,8 @@ namespace kiln::cuda {
 namespace {
 
 template <typename T>
-__global__ void broadcast_rows_kernel(T* out, const T* row, int64_t N, int64_t count) {
-  GRID_STRIDE(i, count) out[i] = row[i % N];
+__global__ void broadcast_rows_kernel(T* out, const T* row, const T* addend, int64_t N, int64_t count) {
+  GRID_STRIDE(i, count) out[i] = addend ? from_float<T>(to_float(row[i % N]) + to_float(addend[i])) : row[i % N];
 }
 
 template <typename T, int W>
@@ -52,11 +52,11 @@ __global__ void add_floats_kernel(float* sums, const float* values, int64_t coun
 
 }  // namespace
 
-int broadcast_rows(void* out, const void* row, int kind, int64_t M, int64_t N) {
+int broadcast_rows(void* out, const void* row, const void* addend, int kind, int64_t M, int64_t N) {
   return dispatch(kind, [&](auto tag) {
     using E = decltype(tag);
     launch(broadcast_rows_kernel<E>, blocks_for(M * N), kThreads, 0, static_cast<E*>(out),
-           static_cast<const E*>(row), N, M * N);
+           static_cast<const E*>(row), static_cast<const E*>(addend), N, M * N);
     return launch_status();
   });
 }

@@ -377,6 +377,10 @@ void CudaBackend::matmul_forward(const MatmulForward& a) {
     product.a_scale = a.fp8->in.scale_inv.as<float>();
     product.b_scale = a.fp8->weight.scale_inv.as<float>();
   }
+  if (!a.residual.empty()) {  // out = product + residual (+ bias), one rounding: C read apart from D
+    product.beta = 1.0f;
+    product.addend = a.residual.data;
+  }
   const bool gelu = !a.gelu_out.empty();
   const bool epilogues = handles_->matmul_epilogues;
   if (epilogues && gelu && !a.bias.empty() && gelu_epilogue_applies(product.types, N)) {
@@ -392,9 +396,11 @@ void CudaBackend::matmul_forward(const MatmulForward& a) {
     Gemm biased = product;
     biased.epilogue = GemmEpilogue::Bias;
     biased.bias = a.bias.data;
-    if (!epilogues || !lt.run(biased)) {
-      check_cuda(cuda::broadcast_rows(a.out.data, a.bias.data, element_kind(dtype), M, N), "matmul_forward");
+    if (!epilogues || !lt.run(biased)) {  // out = bias (+ residual, rounded: a second rounding), then += the product
+      check_cuda(cuda::broadcast_rows(a.out.data, a.bias.data, a.residual.data, element_kind(dtype), M, N),
+                 "matmul_forward");
       product.beta = 1.0f;
+      product.addend = nullptr;
       lt.run(product);
     }
   } else {

@@ -46,7 +46,8 @@ int layernorm_backward(void* din, float* dweight, float* dbias, const void* dout
 // The bias gradient's column sums (sum_columns) need a workspace of
 // column_sums_workspace_bytes(M, N) bytes for their per-chunk partial sums.
 size_t column_sums_workspace_bytes(int64_t M, int64_t N);
-int broadcast_rows(void* out, const void* row, int kind, int64_t M, int64_t N);  // out[m, :] = row
+// out[m, :] = row (+ addend[m, :] where addend is not null)
+int broadcast_rows(void* out, const void* row, const void* addend, int kind, int64_t M, int64_t N);
 // sums += (overwrite: =) sum_m in[m, :]
 int sum_columns(float* sums, const void* in, int kind, int64_t M, int64_t N, void* workspace, bool overwrite);
 int add_floats(float* sums, const float* values, int64_t count);  // sums += values

@@ -50,6 +50,9 @@ int64_t alignment(const void* pointer) {
   return address == 0 ? 256 : std::min<int64_t>(256, int64_t{1} << std::countr_zero(address));
 }
 
+// The C beta multiplies: the addend where one is given, else the output itself.
+const void* addend_of(const Gemm& g) { return g.addend ? g.addend : g.C; }
+
 template <typename T>
 void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const T& value) {
   check_lt(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)), "cublasLtMatmulDescSetAttribute");
@@ -115,7 +118,7 @@ LtMatmul::Plan& LtMatmul::plan_for(const Gemm& g) {
                  g.stride_c, static_cast<int64_t>(t.inputs), static_cast<int64_t>(t.b()),
                  static_cast<int64_t>(t.output), t.tf32, static_cast<int64_t>(g.epilogue), g.aux_ld,
                  alignment(g.A), alignment(g.B), alignment(g.C), alignment(g.bias), alignment(g.bias_grad),
-                 alignment(g.aux), g.a_scale != nullptr, g.b_scale != nullptr};
+                 alignment(g.aux), g.a_scale != nullptr, g.b_scale != nullptr, alignment(addend_of(g))};
   auto found = plans_.find(key);
   if (found != plans_.end()) return *found->second;
 
@@ -154,7 +157,7 @@ LtMatmul::Plan& LtMatmul::plan_for(const Gemm& g) {
   set_preference(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(workspace_bytes_));
   set_preference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, static_cast<uint32_t>(alignment(g.B)));
   set_preference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, static_cast<uint32_t>(alignment(g.A)));
-  set_preference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, static_cast<uint32_t>(alignment(g.C)));
+  set_preference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, static_cast<uint32_t>(alignment(addend_of(g))));
   set_preference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, static_cast<uint32_t>(alignment(g.C)));
   cublasLtMatmulHeuristicResult_t result{};
   int found_count = 0;
@@ -189,7 +192,7 @@ bool LtMatmul::run(const Gemm& g) {
   set_pointers(plan.desc, g);  // the plan was made with this call's pointers' alignments
   const cublasStatus_t status =
       cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), plan.desc, &g.alpha, g.B, plan.a, g.A,
-                     plan.b, &g.beta, g.C, plan.c, g.C, plan.c, &plan.algo, workspace_,
+                     plan.b, &g.beta, addend_of(g), plan.c, g.C, plan.c, &plan.algo, workspace_,
                      workspace_bytes_, compute_stream());
   if (status == CUBLAS_STATUS_NOT_SUPPORTED && g.epilogue != GemmEpilogue::None) {
     plan.supported = false;  // the heuristic offered an algorithm the call then refused: fall back from now on

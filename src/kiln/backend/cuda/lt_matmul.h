@@ -43,7 +43,8 @@ enum class GemmEpilogue : uint8_t {
 };
 
 // Row-major C[M,N] = alpha op(A)[M,K] op(B)[K,N] + beta C, with row strides lda, ldb, ldc and, for
-// batch > 1, element strides between consecutive matrices of the batch.
+// batch > 1, element strides between consecutive matrices of the batch. With `addend`, beta's C is
+// read from there instead (same type and layout), and C is only written (cuBLASLt's C apart from D).
 struct Gemm {
   GemmTypes types;
   bool trans_a = false, trans_b = false;
@@ -66,6 +67,7 @@ struct Gemm {
   // inverse of the scale each was cast with; null: 1.
   const float* a_scale = nullptr;
   const float* b_scale = nullptr;
+  const void* addend = nullptr;  // the C beta multiplies, when it is not the output; null: C
 };
 
 class LtMatmul {
