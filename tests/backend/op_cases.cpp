@@ -206,41 +206,6 @@ OpCase layernorm_case(int64_t M, int64_t C, Rng& rng) {
   return op;
 }
 
-// LayerNorm fused with the residual add: the output is [normalised, residual_out] flattened. Its
-// backward is layernorm_backward on residual_out, which the plain case checks.
-OpCase layernorm_residual_case(int64_t M, int64_t C, Rng& rng) {
-  OpCase op;
-  op.name = fmt::format("layernorm_residual_M{}_C{}", M, C);
-  op.inputs = {random_floats(static_cast<size_t>(M * C), rng, 2.0f), random_floats(static_cast<size_t>(M * C), rng),
-               random_floats(static_cast<size_t>(C), rng), random_floats(static_cast<size_t>(C), rng)};
-  constexpr float kEps = 1e-5f;
-  op.forward = [=](Backend& backend, DType dtype, const FloatInputs& x) {
-    DeviceTensors t(backend, dtype);
-    Tensor out = t.poisoned_acts({M, C}), sum = t.poisoned_acts({M, C});
-    backend.residual_layernorm_forward({{out, t.poisoned({M}), t.poisoned({M}), t.acts(x[0], {M, C}),
-                                         t.acts(x[2], {C}), t.acts(x[3], {C}), kEps},
-                                        t.acts(x[1], {M, C}),
-                                        sum});
-    std::vector<float> result = t.download(out);
-    const std::vector<float> sums = t.download(sum);
-    result.insert(result.end(), sums.begin(), sums.end());
-    return result;
-  };
-  op.reference = [=](const DoubleInputs& x) {
-    std::vector<double> out(static_cast<size_t>(2 * M * C));
-    for (int64_t m = 0; m < M; ++m) {
-      double mean = 0, var = 0;
-      for (int64_t c = 0; c < C; ++c) out[M * C + m * C + c] = x[0][m * C + c] + x[1][m * C + c];
-      for (int64_t c = 0; c < C; ++c) mean += out[M * C + m * C + c] / static_cast<double>(C);
-      for (int64_t c = 0; c < C; ++c) var += std::pow(out[M * C + m * C + c] - mean, 2) / static_cast<double>(C);
-      for (int64_t c = 0; c < C; ++c)
-        out[m * C + c] = (out[M * C + m * C + c] - mean) / std::sqrt(var + kEps) * x[2][c] + x[3][c];
-    }
-    return out;
-  };
-  return op;
-}
-
 // ---- gelu ---------------------------------------------------------------------------------------
 OpCase gelu_case(int64_t count, Rng& rng) {
   OpCase op;
@@ -439,8 +404,6 @@ std::vector<OpCase> all_op_cases() {
   cases.push_back(layernorm_case(4, 7, rng));
   cases.push_back(layernorm_case(1030, 4, rng));  // CUDA's backward in 33 runs of rows, the last short
   cases.push_back(layernorm_case(2, 2056, rng));  // CUDA's backward in two slices of columns, 2048 and 8
-  cases.push_back(layernorm_residual_case(5, 24, rng));
-  cases.push_back(layernorm_residual_case(3, 80, rng));
   cases.push_back(gelu_case(37, rng));
   cases.push_back(gelu_case(256, rng));
   cases.push_back(embedding_case(2, 5, 24, 13, 8, rng));

@@ -19,13 +19,12 @@ TEST(CudaGraphs, RecordedOpsRunOnlyWhenReplayedAndEachReplayRunsThemAgain) {
   if (!reason.empty()) GTEST_SKIP() << reason;
   std::unique_ptr<Backend> backend = make_backend("cuda");
   testing::DeviceTensors t(*backend);
-  // total += step, the residual add of a LayerNorm over one row of three (whose outputs are unused).
+  // total += step: the embedding gradient of one position, token 0 (wpe's gradient is unused).
   const Tensor total = t.floats({1.0f, 2.0f, 3.0f}, {1, 3});
-  const Tensor step = t.floats({0.5f, 0.25f, 2.0f}, {1, 3});
-  const Tensor normalised = t.poisoned({1, 3}), mean = t.poisoned({1}), rstd = t.poisoned({1});
-  const Tensor weight = t.floats({1.0f, 1.0f, 1.0f}, {3}), bias = t.floats({0.0f, 0.0f, 0.0f}, {3});
+  const Tensor step = t.floats({0.5f, 0.25f, 2.0f}, {1, 1, 3});
+  const Tensor position_gradient = t.poisoned({1, 3}), token = t.ints({0}, {1, 1});
   const auto accumulate = [&] {
-    backend->residual_layernorm_forward({{normalised, mean, rstd, total, weight, bias}, step, total});
+    backend->embedding_backward({total, position_gradient, step, token, GradStore::Write});
   };
   accumulate();  // once directly: nothing to settle, but as callers do
   const std::unique_ptr<OpGraph> graph = backend->capture(accumulate);

@@ -201,7 +201,7 @@ TEST(Cli, EstimateGpt3) {
   // The roofline op by op: the largest op of GPT-2 124M at micro-batch 64 is the classifier's backward.
   const Result ops = run_kiln(gpt2 + " ops");
   ASSERT_EQ(ops.exit_code, 0) << ops.output;
-  EXPECT_NE(ops.output.find("roofline              64.48 ms per iteration"), std::string::npos) << ops.output;
+  EXPECT_NE(ops.output.find("roofline              63.76 ms per iteration"), std::string::npos) << ops.output;
   EXPECT_NE(ops.output.find("matmul_backward 4096x768x50304                                16"), std::string::npos)
       << ops.output;
   EXPECT_NE(ops.output.find("all ops"), std::string::npos) << ops.output;
@@ -210,7 +210,7 @@ TEST(Cli, EstimateGpt3) {
   const Result levers = run_kiln(gpt2 + " levers");
   ASSERT_EQ(levers.exit_code, 0) << levers.output;
   EXPECT_NE(levers.output.find("--recompute-granularity selective                              16.77   yes        "
-                               "67.37"),
+                               "66.65"),
             std::string::npos)
       << levers.output;
   EXPECT_NE(levers.output.find("--micro-batch-size 128                                   does not apply: "

@@ -103,77 +103,54 @@ TEST_P(EmulatedKernels, EmbeddingForwardAndBackward) {
   }
 }
 
-TEST_P(EmulatedKernels, LayerNormForwardWithAndWithoutTheResidual) {
+TEST_P(EmulatedKernels, LayerNormForward) {
   constexpr int64_t M = 37, C = 200;  // rows: four blocks of eight and a partial one
-  const HostTensor in = acts({M, C}, 1, 2.0f), residual = acts({M, C}, 2), weight = acts({C}, 3),
-                   bias = acts({C}, 4);
-  for (const bool with_residual : {false, true}) {
-    const std::string what = with_residual ? "with residual: " : "plain: ";
-    const HostTensor out = poisoned({M, C}), expected_out = poisoned({M, C});
-    const HostTensor mean = HostTensor::poisoned(DType::F32, {M}),
-                     expected_mean = HostTensor::poisoned(DType::F32, {M});
-    const HostTensor rstd = HostTensor::poisoned(DType::F32, {M}),
-                     expected_rstd = HostTensor::poisoned(DType::F32, {M});
-    const HostTensor sum = poisoned({M, C}), expected_sum = poisoned({M, C});
-    const LayerNormForward reference{expected_out.view(),  expected_mean.view(),
-                                     expected_rstd.view(), in.view(),
-                                     weight.view(),        bias.view()};
-    if (with_residual) {
-      cpu.residual_layernorm_forward({reference, residual.view(), expected_sum.view()});
-    } else {
-      cpu.layernorm_forward(reference);
-    }
-    ASSERT_TRUE(launched(cuda::layernorm_forward(
-        out.data(), mean.as<float>(), rstd.as<float>(), in.data(), weight.data(), bias.data(),
-        with_residual ? residual.data() : nullptr, with_residual ? sum.data() : nullptr, kind(), M,
-        C, 1e-5f)));
-    expect_close(out, expected_out, bound(dtype()), what + "out");
-    expect_close(mean, expected_mean, 1e-5, what + "mean");
-    expect_close(rstd, expected_rstd, 1e-5, what + "rstd");
-    if (with_residual) expect_close(sum, expected_sum, bound(dtype()), what + "residual_out");
-  }
+  const HostTensor in = acts({M, C}, 1, 2.0f), weight = acts({C}, 3), bias = acts({C}, 4);
+  const HostTensor out = poisoned({M, C}), expected_out = poisoned({M, C});
+  const HostTensor mean = HostTensor::poisoned(DType::F32, {M}), expected_mean = HostTensor::poisoned(DType::F32, {M});
+  const HostTensor rstd = HostTensor::poisoned(DType::F32, {M}), expected_rstd = HostTensor::poisoned(DType::F32, {M});
+  cpu.layernorm_forward(
+      {expected_out.view(), expected_mean.view(), expected_rstd.view(), in.view(), weight.view(), bias.view()});
+  ASSERT_TRUE(launched(cuda::layernorm_forward(out.data(), mean.as<float>(), rstd.as<float>(), in.data(),
+                                               weight.data(), bias.data(), kind(), M, C, 1e-5f)));
+  expect_close(out, expected_out, bound(dtype()), "out");
+  expect_close(mean, expected_mean, 1e-5, "mean");
+  expect_close(rstd, expected_rstd, 1e-5, "rstd");
+  EXPECT_TRUE(out.guard_intact()) << "written past its end";
 }
 
 // The LayerNorm that casts its output (32 rows a block, tiles of 128 columns) against the plain
 // one and the cast kernel, in the same bits, under both thread schedules: 48 rows (a block and a
-// half), 272 columns (two tiles and a part), with and without the residual add.
+// half), 272 columns (two tiles and a part).
 TEST_P(EmulatedKernels, LayerNormCastToFp8IsTheCastOfItsOutput) {
   constexpr int64_t M = 48, C = 272;
-  const HostTensor in = acts({M, C}, 1, 2.0f), residual = acts({M, C}, 2), weight = acts({C}, 3),
-                   bias = acts({C}, 4), scale = HostTensor(DType::F32, {1}, {8.0f});
-  for (const bool with_residual : {false, true}) {
-    const std::string what = with_residual ? "with residual: " : "plain: ";
-    struct Outputs {
-      HostTensor mean, rstd, sum, codes, codes_t, amax;
-    };
-    const auto fresh = [&] {
-      return Outputs{HostTensor::poisoned(DType::F32, {M}),    HostTensor::poisoned(DType::F32, {M}),
-                     poisoned({M, C}),                         HostTensor::poisoned(DType::F8E4M3, {M, C}),
-                     HostTensor::poisoned(DType::F8E4M3, {C, M}), HostTensor(DType::F32, {1}, {0.0f})};
-    };
-    const Outputs plain = fresh(), cast = fresh();
-    const HostTensor out = poisoned({M, C});
-    const void* add = with_residual ? residual.data() : nullptr;
-    ASSERT_TRUE(launched(cuda::layernorm_forward(out.data(), plain.mean.as<float>(), plain.rstd.as<float>(),
-                                                 in.data(), weight.data(), bias.data(), add,
-                                                 with_residual ? plain.sum.data() : nullptr, kind(), M, C, 1e-5f)));
-    ASSERT_TRUE(launched(cuda::cast_fp8(out.data(), kind(), M, C, scale.as<float>(), plain.amax.as<float>(), true,
-                                        plain.codes.as<uint8_t>(), plain.codes_t.as<uint8_t>(), nullptr)));
-    ASSERT_TRUE(launched(cuda::layernorm_forward_fp8(
-        cast.codes.as<uint8_t>(), cast.codes_t.as<uint8_t>(), cast.mean.as<float>(), cast.rstd.as<float>(),
-        in.data(), weight.data(), bias.data(), add, with_residual ? cast.sum.data() : nullptr, kind(), M, C, 1e-5f,
-        scale.as<float>(), cast.amax.as<float>())));
-    EXPECT_EQ(cast.codes.floats(), plain.codes.floats()) << what << "codes";
-    EXPECT_EQ(cast.codes_t.floats(), plain.codes_t.floats()) << what << "transposed codes";
-    EXPECT_EQ(cast.amax.floats(), plain.amax.floats()) << what << "amax";
-    EXPECT_EQ(cast.mean.floats(), plain.mean.floats()) << what << "mean";
-    EXPECT_EQ(cast.rstd.floats(), plain.rstd.floats()) << what << "rstd";
-    if (with_residual) {
-      EXPECT_EQ(cast.sum.floats(), plain.sum.floats()) << what << "residual_out";
-    }
-    for (const HostTensor* written : {&cast.codes, &cast.codes_t, &cast.sum})
-      EXPECT_TRUE(written->guard_intact()) << what << "written past its end";
-  }
+  const HostTensor in = acts({M, C}, 1, 2.0f), weight = acts({C}, 3), bias = acts({C}, 4),
+                   scale = HostTensor(DType::F32, {1}, {8.0f});
+  struct Outputs {
+    HostTensor mean, rstd, codes, codes_t, amax;
+  };
+  const auto fresh = [&] {
+    return Outputs{HostTensor::poisoned(DType::F32, {M}), HostTensor::poisoned(DType::F32, {M}),
+                   HostTensor::poisoned(DType::F8E4M3, {M, C}), HostTensor::poisoned(DType::F8E4M3, {C, M}),
+                   HostTensor(DType::F32, {1}, {0.0f})};
+  };
+  const Outputs plain = fresh(), cast = fresh();
+  const HostTensor out = poisoned({M, C});
+  ASSERT_TRUE(launched(cuda::layernorm_forward(out.data(), plain.mean.as<float>(), plain.rstd.as<float>(), in.data(),
+                                               weight.data(), bias.data(), kind(), M, C, 1e-5f)));
+  ASSERT_TRUE(launched(cuda::cast_fp8(out.data(), kind(), M, C, scale.as<float>(), plain.amax.as<float>(), true,
+                                      plain.codes.as<uint8_t>(), plain.codes_t.as<uint8_t>(), nullptr)));
+  ASSERT_TRUE(launched(cuda::layernorm_forward_fp8(cast.codes.as<uint8_t>(), cast.codes_t.as<uint8_t>(),
+                                                   cast.mean.as<float>(), cast.rstd.as<float>(), in.data(),
+                                                   weight.data(), bias.data(), kind(), M, C, 1e-5f,
+                                                   scale.as<float>(), cast.amax.as<float>())));
+  EXPECT_EQ(cast.codes.floats(), plain.codes.floats()) << "codes";
+  EXPECT_EQ(cast.codes_t.floats(), plain.codes_t.floats()) << "transposed codes";
+  EXPECT_EQ(cast.amax.floats(), plain.amax.floats()) << "amax";
+  EXPECT_EQ(cast.mean.floats(), plain.mean.floats()) << "mean";
+  EXPECT_EQ(cast.rstd.floats(), plain.rstd.floats()) << "rstd";
+  for (const HostTensor* written : {&cast.codes, &cast.codes_t})
+    EXPECT_TRUE(written->guard_intact()) << "written past its end";
 }
 
 // LayerNorm backward on M x C rows against the CPU; then again with din one element further into a

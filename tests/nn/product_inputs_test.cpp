@@ -29,10 +29,6 @@ class ProductInputWatcher final : public CpuBackend {
     CpuBackend::layernorm_forward(args);
     note_cast(args);
   }
-  void residual_layernorm_forward(const ResidualLayerNormForward& args) override {
-    CpuBackend::residual_layernorm_forward(args);
-    note_cast(args.norm);
-  }
   void matmul_forward(const MatmulForward& args) override {
     CpuBackend::matmul_forward(args);
     if (args.in.dtype == DType::F8E4M3) {  // cast by the LayerNorm before it, which kept the transpose

@@ -92,12 +92,11 @@ TEST(Roofline, ProductAndAttentionFlopsFollowTheClosedForms) {
   EXPECT_DOUBLE_EQ(attention, 3.5 * 2 * B * T * T * C * L);
 }
 
-// Each residual add runs inside another op (nn/block.h): the attention's inside its projection (L
-// products +residual a micro-batch, then L plain ln_2), the MLP's inside the LayerNorm that reads
-// the sum next (L fused calls: each later ln_1 and ln_f), and the first ln_1 is plain. Full
-// recomputation in one chunk replays the forward the same way, less the output the chunk keeps: L
-// products, L + 1 plain and L - 1 fused LayerNorms more.
-TEST(Roofline, EachResidualAddRunsInsideAProductOrTheNextLayerNorm) {
+// Each residual add runs inside a projection (nn/block.h): L attention and L MLP products
+// +residual a micro-batch, and every LayerNorm is plain (ln_1, ln_2 of each block, ln_f). Full
+// recomputation in one chunk replays the forward the same way, less what the chunk keeps: the last
+// block's MLP projection is skipped, so L and L - 1 products and 2 L LayerNorms more.
+TEST(Roofline, EachResidualAddRunsInsideAProduct) {
   IterationShape shape;
   shape.gpt.num_layers = 3;
   shape.gpt.hidden_size = 64;
@@ -109,16 +108,18 @@ TEST(Roofline, EachResidualAddRunsInsideAProductOrTheNextLayerNorm) {
   shape.accumulation = 3;
   shape.dtype = DType::BF16;
   const int64_t L = 3, micro_batches = 3;
-  const std::string projection = "matmul_forward 64x64x64 +bias +residual";
+  const std::string attention_projection = "matmul_forward 64x64x64 +bias +residual";
+  const std::string mlp_projection = "matmul_forward 64x256x64 +bias +residual";
   auto ops = by_op(count_iteration_ops(shape));
-  EXPECT_EQ(ops.at(projection).calls, micro_batches * L);
-  EXPECT_EQ(ops.at("residual_layernorm_forward").calls, micro_batches * L);
-  EXPECT_EQ(ops.at("layernorm_forward").calls, micro_batches * (L + 1));
+  EXPECT_EQ(ops.at(attention_projection).calls, micro_batches * L);
+  EXPECT_EQ(ops.at(mlp_projection).calls, micro_batches * L);
+  EXPECT_EQ(ops.count("matmul_forward 64x256x64 +bias"), 0u) << "an MLP projection without its residual";
+  EXPECT_EQ(ops.at("layernorm_forward").calls, micro_batches * (2 * L + 1));
   shape.recompute = RecomputePolicy::parse("full", "uniform", L);
   ops = by_op(count_iteration_ops(shape));
-  EXPECT_EQ(ops.at(projection).calls, micro_batches * 2 * L);
-  EXPECT_EQ(ops.at("residual_layernorm_forward").calls, micro_batches * (L + L - 1));
-  EXPECT_EQ(ops.at("layernorm_forward").calls, micro_batches * (L + 1 + L + 1));
+  EXPECT_EQ(ops.at(attention_projection).calls, micro_batches * 2 * L);
+  EXPECT_EQ(ops.at(mlp_projection).calls, micro_batches * (2 * L - 1));
+  EXPECT_EQ(ops.at("layernorm_forward").calls, micro_batches * (2 * L + 1 + 2 * L));
 }
 
 TEST(Roofline, ShardedOptimizerStateSharesTheOptimizersWork) {

@@ -105,7 +105,6 @@ class Backend {
   virtual void embedding_forward(const EmbeddingForward& args) = 0;
   virtual void embedding_backward(const EmbeddingBackward& args) = 0;
   virtual void layernorm_forward(const LayerNormForward& args) = 0;
-  virtual void residual_layernorm_forward(const ResidualLayerNormForward& args) = 0;
   virtual void layernorm_backward(const LayerNormBackward& args) = 0;
   virtual void matmul_forward(const MatmulForward& args) = 0;
   virtual void matmul_backward(const MatmulBackward& args) = 0;

@@ -75,16 +75,6 @@ RowsDims layernorm_forward(const LayerNormForward& a, Device device) {
   return {M, C};
 }
 
-RowsDims residual_layernorm_forward(const ResidualLayerNormForward& a, Device device) {
-  constexpr const char* op = "residual_layernorm_forward";
-  const RowsDims dims = layernorm_forward(a.norm, device);
-  require(a.residual, a.norm.in.dtype, device, op, "residual");
-  require(a.residual_out, a.norm.in.dtype, device, op, "residual_out");
-  require_numel(a.residual, dims.M * dims.C, op, "residual");
-  require_numel(a.residual_out, dims.M * dims.C, op, "residual_out");
-  return dims;
-}
-
 RowsDims layernorm_backward(const LayerNormBackward& a, Device device) {
   constexpr const char* op = "layernorm_backward";
   const DType dtype = compute_dtype(a.in, device, op, "in");

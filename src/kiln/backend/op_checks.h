@@ -19,7 +19,6 @@ struct RowsDims {
 EmbeddingDims embedding_forward(const EmbeddingForward& args, Device device);
 EmbeddingDims embedding_backward(const EmbeddingBackward& args, Device device);
 RowsDims layernorm_forward(const LayerNormForward& args, Device device);
-RowsDims residual_layernorm_forward(const ResidualLayerNormForward& args, Device device);
 RowsDims layernorm_backward(const LayerNormBackward& args, Device device);
 MatmulDims matmul_forward(const MatmulForward& args, Device device);
 MatmulDims matmul_backward(const MatmulBackward& args, Device device);

@@ -49,9 +49,6 @@ void OpCountingBackend::embedding_backward(const EmbeddingBackward& a) {
 void OpCountingBackend::layernorm_forward(const LayerNormForward& a) {
   count(a, checks::layernorm_forward);
 }
-void OpCountingBackend::residual_layernorm_forward(const ResidualLayerNormForward& a) {
-  count(a, checks::residual_layernorm_forward);
-}
 void OpCountingBackend::layernorm_backward(const LayerNormBackward& a) {
   count(a, checks::layernorm_backward);
 }

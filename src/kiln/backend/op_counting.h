@@ -41,7 +41,6 @@ class OpCountingBackend final : public Backend {
   void embedding_forward(const EmbeddingForward& args) override;
   void embedding_backward(const EmbeddingBackward& args) override;
   void layernorm_forward(const LayerNormForward& args) override;
-  void residual_layernorm_forward(const ResidualLayerNormForward& args) override;
   void layernorm_backward(const LayerNormBackward& args) override;
   void matmul_forward(const MatmulForward& args) override;
   void matmul_backward(const MatmulBackward& args) override;

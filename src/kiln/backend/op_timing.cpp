@@ -72,9 +72,6 @@ void OpTimingBackend::embedding_backward(const EmbeddingBackward& a) {
 void OpTimingBackend::layernorm_forward(const LayerNormForward& a) {
   timed(work_of(a), [&] { inner_->layernorm_forward(a); });
 }
-void OpTimingBackend::residual_layernorm_forward(const ResidualLayerNormForward& a) {
-  timed(work_of(a), [&] { inner_->residual_layernorm_forward(a); });
-}
 void OpTimingBackend::layernorm_backward(const LayerNormBackward& a) {
   timed(work_of(a), [&] { inner_->layernorm_backward(a); });
 }

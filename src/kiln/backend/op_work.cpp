@@ -84,12 +84,6 @@ OpWork work_of(const LayerNormForward& a) {
   return {a.fp8 ? "layernorm_forward fp8" : "layernorm_forward", 0.0,
           bytes_of({&a.out, &a.mean, &a.rstd, &a.in, &a.weight, &a.bias, &a.out_fp8, &a.out_fp8_t})};
 }
-OpWork work_of(const ResidualLayerNormForward& a) {
-  const LayerNormForward& n = a.norm;
-  return {n.fp8 ? "residual_layernorm_forward fp8" : "residual_layernorm_forward", 0.0,
-          bytes_of({&n.out, &n.mean, &n.rstd, &n.in, &n.weight, &n.bias, &n.out_fp8, &n.out_fp8_t, &a.residual,
-                    &a.residual_out})};
-}
 OpWork work_of(const LayerNormBackward& a) {
   return {"layernorm_backward", 0.0,
           gradient_bytes(a.din_store, {&a.din}) + gradient_bytes(a.param_store, {&a.dweight, &a.dbias}) +

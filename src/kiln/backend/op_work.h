@@ -34,7 +34,6 @@ struct OpWork {
 OpWork work_of(const EmbeddingForward& args);
 OpWork work_of(const EmbeddingBackward& args);
 OpWork work_of(const LayerNormForward& args);
-OpWork work_of(const ResidualLayerNormForward& args);
 OpWork work_of(const LayerNormBackward& args);
 OpWork work_of(const MatmulForward& args);
 OpWork work_of(const MatmulBackward& args);

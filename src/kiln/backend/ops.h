@@ -69,15 +69,6 @@ struct LayerNormForward {
   const Fp8Operand* fp8 = nullptr;     // cast the output (above), or null
   Tensor out_fp8 = {}, out_fp8_t = {};  // with fp8: [M, C] and [C, M] E4M3 codes
 };
-// Fused with the residual add before it: residual_out = norm.in + residual (rounded to the
-// compute dtype), then layernorm of residual_out into norm.out. Its backward is
-// layernorm_backward on residual_out: the add passes the gradient through unchanged, and
-// layernorm_backward already adds its input gradient into the residual stream's.
-struct ResidualLayerNormForward {
-  LayerNormForward norm;  // norm.in is the first addend
-  Tensor residual;        // [M, C] the second addend
-  Tensor residual_out;    // [M, C] (may alias norm.in)
-};
 struct LayerNormBackward {
   Tensor din;      // [M, C] += (see header), or = with din_store Write
   Tensor dweight;  // [C] += or = (param_store)

@@ -121,10 +121,8 @@ GptActivations GptActivations::lay_out(Arena& arena, const GptConfig& config, in
   acts.losses = layout.stats({B * T});
   acts.d_residual = layout.take({B, T, C});
   acts.d_hidden = layout.take({B, T, C});
-  // One stretch for four buffers that are never in use at the same time (activations.h).
+  // One stretch for three buffers that are never in use at the same time (activations.h).
   ArenaOverlay overlay(arena);
-  acts.projection_scratch = layout.take({B, T, C});
-  overlay.next();
   acts.logits = layout.take({std::min(logit_rows, B * T), Vp});
   overlay.next();
   acts.d_qkv = layout.take({B, T, 3 * C});

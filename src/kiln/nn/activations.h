@@ -8,16 +8,14 @@
 // Kept per block (what backward reads): ln1 out + stats, qkv, the attention output and its
 // log-sum-exp (the attention op never keeps the T x T probabilities, ops.h), the residual after
 // attention, ln2 out + stats, the MLP pre- and post-GELU activations and the block output.
-// Projections' outputs are only added into the residual, so they share one scratch. Under a
+// Both projections write the residual stream, x + projection, directly (block.h). Under a
 // recompute policy (recompute.h), recomputed blocks' views point into shared scratch slots (only
 // a chunk's last output is kept, as the next chunk's input); under selective recomputation every
 // block's GELU output is one shared buffer.
 // The classifier and loss run on at most `logit_rows` positions at a time (Gpt::forward), so the
 // logits buffer holds min(logit_rows, batch x seq) rows, never the whole batch's.
 // Buffers whose lifetimes never overlap share one stretch of the arena (ArenaOverlay), as large
-// as the largest of them: the projection scratch (from the MLP's c_proj to the LayerNorm that adds
-// it into the residual stream, the next block's ln_1 or ln_f, block.h; in forward, and in the forwards
-// recomputed in backward just before a layer's backward), the logits chunk (the classifier and
+// as the largest of them: the logits chunk (the classifier and
 // loss at the end of forward, whose backward runs there too; logits_at() later), d_fc (the MLP's
 // backward) and d_qkv (attention's backward); each block's backward is done with d_fc before it
 // writes d_qkv. d_residual and d_hidden (which carries d ln_f from forward to backward) stay apart.
@@ -69,7 +67,6 @@ struct GptActivations {
   Tensor lnf, lnf_mean, lnf_rstd;
   Tensor logits;                   // [min(logit_rows, B*T), Vp]: one chunk's logits, then their gradient (shared)
   Tensor losses;                   // [B*T]
-  Tensor projection_scratch;       // [B,T,C] the MLP c_proj's output before the residual add (shared)
   // Backward scratch.
   Tensor d_residual;               // [B,T,C]
   Tensor d_hidden;                 // [B,T,C] gradients of ln outputs and of attn_out; holds

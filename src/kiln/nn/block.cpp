@@ -23,32 +23,17 @@ Tensor product_input(const Tensor& in, const Tensor& kept_codes) { return kept_c
 
 }  // namespace
 
-BlockInput output_of(const BlockActivations& acts, const Tensor& projection) {
-  return {acts.residual_out, acts.residual_mid, projection};
-}
-
-void normalize_input(Backend& backend, LayerNormForward norm, const BlockInput& input) {
-  if (!input.unsummed()) {
-    norm.in = input.x;
-    backend.layernorm_forward(norm);
-    return;
-  }
-  norm.in = input.residual_mid;
-  backend.residual_layernorm_forward({norm, input.projection, input.x});
-}
-
 void block_forward(Backend& backend, const GptConfig& config, const BlockWeights& w,
-                   const BlockInput& input, const BlockActivations& acts, const Tensor& projection,
-                   const BlockFp8* fp8, BlockForwardExtent extent) {
+                   const Tensor& input, const BlockActivations& acts, const BlockFp8* fp8,
+                   BlockForwardExtent extent) {
   const float eps = config.layernorm_eps;
   // With fp8 the LayerNorms cast their outputs for the products, which read the codes (ops.h).
   const Fp8Matmul* qkv = fp8_of(fp8, &BlockFp8::qkv);
   const Fp8Matmul* fc = fp8_of(fp8, &BlockFp8::fc);
-  // First, before the attention's projection overwrites an unsummed input's addend.
-  normalize_input(backend,
-                  layernorm_feeding(qkv, acts.ln1, acts.ln1_mean, acts.ln1_rstd, w.ln1_weight, w.ln1_bias, eps,
-                                    acts.ln1_fp8_t),
-                  input);
+  LayerNormForward ln1 =
+      layernorm_feeding(qkv, acts.ln1, acts.ln1_mean, acts.ln1_rstd, w.ln1_weight, w.ln1_bias, eps, acts.ln1_fp8_t);
+  ln1.in = input;
+  backend.layernorm_forward(ln1);
   backend.matmul_forward({acts.qkv, acts.ln1, w.qkv_weight, w.qkv_bias, WeightLayout::InOut, Tensor{}, qkv});
   backend.attention_forward({acts.attn_out, acts.attn_lse, acts.qkv, Tensor{},
                              static_cast<int>(config.num_heads), AttentionMask::Causal});
@@ -56,7 +41,7 @@ void block_forward(Backend& backend, const GptConfig& config, const BlockWeights
   MatmulForward attention_projection{acts.residual_mid, acts.attn_out, w.attn_proj_weight, w.attn_proj_bias,
                                      WeightLayout::InOut, Tensor{}, fp8_of(fp8, &BlockFp8::attn_proj),
                                      acts.attn_out_fp8_t};
-  attention_projection.residual = input.x;
+  attention_projection.residual = input;
   backend.matmul_forward(attention_projection);
   LayerNormForward ln2 =
       layernorm_feeding(fc, acts.ln2, acts.ln2_mean, acts.ln2_rstd, w.ln2_weight, w.ln2_bias, eps, acts.ln2_fp8_t);
@@ -65,10 +50,12 @@ void block_forward(Backend& backend, const GptConfig& config, const BlockWeights
   backend.matmul_forward({acts.fc_pre_gelu, acts.ln2, w.fc_weight, w.fc_bias, WeightLayout::InOut,
                           acts.fc_post_gelu, fc});  // + GELU
   if (extent == BlockForwardExtent::BackwardInputs) return;
-  backend.matmul_forward({projection, acts.fc_post_gelu, w.fc_proj_weight, w.fc_proj_bias,
-                          WeightLayout::InOut, Tensor{}, fp8_of(fp8, &BlockFp8::fc_proj),
-                          acts.fc_post_gelu_fp8_t});
-  // The output, residual_mid + projection, is added by the next LayerNorm (output_of).
+  // residual_out = residual_mid + the MLP's projection, added inside the product.
+  MatmulForward mlp_projection{acts.residual_out, acts.fc_post_gelu, w.fc_proj_weight, w.fc_proj_bias,
+                               WeightLayout::InOut, Tensor{}, fp8_of(fp8, &BlockFp8::fc_proj),
+                               acts.fc_post_gelu_fp8_t};
+  mlp_projection.residual = acts.residual_mid;
+  backend.matmul_forward(mlp_projection);
 }
 
 BlockActivations without_kept_mlp_codes(BlockActivations acts) {

@@ -177,17 +177,14 @@ void Gpt::begin_forward(std::span<const int32_t> tokens, std::span<const int32_t
 void Gpt::forward_ops() {
   KILN_CHECK(inputs_.tokens != nullptr, "Gpt::forward_ops without begin_forward");
   backend_.embedding_forward({acts_.embedded, tokens_in_use_, weights_.wte, weights_.wpe});
-  BlockInput input{acts_.embedded, {}, {}};
+  Tensor input = acts_.embedded;
   for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
     const BlockActivations& block = acts_.blocks[static_cast<size_t>(layer)];
-    block_forward(backend_, config_, weights_.blocks[static_cast<size_t>(layer)], input, block,
-                  acts_.projection_scratch, block_fp8(layer));
-    input = output_of(block, acts_.projection_scratch);
+    block_forward(backend_, config_, weights_.blocks[static_cast<size_t>(layer)], input, block, block_fp8(layer));
+    input = block.residual_out;
   }
-  // Writes the last block's output too (block.h).
-  normalize_input(backend_, {acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, Tensor{}, weights_.lnf_weight,
-                             weights_.lnf_bias, config_.layernorm_eps},
-                  input);
+  backend_.layernorm_forward({acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, input, weights_.lnf_weight,
+                              weights_.lnf_bias, config_.layernorm_eps});
   backward_ready_ = false;
   if (!inputs_.targets) return;
 
@@ -247,16 +244,13 @@ void Gpt::backward() {
     const size_t index = static_cast<size_t>(layer);
     const LayerRecompute& plan = acts_.recompute[index];
     if (plan.recomputed && layer == plan.chunk_last) {
-      // Re-run the chunk's forward from its kept input; the projection scratch is free in backward.
-      // The chunk's last output is kept, so its last block runs only as far as its backward reads.
-      BlockInput input{input_of(plan.chunk_first), {}, {}};
+      // Re-run the chunk's forward from its kept input. The chunk's last output is kept, so its
+      // last block runs only as far as its backward reads.
       for (int64_t chunk_layer = plan.chunk_first; chunk_layer <= plan.chunk_last; ++chunk_layer) {
-        const BlockActivations& block = acts_.blocks[static_cast<size_t>(chunk_layer)];
-        block_forward(backend_, config_, weights_.blocks[static_cast<size_t>(chunk_layer)], input, block,
-                      acts_.projection_scratch, block_fp8(chunk_layer),
+        block_forward(backend_, config_, weights_.blocks[static_cast<size_t>(chunk_layer)], input_of(chunk_layer),
+                      acts_.blocks[static_cast<size_t>(chunk_layer)], block_fp8(chunk_layer),
                       chunk_layer == plan.chunk_last ? BlockForwardExtent::BackwardInputs
                                                      : BlockForwardExtent::Output);
-        input = output_of(block, acts_.projection_scratch);
       }
     }
     if (plan.gelu_recomputed)  // selective: this layer's GELU output, into the buffer all layers share

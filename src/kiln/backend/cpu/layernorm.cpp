@@ -33,16 +33,6 @@ void layernorm_forward_fp32(const LayerNormForward& args) {
   }
 }
 
-// out = a + b, in fp32 (Fp32Scope rounds out to its dtype).
-void add_fp32(const Tensor& out, const Tensor& a, const Tensor& b) {
-  const int64_t count = out.numel();
-  const float* x = a.as<float>();
-  const float* y = b.as<float>();
-  float* sum = out.as<float>();
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < count; ++i) sum[i] = x[i] + y[i];
-}
-
 // The output cast for an fp8 product (ops.h): `out` (fp32, [M, C]) is rounded to `dtype`, and its
 // E4M3 codes written in both layouts, with max |out| folded into the amax.
 void cast_output_to_fp8(const Tensor& out, DType dtype, const LayerNormForward& args, ConversionScratch& scratch) {
@@ -121,19 +111,6 @@ void layernorm_backward_fp32(const LayerNormBackward& args) {
   }
 }
 }  // namespace
-
-// The reference of the fused op is the two ops in turn: the add, rounded to the dtype, then the norm.
-void CpuBackend::residual_layernorm_forward(const ResidualLayerNormForward& args) {
-  checks::residual_layernorm_forward(args, Device::CPU);
-  {  // a scope of its own: layernorm_forward's reuses the conversion scratch
-    Fp32Scope f(scratch_);
-    add_fp32(f.output(args.residual_out), f.input(args.norm.in), f.input(args.residual));
-    f.write_back();
-  }
-  LayerNormForward norm = args.norm;
-  norm.in = args.residual_out;
-  layernorm_forward(norm);
-}
 
 void CpuBackend::layernorm_backward(const LayerNormBackward& args) {
   checks::layernorm_backward(args, Device::CPU);

@@ -290,30 +290,19 @@ void CudaBackend::embedding_backward(const EmbeddingBackward& a) {
              "embedding_backward");
 }
 
-namespace {
-// Either LayerNorm forward kernel, with the residual add (else null) and the fp8 cast as `n` asks.
-int launch_layernorm_forward(const LayerNormForward& n, const void* residual, void* residual_out, int64_t M,
-                             int64_t C) {
-  const int kind = element_kind(n.in.dtype);
-  if (n.fp8)
-    return cuda::layernorm_forward_fp8(n.out_fp8.as<uint8_t>(), n.out_fp8_t.as<uint8_t>(), n.mean.as<float>(),
-                                       n.rstd.as<float>(), n.in.data, n.weight.data, n.bias.data, residual,
-                                       residual_out, kind, M, C, n.eps, n.fp8->scale.as<float>(),
-                                       n.fp8->amax.as<float>());
-  return cuda::layernorm_forward(n.out.data, n.mean.as<float>(), n.rstd.as<float>(), n.in.data, n.weight.data,
-                                 n.bias.data, residual, residual_out, kind, M, C, n.eps);
-}
-}  // namespace
-
+// The plain kernel, or with `fp8` the one that only casts its output (ops.h).
 void CudaBackend::layernorm_forward(const LayerNormForward& a) {
   const auto [M, C] = checks::layernorm_forward(a, kCuda);
-  check_cuda(launch_layernorm_forward(a, nullptr, nullptr, M, C), "layernorm_forward");
-}
-
-void CudaBackend::residual_layernorm_forward(const ResidualLayerNormForward& a) {
-  const auto [M, C] = checks::residual_layernorm_forward(a, kCuda);
-  check_cuda(launch_layernorm_forward(a.norm, a.residual.data, a.residual_out.data, M, C),
-             "residual_layernorm_forward");
+  const int kind = element_kind(a.in.dtype);
+  if (a.fp8)
+    check_cuda(cuda::layernorm_forward_fp8(a.out_fp8.as<uint8_t>(), a.out_fp8_t.as<uint8_t>(), a.mean.as<float>(),
+                                           a.rstd.as<float>(), a.in.data, a.weight.data, a.bias.data, kind, M, C,
+                                           a.eps, a.fp8->scale.as<float>(), a.fp8->amax.as<float>()),
+               "layernorm_forward fp8");
+  else
+    check_cuda(cuda::layernorm_forward(a.out.data, a.mean.as<float>(), a.rstd.as<float>(), a.in.data,
+                                       a.weight.data, a.bias.data, kind, M, C, a.eps),
+               "layernorm_forward");
 }
 
 void CudaBackend::layernorm_backward(const LayerNormBackward& a) {

@@ -28,15 +28,14 @@ size_t embedding_backward_workspace_bytes(int64_t positions);
 int embedding_backward(float* dwte, float* dwpe, const void* dout, int kind, const int32_t* tokens, int64_t B,
                        int64_t T, int64_t C, int64_t dwpe_rows, bool write_dwpe, void* workspace,
                        size_t workspace_bytes);
-// With residual (else null): residual_out = in + residual, rounded, is written and normalised.
 int layernorm_forward(void* out, float* mean, float* rstd, const void* in, const void* weight, const void* bias,
-                      const void* residual, void* residual_out, int kind, int64_t M, int64_t C, float eps);
+                      int kind, int64_t M, int64_t C, float eps);
 // The same LayerNorm with its output only cast (ops.h, LayerNormForward with fp8): E4M3 codes of the
 // rounded output, times *scale, into codes [M, C] and codes_t [C, M], max |output| into *amax, as
 // cast_fp8 from layernorm_forward's output would give. M and C multiples of 16.
 int layernorm_forward_fp8(uint8_t* codes, uint8_t* codes_t, float* mean, float* rstd, const void* in,
-                          const void* weight, const void* bias, const void* residual, void* residual_out, int kind,
-                          int64_t M, int64_t C, float eps, const float* scale, float* amax);
+                          const void* weight, const void* bias, int kind, int64_t M, int64_t C, float eps,
+                          const float* scale, float* amax);
 // din += (write_din: =) the input gradient, dweight and dbias += (write_params: =) the parameter
 // gradients, from one read of dout and in; needs a workspace of layernorm_backward_scratch_bytes(M,
 // C) (layernorm_workspace.h) bytes.

@@ -1,4 +1,4 @@
-// LayerNorm forward (optionally fused with the residual add before it), one warp per row, or, for
+// LayerNorm forward, one warp per row, or, for
 // an output only an fp8 product reads, 32 rows a block casting it to fp8 codes in the same pass; and
 // backward, one warp per row with the parameter gradients summed in the same pass into partial
 // sums a run of rows (layernorm_workspace.h), which take the workspace.
@@ -19,23 +19,6 @@ inline unsigned row_blocks(int64_t M) { return static_cast<unsigned>((M + kRowsP
 // Columns move W at a time (Pack, element.cuh; C is a multiple of W): lane l takes columns
 // [W (l + 32 i), W (l + 32 i) + W). The pieces below are shared by the plain forward and the one
 // that casts its output to fp8, so the two give the same bits.
-
-// Row `row` of the input to normalise: `in`'s, or with a residual the rounded sum in + residual,
-// written to residual_out first (which may alias in; each lane reads back only what it wrote).
-template <typename T, int W>
-__device__ __forceinline__ const T* row_to_normalise(const T* in, const T* residual, T* residual_out, int64_t row,
-                                                     int64_t C, int lane) {
-  const T* x = in + row * C;
-  if (residual == nullptr) return x;
-  for (int64_t c = lane * W; c < C; c += 32 * W) {
-    const Pack<T, W> a = Pack<T, W>::load(x + c), b = Pack<T, W>::load(residual + row * C + c);
-    Pack<T, W> sum;
-#pragma unroll
-    for (int w = 0; w < W; ++w) sum.set(w, a[w] + b[w]);
-    sum.store(residual_out + row * C + c);
-  }
-  return residual_out + row * C;
-}
 
 struct RowStatistics {
   float mean, rstd;
@@ -68,13 +51,12 @@ __device__ __forceinline__ float normalised(float x, RowStatistics s, float weig
 
 template <typename T, int W>
 __global__ void layernorm_forward_kernel(T* out, float* mean_out, float* rstd_out, const T* in,
-                                         const T* weight, const T* bias, const T* residual,
-                                         T* residual_out, int64_t M, int64_t C, float eps) {
+                                         const T* weight, const T* bias, int64_t M, int64_t C, float eps) {
   using P = Pack<T, W>;
   const int64_t row = blockIdx.x * static_cast<int64_t>(kRowsPerBlock) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= M) return;  // whole warps leave together
-  const T* x = row_to_normalise<T, W>(in, residual, residual_out, row, C, lane);
+  const T* x = in + row * C;
   const RowStatistics s = row_statistics<T, W>(x, C, eps, lane);
   for (int64_t c = lane * W; c < C; c += 32 * W) {
     const P values = P::load(x + c), scale = P::load(weight + c), shift = P::load(bias + c);
@@ -93,16 +75,15 @@ __global__ void layernorm_forward_kernel(T* out, float* mean_out, float* rstd_ou
 // of the output, its E4M3 codes, fp8(round(y) * scale), in the layout and in the transposed one,
 // as cast_fp8 (fp8.cu) would write them from the rounded output, and max |round(y)| into amax.
 // Block b takes the 32 rows [32 b, 32 b + 32) (M is a multiple of 16): its warps first take a row
-// each in turn for the residual add and the statistics, as the plain kernel (the same bits, where
+// each in turn for the statistics, as the plain kernel (the same bits, where
 // the plain kernel's output would not narrow its pack width W: 16-byte aligned as in the arena), then
 // the rows go in tiles of 128 columns as in the cast (warp w rows w, w + 8, ..., lane l columns
 // 4 l to 4 l + 3), read again from cache, normalised, cast, and the tile's transpose written from
 // shared memory. C is a multiple of 16; the rows' pointers are 8-byte aligned (a 4-element Pack).
 template <typename T, int W>
 __global__ void layernorm_forward_fp8_kernel(uint8_t* codes, uint8_t* codes_t, float* mean_out, float* rstd_out,
-                                             const T* in, const T* weight, const T* bias, const T* residual,
-                                             T* residual_out, int64_t M, int64_t C, float eps,
-                                             const float* scale_pointer, float* amax) {
+                                             const T* in, const T* weight, const T* bias, int64_t M, int64_t C,
+                                             float eps, const float* scale_pointer, float* amax) {
   constexpr int kWarps = kThreads / 32;
   __shared__ RowStatistics statistics[kFp8TileRows];
   alignas(16) __shared__ Fp8Tile tile;
@@ -110,8 +91,7 @@ __global__ void layernorm_forward_fp8_kernel(uint8_t* codes, uint8_t* codes_t, f
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kFp8TileRows;
   for (int r = warp; r < kFp8TileRows && row0 + r < M; r += kWarps) {
     const int64_t row = row0 + r;
-    const RowStatistics s = row_statistics<T, W>(row_to_normalise<T, W>(in, residual, residual_out, row, C, lane), C,
-                                                 eps, lane);
+    const RowStatistics s = row_statistics<T, W>(in + row * C, C, eps, lane);
     if (lane == 0) {
       statistics[r] = s;
       mean_out[row] = s.mean;
@@ -119,7 +99,6 @@ __global__ void layernorm_forward_fp8_kernel(uint8_t* codes, uint8_t* codes_t, f
     }
   }
   __syncthreads();
-  const T* x = residual ? residual_out : in;
   const float scale = *scale_pointer;
   float largest = 0.0f;
   using P = Pack<T, kFp8Vector>;
@@ -128,7 +107,7 @@ __global__ void layernorm_forward_fp8_kernel(uint8_t* codes, uint8_t* codes_t, f
     for (int r = warp; r < kFp8TileRows; r += kWarps) {
       const int64_t row = row0 + r;
       if (row >= M || col >= C) continue;
-      const P values = P::load(x + row * C + col), gain = P::load(weight + col), shift = P::load(bias + col);
+      const P values = P::load(in + row * C + col), gain = P::load(weight + col), shift = P::load(bias + col);
       P rounded;
       uint32_t packed = 0;
 #pragma unroll
@@ -249,35 +228,34 @@ __global__ void __launch_bounds__(32 * kBackwardWarps, kBackwardBlocksPerSm)
 }  // namespace
 
 int layernorm_forward(void* out, float* mean, float* rstd, const void* in, const void* weight, const void* bias,
-                      const void* residual, void* residual_out, int kind, int64_t M, int64_t C, float eps) {
+                      int kind, int64_t M, int64_t C, float eps) {
   if (M == 0) return 0;
   return dispatch(kind, [&](auto tag) {
     using E = decltype(tag);
-    return with_pack_width<E>(C, {out, in, weight, bias, residual, residual_out}, [&](auto width) {
+    return with_pack_width<E>(C, {out, in, weight, bias}, [&](auto width) {
       launch(layernorm_forward_kernel<E, decltype(width)::value>, row_blocks(M), kThreads, 0,
              static_cast<E*>(out), mean, rstd, static_cast<const E*>(in),
-             static_cast<const E*>(weight), static_cast<const E*>(bias),
-             static_cast<const E*>(residual), static_cast<E*>(residual_out), M, C, eps);
+             static_cast<const E*>(weight), static_cast<const E*>(bias), M, C, eps);
       return launch_status();
     });
   });
 }
 
 int layernorm_forward_fp8(uint8_t* codes, uint8_t* codes_t, float* mean, float* rstd, const void* in,
-                          const void* weight, const void* bias, const void* residual, void* residual_out, int kind,
-                          int64_t M, int64_t C, float eps, const float* scale, float* amax) {
+                          const void* weight, const void* bias, int kind, int64_t M, int64_t C, float eps,
+                          const float* scale, float* amax) {
   if (M % 16 != 0 || C % 16 != 0) return static_cast<int>(cudaErrorInvalidValue);
   if (M == 0) return 0;
   return dispatch(kind, [&](auto tag) {
     using E = decltype(tag);
-    for (const void* rows : std::initializer_list<const void*>{in, weight, bias, residual_out})  // 4-element reads
+    for (const void* rows : std::initializer_list<const void*>{in, weight, bias})  // 4-element reads
       if (reinterpret_cast<uintptr_t>(rows) % (kFp8Vector * sizeof(E)) != 0)
         return static_cast<int>(cudaErrorMisalignedAddress);
-    return with_pack_width<E>(C, {in, weight, bias, residual, residual_out}, [&](auto width) {
+    return with_pack_width<E>(C, {in, weight, bias}, [&](auto width) {
       launch(layernorm_forward_fp8_kernel<E, decltype(width)::value>,
              static_cast<unsigned>(fp8_cast_tile_rows(M)), kThreads, 0, codes, codes_t, mean, rstd,
-             static_cast<const E*>(in), static_cast<const E*>(weight), static_cast<const E*>(bias),
-             static_cast<const E*>(residual), static_cast<E*>(residual_out), M, C, eps, scale, amax);
+             static_cast<const E*>(in), static_cast<const E*>(weight), static_cast<const E*>(bias), M, C, eps, scale,
+             amax);
       return launch_status();
     });
   });
