@@ -8,13 +8,14 @@ const Fp8Matmul* fp8_of(const BlockFp8* fp8, Fp8Matmul BlockFp8::*product) {
   return fp8 ? &(fp8->*product) : nullptr;
 }
 
-// A LayerNorm feeding `product`: its output `out`, or with fp8 only the output's codes, `out` (the
-// codes buffer, activations.h) and `codes_t` (kept for the product's backward), as ops.h casts them.
-LayerNormForward layernorm_feeding(const Fp8Matmul* product, const Tensor& out, const Tensor& mean,
+// A LayerNorm of `in` feeding `product`: its output `out`, or with fp8 only the output's codes,
+// `out` (the codes buffer, activations.h) and `codes_t` (kept for the product's backward), as ops.h
+// casts them.
+LayerNormForward layernorm_feeding(const Fp8Matmul* product, const Tensor& in, const Tensor& out, const Tensor& mean,
                                    const Tensor& rstd, const Tensor& weight, const Tensor& bias, float eps,
                                    const Tensor& codes_t) {
-  if (!product) return {out, mean, rstd, Tensor{}, weight, bias, eps};
-  return {Tensor{}, mean, rstd, Tensor{}, weight, bias, eps, &product->in, out, codes_t};
+  if (!product) return {out, mean, rstd, in, weight, bias, eps};
+  return {Tensor{}, mean, rstd, in, weight, bias, eps, &product->in, out, codes_t};
 }
 
 // A product backward's input: none where the forward kept its fp8 codes (ops.h, in_fp8_t), whose
@@ -30,10 +31,8 @@ void block_forward(Backend& backend, const GptConfig& config, const BlockWeights
   // With fp8 the LayerNorms cast their outputs for the products, which read the codes (ops.h).
   const Fp8Matmul* qkv = fp8_of(fp8, &BlockFp8::qkv);
   const Fp8Matmul* fc = fp8_of(fp8, &BlockFp8::fc);
-  LayerNormForward ln1 =
-      layernorm_feeding(qkv, acts.ln1, acts.ln1_mean, acts.ln1_rstd, w.ln1_weight, w.ln1_bias, eps, acts.ln1_fp8_t);
-  ln1.in = input;
-  backend.layernorm_forward(ln1);
+  backend.layernorm_forward(layernorm_feeding(qkv, input, acts.ln1, acts.ln1_mean, acts.ln1_rstd, w.ln1_weight,
+                                              w.ln1_bias, eps, acts.ln1_fp8_t));
   backend.matmul_forward({acts.qkv, acts.ln1, w.qkv_weight, w.qkv_bias, WeightLayout::InOut, Tensor{}, qkv});
   backend.attention_forward({acts.attn_out, acts.attn_lse, acts.qkv, Tensor{},
                              static_cast<int>(config.num_heads), AttentionMask::Causal});
@@ -43,10 +42,8 @@ void block_forward(Backend& backend, const GptConfig& config, const BlockWeights
                                      acts.attn_out_fp8_t};
   attention_projection.residual = input;
   backend.matmul_forward(attention_projection);
-  LayerNormForward ln2 =
-      layernorm_feeding(fc, acts.ln2, acts.ln2_mean, acts.ln2_rstd, w.ln2_weight, w.ln2_bias, eps, acts.ln2_fp8_t);
-  ln2.in = acts.residual_mid;
-  backend.layernorm_forward(ln2);
+  backend.layernorm_forward(layernorm_feeding(fc, acts.residual_mid, acts.ln2, acts.ln2_mean, acts.ln2_rstd,
+                                              w.ln2_weight, w.ln2_bias, eps, acts.ln2_fp8_t));
   backend.matmul_forward({acts.fc_pre_gelu, acts.ln2, w.fc_weight, w.fc_bias, WeightLayout::InOut,
                           acts.fc_post_gelu, fc});  // + GELU
   if (extent == BlockForwardExtent::BackwardInputs) return;
