@@ -1,8 +1,9 @@
 // A LayerNorm that casts its output for an fp8 product (ops.h, LayerNormForward with fp8) on every
 // back-end: the codes it writes, in both layouts, and the product that reads them are bit for bit
 // the plain LayerNorm's output cast by the product itself (with the input's codes kept for the
-// backward); its statistics and the amax are those bits too. Shapes cross the CUDA kernel's edges: 48 rows (a block of 32 and half of one) and
-// 272 columns (two tiles of 128 and part of a third). Arguments that do not fit are refused by name.
+// backward); its statistics and the amax are those bits too. Shapes cross the CUDA kernel's
+// edges: 48 rows (a block of 32 and half of one) and 272 columns (two tiles of 128 and part of a
+// third). Arguments that do not fit are refused by name.
 #include <gtest/gtest.h>
 
 #include "kiln/backend/registry.h"

@@ -1,7 +1,7 @@
 // The bias helpers of the matrix products (lt_matmul.h, cuda_backend.cpp): broadcast a bias (and
-// a residual) into the output before an accumulating product and sum a bias gradient's columns, where cuBLASLt's
-// epilogues do not take them, and add an epilogue's bias gradient into the accumulated one; also
-// the second pass of the fixed-order column sums (kernel_common.cuh).
+// a residual) into the output before an accumulating product and sum a bias gradient's columns,
+// where cuBLASLt's epilogues do not take them, and add an epilogue's bias gradient into the
+// accumulated one; also the second pass of the fixed-order column sums (kernel_common.cuh).
 #include "kiln/backend/cuda/kernel_common.cuh"
 
 namespace kiln::cuda {
