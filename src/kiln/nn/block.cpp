@@ -22,6 +22,15 @@ LayerNormForward layernorm_feeding(const Fp8Matmul* product, const Tensor& in, c
 // 16-bit tensor may since have been overwritten (activations.h).
 Tensor product_input(const Tensor& in, const Tensor& kept_codes) { return kept_codes.empty() ? in : Tensor{}; }
 
+// A projection that adds the residual stream inside the product: out = residual + in W + bias
+// (ops.h, MatmulForward::residual), with fp8 keeping its input's codes in kept_codes.
+MatmulForward residual_projection(const Tensor& out, const Tensor& residual, const Tensor& in, const Tensor& weight,
+                                  const Tensor& bias, const Fp8Matmul* fp8, const Tensor& kept_codes) {
+  MatmulForward projection{out, in, weight, bias, WeightLayout::InOut, Tensor{}, fp8, kept_codes};
+  projection.residual = residual;
+  return projection;
+}
+
 }  // namespace
 
 void block_forward(Backend& backend, const GptConfig& config, const BlockWeights& w,
@@ -36,23 +45,17 @@ void block_forward(Backend& backend, const GptConfig& config, const BlockWeights
   backend.matmul_forward({acts.qkv, acts.ln1, w.qkv_weight, w.qkv_bias, WeightLayout::InOut, Tensor{}, qkv});
   backend.attention_forward({acts.attn_out, acts.attn_lse, acts.qkv, Tensor{},
                              static_cast<int>(config.num_heads), AttentionMask::Causal});
-  // residual_mid = input + the attention's projection, added inside the product (ops.h).
-  MatmulForward attention_projection{acts.residual_mid, acts.attn_out, w.attn_proj_weight, w.attn_proj_bias,
-                                     WeightLayout::InOut, Tensor{}, fp8_of(fp8, &BlockFp8::attn_proj),
-                                     acts.attn_out_fp8_t};
-  attention_projection.residual = input;
-  backend.matmul_forward(attention_projection);
+  backend.matmul_forward(residual_projection(acts.residual_mid, input, acts.attn_out, w.attn_proj_weight,
+                                             w.attn_proj_bias, fp8_of(fp8, &BlockFp8::attn_proj),
+                                             acts.attn_out_fp8_t));
   backend.layernorm_forward(layernorm_feeding(fc, acts.residual_mid, acts.ln2, acts.ln2_mean, acts.ln2_rstd,
                                               w.ln2_weight, w.ln2_bias, eps, acts.ln2_fp8_t));
   backend.matmul_forward({acts.fc_pre_gelu, acts.ln2, w.fc_weight, w.fc_bias, WeightLayout::InOut,
                           acts.fc_post_gelu, fc});  // + GELU
   if (extent == BlockForwardExtent::BackwardInputs) return;
-  // residual_out = residual_mid + the MLP's projection, added inside the product.
-  MatmulForward mlp_projection{acts.residual_out, acts.fc_post_gelu, w.fc_proj_weight, w.fc_proj_bias,
-                               WeightLayout::InOut, Tensor{}, fp8_of(fp8, &BlockFp8::fc_proj),
-                               acts.fc_post_gelu_fp8_t};
-  mlp_projection.residual = acts.residual_mid;
-  backend.matmul_forward(mlp_projection);
+  backend.matmul_forward(residual_projection(acts.residual_out, acts.residual_mid, acts.fc_post_gelu,
+                                             w.fc_proj_weight, w.fc_proj_bias, fp8_of(fp8, &BlockFp8::fc_proj),
+                                             acts.fc_post_gelu_fp8_t));
 }
 
 BlockActivations without_kept_mlp_codes(BlockActivations acts) {
