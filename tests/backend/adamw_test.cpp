@@ -13,15 +13,7 @@
 namespace kiln::testing {
 namespace {
 
-class BackendTest : public ::testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override {
-    const std::string reason = backend_skip_reason(GetParam());
-    if (!reason.empty()) GTEST_SKIP() << reason;
-    backend_ = make_backend(GetParam());
-  }
-  std::unique_ptr<Backend> backend_;
-};
+class BackendTest : public OnEachBackend {};
 
 TEST_P(BackendTest, AdamwMatchesDoubleReferenceOverSteps) {
   constexpr int64_t kCount = 1000;

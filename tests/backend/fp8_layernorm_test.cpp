@@ -25,15 +25,7 @@ Tensor poisoned_codes(DeviceTensors& t, Shape shape) {
   return t.upload(std::vector<uint8_t>(static_cast<size_t>(shape.numel()), 0x7F), shape, DType::F8E4M3);
 }
 
-class Fp8LayerNorm : public ::testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override {
-    const std::string reason = backend_skip_reason(GetParam());
-    if (!reason.empty()) GTEST_SKIP() << reason;
-    backend_ = make_backend(GetParam());
-  }
-  std::unique_ptr<Backend> backend_;
-};
+class Fp8LayerNorm : public OnEachBackend {};
 
 TEST_P(Fp8LayerNorm, CodesAreTheProductsOwnCastOfTheOutput) {
   DeviceTensors t(*backend_, DType::BF16);
@@ -109,8 +101,7 @@ TEST_P(Fp8LayerNorm, ArgumentsThatDoNotFitAreRefused) {
       << no_fp8;
 }
 
-INSTANTIATE_TEST_SUITE_P(AllBackends, Fp8LayerNorm, ::testing::ValuesIn(all_backend_names()),
-                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(AllBackends, Fp8LayerNorm, ::testing::ValuesIn(all_backend_names()), backend_param_name);
 
 }  // namespace
 }  // namespace kiln::testing

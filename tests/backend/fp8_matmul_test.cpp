@@ -235,33 +235,27 @@ INSTANTIATE_TEST_SUITE_P(AllBackends, Fp8Products,
                                             ::testing::Values(DType::F8E5M2, DType::F8E4M3)),
                          case_name);
 
-class Fp8Scaling : public ::testing::TestWithParam<std::string> {};
+class Fp8Scaling : public OnEachBackend {};
 
 TEST_P(Fp8Scaling, NextScalesFollowTheAmaxHistory) {
-  const std::string reason = backend_skip_reason(GetParam());
-  if (!reason.empty()) GTEST_SKIP() << reason;
-  auto backend = make_backend(GetParam());
-  DeviceTensors t(*backend);
+  DeviceTensors t(*backend_);
   // Rows [scale, scale_inv, amax, fp8_max, history x 3].
   const Tensor state =
       t.floats({3.0f, 1.0f / 3, 8.0f, 448.0f,   1.0f,   4.0f, 2.0f,   // E4M3: max(1, 8, 2) = 8
                 3.0f, 1.0f / 3, 0.0f, 57344.0f, 0.0f,   0.0f, 0.0f,   // nothing seen: kept
                 3.0f, 1.0f / 3, 2.0f, 448.0f,   100.0f, 0.0f, 0.0f},  // 100 still in the history
                {3, 7});
-  backend->fp8_update_scales({state, /*position=*/1, /*use_history_max=*/true, /*margin=*/1});
+  backend_->fp8_update_scales({state, /*position=*/1, /*use_history_max=*/true, /*margin=*/1});
   EXPECT_EQ(t.download(state),
             (std::vector<float>{28.0f, 1.0f / 28,    0.0f, 448.0f,   1.0f,   8.0f, 2.0f,  //
                                 3.0f,  1.0f / 3,     0.0f, 57344.0f, 0.0f,   0.0f, 0.0f,  //
                                 2.24f, 1.0f / 2.24f, 0.0f, 448.0f,   100.0f, 2.0f, 0.0f}));
   const Tensor recent = t.floats({3.0f, 1.0f / 3, 2.0f, 448.0f, 100.0f}, {1, 5});
-  backend->fp8_update_scales({recent, 0, /*use_history_max=*/false, 0});
+  backend_->fp8_update_scales({recent, 0, /*use_history_max=*/false, 0});
   EXPECT_EQ(t.download(recent), (std::vector<float>{224.0f, 1.0f / 224, 0.0f, 448.0f, 2.0f}));
 }
 
-INSTANTIATE_TEST_SUITE_P(AllBackends, Fp8Scaling, ::testing::ValuesIn(all_backend_names()),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           return info.param;
-                         });
+INSTANTIATE_TEST_SUITE_P(AllBackends, Fp8Scaling, ::testing::ValuesIn(all_backend_names()), backend_param_name);
 
 }  // namespace
 }  // namespace kiln::testing

@@ -105,18 +105,18 @@ TEST(Activations, OnlyBuffersWithDisjointLifetimesShareMemory) {
   }
 }
 
-// With fp8 products every block keeps its products' input codes, [K, B*T] in fp8_e4m3, and its
-// LayerNorm outputs' codes (all the LayerNorms write, ops.h) and GELU output are buffers all blocks
-// share; under selective recomputation the GELU output is recomputed instead, and its codes are
-// not kept. Under full recomputation a chunk's last block replays no MLP c_proj (block.h), so a
-// recompute slot that only such blocks use keeps no codes for it: with uniform chunks of 2 the
-// second slot (layers 1 and 3), with the first 3 layers each a chunk all three.
+// With fp8 products every block keeps its products' input codes, [K, B*T] in fp8_e4m3, and the
+// codes of its LayerNorm outputs and GELU output (which the LayerNorms and c_fc write, ops.h) are
+// buffers all blocks share; under selective recomputation the GELU output is recomputed instead:
+// a shared bf16 buffer, and its codes are not kept. Under full recomputation a chunk's last block
+// replays no MLP c_proj (block.h), but its c_fc writes the codes that product's backward reads, so
+// every recompute slot keeps them.
 TEST(Activations, Fp8ProductsKeepTheirInputsCodesInsteadOfTheInputs) {
   const GptConfig config = small_config();
   const int64_t C = config.hidden_size, M = 3 * 16, L = config.num_layers;
   // Per policy of kPolicies, the layers whose MLP c_proj input codes are kept.
   const std::vector<std::vector<bool>> mlp_codes_kept = {
-      {true, true, true, true}, {true, false, true, false}, {false, false, false, true}, {false, false, false, false}};
+      {true, true, true, true}, {true, true, true, true}, {true, true, true, true}, {false, false, false, false}};
   for (size_t p = 0; p < std::size(kPolicies); ++p) {
     const RecomputePolicy& policy = kPolicies[p];
     SCOPED_TRACE(policy.describe());
@@ -131,6 +131,9 @@ TEST(Activations, Fp8ProductsKeepTheirInputsCodesInsteadOfTheInputs) {
       EXPECT_EQ(block.ln1.dtype, DType::F8E4M3);
       EXPECT_EQ(block.ln1.shape, (Shape{M, C}));
       EXPECT_EQ(block.fc_post_gelu.data, acts.blocks[0].fc_post_gelu.data);
+      const bool selective = policy.granularity == RecomputeGranularity::Selective;
+      EXPECT_EQ(block.fc_post_gelu.dtype, selective ? DType::BF16 : DType::F8E4M3);
+      EXPECT_EQ(block.fc_post_gelu.numel(), 4 * C * M);
       for (const Tensor* codes : {&block.ln1_fp8_t, &block.attn_out_fp8_t, &block.ln2_fp8_t}) {
         EXPECT_EQ(codes->dtype, DType::F8E4M3);
         EXPECT_EQ(codes->shape, (Shape{C, M}));
@@ -142,11 +145,11 @@ TEST(Activations, Fp8ProductsKeepTheirInputsCodesInsteadOfTheInputs) {
       }
     }
     // Without recomputation: per layer 6C bf16 values (12C bytes) per position give way to 7C
-    // bytes of codes, and the shared LayerNorm codes (C bytes) and GELU output (4C values, 8C bytes)
-    // are laid out once.
+    // bytes of codes, and the shared codes of the LayerNorm outputs (C bytes) and of the GELU
+    // output (4C bytes) are laid out once.
     if (policy.granularity == RecomputeGranularity::None) {
       EXPECT_EQ(bytes, GptActivations::bytes_needed(config, 3, 16, policy, DType::BF16) -
-                           static_cast<size_t>((L * 12 * C - 9 * C - L * 7 * C) * M));
+                           static_cast<size_t>((L * 12 * C - 5 * C - L * 7 * C) * M));
     }
   }
 }

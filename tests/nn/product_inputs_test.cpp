@@ -2,7 +2,8 @@
 // never lets a buffer a backward still needs be overwritten first, under every recomputation
 // policy, and with fp8 products each backward reads the codes its own forward kept (ops.h,
 // in_fp8_t), or for c_attn and c_fc those the LayerNorm before it wrote for it (LayerNormForward
-// with fp8), untouched since, while the 16-bit inputs those codes replace are shared and reused.
+// with fp8) and for the MLP's c_proj those c_fc wrote (MatmulForward with gelu_fp8), untouched
+// since, while the 16-bit inputs those codes replace are shared and reused.
 // A CPU back-end records what each product's forward read, by weight, and compares at backward.
 #include <gtest/gtest.h>
 
@@ -31,12 +32,13 @@ class ProductInputWatcher final : public CpuBackend {
   }
   void matmul_forward(const MatmulForward& args) override {
     CpuBackend::matmul_forward(args);
-    if (args.in.dtype == DType::F8E4M3) {  // cast by the LayerNorm before it, which kept the transpose
-      EXPECT_EQ(args.in.data, last_cast_.codes) << "a product reads codes the last LayerNorm did not write";
+    if (args.in.dtype == DType::F8E4M3) {  // cast by the op before it, which kept the transpose
+      EXPECT_EQ(args.in.data, last_cast_.codes) << "a product reads codes the last cast did not write";
       seen_[args.weight.data] = {contents(args.in), last_cast_.codes_t_at, last_cast_.codes_t};
     } else {
       seen_[args.weight.data] = {contents(args.in), args.in_fp8_t.data, contents(args.in_fp8_t)};
     }
+    if (args.gelu_fp8) last_cast_ = {args.gelu_out.data, args.gelu_out_t.data, contents(args.gelu_out_t)};
   }
   void matmul_backward(const MatmulBackward& args) override {
     const auto seen = seen_.find(args.weight.data);
@@ -70,7 +72,7 @@ class ProductInputWatcher final : public CpuBackend {
     void* codes = nullptr;
     void* codes_t_at = nullptr;
     std::vector<char> codes_t;
-  } last_cast_;  // the last LayerNorm's output codes
+  } last_cast_;  // the output codes of the last LayerNorm or GELU that cast its output
 };
 
 TEST(ProductInputs, EachBackwardReadsWhatItsForwardRead) {
@@ -102,14 +104,10 @@ TEST(ProductInputs, EachBackwardReadsWhatItsForwardRead) {
         model.forward(tokens, targets, B, T, micro_batch == 0 ? GradientPass::Write : GradientPass::Add, 1.0f);
         model.backward();
       }
-      // Per micro-batch: the classifier's product and each block's four. A recomputed chunk's last
-      // block replays no MLP c_proj (block.h), whose backward then casts its input itself.
+      // Per micro-batch: the classifier's product and each block's four; under selective
+      // recomputation the MLP c_proj's backward casts the recomputed GELU output itself.
       const bool selective = policy.granularity == RecomputeGranularity::Selective;
-      const std::vector<LayerRecompute> plans = plan_recompute(policy, config.num_layers);
-      int chunk_ends = 0;
-      for (size_t layer = 0; layer < plans.size(); ++layer)
-        chunk_ends += plans[layer].recomputed && plans[layer].chunk_last == static_cast<int64_t>(layer);
-      const int kept = fp8 ? (selective ? 3 : 4) * static_cast<int>(config.num_layers) - chunk_ends : 0;
+      const int kept = fp8 ? (selective ? 3 : 4) * static_cast<int>(config.num_layers) : 0;
       EXPECT_EQ(backend.from_codes, 2 * kept);
       EXPECT_EQ(backend.from_input, 2 * (1 + 4 * static_cast<int>(config.num_layers) - kept));
     }

@@ -116,6 +116,30 @@ void require_in_fp8_t(const Tensor& in_fp8_t, bool fp8, const MatmulDims& dims, 
              "{}: argument 'in_fp8_t' must be [K, M] = [{}, {}], got {}", op, dims.K, dims.M,
              in_fp8_t.shape.to_string());
 }
+// A product whose GELU output is cast for the next fp8 product (ops.h, gelu_fp8): codes in place of
+// the GELU output, in either layout or both.
+void gelu_fp8_output(const MatmulForward& a, DType dtype, const MatmulDims& dims, Device device) {
+  constexpr const char* op = "matmul_forward";
+  KILN_CHECK(dtype == DType::BF16 || dtype == DType::F16, "{}: a GELU output cast to fp8 needs bf16 or fp16, not {}",
+             op, dtype_name(dtype));
+  KILN_CHECK(dims.M % 16 == 0 && dims.N % 16 == 0,
+             "{}: a GELU output cast to fp8 needs M and N multiples of 16, got {} x {}", op, dims.M, dims.N);
+  require_fp8_operand(*a.gelu_fp8, device, op, {"gelu_fp8 scale", "gelu_fp8 scale_inv", "gelu_fp8 amax"});
+  KILN_CHECK(!a.gelu_out.empty() || !a.gelu_out_t.empty(),
+             "{}: 'gelu_fp8' is given without 'gelu_out' or 'gelu_out_t' (the codes go nowhere)", op);
+  if (!a.gelu_out.empty()) {
+    require(a.gelu_out, DType::F8E4M3, device, op, "gelu_out");
+    KILN_CHECK(a.gelu_out.shape.rank == 2 && a.gelu_out.shape[0] == dims.M && a.gelu_out.shape[1] == dims.N,
+               "{}: argument 'gelu_out' must be [M, N] = [{}, {}] with 'gelu_fp8', got {}", op, dims.M, dims.N,
+               a.gelu_out.shape.to_string());
+  }
+  if (!a.gelu_out_t.empty()) {
+    require(a.gelu_out_t, DType::F8E4M3, device, op, "gelu_out_t");
+    KILN_CHECK(a.gelu_out_t.shape.rank == 2 && a.gelu_out_t.shape[0] == dims.N && a.gelu_out_t.shape[1] == dims.M,
+               "{}: argument 'gelu_out_t' must be [N, M] = [{}, {}], got {}", op, dims.N, dims.M,
+               a.gelu_out_t.shape.to_string());
+  }
+}
 }  // namespace
 
 MatmulDims matmul_forward(const MatmulForward& a, Device device) {
@@ -137,19 +161,22 @@ MatmulDims matmul_forward(const MatmulForward& a, Device device) {
     require(a.bias, dtype, device, op, "bias");
     require_numel(a.bias, dims.N, op, "bias");
   }
-  if (!a.gelu_out.empty()) {
+  if (a.gelu_fp8) {
+    gelu_fp8_output(a, dtype, dims, device);
+  } else if (!a.gelu_out.empty()) {
     require(a.gelu_out, dtype, device, op, "gelu_out");
     require_numel(a.gelu_out, dims.M * dims.N, op, "gelu_out");
   }
   if (!a.residual.empty()) {
-    KILN_CHECK(a.gelu_out.empty(), "{}: argument 'residual' is given with 'gelu_out' (GELU then the add is no fusion "
-               "kiln has)", op);
+    KILN_CHECK(a.gelu_out.empty() && !a.gelu_fp8, "{}: argument 'residual' is given with GELU (GELU then the add is "
+               "no fusion kiln has)", op);
     require(a.residual, dtype, device, op, "residual");
     require_numel(a.residual, dims.M * dims.N, op, "residual");
     KILN_CHECK(a.residual.data != a.out.data, "{}: argument 'residual' is 'out' itself (the sum goes elsewhere)", op);
   }
   if (a.fp8) require_fp8(*a.fp8, dtype, dims, device, op, false);
   require_in_fp8_t(a.in_fp8_t, a.fp8 != nullptr, dims, device, op);
+  KILN_CHECK(a.gelu_fp8 || a.gelu_out_t.empty(), "{}: argument 'gelu_out_t' is given without 'gelu_fp8'", op);
   return dims;
 }
 

@@ -89,13 +89,17 @@ OpWork work_of(const LayerNormBackward& a) {
           gradient_bytes(a.din_store, {&a.din}) + gradient_bytes(a.param_store, {&a.dweight, &a.dbias}) +
               bytes_of({&a.dout, &a.in, &a.weight, &a.mean, &a.rstd})};
 }
+// With gelu_fp8 the GELU output's codes are written in its place, in one layout or both, by a cast
+// that reads `out` again (ops.h); the row says "+gelu codes".
 OpWork work_of(const MatmulForward& a) {
   const int64_t N = last_dim(a.out), K = last_dim(a.in), M = K ? a.in.numel() / K : 0;
   const bool fp8 = a.fp8 != nullptr;
-  return {"matmul_forward " + product_shape(M, K, N) + (a.bias.empty() ? "" : " +bias") +
-              (a.gelu_out.empty() ? "" : " +gelu") + (a.residual.empty() ? "" : " +residual") + (fp8 ? " fp8" : ""),
+  const char* gelu = a.gelu_fp8 ? " +gelu codes" : a.gelu_out.empty() ? "" : " +gelu";
+  return {"matmul_forward " + product_shape(M, K, N) + (a.bias.empty() ? "" : " +bias") + gelu +
+              (a.residual.empty() ? "" : " +residual") + (fp8 ? " fp8" : ""),
           product_flops(M, K, N),
-          bytes_of({&a.out, &a.in, &a.weight, &a.bias, &a.gelu_out, &a.residual}) +
+          bytes_of({&a.out, &a.in, &a.weight, &a.bias, &a.gelu_out, &a.gelu_out_t, &a.residual}) +
+              (a.gelu_fp8 ? bytes_of({&a.out}) : 0.0) +
               (fp8 ? fp8_copies_bytes(M, K, N, /*forward=*/true, false, !a.in_fp8_t.empty(),
                                       a.in.dtype != DType::F8E4M3)
                    : 0.0),

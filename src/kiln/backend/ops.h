@@ -125,19 +125,31 @@ struct Fp8Matmul {
 };
 
 // `in` cast already (fp8 only): `in` may be the E4M3 codes [M, K] of the input, cast with fp8->in's
-// scale (and its amax folded) by the op that wrote them, LayerNormForward with fp8, which also
-// wrote their transpose for the backward; the forward then casts only the weight, and in_fp8_t is
-// empty.
+// scale (and its amax folded) by the op that wrote them, LayerNormForward with fp8 or a
+// MatmulForward with gelu_fp8 (below), which also wrote their transpose for the backward; the
+// forward then casts only the weight, and in_fp8_t is empty.
+//
+// GELU output cast for the next fp8 product (the MLP's c_proj): with `gelu_fp8` given (that
+// product's Fp8Matmul::in; bf16 or fp16 compute, M and N multiples of 16), out keeps the
+// pre-activation as with gelu_out, and GELU of it (of out as rounded to the compute dtype, GELU's
+// value rounded to the compute dtype again, as the GELU op gives it) is cast as that product's
+// forward would cast its input: its E4M3 codes, fp8(gelu * scale), into gelu_out ([M, N] E4M3, the
+// next product's `in` as codes) and, transposed, into gelu_out_t ([N, M], the next product's
+// in_fp8_t for its backward), either of which may be empty (not both); max |gelu| is
+// max-accumulated into gelu_fp8->amax. GELU's value is then never stored in the compute dtype. The
+// product itself is fp8 or not as `fp8` says; not with `residual`.
 struct MatmulForward {
   Tensor out;       // [M, N]
   Tensor in;        // [M, K] in the compute dtype, or its E4M3 codes (above)
   Tensor weight;    // [K, N] or [N, K]
   Tensor bias;      // [N] or empty
   WeightLayout layout = WeightLayout::InOut;
-  Tensor gelu_out = {};  // [M, N] = gelu(out), or empty
+  Tensor gelu_out = {};  // [M, N] = gelu(out) (with gelu_fp8: its E4M3 codes), or empty
   const Fp8Matmul* fp8 = nullptr;  // fp8 products (above), or full precision
   Tensor in_fp8_t = {};  // fp8 only: [K, M] E4M3, receives `in`'s codes transposed (above), or empty
   Tensor residual = {};  // [M, N] in the compute dtype, added before rounding (above; not out), or empty
+  const Fp8Operand* gelu_fp8 = nullptr;  // cast the GELU output for the next fp8 product (above), or null
+  Tensor gelu_out_t = {};  // with gelu_fp8: [N, M] E4M3, the GELU output's codes transposed, or empty
 };
 struct MatmulBackward {
   Tensor din;      // [M, K] = ; may be empty (not needed) unless gelu_in is given

@@ -37,7 +37,7 @@ class Layout {
 // products' fp8 input codes (activations.h).
 struct SharedBlockBuffers {
   std::optional<Tensor> layernorm_out;  // ln1 and ln2 (with fp8: their E4M3 codes)
-  std::optional<Tensor> gelu_out;
+  std::optional<Tensor> gelu_out;       // fc_post_gelu (with fp8 and without selective recomputation: codes)
   bool fp8_codes = false;
 };
 
@@ -46,8 +46,7 @@ Tensor own_or_shared(Layout& layout, const std::optional<Tensor>& shared, Shape 
 }
 
 // `mlp_codes`: with fp8, whether the block keeps the codes of its MLP c_proj's input; not where its
-// GELU output is recomputed before its backward (selective), nor in a recompute slot whose layers
-// all end their chunks (their replays stop before that product, block.h).
+// GELU output is recomputed before its backward (selective).
 BlockActivations take_block(Layout& layout, int64_t B, int64_t T, int64_t C, int64_t NH,
                             const SharedBlockBuffers& shared, bool mlp_codes) {
   BlockActivations block;
@@ -94,17 +93,11 @@ GptActivations GptActivations::lay_out(Arena& arena, const GptConfig& config, in
   SharedBlockBuffers shared;
   shared.fp8_codes = fp8;
   if (fp8) shared.layernorm_out = layout.codes({B * T, C});  // the LayerNorms write only codes (ops.h)
-  if (fp8 || selective) shared.gelu_out = layout.take({B, T, 4 * C});
+  if (selective) shared.gelu_out = layout.take({B, T, 4 * C});
+  else if (fp8) shared.gelu_out = layout.codes({B * T, 4 * C});  // c_fc writes only the GELU output's codes
   std::vector<BlockActivations> slots;
-  for (int64_t slot = 0; slot < recompute_scratch_slots(acts.recompute); ++slot) {
-    bool read_by_a_chunk_inside = false;  // a layer in this slot that does not end its chunk
-    for (size_t layer = 0; layer < acts.recompute.size(); ++layer) {
-      const LayerRecompute& plan = acts.recompute[layer];
-      read_by_a_chunk_inside |= plan.recomputed && plan.scratch_slot == slot &&
-                                plan.chunk_last != static_cast<int64_t>(layer);
-    }
-    slots.push_back(take_block(layout, B, T, C, NH, shared, read_by_a_chunk_inside));
-  }
+  for (int64_t slot = 0; slot < recompute_scratch_slots(acts.recompute); ++slot)
+    slots.push_back(take_block(layout, B, T, C, NH, shared, /*mlp_codes=*/true));
   for (int64_t layer = 0; layer < config.num_layers; ++layer) {
     const LayerRecompute& plan = acts.recompute[static_cast<size_t>(layer)];
     if (plan.recomputed) {

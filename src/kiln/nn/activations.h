@@ -19,14 +19,16 @@
 // loss at the end of forward, whose backward runs there too; logits_at() later), d_fc (the MLP's
 // backward) and d_qkv (attention's backward); each block's backward is done with d_fc before it
 // writes d_qkv. d_residual and d_hidden (which carries d ln_f from forward to backward) stay apart.
-// fp8 products (Gpt::enable_fp8): each block product's forward keeps the E4M3 codes of its input,
-// transposed, for its backward's weight gradient (ops.h, in_fp8_t), so nothing reads the bf16/fp16
-// LayerNorm outputs or GELU output after the product that consumes them: the LayerNorms write only
-// their outputs' codes (ops.h, LayerNormForward with fp8), both layouts, and ln1 and ln2 of every
-// block are one shared buffer of the codes in the product's layout ([B*T, C] E4M3); the GELU output
-// is one shared buffer too (as under selective recomputation, where the GELU output is recomputed
-// instead and its codes are not kept). Per token and layer that keeps 7C bytes of codes in place of
-// 12C bytes of 16-bit activations.
+// fp8 products (Gpt::enable_fp8): each block product's backward reads the E4M3 codes of its input,
+// transposed, kept from forward for its weight gradient (ops.h, in_fp8_t). The ops before c_attn,
+// c_fc and the MLP's c_proj (ln_1, ln_2 and c_fc's GELU) write only their outputs' codes, in both
+// layouts (ops.h, LayerNormForward with fp8, MatmulForward with gelu_fp8); the attention's c_proj
+// casts its input itself. So nothing reads a 16-bit LayerNorm or GELU output: ln1 and ln2 of every
+// block are one shared buffer of the codes in the product's layout ([B*T, C] E4M3), and the GELU
+// output is one shared buffer of codes too ([B*T, 4C]). Under selective recomputation the GELU
+// output is recomputed before each backward instead: one shared buffer in the compute dtype, whose
+// codes are not kept. Per token and layer that keeps 7C bytes of codes in place of 12C bytes of
+// 16-bit activations.
 // Dtypes (ops.h): activations and their gradients in the model's compute dtype; LayerNorm
 // statistics and losses in fp32; token ids int32; kept fp8 codes fp8_e4m3.
 #pragma once
@@ -48,10 +50,10 @@ struct BlockActivations {
   Tensor residual_mid;             // [B,T,C] residual after attention
   Tensor ln2, ln2_mean, ln2_rstd;
   Tensor fc_pre_gelu;              // [B,T,4C]
-  Tensor fc_post_gelu;             // [B,T,4C]
+  Tensor fc_post_gelu;             // [B,T,4C] (fp8 without selective recomputation: [B*T,4C] codes, above)
   Tensor residual_out;             // [B,T,C] block output
   // fp8 products only, else empty: the E4M3 codes of each product's input, transposed, [K, B*T]
-  // (the GELU output's only where it is not recomputed).
+  // (the GELU output's only where it is not recomputed). fc_post_gelu_fp8_t is written by c_fc.
   Tensor ln1_fp8_t, attn_out_fp8_t, ln2_fp8_t, fc_post_gelu_fp8_t;
 };
 

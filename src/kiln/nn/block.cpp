@@ -23,12 +23,28 @@ LayerNormForward layernorm_feeding(const Fp8Matmul* product, const Tensor& in, c
 Tensor product_input(const Tensor& in, const Tensor& kept_codes) { return kept_codes.empty() ? in : Tensor{}; }
 
 // A projection that adds the residual stream inside the product: out = residual + in W + bias
-// (ops.h, MatmulForward::residual), with fp8 keeping its input's codes in kept_codes.
+// (ops.h, MatmulForward::residual), with fp8 keeping its input's codes in kept_codes (none where
+// `in` is codes already).
 MatmulForward residual_projection(const Tensor& out, const Tensor& residual, const Tensor& in, const Tensor& weight,
                                   const Tensor& bias, const Fp8Matmul* fp8, const Tensor& kept_codes) {
   MatmulForward projection{out, in, weight, bias, WeightLayout::InOut, Tensor{}, fp8, kept_codes};
   projection.residual = residual;
   return projection;
+}
+
+// The MLP's first product and its GELU: gelu_out = gelu(in W + b), the pre-activation kept in
+// `pre_gelu`. Where the block keeps codes for the next product (`gelu_out` is E4M3 codes,
+// activations.h) GELU's output is only cast for it (ops.h, gelu_fp8): into `gelu_out` unless
+// `extent` stops before that product, and transposed into `codes_t` for its backward.
+MatmulForward mlp_expansion(const Tensor& pre_gelu, const Tensor& in, const Tensor& weight, const Tensor& bias,
+                            const Fp8Matmul* fp8, const Tensor& gelu_out, const Fp8Matmul* next,
+                            const Tensor& codes_t, BlockForwardExtent extent) {
+  MatmulForward expansion{pre_gelu, in, weight, bias, WeightLayout::InOut, gelu_out, fp8};
+  if (gelu_out.dtype != DType::F8E4M3) return expansion;
+  if (extent == BlockForwardExtent::BackwardInputs) expansion.gelu_out = Tensor{};
+  expansion.gelu_fp8 = &next->in;
+  expansion.gelu_out_t = codes_t;
+  return expansion;
 }
 
 }  // namespace
@@ -50,17 +66,13 @@ void block_forward(Backend& backend, const GptConfig& config, const BlockWeights
                                              acts.attn_out_fp8_t));
   backend.layernorm_forward(layernorm_feeding(fc, acts.residual_mid, acts.ln2, acts.ln2_mean, acts.ln2_rstd,
                                               w.ln2_weight, w.ln2_bias, eps, acts.ln2_fp8_t));
-  backend.matmul_forward({acts.fc_pre_gelu, acts.ln2, w.fc_weight, w.fc_bias, WeightLayout::InOut,
-                          acts.fc_post_gelu, fc});  // + GELU
+  const Fp8Matmul* fc_proj = fp8_of(fp8, &BlockFp8::fc_proj);
+  backend.matmul_forward(mlp_expansion(acts.fc_pre_gelu, acts.ln2, w.fc_weight, w.fc_bias, fc, acts.fc_post_gelu,
+                                       fc_proj, acts.fc_post_gelu_fp8_t, extent));
   if (extent == BlockForwardExtent::BackwardInputs) return;
+  // With fp8 its input is c_fc's codes, or (selective recomputation) a 16-bit GELU output it casts.
   backend.matmul_forward(residual_projection(acts.residual_out, acts.residual_mid, acts.fc_post_gelu,
-                                             w.fc_proj_weight, w.fc_proj_bias, fp8_of(fp8, &BlockFp8::fc_proj),
-                                             acts.fc_post_gelu_fp8_t));
-}
-
-BlockActivations without_kept_mlp_codes(BlockActivations acts) {
-  acts.fc_post_gelu_fp8_t = Tensor{};
-  return acts;
+                                             w.fc_proj_weight, w.fc_proj_bias, fc_proj, Tensor{}));
 }
 
 void block_backward(Backend& backend, const GptConfig& config, const BlockWeights& w,

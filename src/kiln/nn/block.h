@@ -12,7 +12,8 @@
 // Recomputing a block means calling block_forward again on the saved input before its backward
 // (or on the previous recomputed block's output).
 // With `fp8` (fp8_scaling.h) the four products cast their operands to fp8 (ops.h); ln_1 and ln_2
-// cast their outputs for c_attn and c_fc themselves, writing only the codes.
+// cast their outputs for c_attn and c_fc themselves, writing only the codes, and so does c_fc its
+// GELU output for the MLP's c_proj (not under selective recomputation, activations.h).
 #pragma once
 
 #include "kiln/backend/backend.h"
@@ -31,19 +32,13 @@ struct BlockScratch {
 
 // How much of the block block_forward runs: all of it, or what the block's own backward reads,
 // which ends at the MLP's activation: the MLP's c_proj is skipped, whose output only feeds the
-// next block (a recomputed chunk's last block, whose output is kept, activations.h). With fp8 the
-// skipped product's forward would also have kept its input's codes: the backward must then be
-// given acts without fc_post_gelu_fp8_t (without_kept_mlp_codes) and casts that input itself,
-// to the same codes.
+// next block (a recomputed chunk's last block, whose output is kept, activations.h). With fp8,
+// c_fc then writes only the transposed codes of its GELU output, which that backward reads.
 enum class BlockForwardExtent : uint8_t { Output, BackwardInputs };
 
 void block_forward(Backend& backend, const GptConfig& config, const BlockWeights& weights,
                    const Tensor& input, const BlockActivations& acts, const BlockFp8* fp8 = nullptr,
                    BlockForwardExtent extent = BlockForwardExtent::Output);
-
-// `acts` with no kept codes for the MLP's c_proj, for the backward of a block run to
-// BackwardInputs.
-BlockActivations without_kept_mlp_codes(BlockActivations acts);
 
 void block_backward(Backend& backend, const GptConfig& config, const BlockWeights& weights,
                     const BlockWeights& grads, const Tensor& input, const BlockActivations& acts,

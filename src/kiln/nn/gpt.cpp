@@ -255,11 +255,8 @@ void Gpt::backward() {
     }
     if (plan.gelu_recomputed)  // selective: this layer's GELU output, into the buffer all layers share
       backend_.gelu_forward({acts_.blocks[index].fc_post_gelu, acts_.blocks[index].fc_pre_gelu});
-    const BlockActivations& kept = acts_.blocks[index];
-    const bool replayed_to_backward_inputs = plan.recomputed && layer == plan.chunk_last;
     block_backward(backend_, config_, weights_.blocks[index], weight_grads_.blocks[index], input_of(layer),
-                   replayed_to_backward_inputs ? without_kept_mlp_codes(kept) : kept, scratch, acts_.d_residual,
-                   store, block_fp8(layer));
+                   acts_.blocks[index], scratch, acts_.d_residual, store, block_fp8(layer));
   }
   // wte's gradient has the classifier's part already: the embedding's is added to it.
   backend_.embedding_backward({weight_grads_.wte, weight_grads_.wpe, acts_.d_residual, tokens_in_use_, store});

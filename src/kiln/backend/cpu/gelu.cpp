@@ -4,6 +4,7 @@
 
 #include "kiln/backend/op_checks.h"
 #include "kiln/backend/cpu/cpu_backend.h"
+#include "kiln/backend/cpu/fp8_cast.h"
 
 namespace kiln {
 namespace {
@@ -18,17 +19,21 @@ inline float fast_tanh(float u) {
   return std::copysign((1.0f - e) / (1.0f + e), u);
 }
 
-void gelu_forward_fp32(const GeluForward& args) {
-  const int64_t count = checks::gelu_forward(args, Device::CPU);
-  const float* in = args.in.as<float>();
-  float* out = args.out.as<float>();
+void gelu_fp32(const float* in, float* out, int64_t count) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < count; ++i) {
     const float x = in[i];
     out[i] = 0.5f * x * (1.0f + fast_tanh(kSqrt2OverPi * (x + kCubic * x * x * x)));
   }
 }
+
+void gelu_forward_fp32(const GeluForward& args) {
+  const int64_t count = checks::gelu_forward(args, Device::CPU);
+  gelu_fp32(args.in.as<float>(), args.out.as<float>(), count);
+}
 }  // namespace
+
+void gelu_in_place_fp32(float* values, int64_t count) { gelu_fp32(values, values, count); }
 
 void CpuBackend::gelu_forward(const GeluForward& args) {
   checks::gelu_forward(args, Device::CPU);

@@ -6,7 +6,7 @@
 
 #include "kiln/backend/op_checks.h"
 #include "kiln/backend/cpu/cpu_backend.h"
-#include "kiln/core/fp8_codec.h"
+#include "kiln/backend/cpu/fp8_cast.h"
 
 namespace kiln {
 
@@ -33,26 +33,6 @@ void layernorm_forward_fp32(const LayerNormForward& args) {
   }
 }
 
-// The output cast for an fp8 product (ops.h): `out` (fp32, [M, C]) is rounded to `dtype`, and its
-// E4M3 codes written in both layouts, with max |out| folded into the amax.
-void cast_output_to_fp8(const Tensor& out, DType dtype, const LayerNormForward& args, ConversionScratch& scratch) {
-  const int64_t M = out.shape[0], C = out.shape[1];
-  float* y = out.as<float>();
-  void* rounded = scratch.take(static_cast<size_t>(M * C));  // 4 bytes an element: room for 2
-  narrow_from_fp32(y, dtype, rounded, M * C);
-  widen_to_fp32(rounded, dtype, y, M * C);
-  const float scale = *args.fp8->scale.as<float>();
-  float amax = *args.fp8->amax.as<float>();
-  uint8_t* codes = args.out_fp8.as<uint8_t>();
-  uint8_t* codes_t = args.out_fp8_t.as<uint8_t>();
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t c = 0; c < C; ++c) {
-      const float value = y[m * C + c];
-      amax = std::max(amax, std::fabs(value));
-      codes[m * C + c] = codes_t[c * M + m] = fp8::encode(value * scale, fp8::Format::E4M3);
-    }
-  *args.fp8->amax.as<float>() = amax;
-}
 }  // namespace
 
 void CpuBackend::layernorm_forward(const LayerNormForward& args) {
@@ -63,7 +43,7 @@ void CpuBackend::layernorm_forward(const LayerNormForward& args) {
                               : f.output(args.out);
   layernorm_forward_fp32({out, args.mean, args.rstd, f.input(args.in), f.input(args.weight), f.input(args.bias),
                           args.eps});
-  if (args.fp8) cast_output_to_fp8(out, args.in.dtype, args, scratch_);
+  if (args.fp8) cast_output_to_fp8(out, args.in.dtype, *args.fp8, args.out_fp8, args.out_fp8_t, scratch_);
   f.write_back();
 }
 

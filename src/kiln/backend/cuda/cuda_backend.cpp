@@ -370,7 +370,8 @@ void CudaBackend::matmul_forward(const MatmulForward& a) {
     product.beta = 1.0f;
     product.addend = a.residual.data;
   }
-  const bool gelu = !a.gelu_out.empty();
+  // GELU in the compute dtype; with gelu_fp8 the cast below applies it instead (ops.h).
+  const bool gelu = !a.gelu_out.empty() && !a.gelu_fp8;
   const bool epilogues = handles_->matmul_epilogues;
   if (epilogues && gelu && !a.bias.empty() && gelu_epilogue_applies(product.types, N)) {
     Gemm fused = product;  // gelu_out = gelu(in W + b), the pre-activation into out
@@ -397,6 +398,10 @@ void CudaBackend::matmul_forward(const MatmulForward& a) {
   }
   if (gelu)
     check_cuda(cuda::gelu_forward(a.gelu_out.data, a.out.data, element_kind(dtype), M * N), "matmul_forward (gelu)");
+  if (a.gelu_fp8)
+    check_cuda(cuda::cast_gelu_fp8(a.out.data, element_kind(dtype), M, N, a.gelu_fp8->scale.as<float>(),
+                                   a.gelu_fp8->amax.as<float>(), a.gelu_out.as<uint8_t>(), a.gelu_out_t.as<uint8_t>()),
+               "matmul_forward (gelu cast to fp8)");
 }
 
 // `product` writes din [M,K]; with gelu_in, din is then multiplied by gelu'(gelu_in): in cuBLASLt's

@@ -6,8 +6,11 @@
 // tensor's amax with one atomic max per block. Rows and columns are multiples of 16 (ops.h).
 // Optionally it also sums each tile's columns before the cast (the bias gradient of an fp8
 // backward, from the output gradient it casts anyway), into one row of partial sums per tile row,
-// which sum_column_partials() then adds in a fixed order, so the bits do not vary.
+// which sum_column_partials() then adds in a fixed order, so the bits do not vary. Or it casts
+// GELU of the input instead (the GELU output of the MLP's first product, for the second's fp8
+// forward), the GELU op's value as it would store it.
 #include "kiln/backend/cuda/fp8_tile.cuh"
+#include "kiln/backend/cuda/gelu.cuh"
 
 namespace kiln::cuda {
 namespace {
@@ -18,8 +21,8 @@ constexpr int kTileRows = kFp8TileRows, kTileColumns = kFp8TileColumns, kVector 
 // takes rows w, w + 8, w + 16, w + 24, lane l columns 4 l to 4 l + 3 of each; then the tile's
 // transpose is written from shared memory (store_fp8_tile_transposed). With
 // column_partials, thread t < 128 then adds tile column t's eight warp sums in warp order into
-// column_partials[y][128 x + t].
-template <typename T>
+// column_partials[y][128 x + t]. With kGelu, each value x is first replaced by gelu(x) rounded to T.
+template <typename T, bool kGelu>
 __global__ void cast_fp8_kernel(const T* in, int64_t rows, int64_t cols, const float* scale_pointer,
                                 float* amax, bool e4m3, uint8_t* out, uint8_t* out_t, float* column_partials) {
   constexpr int kWarps = kThreads / 32;
@@ -37,9 +40,10 @@ __global__ void cast_fp8_kernel(const T* in, int64_t rows, int64_t cols, const f
     uint32_t codes = 0;
 #pragma unroll
     for (int v = 0; v < kVector; ++v) {
-      largest = fmaxf(largest, fabsf(values[v]));
-      sums[v] += values[v];
-      codes |= static_cast<uint32_t>(to_fp8(values[v] * scale, e4m3)) << (8 * v);
+      const float value = kGelu ? to_float(from_float<T>(gelu(values[v]))) : values[v];
+      largest = fmaxf(largest, fabsf(value));
+      sums[v] += value;
+      codes |= static_cast<uint32_t>(to_fp8(value * scale, e4m3)) << (8 * v);
     }
     if (out) *reinterpret_cast<uint32_t*>(out + row * cols + col) = codes;
     *reinterpret_cast<uint32_t*>(&tile[r][lane * kVector]) = codes;
@@ -78,18 +82,31 @@ __global__ void fp8_update_scales_kernel(float* state, int64_t tensors, int64_t 
 
 }  // namespace
 
-int cast_fp8(const void* in, int kind, int64_t rows, int64_t cols, const float* scale, float* amax,
-             bool e4m3, uint8_t* out, uint8_t* out_t, float* column_partials) {
+namespace {
+template <bool kGelu>
+int launch_cast(const void* in, int kind, int64_t rows, int64_t cols, const float* scale, float* amax, bool e4m3,
+                uint8_t* out, uint8_t* out_t, float* column_partials) {
   if (rows % 16 != 0 || cols % 16 != 0) return static_cast<int>(cudaErrorInvalidValue);
   if (rows == 0 || cols == 0) return 0;
   const dim3 grid(static_cast<unsigned>((cols + kTileColumns - 1) / kTileColumns),
                   static_cast<unsigned>(fp8_cast_tile_rows(rows)));
   return dispatch(kind, [&](auto tag) {
     using E = decltype(tag);
-    launch(cast_fp8_kernel<E>, grid, kThreads, 0, static_cast<const E*>(in), rows, cols, scale,
+    launch(cast_fp8_kernel<E, kGelu>, grid, kThreads, 0, static_cast<const E*>(in), rows, cols, scale,
            amax, e4m3, out, out_t, column_partials);
     return launch_status();
   });
+}
+}  // namespace
+
+int cast_fp8(const void* in, int kind, int64_t rows, int64_t cols, const float* scale, float* amax,
+             bool e4m3, uint8_t* out, uint8_t* out_t, float* column_partials) {
+  return launch_cast<false>(in, kind, rows, cols, scale, amax, e4m3, out, out_t, column_partials);
+}
+
+int cast_gelu_fp8(const void* in, int kind, int64_t rows, int64_t cols, const float* scale, float* amax,
+                  uint8_t* out, uint8_t* out_t) {
+  return launch_cast<true>(in, kind, rows, cols, scale, amax, /*e4m3=*/true, out, out_t, nullptr);
 }
 
 int fp8_update_scales(float* state, int64_t tensors, int64_t history_column, int64_t history,

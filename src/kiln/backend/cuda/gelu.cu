@@ -1,12 +1,10 @@
-// GELU, tanh form (Hendrycks & Gimpel 2016, as GPT-2), forward and backward, elementwise; used where
-// the product before or after it cannot take cuBLASLt's GELU epilogues (matmul.cpp).
+// GELU, tanh form (gelu.cuh), forward and backward, elementwise; used where the product before or
+// after it cannot take cuBLASLt's GELU epilogues (cuda_backend.cpp).
+#include "kiln/backend/cuda/gelu.cuh"
 #include "kiln/backend/cuda/kernel_common.cuh"
 
 namespace kiln::cuda {
 namespace {
-
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kCubic = 0.044715f;
 
 // W elements at a time (Pack, element.cuh); count is a multiple of W.
 template <typename T, int W>
@@ -16,7 +14,7 @@ __global__ void gelu_forward_kernel(T* out, const T* in, int64_t count) {
     Pack<T, W> y;
 #pragma unroll
     for (int w = 0; w < W; ++w)
-      y.set(w, 0.5f * x[w] * (1.0f + tanhf(kSqrt2OverPi * (x[w] + kCubic * x[w] * x[w] * x[w]))));
+      y.set(w, gelu(x[w]));
     y.store(out + p * W);
   }
 }
@@ -28,10 +26,10 @@ __global__ void gelu_backward_kernel(T* din, const T* in, const T* dout, int64_t
     Pack<T, W> d;
 #pragma unroll
     for (int w = 0; w < W; ++w) {
-      const float tanh_inner = tanhf(kSqrt2OverPi * (x[w] + kCubic * x[w] * x[w] * x[w]));
+      const float tanh_inner = gelu_tanh_inner(x[w]);
       const float sech_squared = 1.0f - tanh_inner * tanh_inner;
-      const float local = 0.5f * (1.0f + tanh_inner) + 0.5f * x[w] * sech_squared * kSqrt2OverPi *
-                                                           (1.0f + 3.0f * kCubic * x[w] * x[w]);
+      const float local = 0.5f * (1.0f + tanh_inner) + 0.5f * x[w] * sech_squared * kGeluSqrt2OverPi *
+                                                           (1.0f + 3.0f * kGeluCubic * x[w] * x[w]);
       d.set(w, local * g[w]);
     }
     d.store(din + p * W);

@@ -1,0 +1,19 @@
+// The CPU reference of an op that casts its own output for the next fp8 product, instead of the
+// product casting it (ops.h: LayerNormForward with fp8, MatmulForward with gelu_fp8).
+#pragma once
+
+#include "kiln/backend/cpu/fp32_scope.h"
+#include "kiln/backend/ops.h"
+
+namespace kiln {
+
+// `values` (fp32 [M, C], the op's output before rounding) are rounded to `dtype` in place, as the
+// op's output would be, and their E4M3 codes, fp8(value * scale), written into `codes` [M, C] and,
+// transposed, `codes_t` [C, M] (either may be empty); max |value| is folded into operand.amax.
+void cast_output_to_fp8(const Tensor& values, DType dtype, const Fp8Operand& operand, const Tensor& codes,
+                        const Tensor& codes_t, ConversionScratch& scratch);
+
+// values[i] = gelu(values[i]) in fp32: the GELU op's arithmetic (gelu.cpp).
+void gelu_in_place_fp32(float* values, int64_t count);
+
+}  // namespace kiln
