@@ -126,11 +126,44 @@ TEST(OpCounting, Fp8ProductsMoveTheirCastCopies) {
   EXPECT_EQ(work_of(both8).bytes - work_of(from_codes).bytes, 2.0 * M * K + 2.0 * K * M - K * M);
   EXPECT_EQ(work_of(from_codes).op, work_of(both8).op);  // "matmul_backward 32x16x48 fp8", from the codes' shape
   EXPECT_EQ(work_of(from_codes).flops, work_of(both8).flops);
+  // Of those bytes, the casts' passes (op_work.h) read each 16-bit operand (2 bytes an element) and
+  // write its codes (1 byte, twice for two layouts); the products' reads of the codes are not theirs.
+  EXPECT_EQ(work_of(forward).pass_bytes, 0.0);
+  EXPECT_EQ(work_of(both).pass_bytes, 0.0);
+  EXPECT_EQ(work_of(forward8).pass_bytes, 3.0 * (M * K + N * K));
+  EXPECT_EQ(work_of(keeping).pass_bytes, 4.0 * M * K + 3.0 * N * K);
+  EXPECT_EQ(work_of(both8).pass_bytes, 4.0 * M * N + 3.0 * K * N + 3.0 * M * K);
+  EXPECT_EQ(work_of(weight_only8).pass_bytes, 3.0 * M * N + 3.0 * M * K);
+  EXPECT_EQ(work_of(from_codes).pass_bytes, 4.0 * M * N + 3.0 * K * N);
   counter.matmul_forward(forward8);
   counter.matmul_backward(both8);
   counter.matmul_forward(keeping);
   counter.matmul_backward(from_codes);
   EXPECT_EQ(counter.totals().size(), 2u);  // the same two labels
+}
+
+// A product that casts its GELU output for the next fp8 product (ops.h, gelu_fp8) writes the codes
+// in place of the 16-bit GELU output, in a pass that reads its output again.
+TEST(OpCounting, AGeluCastMovesItsPass) {
+  OpCountingBackend counter;
+  DeviceTensors t(counter, DType::BF16);
+  constexpr int64_t M = 32, K = 16, N = 48;
+  const Tensor in = t.acts(std::vector<float>(M * K), {M, K}), weight = t.acts(std::vector<float>(K * N), {K, N});
+  const Tensor out = t.acts(std::vector<float>(M * N), {M, N}), gelu = t.acts(std::vector<float>(M * N), {M, N});
+  const Tensor codes = t.upload(std::vector<uint8_t>(M * N), {M, N}, DType::F8E4M3),
+               codes_t = t.upload(std::vector<uint8_t>(N * M), {N, M}, DType::F8E4M3);
+  const Tensor scalar = t.floats({1.0f}, {1});
+  const Fp8Operand next{scalar, scalar, scalar};
+  const MatmulForward plain{out, in, weight, Tensor{}, WeightLayout::InOut, gelu};
+  MatmulForward cast{out, in, weight, Tensor{}, WeightLayout::InOut, codes};
+  cast.gelu_fp8 = &next;
+  cast.gelu_out_t = codes_t;
+  EXPECT_EQ(work_of(plain).op, "matmul_forward 32x16x48 +gelu");
+  EXPECT_EQ(work_of(cast).op, "matmul_forward 32x16x48 +gelu codes");
+  // 2 bytes of GELU output an element become 2 of codes, and the pass reads the output (2 bytes).
+  EXPECT_EQ(work_of(cast).bytes - work_of(plain).bytes, 2.0 * M * N);
+  EXPECT_EQ(work_of(cast).pass_bytes, 4.0 * M * N);
+  EXPECT_EQ(work_of(cast).flops, work_of(plain).flops);
 }
 
 }  // namespace

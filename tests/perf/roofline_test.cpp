@@ -145,16 +145,21 @@ TEST(Roofline, EachOpTakesTheSlowerOfItsBounds) {
       // 5 ms of FLOPs at the fp8 rate, 15 ms of bytes
       {.op = "fp8 product", .calls = 1, .flops = 1e12, .bytes = 1.5e10, .fp8 = true},
       {.op = "norm", .calls = 2, .bytes = 2e9},  // 2 ms of bytes
+      // 5 ms of FLOPs at the fp8 rate over 4 ms of bytes, then 3 ms of cast passes that nothing overlaps
+      {.op = "fp8 product with casts", .calls = 1, .flops = 1e12, .bytes = 7e9, .fp8 = true, .pass_bytes = 3e9},
   };
   const Roofline r = roofline(ops, limits);
-  EXPECT_DOUBLE_EQ(r.ms, 27.0);
-  EXPECT_DOUBLE_EQ(r.compute_bound_ms, 10.0);
+  EXPECT_DOUBLE_EQ(r.ms, 35.0);
+  EXPECT_DOUBLE_EQ(r.compute_bound_ms, 18.0);
   EXPECT_DOUBLE_EQ(r.memory_bound_ms, 17.0);
-  ASSERT_EQ(r.ops.size(), 3u);
+  ASSERT_EQ(r.ops.size(), 4u);
   EXPECT_EQ(r.ops[0].totals.op, "fp8 product");  // most time first
   EXPECT_FALSE(r.ops[0].compute_bound);
   EXPECT_TRUE(r.ops[1].compute_bound);
-  EXPECT_DOUBLE_EQ(r.ops[2].ms, 2.0);
+  EXPECT_EQ(r.ops[2].totals.op, "fp8 product with casts");
+  EXPECT_DOUBLE_EQ(r.ops[2].ms, 8.0);
+  EXPECT_TRUE(r.ops[2].compute_bound);
+  EXPECT_DOUBLE_EQ(r.ops[3].ms, 2.0);
   const OpTotals copy{.op = "copy_to_device", .calls = 1, .bytes = 1e9, .host_copy = true};
   EXPECT_NE(error_of([&] { roofline_ms(copy, limits); }).find("crosses the host link"),
             std::string::npos);

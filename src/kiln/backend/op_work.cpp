@@ -60,6 +60,20 @@ double fp8_copies_bytes(int64_t M, int64_t K, int64_t N, bool forward, bool inpu
   return 2.0 * out + (codes_kept ? in : 2.0 * in) + (input_gradient ? 2.0 * (out + weight) : 0.0);
 }
 
+// The bytes of those casts' passes (OpWork::pass_bytes): each reads its 16-bit operand and writes
+// the codes (the product's reads of them are not part of the pass).
+double fp8_cast_passes_bytes(const Tensor& in, const Tensor& weight, const Tensor& dout, int64_t M, int64_t K,
+                             int64_t N, bool forward, bool input_gradient, bool codes_kept, bool in_cast = true) {
+  const double in_codes = static_cast<double>(M * K), weight_codes = static_cast<double>(K * N),
+               out_codes = static_cast<double>(M * N);
+  if (forward)
+    return (in_cast ? bytes_of({&in}) + in_codes * (codes_kept ? 2.0 : 1.0) : 0.0) + bytes_of({&weight}) +
+           weight_codes;
+  return bytes_of({&dout}) + out_codes * (input_gradient ? 2.0 : 1.0) +
+         (input_gradient ? bytes_of({&weight}) + weight_codes : 0.0) +
+         (codes_kept ? 0.0 : bytes_of({&in}) + in_codes);
+}
+
 }  // namespace
 
 // Traffic: out written, the same amount of wte and wpe rows gathered, tokens read.
@@ -95,15 +109,19 @@ OpWork work_of(const MatmulForward& a) {
   const int64_t N = last_dim(a.out), K = last_dim(a.in), M = K ? a.in.numel() / K : 0;
   const bool fp8 = a.fp8 != nullptr;
   const char* gelu = a.gelu_fp8 ? " +gelu codes" : a.gelu_out.empty() ? "" : " +gelu";
-  return {"matmul_forward " + product_shape(M, K, N) + (a.bias.empty() ? "" : " +bias") + gelu +
-              (a.residual.empty() ? "" : " +residual") + (fp8 ? " fp8" : ""),
-          product_flops(M, K, N),
-          bytes_of({&a.out, &a.in, &a.weight, &a.bias, &a.gelu_out, &a.gelu_out_t, &a.residual}) +
-              (a.gelu_fp8 ? bytes_of({&a.out}) : 0.0) +
-              (fp8 ? fp8_copies_bytes(M, K, N, /*forward=*/true, false, !a.in_fp8_t.empty(),
-                                      a.in.dtype != DType::F8E4M3)
-                   : 0.0),
-          fp8};
+  const bool in_cast = a.in.dtype != DType::F8E4M3, codes_kept = !a.in_fp8_t.empty();
+  OpWork work{"matmul_forward " + product_shape(M, K, N) + (a.bias.empty() ? "" : " +bias") + gelu +
+                  (a.residual.empty() ? "" : " +residual") + (fp8 ? " fp8" : ""),
+              product_flops(M, K, N),
+              bytes_of({&a.out, &a.in, &a.weight, &a.bias, &a.gelu_out, &a.gelu_out_t, &a.residual}) +
+                  (a.gelu_fp8 ? bytes_of({&a.out}) : 0.0) +
+                  (fp8 ? fp8_copies_bytes(M, K, N, /*forward=*/true, false, codes_kept, in_cast) : 0.0),
+              fp8};
+  work.pass_bytes =
+      (fp8 ? fp8_cast_passes_bytes(a.in, a.weight, Tensor{}, M, K, N, /*forward=*/true, false, codes_kept, in_cast)
+           : 0.0) +
+      (a.gelu_fp8 ? bytes_of({&a.out, &a.gelu_out, &a.gelu_out_t}) : 0.0);
+  return work;
 }
 // The weight gradient always (one product), the input gradient when asked for (another). With
 // `in`'s codes kept, `in` is not read.
@@ -114,13 +132,17 @@ OpWork work_of(const MatmulBackward& a) {
   const int64_t M = codes_kept ? a.in_fp8_t.shape[1] : (K ? a.in.numel() / K : 0);
   const bool fp8 = a.fp8 != nullptr, input_gradient = !a.din.empty();
   const Tensor in_read = codes_kept ? Tensor{} : a.in;
-  return {"matmul_backward " + product_shape(M, K, N) + (a.dbias.empty() ? "" : " +dbias") +
-              (a.gelu_in.empty() ? "" : " +dgelu") + (fp8 ? " fp8" : ""),
-          product_flops(M, K, N) * (input_gradient ? 2.0 : 1.0),
-          gradient_bytes(a.param_store, {&a.dweight, &a.dbias}) +
-              bytes_of({&a.din, &a.dout, &in_read, &a.weight, &a.gelu_in}) +
-              (fp8 ? fp8_copies_bytes(M, K, N, /*forward=*/false, input_gradient, codes_kept) : 0.0),
-          fp8};
+  OpWork work{"matmul_backward " + product_shape(M, K, N) + (a.dbias.empty() ? "" : " +dbias") +
+                  (a.gelu_in.empty() ? "" : " +dgelu") + (fp8 ? " fp8" : ""),
+              product_flops(M, K, N) * (input_gradient ? 2.0 : 1.0),
+              gradient_bytes(a.param_store, {&a.dweight, &a.dbias}) +
+                  bytes_of({&a.din, &a.dout, &in_read, &a.weight, &a.gelu_in}) +
+                  (fp8 ? fp8_copies_bytes(M, K, N, /*forward=*/false, input_gradient, codes_kept) : 0.0),
+              fp8};
+  if (fp8)
+    work.pass_bytes = fp8_cast_passes_bytes(in_read, a.weight, a.dout, M, K, N, /*forward=*/false, input_gradient,
+                                            codes_kept);
+  return work;
 }
 OpWork work_of(const GeluForward& a) { return {"gelu_forward", 0.0, bytes_of({&a.out, &a.in})}; }
 OpWork work_of(const GeluBackward& a) {
@@ -155,7 +177,7 @@ OpWork work_of(const Fill& a) { return {"fill", 0.0, bytes_of({&a.out})}; }
 OpWork work_of(const Convert& a) { return {"convert", 0.0, bytes_of({&a.out, &a.in})}; }
 
 void OpLedger::add(const OpWork& work, double ms) {
-  add(OpTotals{work.op, 1, work.flops, work.bytes, work.fp8, work.host_copy, ms});
+  add(OpTotals{work.op, 1, work.flops, work.bytes, work.fp8, work.host_copy, ms, work.pass_bytes});
 }
 
 void OpLedger::add(const OpTotals& totals) {
@@ -164,6 +186,7 @@ void OpLedger::add(const OpTotals& totals) {
   entry.calls += totals.calls;
   entry.flops += totals.flops;
   entry.bytes += totals.bytes;
+  entry.pass_bytes += totals.pass_bytes;
   entry.fp8 = totals.fp8;
   entry.host_copy = totals.host_copy;
   entry.total_ms += totals.total_ms;
@@ -179,8 +202,9 @@ std::vector<OpTotals> OpLedger::totals() const {
 
 namespace {
 
+// The op's arithmetic and the bytes it overlaps, and its passes' bytes (OpWork::pass_bytes).
 struct Bounds {
-  double compute_s = 0.0, memory_s = 0.0;
+  double compute_s = 0.0, memory_s = 0.0, passes_s = 0.0;
 };
 
 Bounds bounds(const OpTotals& totals, const DeviceLimits& limits) {
@@ -191,15 +215,16 @@ Bounds bounds(const OpTotals& totals, const DeviceLimits& limits) {
              totals.fp8 ? "fp8 " : "", totals.op);
   KILN_CHECK(totals.bytes == 0.0 || limits.bandwidth_gb_per_s > 0.0, "no memory bandwidth for '{}'",
              totals.op);
-  return {totals.flops > 0.0 ? totals.flops / (rate * 1e12) : 0.0,
-          totals.bytes > 0.0 ? totals.bytes / (limits.bandwidth_gb_per_s * 1e9) : 0.0};
+  const auto seconds = [&](double bytes) { return bytes > 0.0 ? bytes / (limits.bandwidth_gb_per_s * 1e9) : 0.0; };
+  return {totals.flops > 0.0 ? totals.flops / (rate * 1e12) : 0.0, seconds(totals.bytes - totals.pass_bytes),
+          seconds(totals.pass_bytes)};
 }
 
 }  // namespace
 
 double roofline_ms(const OpTotals& totals, const DeviceLimits& limits) {
   const Bounds b = bounds(totals, limits);
-  return 1e3 * std::max(b.compute_s, b.memory_s);
+  return 1e3 * (std::max(b.compute_s, b.memory_s) + b.passes_s);
 }
 
 bool compute_bound(const OpTotals& totals, const DeviceLimits& limits) {

@@ -13,6 +13,9 @@
 // forward and only read by the backward, which then reads no 16-bit input. Scratch an
 // implementation adds on top (the materialised attention path's T x T matrices, a fallback
 // kernel's extra pass) is not counted: that is the gap between an implementation and this bound.
+// Passes: the part of an op's bytes that a memory-bound pass of its own moves before or after
+// the op's arithmetic, which therefore cannot hide under it: an fp8 product's casts (each reads a
+// 16-bit operand and writes its codes) and the GELU output's cast (MatmulForward::gelu_fp8).
 #pragma once
 
 #include <cstdint>
@@ -29,6 +32,7 @@ struct OpWork {
   double flops = 0.0, bytes = 0.0;
   bool fp8 = false;        // a product on fp8 tensor cores
   bool host_copy = false;  // bytes over the host link, not device memory: no device roofline
+  double pass_bytes = 0.0;  // of `bytes`, those moved by passes of their own (above)
 };
 
 OpWork work_of(const EmbeddingForward& args);
@@ -55,6 +59,7 @@ struct OpTotals {
   double flops = 0.0, bytes = 0.0;  // over all calls
   bool fp8 = false, host_copy = false;
   double total_ms = 0.0;  // measured time over all calls (0 where nothing was run)
+  double pass_bytes = 0.0;  // of `bytes`, those moved by passes of their own (OpWork)
 };
 
 class OpLedger {
@@ -75,12 +80,12 @@ struct DeviceLimits {
   double tflops = 0.0, fp8_tflops = 0.0, bandwidth_gb_per_s = 0.0;
 };
 
-// The least milliseconds `totals` can take at `limits`: its FLOPs at the product rate or its bytes
-// at the memory bandwidth, whichever is longer (the roofline model, Williams, Waterman and
-// Patterson 2009). Requires the limits the work needs to be positive, and device work
-// (!totals.host_copy).
+// The least milliseconds `totals` can take at `limits`: its FLOPs at the product rate or the bytes
+// they overlap at the memory bandwidth, whichever is longer (the roofline model, Williams,
+// Waterman and Patterson 2009), then its passes' bytes at the memory bandwidth. Requires the limits
+// the work needs to be positive, and device work (!totals.host_copy).
 double roofline_ms(const OpTotals& totals, const DeviceLimits& limits);
-// Whether the FLOPs, not the bytes, set that bound.
+// Whether the FLOPs, not the bytes they overlap, set that bound.
 bool compute_bound(const OpTotals& totals, const DeviceLimits& limits);
 
 }  // namespace kiln

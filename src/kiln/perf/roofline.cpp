@@ -16,6 +16,7 @@ std::vector<OpTotals> repeated(std::vector<OpTotals> totals, int64_t times) {
     entry.calls *= times;
     entry.flops *= static_cast<double>(times);
     entry.bytes *= static_cast<double>(times);
+    entry.pass_bytes *= static_cast<double>(times);
   }
   return totals;
 }
