@@ -1,9 +1,9 @@
 // A LayerNorm that casts its output for an fp8 product (ops.h, LayerNormForward with fp8) on every
 // back-end: the codes it writes, in both layouts, and the product that reads them are bit for bit
 // the plain LayerNorm's output cast by the product itself (with the input's codes kept for the
-// backward); its statistics and the amax are those bits too. Shapes cross the CUDA kernel's
-// edges: 48 rows (a block of 32 and half of one) and 272 columns (two tiles of 128 and part of a
-// third). Arguments that do not fit are refused by name.
+// backward), with the transpose or without it; its statistics and the amax are those bits too.
+// Shapes cross the CUDA kernel's edges: 48 rows (a block of 32 and half of one) and 272 columns
+// (two tiles of 128 and part of a third). Arguments that do not fit are refused by name.
 #include <gtest/gtest.h>
 
 #include "kiln/backend/registry.h"
@@ -66,6 +66,14 @@ TEST_P(Fp8LayerNorm, CodesAreTheProductsOwnCastOfTheOutput) {
   EXPECT_EQ(t.download(cast.fp8.weight.amax), t.download(plain.fp8.weight.amax));
   EXPECT_EQ(t.download(cast.mean), t.download(plain.mean));
   EXPECT_EQ(t.download(cast.rstd), t.download(plain.rstd));
+  // Without the transpose (no backward will read it): the same codes, statistics and amax.
+  Run rows_only = fresh();
+  const Tensor rows_only_codes = poisoned_codes(t, {M, C});
+  backend_->layernorm_forward(
+      {Tensor{}, rows_only.mean, rows_only.rstd, in, weight, bias, 1e-5f, &rows_only.fp8.in, rows_only_codes});
+  EXPECT_EQ(t.download(rows_only_codes), rows);
+  EXPECT_EQ(t.download(rows_only.fp8.in.amax), t.download(plain.fp8.in.amax));
+  EXPECT_EQ(t.download(rows_only.mean), t.download(plain.mean));
 }
 
 TEST_P(Fp8LayerNorm, ArgumentsThatDoNotFitAreRefused) {

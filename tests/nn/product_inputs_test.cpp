@@ -3,12 +3,15 @@
 // policy, and with fp8 products each backward reads the codes its own forward kept (ops.h,
 // in_fp8_t), or for c_attn and c_fc those the LayerNorm before it wrote for it (LayerNormForward
 // with fp8) and for the MLP's c_proj those c_fc wrote (MatmulForward with gelu_fp8), untouched
-// since, while the 16-bit inputs those codes replace are shared and reused.
-// A CPU back-end records what each product's forward read, by weight, and compares at backward.
+// since, while the 16-bit inputs those codes replace are shared and reused. No codes are kept
+// that no backward reads (a recomputed block's first forward and a forward without gradients keep
+// none). A CPU back-end records what each product's forward read, by weight, and compares at
+// backward.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <map>
+#include <set>
 #include <vector>
 
 #include "kiln/backend/cpu/cpu_backend.h"
@@ -24,21 +27,34 @@ std::vector<char> contents(const Tensor& tensor) {
   return std::vector<char>(data, data + tensor.bytes());
 }
 
+// The bytes of codes [M, K] transposed, [K, M]: what a backward reads of codes its forward read.
+std::vector<char> transposed(const Tensor& codes) {
+  const std::vector<char> rows = contents(codes);
+  const int64_t K = codes.shape[codes.shape.rank - 1], M = codes.numel() / K;
+  std::vector<char> columns(rows.size());
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) columns[k * M + m] = rows[m * K + k];
+  return columns;
+}
+
 class ProductInputWatcher final : public CpuBackend {
  public:
   void layernorm_forward(const LayerNormForward& args) override {
     CpuBackend::layernorm_forward(args);
-    note_cast(args);
+    if (args.fp8) last_cast_codes_ = args.out_fp8.data;
+    note_kept_codes_written(args.out_fp8_t);
   }
   void matmul_forward(const MatmulForward& args) override {
     CpuBackend::matmul_forward(args);
-    if (args.in.dtype == DType::F8E4M3) {  // cast by the op before it, which kept the transpose
-      EXPECT_EQ(args.in.data, last_cast_.codes) << "a product reads codes the last cast did not write";
-      seen_[args.weight.data] = {contents(args.in), last_cast_.codes_t_at, last_cast_.codes_t};
+    note_kept_codes_written(args.in_fp8_t);
+    note_kept_codes_written(args.gelu_out_t);
+    if (args.in.dtype == DType::F8E4M3) {  // cast by the op before it, which keeps the transpose
+      EXPECT_EQ(args.in.data, last_cast_codes_) << "a product reads codes the last cast did not write";
+      seen_[args.weight.data] = {contents(args.in), transposed(args.in)};
     } else {
-      seen_[args.weight.data] = {contents(args.in), args.in_fp8_t.data, contents(args.in_fp8_t)};
+      seen_[args.weight.data] = {contents(args.in), contents(args.in_fp8_t)};
     }
-    if (args.gelu_fp8) last_cast_ = {args.gelu_out.data, args.gelu_out_t.data, contents(args.gelu_out_t)};
+    if (args.gelu_fp8) last_cast_codes_ = args.gelu_out.data;
   }
   void matmul_backward(const MatmulBackward& args) override {
     const auto seen = seen_.find(args.weight.data);
@@ -48,31 +64,32 @@ class ProductInputWatcher final : public CpuBackend {
           << "a backward's input changed since its forward";
       ++from_input;
     } else {
-      EXPECT_EQ(args.in_fp8_t.data, seen->second.codes_at)
-          << "a backward reads codes its forward did not keep";
-      EXPECT_TRUE(contents(args.in_fp8_t) == seen->second.codes)
-          << "kept codes changed since their forward";
+      EXPECT_TRUE(contents(args.in_fp8_t) == seen->second.codes_t)
+          << "a backward's kept codes are not those its forward read, transposed";
       ++from_codes;
+      unread_codes_.erase(args.in_fp8_t.data);
     }
     CpuBackend::matmul_backward(args);
   }
   int from_input = 0, from_codes = 0;
+  // Codes kept for a backward that were written again before any backward read them.
+  int overwritten_unread = 0;
+  // Codes kept for a backward that no backward has read.
+  size_t unread() const { return unread_codes_.size(); }
 
  private:
-  void note_cast(const LayerNormForward& args) {
-    if (args.fp8) last_cast_ = {args.out_fp8.data, args.out_fp8_t.data, contents(args.out_fp8_t)};
+  void note_kept_codes_written(const Tensor& codes_t) {
+    if (codes_t.empty()) return;
+    overwritten_unread += unread_codes_.count(codes_t.data) ? 1 : 0;
+    unread_codes_.insert(codes_t.data);
   }
   struct Seen {
-    std::vector<char> in;
-    void* codes_at;
-    std::vector<char> codes;
+    std::vector<char> in;       // the input the forward read (codes, or 16-bit)
+    std::vector<char> codes_t;  // the codes its backward must read: the input's, transposed
   };
-  std::map<void*, Seen> seen_;
-  struct Cast {
-    void* codes = nullptr;
-    void* codes_t_at = nullptr;
-    std::vector<char> codes_t;
-  } last_cast_;  // the output codes of the last LayerNorm or GELU that cast its output
+  std::map<void*, Seen> seen_;  // by weight
+  void* last_cast_codes_ = nullptr;  // written by the last LayerNorm or GELU that cast its output
+  std::set<void*> unread_codes_;
 };
 
 TEST(ProductInputs, EachBackwardReadsWhatItsForwardRead) {
@@ -104,6 +121,13 @@ TEST(ProductInputs, EachBackwardReadsWhatItsForwardRead) {
         model.forward(tokens, targets, B, T, micro_batch == 0 ? GradientPass::Write : GradientPass::Add, 1.0f);
         model.backward();
       }
+      // A validation forward keeps nothing for a backward.
+      model.forward(tokens, targets, B, T);
+      // Codes kept for a backward are written only by the forward whose results it reads: a
+      // recomputed block's first forward keeps none (its replay does), nor does a forward without
+      // gradients.
+      EXPECT_EQ(backend.overwritten_unread, 0);
+      EXPECT_EQ(backend.unread(), 0u);
       // Per micro-batch: the classifier's product and each block's four; under selective
       // recomputation the MLP c_proj's backward casts the recomputed GELU output itself.
       const bool selective = policy.granularity == RecomputeGranularity::Selective;

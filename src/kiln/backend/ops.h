@@ -54,8 +54,8 @@ struct EmbeddingBackward {
 // Cast for an fp8 product (bf16/fp16, M and C multiples of 16; the fp8 products below): with
 // `fp8` given (the product's Fp8Matmul::in), the op casts its output as that product's forward
 // would: the E4M3 codes of out rounded to the compute dtype, fp8(out * scale), into out_fp8 [M, C]
-// and, transposed, out_fp8_t [C, M] (the product's in_fp8_t for its backward), and max |out|
-// max-accumulated into fp8->amax. `out` is then empty, not written: the product reads the codes
+// and, transposed, out_fp8_t [C, M] (the product's in_fp8_t for its backward; or empty, where no
+// backward will read them), and max |out| max-accumulated into fp8->amax. `out` is then empty, not written: the product reads the codes
 // (MatmulForward with `in` as codes). One pass where the norm and the cast took two.
 struct Fp8Operand;
 struct LayerNormForward {
@@ -67,7 +67,7 @@ struct LayerNormForward {
   Tensor bias;    // [C]
   float eps = 1e-5f;
   const Fp8Operand* fp8 = nullptr;     // cast the output (above), or null
-  Tensor out_fp8 = {}, out_fp8_t = {};  // with fp8: [M, C] and [C, M] E4M3 codes
+  Tensor out_fp8 = {}, out_fp8_t = {};  // with fp8: [M, C] and [C, M] (or empty) E4M3 codes
 };
 struct LayerNormBackward {
   Tensor din;      // [M, C] += (see header), or = with din_store Write

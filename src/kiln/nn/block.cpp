@@ -75,6 +75,11 @@ void block_forward(Backend& backend, const GptConfig& config, const BlockWeights
                                              w.fc_proj_weight, w.fc_proj_bias, fc_proj, Tensor{}));
 }
 
+BlockActivations without_backward_codes(BlockActivations acts) {
+  acts.ln1_fp8_t = acts.attn_out_fp8_t = acts.ln2_fp8_t = acts.fc_post_gelu_fp8_t = Tensor{};
+  return acts;
+}
+
 void block_backward(Backend& backend, const GptConfig& config, const BlockWeights& w,
                     const BlockWeights& g, const Tensor& input, const BlockActivations& acts,
                     const BlockScratch& s, const Tensor& d_residual, GradStore store, const BlockFp8* fp8) {

@@ -36,6 +36,11 @@ struct BlockScratch {
 // c_fc then writes only the transposed codes of its GELU output, which that backward reads.
 enum class BlockForwardExtent : uint8_t { Output, BackwardInputs };
 
+// `acts` without the fp8 codes the products keep for the block's backward (the *_fp8_t), for a
+// forward whose backward will not read them: one without gradients, or a recomputed block's first
+// forward (its replay writes them again before the backward, activations.h).
+BlockActivations without_backward_codes(BlockActivations acts);
+
 void block_forward(Backend& backend, const GptConfig& config, const BlockWeights& weights,
                    const Tensor& input, const BlockActivations& acts, const BlockFp8* fp8 = nullptr,
                    BlockForwardExtent extent = BlockForwardExtent::Output);

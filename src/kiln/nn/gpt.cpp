@@ -180,7 +180,11 @@ void Gpt::forward_ops() {
   Tensor input = acts_.embedded;
   for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
     const BlockActivations& block = acts_.blocks[static_cast<size_t>(layer)];
-    block_forward(backend_, config_, weights_.blocks[static_cast<size_t>(layer)], input, block, block_fp8(layer));
+    // Codes for a backward only where this forward's results are the ones the backward reads.
+    const bool backward_reads = inputs_.gradients != GradientPass::None &&
+                                !acts_.recompute[static_cast<size_t>(layer)].recomputed;
+    block_forward(backend_, config_, weights_.blocks[static_cast<size_t>(layer)], input,
+                  backward_reads ? block : without_backward_codes(block), block_fp8(layer));
     input = block.residual_out;
   }
   backend_.layernorm_forward({acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, input, weights_.lnf_weight,

@@ -31,8 +31,8 @@ int embedding_backward(float* dwte, float* dwpe, const void* dout, int kind, con
 int layernorm_forward(void* out, float* mean, float* rstd, const void* in, const void* weight, const void* bias,
                       int kind, int64_t M, int64_t C, float eps);
 // The same LayerNorm with its output only cast (ops.h, LayerNormForward with fp8): E4M3 codes of the
-// rounded output, times *scale, into codes [M, C] and codes_t [C, M], max |output| into *amax, as
-// cast_fp8 from layernorm_forward's output would give. M and C multiples of 16.
+// rounded output, times *scale, into codes [M, C] and codes_t [C, M] (unless null), max |output|
+// into *amax, as cast_fp8 from layernorm_forward's output would give. M and C multiples of 16.
 int layernorm_forward_fp8(uint8_t* codes, uint8_t* codes_t, float* mean, float* rstd, const void* in,
                           const void* weight, const void* bias, int kind, int64_t M, int64_t C, float eps,
                           const float* scale, float* amax);

@@ -79,7 +79,8 @@ __global__ void layernorm_forward_kernel(T* out, float* mean_out, float* rstd_ou
 // the plain kernel's output would not narrow its pack width W: 16-byte aligned as in the arena), then
 // the rows go in tiles of 128 columns as in the cast (warp w rows w, w + 8, ..., lane l columns
 // 4 l to 4 l + 3), read again from cache, normalised, cast, and the tile's transpose written from
-// shared memory. C is a multiple of 16; the rows' pointers are 8-byte aligned (a 4-element Pack).
+// shared memory (unless codes_t is null). C is a multiple of 16; the rows' pointers are 8-byte
+// aligned (a 4-element Pack).
 template <typename T, int W>
 __global__ void layernorm_forward_fp8_kernel(uint8_t* codes, uint8_t* codes_t, float* mean_out, float* rstd_out,
                                              const T* in, const T* weight, const T* bias, int64_t M, int64_t C,
@@ -119,9 +120,11 @@ __global__ void layernorm_forward_fp8_kernel(uint8_t* codes, uint8_t* codes_t, f
       *reinterpret_cast<uint32_t*>(codes + row * C + col) = packed;
       *reinterpret_cast<uint32_t*>(&tile[r][lane * kFp8Vector]) = packed;
     }
-    __syncthreads();
-    store_fp8_tile_transposed(tile, codes_t, row0, col0, M, C);
-    __syncthreads();  // before the next tile overwrites this one
+    if (codes_t) {  // the same for the whole block
+      __syncthreads();
+      store_fp8_tile_transposed(tile, codes_t, row0, col0, M, C);
+      __syncthreads();  // before the next tile overwrites this one
+    }
   }
   largest = block_max(largest);
   if (threadIdx.x == 0) max_into(amax, largest);
