@@ -6,7 +6,9 @@
 // op family, templated on the storage type. Attention keeps the flash-attention contract (only the
 // log-sum-exp is saved): fused tensor-core kernels where they apply (flash_attention.h), else the
 // T x T matrices in a shared workspace through cuBLASLt. Everything runs on the compute stream
-// (stream.h); copies wait for it. Compiled only in CUDA builds.
+// (stream.h); copies wait for it. Compiled only in CUDA builds. Host code: the products in
+// cuda_matmul.cpp, attention in cuda_attention.cpp, the rest in cuda_backend.cpp; what they share
+// in cuda_backend_shared.h.
 //
 // Values inside device memory (token ids, targets) are not range-checked here: that would need a
 // copy to the host per op. Gpt::forward checks them on the host before they are uploaded.

@@ -1,0 +1,131 @@
+// The CUDA back-end's attention core (ops.h, AttentionForward and AttentionBackward).
+#include <cmath>
+
+#include "kiln/backend/attention_workspace.h"
+#include "kiln/backend/cuda/cuda_backend_shared.h"
+#include "kiln/backend/cuda/flash_attention.h"
+#include "kiln/backend/cuda/general_attention.h"
+#include "kiln/backend/op_checks.h"
+
+namespace kiln {
+
+using cuda::check_cuda;
+using cuda::GemmTypes;
+using cuda_backend::at;
+using cuda_backend::AttentionPath;
+using cuda_backend::attention_path;
+using cuda_backend::element_kind;
+using cuda_backend::gemm;
+using cuda_backend::kCuda;
+
+static_assert(kMaxFusedAttentionHeadSize == cuda::kGeneralAttentionMaxHeadSize);
+
+AttentionPath cuda_backend::attention_path(bool fused_on, int compute_major, DType dtype, int64_t B, int64_t NH,
+                                           int64_t HS, std::initializer_list<const void*> tensors) {
+  if (!fused_on || !fused_attention_shape(dtype, HS) || B * NH > 65535) return AttentionPath::Materialized;
+  for (const void* data : tensors)
+    if (reinterpret_cast<uintptr_t>(data) % 16 != 0) return AttentionPath::General;
+  return cuda::tiled_attention_applies(element_kind(dtype), HS, compute_major) ? AttentionPath::Tiled
+                                                                               : AttentionPath::General;
+}
+
+// The flash-attention contract (ops.h). bf16/fp16 heads up to 256: fused kernels, on tensor cores
+// (flash_forward.cu, flash_backward.cu) or CUDA cores (general_attention.cu); see attention_path().
+// Otherwise cuBLASLt products: the T x T scores and probabilities live only in the shared workspace
+// during the call (in the compute dtype, products accumulated in fp32, softmax in fp32), and
+// backward recomputes them from q, k and lse. Consecutive heads are HS apart in qkv, so each batch
+// entry's heads are one strided-batched GEMM.
+void CudaBackend::attention_forward(const AttentionForward& a) {
+  const auto [B, T, C, NH, HS] = checks::attention_forward(a, kCuda);
+  const DType dtype = a.qkv.dtype;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const bool padded = a.mask != AttentionMask::Causal, causal = a.mask != AttentionMask::KeyPadding;
+  const int32_t* key_mask = padded ? a.key_mask.as<int32_t>() : nullptr;
+  const AttentionPath path =
+      attention_path(handles_->fused_attention, handles_->compute_major, dtype, B, NH, HS, {a.qkv.data, a.out.data});
+  ++handles_->attention_forward_calls[static_cast<size_t>(path)];
+  switch (path) {
+    case AttentionPath::Tiled:
+      handles_->warpgroup_forward_calls += handles_->warpgroup_attention;
+      check_cuda(cuda::flash_attention_forward(a.out.data, a.lse.as<float>(), a.qkv.data, key_mask,
+                                               element_kind(dtype), B, T, NH, HS, causal, scale,
+                                               handles_->warpgroup_attention),
+                 handles_->warpgroup_attention ? "attention_forward (fused, tensor cores, wgmma)"
+                                               : "attention_forward (fused, tensor cores)");
+      return;
+    case AttentionPath::General:
+      check_cuda(cuda::general_attention_forward(a.out.data, a.lse.as<float>(), a.qkv.data, key_mask,
+                                                 element_kind(dtype), B, T, NH, HS, causal, scale),
+                 "attention_forward (fused, general)");
+      return;
+    case AttentionPath::Materialized: break;
+  }
+  const GemmTypes types{dtype, dtype, handles_->tf32};
+  cuda::LtMatmul& lt = *handles_->matmul;
+  void* probs = workspace(attention_workspace_bytes(B, NH, T, dtype, false));
+  for (int64_t b = 0; b < B; ++b) {
+    const void* q = at(a.qkv.data, b * T * 3 * C, dtype);
+    gemm(lt, types, false, true, T, T, HS, scale, q, 3 * C, at(q, C, dtype), 3 * C, 0.0f,
+         at(probs, b * NH * T * T, dtype), T, NH, HS, HS, T * T);
+  }
+  check_cuda(cuda::attention_softmax_forward(probs, a.lse.as<float>(), element_kind(dtype), key_mask, B, NH, T, causal),
+             "attention_forward");
+  for (int64_t b = 0; b < B; ++b) {
+    const void* v = at(a.qkv.data, b * T * 3 * C + 2 * C, dtype);
+    gemm(lt, types, false, false, T, HS, T, 1.0f, at(probs, b * NH * T * T, dtype), T, v, 3 * C, 0.0f,
+         at(a.out.data, b * T * C, dtype), C, NH, T * T, HS, HS);
+  }
+}
+
+void CudaBackend::attention_backward(const AttentionBackward& a) {
+  const auto [B, T, C, NH, HS] = checks::attention_backward(a, kCuda);
+  const DType dtype = a.qkv.dtype;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const bool padded = a.mask != AttentionMask::Causal, causal = a.mask != AttentionMask::KeyPadding;
+  const int32_t* key_mask = padded ? a.key_mask.as<int32_t>() : nullptr;
+  switch (attention_path(handles_->fused_attention, handles_->compute_major, dtype, B, NH, HS,
+                         {a.qkv.data, a.dqkv.data, a.dout.data, a.out.data})) {
+    case AttentionPath::Tiled:
+      check_cuda(cuda::flash_attention_backward(a.dqkv.data, a.dout.data, a.qkv.data, a.out.data, a.lse.as<float>(),
+                                                key_mask, element_kind(dtype), B, T, NH, HS, causal, scale,
+                                                workspace(attention_workspace_bytes(B, NH, T, dtype, true)),
+                                                handles_->warpgroup_attention),
+                 handles_->warpgroup_attention ? "attention_backward (fused, tensor cores, wgmma)"
+                                               : "attention_backward (fused, tensor cores)");
+      return;
+    case AttentionPath::General:
+      check_cuda(cuda::general_attention_backward(a.dqkv.data, a.dout.data, a.qkv.data, a.out.data, a.lse.as<float>(),
+                                                  key_mask, element_kind(dtype), B, T, NH, HS, causal, scale,
+                                                  workspace(attention_workspace_bytes(B, NH, T, dtype, true))),
+                 "attention_backward (fused, general)");
+      return;
+    case AttentionPath::Materialized: break;
+  }
+  const GemmTypes types{dtype, dtype, handles_->tf32};
+  cuda::LtMatmul& lt = *handles_->matmul;
+  void* probs = workspace(attention_workspace_bytes(B, NH, T, dtype, false));
+  void* dprobs = at(probs, static_cast<int64_t>(attention_matrix_bytes(B, NH, T, dtype) / dtype_size(dtype)), dtype);
+  for (int64_t b = 0; b < B; ++b) {  // S again, and dP = dO v^T
+    const void* q = at(a.qkv.data, b * T * 3 * C, dtype);
+    gemm(lt, types, false, true, T, T, HS, scale, q, 3 * C, at(q, C, dtype), 3 * C, 0.0f,
+         at(probs, b * NH * T * T, dtype), T, NH, HS, HS, T * T);
+    gemm(lt, types, false, true, T, T, HS, 1.0f, at(a.dout.data, b * T * C, dtype), C, at(q, 2 * C, dtype), 3 * C,
+         0.0f, at(dprobs, b * NH * T * T, dtype), T, NH, HS, HS, T * T);
+  }
+  check_cuda(cuda::attention_softmax_backward(probs, dprobs, a.lse.as<float>(), a.dout.data, a.out.data,
+                                              element_kind(dtype), key_mask, B, NH, T, HS, causal, scale),
+             "attention_backward");
+  for (int64_t b = 0; b < B; ++b) {
+    const void* q = at(a.qkv.data, b * T * 3 * C, dtype);
+    void* dq = at(a.dqkv.data, b * T * 3 * C, dtype);
+    const void* ds = at(dprobs, b * NH * T * T, dtype);
+    const void* p = at(probs, b * NH * T * T, dtype);
+    const void* d_o = at(a.dout.data, b * T * C, dtype);
+    gemm(lt, types, false, false, T, HS, T, 1.0f, ds, T, at(q, C, dtype), 3 * C, 0.0f, dq, 3 * C, NH, T * T, HS, HS);
+    gemm(lt, types, true, false, T, HS, T, 1.0f, ds, T, q, 3 * C, 0.0f, at(dq, C, dtype), 3 * C, NH, T * T, HS, HS);
+    gemm(lt, types, true, false, T, HS, T, 1.0f, p, T, d_o, C, 0.0f, at(dq, 2 * C, dtype), 3 * C, NH, T * T, HS,
+         HS);
+  }
+}
+
+}  // namespace kiln

@@ -1,0 +1,222 @@
+// The CUDA back-end's matrix products (ops.h, MatmulForward and MatmulBackward), all through
+// cuBLASLt (lt_matmul.h). Bias, GELU and their gradients go into cuBLASLt's epilogues where it has
+// an algorithm for them; otherwise the bias is broadcast into the output before an accumulating
+// product, the bias gradient is a column-sum kernel, and GELU runs as its own kernel. fp8 products
+// cast their operands first (fp8.cu).
+#include "kiln/backend/fp8_workspace.h"
+#include "kiln/backend/cuda/cuda_backend_shared.h"
+#include "kiln/backend/op_checks.h"
+
+namespace kiln {
+
+using cuda::check_cuda;
+using cuda::Gemm;
+using cuda::GemmEpilogue;
+using cuda::GemmTypes;
+using cuda_backend::element_kind;
+using cuda_backend::kCuda;
+
+namespace {
+
+// GELU inside the products (cuBLASLt's GELU epilogues) except in strict fp32: that mode is the
+// reference the op table holds to fp32 rounding, and cuBLASLt does not document its GELU to that
+// precision. The auxiliary matrix (the pre-activation) needs a leading dimension divisible by 8.
+bool gelu_epilogue_applies(const GemmTypes& types, int64_t aux_columns) {
+  return (types.inputs != DType::F32 || types.tf32) && aux_columns % 8 == 0;
+}
+
+// Where an fp8 product's operands are cast to (fp8_workspace.h): consecutive 256-byte-aligned
+// regions of the workspace.
+class Fp8Regions {
+ public:
+  explicit Fp8Regions(void* workspace) : next_(static_cast<uint8_t*>(workspace)) {}
+  uint8_t* take(int64_t elements) {
+    uint8_t* region = next_;
+    next_ += fp8_region_bytes(elements);
+    return region;
+  }
+
+ private:
+  uint8_t* next_;
+};
+
+// Casts `operand` ([rows, cols] of kind) to E4M3 or E5M2 into `out` (same layout) and/or `out_t`
+// (transposed), with its Fp8Operand's scale and amax; with column_partials, also its column sums
+// before the cast (kernels.h).
+void cast(const Tensor& operand, int64_t rows, int64_t cols, const Fp8Operand& fp8, DType format, uint8_t* out,
+          uint8_t* out_t, float* column_partials = nullptr) {
+  check_cuda(cuda::cast_fp8(operand.data, element_kind(operand.dtype), rows, cols, fp8.scale.as<float>(),
+                            fp8.amax.as<float>(), format == DType::F8E4M3, out, out_t, column_partials),
+             "cast_fp8");
+}
+
+}  // namespace
+
+void CudaBackend::matmul_forward(const MatmulForward& a) {
+  const auto [M, K, N] = checks::matmul_forward(a, kCuda);
+  const DType dtype = a.out.dtype;
+  const bool in_codes = a.in.dtype == DType::F8E4M3;  // cast already (ops.h)
+  const bool out_in = a.layout == WeightLayout::OutIn;
+  cuda::LtMatmul& lt = *handles_->matmul;
+  Gemm product{{dtype, dtype, handles_->tf32}, false, out_in, M, N, K, 1.0f, a.in.data, K, a.weight.data,
+               out_in ? K : N, 0.0f, a.out.data, N};
+  if (a.fp8) {  // in [M,K] and the weight as [N,K], both E4M3 (ops.h)
+    Fp8Regions regions(workspace(fp8_forward_cast_bytes(M, K, N)));
+    uint8_t* in8 = in_codes ? a.in.as<uint8_t>() : regions.take(M * K);
+    uint8_t* weight8 = regions.take(N * K);
+    if (!in_codes)  // with the kept codes too, if asked
+      cast(a.in, M, K, a.fp8->in, DType::F8E4M3, in8, a.in_fp8_t.as<uint8_t>());
+    if (out_in) cast(a.weight, N, K, a.fp8->weight, DType::F8E4M3, weight8, nullptr);
+    else cast(a.weight, K, N, a.fp8->weight, DType::F8E4M3, nullptr, weight8);
+    product = {{DType::F8E4M3, dtype}, false, true, M, N, K, 1.0f, in8, K, weight8, K, 0.0f, a.out.data, N};
+    product.a_scale = a.fp8->in.scale_inv.as<float>();
+    product.b_scale = a.fp8->weight.scale_inv.as<float>();
+  }
+  if (!a.residual.empty()) {  // out = product + residual (+ bias), one rounding: C read apart from D
+    product.beta = 1.0f;
+    product.addend = a.residual.data;
+  }
+  // GELU in the compute dtype; with gelu_fp8 the cast below applies it instead (ops.h).
+  const bool gelu = !a.gelu_out.empty() && !a.gelu_fp8;
+  const bool epilogues = handles_->matmul_epilogues;
+  if (epilogues && gelu && !a.bias.empty() && gelu_epilogue_applies(product.types, N)) {
+    Gemm fused = product;  // gelu_out = gelu(in W + b), the pre-activation into out
+    fused.C = a.gelu_out.data;
+    fused.epilogue = GemmEpilogue::GeluAuxBias;
+    fused.bias = a.bias.data;
+    fused.aux = a.out.data;
+    fused.aux_ld = N;
+    if (lt.run(fused)) return;
+  }
+  if (!a.bias.empty()) {
+    Gemm biased = product;
+    biased.epilogue = GemmEpilogue::Bias;
+    biased.bias = a.bias.data;
+    if (!epilogues || !lt.run(biased)) {  // out = bias (+ residual, rounded: a second rounding), then += the product
+      check_cuda(cuda::broadcast_rows(a.out.data, a.bias.data, a.residual.data, element_kind(dtype), M, N),
+                 "matmul_forward");
+      product.beta = 1.0f;
+      product.addend = nullptr;
+      lt.run(product);
+    }
+  } else {
+    lt.run(product);
+  }
+  if (gelu)
+    check_cuda(cuda::gelu_forward(a.gelu_out.data, a.out.data, element_kind(dtype), M * N), "matmul_forward (gelu)");
+  if (a.gelu_fp8)
+    check_cuda(cuda::cast_gelu_fp8(a.out.data, element_kind(dtype), M, N, a.gelu_fp8->scale.as<float>(),
+                                   a.gelu_fp8->amax.as<float>(), a.gelu_out.as<uint8_t>(), a.gelu_out_t.as<uint8_t>()),
+               "matmul_forward (gelu cast to fp8)");
+}
+
+// `product` writes din [M,K]; with gelu_in, din is then multiplied by gelu'(gelu_in): in cuBLASLt's
+// DGELU epilogue where it has an algorithm for it, else in a kernel after the product.
+void CudaBackend::input_gradient(const Gemm& product, const Tensor& gelu_in) {
+  cuda::LtMatmul& lt = *handles_->matmul;
+  const int64_t M = product.M, K = product.N;
+  if (handles_->matmul_epilogues && !gelu_in.empty() && gelu_epilogue_applies(product.types, K)) {
+    Gemm fused = product;
+    fused.epilogue = GemmEpilogue::Dgelu;
+    fused.aux = gelu_in.data;
+    fused.aux_ld = K;
+    if (lt.run(fused)) return;
+  }
+  lt.run(product);
+  if (!gelu_in.empty())
+    check_cuda(cuda::gelu_backward(product.C, gelu_in.data, product.C, element_kind(gelu_in.dtype), M * K),
+               "matmul_backward (gelu)");
+}
+
+void CudaBackend::matmul_backward(const MatmulBackward& a) {
+  const auto [M, K, N] = checks::matmul_backward(a, kCuda);
+  if (a.fp8) return matmul_backward_fp8(a, M, K, N);
+  const DType dtype = a.in.dtype;
+  const int kind = element_kind(dtype);
+  const bool in_out = a.layout == WeightLayout::InOut;
+  cuda::LtMatmul& lt = *handles_->matmul;
+  if (!a.din.empty()) {  // din = dout W^T (InOut) or dout W (OutIn), times gelu'(gelu_in) when given
+    input_gradient({{dtype, dtype, handles_->tf32}, false, in_out, M, K, N, 1.0f, a.dout.data, N, a.weight.data,
+                    in_out ? N : K, 0.0f, a.din.data, K},
+                   a.gelu_in);
+  }
+  // dweight += (or, with Write, =: beta 0, the old values unread) in^T dout (InOut, [K,N]) or
+  // dout^T in (OutIn, [N,K]), accumulated in fp32; the bias gradient is the column sums of dout,
+  // which is op(B) of the first and op(A) of the second.
+  const bool write = a.param_store == GradStore::Write;
+  const float beta = write ? 0.0f : 1.0f;
+  Gemm weight_grad = in_out ? Gemm{{dtype, DType::F32, handles_->tf32}, true, false, K, N, M, 1.0f, a.in.data, K,
+                                   a.dout.data, N, beta, a.dweight.data, N}
+                            : Gemm{{dtype, DType::F32, handles_->tf32}, true, false, N, K, M, 1.0f, a.dout.data, N,
+                                   a.in.data, K, beta, a.dweight.data, K};
+  if (!a.dbias.empty()) {
+    // The epilogue writes the bias gradient: straight into dbias with Write, else into the shared
+    // workspace, to be added to dbias. cuBLASLt states no alignment for the bias-gradient pointer;
+    // the workspace is 256-byte aligned, and dbias is used in its place only when 16-byte aligned
+    // (every GPT-2 size's biases are).
+    const bool in_place = write && reinterpret_cast<uintptr_t>(a.dbias.data) % 16 == 0;
+    auto* bias_grad =
+        in_place ? a.dbias.as<float>() : static_cast<float*>(workspace(static_cast<size_t>(N) * sizeof(float)));
+    Gemm fused = weight_grad;
+    fused.epilogue = in_out ? GemmEpilogue::BiasGradFromB : GemmEpilogue::BiasGradFromA;
+    fused.bias_grad = bias_grad;
+    if (handles_->matmul_epilogues && lt.run(fused)) {
+      if (in_place) return;
+      check_cuda(write ? cuda::convert(a.dbias.data, cuda::kFp32, bias_grad, cuda::kFp32, N)  // a copy
+                       : cuda::add_floats(a.dbias.as<float>(), bias_grad, N),
+                 "matmul_backward");
+      return;
+    }
+    check_cuda(cuda::sum_columns(a.dbias.as<float>(), a.dout.data, kind, M, N,
+                                 workspace(cuda::column_sums_workspace_bytes(M, N)), write),
+               "matmul_backward");
+  }
+  lt.run(weight_grad);
+}
+
+// fp8 backward (ops.h): dout cast to its gradient format [M,N] and transposed, the weight as [K,N]
+// and `in` transposed [K,M] (or its codes as the forward kept them), all K-contiguous for
+// cuBLASLt; the bias gradient from dout before its cast, summed by that cast; GELU's derivative
+// as in full precision (input_gradient).
+void CudaBackend::matmul_backward_fp8(const MatmulBackward& a, int64_t M, int64_t K, int64_t N) {
+  const DType dtype = a.dout.dtype, grad = a.fp8->grad_dtype;
+  const bool in_out = a.layout == WeightLayout::InOut;
+  const bool codes_kept = !a.in_fp8_t.empty();
+  cuda::LtMatmul& lt = *handles_->matmul;
+  const size_t cast_bytes = fp8_backward_cast_bytes(M, K, N, codes_kept);
+  auto* base = static_cast<uint8_t*>(
+      workspace(cast_bytes + (a.dbias.empty() ? 0 : fp8_bias_partials_bytes(M, N))));
+  // The bias gradient: dout's column sums, taken by its cast on the way (before the cast, ops.h).
+  float* bias_partials = a.dbias.empty() ? nullptr : reinterpret_cast<float*>(base + cast_bytes);
+  Fp8Regions regions(base);
+  uint8_t* dout8 = regions.take(M * N);
+  uint8_t* dout8_t = regions.take(M * N);
+  uint8_t* weight8 = regions.take(K * N);
+  uint8_t* in8_t = codes_kept ? a.in_fp8_t.as<uint8_t>() : regions.take(K * M);
+  cast(a.dout, M, N, a.fp8->dout, grad, a.din.empty() ? nullptr : dout8, dout8_t, bias_partials);
+  if (!a.din.empty()) {  // din [M,K] = dout [M,N] x (weight as [K,N])^T, then gelu'(gelu_in)
+    if (in_out) cast(a.weight, K, N, a.fp8->weight, DType::F8E4M3, weight8, nullptr);
+    else cast(a.weight, N, K, a.fp8->weight, DType::F8E4M3, nullptr, weight8);
+    Gemm product{{grad, dtype, false, DType::F8E4M3}, false, true, M, K, N, 1.0f, dout8, N, weight8, N, 0.0f,
+                 a.din.data, K};
+    product.a_scale = a.fp8->dout.scale_inv.as<float>();
+    product.b_scale = a.fp8->weight.scale_inv.as<float>();
+    input_gradient(product, a.gelu_in);
+  }
+  // dweight += (Write: =) in^T dout ([K,N]: A = in^T [K,M], B = dout^T [N,M]) or dout^T in ([N,K]).
+  if (!codes_kept) cast(a.in, M, K, a.fp8->in, DType::F8E4M3, nullptr, in8_t);
+  const bool write = a.param_store == GradStore::Write;
+  const float beta = write ? 0.0f : 1.0f;
+  Gemm weight_grad = in_out ? Gemm{{DType::F8E4M3, DType::F32, false, grad}, false, true, K, N, M, 1.0f, in8_t, M,
+                                   dout8_t, M, beta, a.dweight.data, N}
+                            : Gemm{{grad, DType::F32, false, DType::F8E4M3}, false, true, N, K, M, 1.0f, dout8_t, M,
+                                   in8_t, M, beta, a.dweight.data, K};
+  weight_grad.a_scale = (in_out ? a.fp8->in : a.fp8->dout).scale_inv.as<float>();
+  weight_grad.b_scale = (in_out ? a.fp8->dout : a.fp8->in).scale_inv.as<float>();
+  lt.run(weight_grad);
+  if (bias_partials)
+    check_cuda(cuda::sum_column_partials(a.dbias.as<float>(), bias_partials, fp8_cast_tile_rows(M), N, write),
+               "matmul_backward");
+}
+
+}  // namespace kiln
