@@ -221,9 +221,26 @@ TEST(Cli, EstimateGpt3) {
   EXPECT_EQ(levers_json["levers"][0]["change"], "(as given)");
   EXPECT_TRUE(levers_json["levers"][0]["fits"].get<bool>());
   const auto ops_json = nlohmann::json::parse(run_kiln(gpt2 + " ops --json").output);
-  double sum = 0;
-  for (const auto& op : ops_json["roofline"]["ops"]) sum += op["ms"].get<double>();
+  double sum = 0, bf16_passes = 0;
+  for (const auto& op : ops_json["roofline"]["ops"]) {
+    sum += op["ms"].get<double>();
+    bf16_passes += op["pass_bytes"].get<double>();
+  }
   EXPECT_NEAR(sum, ops_json["roofline"]["ms_per_iteration"].get<double>(), 1e-9);
+  EXPECT_EQ(bf16_passes, 0.0);  // only fp8 casts run passes of their own (op_work.h)
+  // With fp8 products each cast's pass adds to its product's bound. c_fc's, per layer: its weight
+  // cast (read 2 bytes, write 1, C x 4C) and its GELU output's (read the pre-activation, 2 bytes,
+  // write the codes in both layouts, 2, M x 4C).
+  const auto fp8_json = nlohmann::json::parse(run_kiln(gpt2 + " --fp8-format hybrid ops --json").output);
+  EXPECT_NEAR(fp8_json["roofline"]["ms_per_iteration"].get<double>(), 57.68, 0.005);
+  const double M = 64 * 1024, C = 768;
+  bool found = false;
+  for (const auto& op : fp8_json["roofline"]["ops"])
+    if (op["op"] == "matmul_forward 65536x768x3072 +bias +gelu codes fp8") {
+      found = true;
+      EXPECT_EQ(op["pass_bytes"].get<double>(), 12 * (3 * C * 4 * C + 4 * M * 4 * C));
+    }
+  EXPECT_TRUE(found) << fp8_json.dump();
   const Result bad = run_kiln("estimate --num-layers 2 --hidden-size 64 --num-attention-heads 3 --seq-length 8 "
                               "--vocab-size 10 --global-batch-size 1 --tflops-per-gpu 1");
   EXPECT_EQ(bad.exit_code, 1);
