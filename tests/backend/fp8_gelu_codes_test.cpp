@@ -2,10 +2,10 @@
 // with gelu_fp8) on every back-end: the codes it writes, in either layout, and the product that
 // reads them are bit for bit the GELU op's output cast by that product itself (with its input's
 // codes kept for the backward); the pre-activation and the amax are those bits too, whether the
-// first product is fp8 or not. On a GPU the cast is the CPU's up to GELU's last bit before
-// rounding. Shapes cross the CUDA cast kernel's edges: 48 rows (a block of 32 and half of one) and
-// a GELU output 272 wide (two tiles of 128 and part of a third). Arguments that do not fit are
-// refused by name.
+// first product is fp8 or not, and the GELU op that casts gives the same codes from the kept
+// pre-activation. On a GPU the cast is the CPU's up to GELU's last bit before rounding. Shapes
+// cross the CUDA cast kernel's edges: 48 rows (a block of 32 and half of one) and a GELU output
+// 272 wide (two tiles of 128 and part of a third). Arguments that do not fit are refused by name.
 #include <gtest/gtest.h>
 
 #include "kiln/backend/registry.h"
@@ -103,6 +103,29 @@ TEST_P(Fp8GeluCodes, CodesAreTheNextProductsOwnCastOfTheGeluOutput) {
     EXPECT_EQ(transposed_only.codes_t, plain.codes_t);
     EXPECT_EQ(transposed_only.gelu_amax, plain.gelu_amax);
   }
+}
+
+// The GELU op that casts (ops.h, GeluForward with fp8; selective recomputation's way back to the
+// codes): from c_fc's kept pre-activation, the codes c_fc's own cast wrote, bit for bit.
+TEST_P(Fp8GeluCodes, TheGeluOpCastsAsTheProductDoes) {
+  const Outcome by_fc = run(*backend_, true, false);
+  DeviceTensors t(*backend_, DType::BF16);
+  const Tensor pre = t.acts(by_fc.pre_gelu, {M / 16, 16, H});  // any leading shape of M rows
+  const Fp8Operand cast_by_op = operand(t, 4.0f, 0.125f);
+  const Tensor codes = poisoned_codes(t, {M, H}), codes_t = poisoned_codes(t, {H, M});
+  backend_->gelu_forward({codes, pre, &cast_by_op, codes_t});
+  EXPECT_EQ(t.download(codes), by_fc.codes);
+  EXPECT_EQ(t.download(codes_t), by_fc.codes_t);
+  EXPECT_EQ(t.download(cast_by_op.amax), by_fc.gelu_amax);
+  const Tensor transposed_only = poisoned_codes(t, {H, M});
+  backend_->gelu_forward({Tensor{}, pre, &cast_by_op, transposed_only});
+  EXPECT_EQ(t.download(transposed_only), by_fc.codes_t);
+  const std::string nowhere = error_of([&] { backend_->gelu_forward({Tensor{}, pre, &cast_by_op}); });
+  EXPECT_NE(nowhere.find("gelu_forward: 'fp8' is given without 'out' or 'out_fp8_t'"), std::string::npos) << nowhere;
+  const std::string without_fp8 =
+      error_of([&] { backend_->gelu_forward({t.poisoned_acts({M, H}), pre, nullptr, codes_t}); });
+  EXPECT_NE(without_fp8.find("gelu_forward: argument 'out_fp8_t' is given without 'fp8'"), std::string::npos)
+      << without_fp8;
 }
 
 TEST_P(Fp8GeluCodes, TheCastIsTheCpusUpToGelusLastBit) {

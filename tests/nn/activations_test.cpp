@@ -107,10 +107,10 @@ TEST(Activations, OnlyBuffersWithDisjointLifetimesShareMemory) {
 
 // With fp8 products every block keeps its products' input codes, [K, B*T] in fp8_e4m3, and the
 // codes of its LayerNorm outputs and GELU output (which the LayerNorms and c_fc write, ops.h) are
-// buffers all blocks share; under selective recomputation the GELU output is recomputed instead:
-// a shared bf16 buffer, and its codes are not kept. Under full recomputation a chunk's last block
-// replays no MLP c_proj (block.h), but its c_fc writes the codes that product's backward reads, so
-// every recompute slot keeps them.
+// buffers all blocks share; under selective recomputation the GELU output's codes are not kept but
+// recomputed, transposed, into one more shared buffer. Under full recomputation a chunk's last
+// block replays no MLP c_proj (block.h), but its c_fc writes the codes that product's backward
+// reads, so every recompute slot keeps them.
 TEST(Activations, Fp8ProductsKeepTheirInputsCodesInsteadOfTheInputs) {
   const GptConfig config = small_config();
   const int64_t C = config.hidden_size, M = 3 * 16, L = config.num_layers;
@@ -131,8 +131,7 @@ TEST(Activations, Fp8ProductsKeepTheirInputsCodesInsteadOfTheInputs) {
       EXPECT_EQ(block.ln1.dtype, DType::F8E4M3);
       EXPECT_EQ(block.ln1.shape, (Shape{M, C}));
       EXPECT_EQ(block.fc_post_gelu.data, acts.blocks[0].fc_post_gelu.data);
-      const bool selective = policy.granularity == RecomputeGranularity::Selective;
-      EXPECT_EQ(block.fc_post_gelu.dtype, selective ? DType::BF16 : DType::F8E4M3);
+      EXPECT_EQ(block.fc_post_gelu.dtype, DType::F8E4M3);
       EXPECT_EQ(block.fc_post_gelu.numel(), 4 * C * M);
       for (const Tensor* codes : {&block.ln1_fp8_t, &block.attn_out_fp8_t, &block.ln2_fp8_t}) {
         EXPECT_EQ(codes->dtype, DType::F8E4M3);
@@ -144,6 +143,8 @@ TEST(Activations, Fp8ProductsKeepTheirInputsCodesInsteadOfTheInputs) {
         EXPECT_TRUE(block.fc_post_gelu_fp8_t.empty()) << "layer " << layer;
       }
     }
+    const bool selective = policy.granularity == RecomputeGranularity::Selective;
+    EXPECT_EQ(acts.gelu_codes_recomputed.shape, (selective ? Shape{4 * C, M} : Shape{})) << policy.describe();
     // Without recomputation: per layer 6C bf16 values (12C bytes) per position give way to 7C
     // bytes of codes, and the shared codes of the LayerNorm outputs (C bytes) and of the GELU
     // output (4C bytes) are laid out once.

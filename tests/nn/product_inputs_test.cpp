@@ -128,10 +128,9 @@ TEST(ProductInputs, EachBackwardReadsWhatItsForwardRead) {
       // gradients.
       EXPECT_EQ(backend.overwritten_unread, 0);
       EXPECT_EQ(backend.unread(), 0u);
-      // Per micro-batch: the classifier's product and each block's four; under selective
-      // recomputation the MLP c_proj's backward casts the recomputed GELU output itself.
-      const bool selective = policy.granularity == RecomputeGranularity::Selective;
-      const int kept = fp8 ? (selective ? 3 : 4) * static_cast<int>(config.num_layers) : 0;
+      // Per micro-batch: the classifier's product and each block's four, the MLP c_proj's under
+      // selective recomputation from the codes recomputed before its backward.
+      const int kept = fp8 ? 4 * static_cast<int>(config.num_layers) : 0;
       EXPECT_EQ(backend.from_codes, 2 * kept);
       EXPECT_EQ(backend.from_input, 2 * (1 + 4 * static_cast<int>(config.num_layers) - kept));
     }

@@ -117,28 +117,27 @@ void require_in_fp8_t(const Tensor& in_fp8_t, bool fp8, const MatmulDims& dims, 
              "{}: argument 'in_fp8_t' must be [K, M] = [{}, {}], got {}", op, dims.K, dims.M,
              in_fp8_t.shape.to_string());
 }
-// A product whose GELU output is cast for the next fp8 product (ops.h, gelu_fp8): codes in place of
-// the GELU output, in either layout or both.
-void gelu_fp8_output(const MatmulForward& a, DType dtype, const MatmulDims& dims, Device device) {
-  constexpr const char* op = "matmul_forward";
+// A GELU output [M, N] cast for the next fp8 product instead of stored (ops.h: MatmulForward's
+// gelu_fp8, GeluForward's fp8): codes in place of the output, in either layout or both.
+void gelu_codes(const Tensor& codes, const Tensor& codes_t, const Fp8Operand& fp8, DType dtype, int64_t M,
+                int64_t N, Device device, const char* op, const char* names[3]) {
   KILN_CHECK(dtype == DType::BF16 || dtype == DType::F16, "{}: a GELU output cast to fp8 needs bf16 or fp16, not {}",
              op, dtype_name(dtype));
-  KILN_CHECK(dims.M % 16 == 0 && dims.N % 16 == 0,
-             "{}: a GELU output cast to fp8 needs M and N multiples of 16, got {} x {}", op, dims.M, dims.N);
-  require_fp8_operand(*a.gelu_fp8, device, op, {"gelu_fp8 scale", "gelu_fp8 scale_inv", "gelu_fp8 amax"});
-  KILN_CHECK(!a.gelu_out.empty() || !a.gelu_out_t.empty(),
-             "{}: 'gelu_fp8' is given without 'gelu_out' or 'gelu_out_t' (the codes go nowhere)", op);
-  if (!a.gelu_out.empty()) {
-    require(a.gelu_out, DType::F8E4M3, device, op, "gelu_out");
-    KILN_CHECK(a.gelu_out.shape.rank == 2 && a.gelu_out.shape[0] == dims.M && a.gelu_out.shape[1] == dims.N,
-               "{}: argument 'gelu_out' must be [M, N] = [{}, {}] with 'gelu_fp8', got {}", op, dims.M, dims.N,
-               a.gelu_out.shape.to_string());
+  KILN_CHECK(M % 16 == 0 && N % 16 == 0, "{}: a GELU output cast to fp8 needs M and N multiples of 16, got {} x {}",
+             op, M, N);
+  require_fp8_operand(fp8, device, op, {"fp8 scale", "fp8 scale_inv", "fp8 amax"});
+  KILN_CHECK(!codes.empty() || !codes_t.empty(), "{}: '{}' is given without '{}' or '{}' (the codes go nowhere)", op,
+             names[0], names[1], names[2]);
+  if (!codes.empty()) {
+    require(codes, DType::F8E4M3, device, op, names[1]);
+    KILN_CHECK(codes.numel() == M * N && codes.shape[codes.shape.rank - 1] == N,
+               "{}: argument '{}' must be [M, N] = [{}, {}] with '{}', got {}", op, names[1], M, N, names[0],
+               codes.shape.to_string());
   }
-  if (!a.gelu_out_t.empty()) {
-    require(a.gelu_out_t, DType::F8E4M3, device, op, "gelu_out_t");
-    KILN_CHECK(a.gelu_out_t.shape.rank == 2 && a.gelu_out_t.shape[0] == dims.N && a.gelu_out_t.shape[1] == dims.M,
-               "{}: argument 'gelu_out_t' must be [N, M] = [{}, {}], got {}", op, dims.N, dims.M,
-               a.gelu_out_t.shape.to_string());
+  if (!codes_t.empty()) {
+    require(codes_t, DType::F8E4M3, device, op, names[2]);
+    KILN_CHECK(codes_t.shape.rank == 2 && codes_t.shape[0] == N && codes_t.shape[1] == M,
+               "{}: argument '{}' must be [N, M] = [{}, {}], got {}", op, names[2], N, M, codes_t.shape.to_string());
   }
 }
 }  // namespace
@@ -163,7 +162,8 @@ MatmulDims matmul_forward(const MatmulForward& a, Device device) {
     require_numel(a.bias, dims.N, op, "bias");
   }
   if (a.gelu_fp8) {
-    gelu_fp8_output(a, dtype, dims, device);
+    const char* names[3] = {"gelu_fp8", "gelu_out", "gelu_out_t"};
+    gelu_codes(a.gelu_out, a.gelu_out_t, *a.gelu_fp8, dtype, dims.M, dims.N, device, op, names);
   } else if (!a.gelu_out.empty()) {
     require(a.gelu_out, dtype, device, op, "gelu_out");
     require_numel(a.gelu_out, dims.M * dims.N, op, "gelu_out");
@@ -213,9 +213,17 @@ MatmulDims matmul_backward(const MatmulBackward& a, Device device) {
 }
 
 int64_t gelu_forward(const GeluForward& a, Device device) {
-  const DType dtype = compute_dtype(a.in, device, "gelu_forward", "in");
-  require(a.out, dtype, device, "gelu_forward", "out");
-  require_numel(a.out, a.in.numel(), "gelu_forward", "out");
+  constexpr const char* op = "gelu_forward";
+  const DType dtype = compute_dtype(a.in, device, op, "in");
+  if (a.fp8) {
+    const int64_t N = a.in.shape.rank ? a.in.shape[a.in.shape.rank - 1] : 0, M = N ? a.in.numel() / N : 0;
+    const char* names[3] = {"fp8", "out", "out_fp8_t"};
+    gelu_codes(a.out, a.out_fp8_t, *a.fp8, dtype, M, N, device, op, names);
+  } else {
+    require(a.out, dtype, device, op, "out");
+    require_numel(a.out, a.in.numel(), op, "out");
+    KILN_CHECK(a.out_fp8_t.empty(), "{}: argument 'out_fp8_t' is given without 'fp8'", op);
+  }
   return a.in.numel();
 }
 

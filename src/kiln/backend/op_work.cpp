@@ -144,7 +144,10 @@ OpWork work_of(const MatmulBackward& a) {
                                             codes_kept);
   return work;
 }
-OpWork work_of(const GeluForward& a) { return {"gelu_forward", 0.0, bytes_of({&a.out, &a.in})}; }
+// With fp8 the output's codes are written in its place (ops.h); the row says so.
+OpWork work_of(const GeluForward& a) {
+  return {a.fp8 ? "gelu_forward fp8" : "gelu_forward", 0.0, bytes_of({&a.out, &a.in, &a.out_fp8_t})};
+}
 OpWork work_of(const GeluBackward& a) {
   return {"gelu_backward", 0.0, bytes_of({&a.din, &a.in, &a.dout})};
 }

@@ -166,9 +166,16 @@ struct MatmulBackward {
 };
 
 // ---- GELU, tanh approximation (Hendrycks & Gimpel 2016, as in GPT-2) --------------------------
+// Cast for an fp8 product, as MatmulForward's gelu_fp8 (above): with `fp8` given (that product's
+// Fp8Matmul::in; bf16 or fp16; `in` [..., N] of M rows, M and N multiples of 16), the output is
+// only cast: its E4M3 codes into `out` ([M, N] E4M3) and, transposed, into out_fp8_t ([N, M]),
+// either of which may be empty (not both), and max |gelu| max-accumulated into fp8->amax. Selective
+// recomputation's way back to the codes a backward reads.
 struct GeluForward {
-  Tensor out;  // any shape
+  Tensor out;  // any shape (with fp8: codes, or empty)
   Tensor in;   // same shape
+  const Fp8Operand* fp8 = nullptr;  // cast the output for the next fp8 product (above), or null
+  Tensor out_fp8_t = {};            // with fp8: [N, M] E4M3, the output's codes transposed, or empty
 };
 struct GeluBackward {
   Tensor din;   // = ; may alias dout (elementwise, in place)

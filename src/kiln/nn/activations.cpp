@@ -37,7 +37,7 @@ class Layout {
 // products' fp8 input codes (activations.h).
 struct SharedBlockBuffers {
   std::optional<Tensor> layernorm_out;  // ln1 and ln2 (with fp8: their E4M3 codes)
-  std::optional<Tensor> gelu_out;       // fc_post_gelu (with fp8 and without selective recomputation: codes)
+  std::optional<Tensor> gelu_out;       // fc_post_gelu (with fp8: its codes)
   bool fp8_codes = false;
 };
 
@@ -93,8 +93,10 @@ GptActivations GptActivations::lay_out(Arena& arena, const GptConfig& config, in
   SharedBlockBuffers shared;
   shared.fp8_codes = fp8;
   if (fp8) shared.layernorm_out = layout.codes({B * T, C});  // the LayerNorms write only codes (ops.h)
-  if (selective) shared.gelu_out = layout.take({B, T, 4 * C});
-  else if (fp8) shared.gelu_out = layout.codes({B * T, 4 * C});  // c_fc writes only the GELU output's codes
+  if (fp8) shared.gelu_out = layout.codes({B * T, 4 * C});  // c_fc writes only the GELU output's codes
+  else if (selective) shared.gelu_out = layout.take({B, T, 4 * C});
+  // Selective with fp8: the codes its backward reads, recomputed (transposed) into one buffer.
+  if (fp8 && selective) acts.gelu_codes_recomputed = layout.codes({4 * C, B * T});
   std::vector<BlockActivations> slots;
   for (int64_t slot = 0; slot < recompute_scratch_slots(acts.recompute); ++slot)
     slots.push_back(take_block(layout, B, T, C, NH, shared, /*mlp_codes=*/true));

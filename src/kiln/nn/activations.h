@@ -25,10 +25,11 @@
 // layouts (ops.h, LayerNormForward with fp8, MatmulForward with gelu_fp8); the attention's c_proj
 // casts its input itself. So nothing reads a 16-bit LayerNorm or GELU output: ln1 and ln2 of every
 // block are one shared buffer of the codes in the product's layout ([B*T, C] E4M3), and the GELU
-// output is one shared buffer of codes too ([B*T, 4C]). Under selective recomputation the GELU
-// output is recomputed before each backward instead: one shared buffer in the compute dtype, whose
-// codes are not kept. Per token and layer that keeps 7C bytes of codes in place of 12C bytes of
-// 16-bit activations.
+// output is one shared buffer of codes too ([B*T, 4C]). Per token and layer that keeps 7C bytes
+// of codes in place of 12C bytes of 16-bit activations. Under selective recomputation the GELU
+// output's codes are not kept but recomputed before each backward, transposed, from the kept
+// pre-activation (ops.h, GeluForward with fp8) into one buffer all layers share
+// (gelu_codes_recomputed); without fp8 the GELU output itself is, into the shared fc_post_gelu.
 // Dtypes (ops.h): activations and their gradients in the model's compute dtype; LayerNorm
 // statistics and losses in fp32; token ids int32; kept fp8 codes fp8_e4m3.
 #pragma once
@@ -50,7 +51,7 @@ struct BlockActivations {
   Tensor residual_mid;             // [B,T,C] residual after attention
   Tensor ln2, ln2_mean, ln2_rstd;
   Tensor fc_pre_gelu;              // [B,T,4C]
-  Tensor fc_post_gelu;             // [B,T,4C] (fp8 without selective recomputation: [B*T,4C] codes, above)
+  Tensor fc_post_gelu;             // [B,T,4C] (fp8: [B*T,4C] codes, above)
   Tensor residual_out;             // [B,T,C] block output
   // fp8 products only, else empty: the E4M3 codes of each product's input, transposed, [K, B*T]
   // (the GELU output's only where it is not recomputed). fc_post_gelu_fp8_t is written by c_fc.
@@ -75,6 +76,7 @@ struct GptActivations {
                                    // d ln_f between a training forward and backward
   Tensor d_qkv;                    // [B,T,3C] (shared)
   Tensor d_fc;                     // [B,T,4C] gradient of both MLP activations, in place (shared)
+  Tensor gelu_codes_recomputed;    // [4C, B*T] fp8 with selective recomputation only (above), else empty
   std::vector<LayerRecompute> recompute;  // per layer, from the policy
 
   // Lays out every tensor for (batch, seq) in `arena` and returns the views (null data when the

@@ -257,10 +257,15 @@ void Gpt::backward() {
                                                      : BlockForwardExtent::Output);
       }
     }
-    if (plan.gelu_recomputed)  // selective: this layer's GELU output, into the buffer all layers share
-      backend_.gelu_forward({acts_.blocks[index].fc_post_gelu, acts_.blocks[index].fc_pre_gelu});
-    block_backward(backend_, config_, weights_.blocks[index], weight_grads_.blocks[index], input_of(layer),
-                   acts_.blocks[index], scratch, acts_.d_residual, store, block_fp8(layer));
+    BlockActivations kept = acts_.blocks[index];
+    if (plan.gelu_recomputed && fp8_) {  // selective: the codes of this layer's GELU output, transposed
+      kept.fc_post_gelu_fp8_t = acts_.gelu_codes_recomputed;
+      backend_.gelu_forward({Tensor{}, kept.fc_pre_gelu, &block_fp8(layer)->fc_proj.in, kept.fc_post_gelu_fp8_t});
+    } else if (plan.gelu_recomputed) {  // selective: this layer's GELU output, into the buffer all layers share
+      backend_.gelu_forward({kept.fc_post_gelu, kept.fc_pre_gelu});
+    }
+    block_backward(backend_, config_, weights_.blocks[index], weight_grads_.blocks[index], input_of(layer), kept,
+                   scratch, acts_.d_residual, store, block_fp8(layer));
   }
   // wte's gradient has the classifier's part already: the embedding's is added to it.
   backend_.embedding_backward({weight_grads_.wte, weight_grads_.wpe, acts_.d_residual, tokens_in_use_, store});

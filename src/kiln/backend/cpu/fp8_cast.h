@@ -13,7 +13,4 @@ namespace kiln {
 void cast_output_to_fp8(const Tensor& values, DType dtype, const Fp8Operand& operand, const Tensor& codes,
                         const Tensor& codes_t, ConversionScratch& scratch);
 
-// values[i] = gelu(values[i]) in fp32: the GELU op's arithmetic (gelu.cpp).
-void gelu_in_place_fp32(float* values, int64_t count);
-
 }  // namespace kiln

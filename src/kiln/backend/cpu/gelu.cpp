@@ -33,10 +33,17 @@ void gelu_forward_fp32(const GeluForward& args) {
 }
 }  // namespace
 
-void gelu_in_place_fp32(float* values, int64_t count) { gelu_fp32(values, values, count); }
-
 void CpuBackend::gelu_forward(const GeluForward& args) {
-  checks::gelu_forward(args, Device::CPU);
+  const int64_t count = checks::gelu_forward(args, Device::CPU);
+  if (args.fp8) {  // only cast (ops.h): the GELU op's value, rounded as it would store it, then the codes
+    scratch_.reset();
+    const int64_t N = args.in.shape[args.in.shape.rank - 1];
+    const Tensor values{scratch_.take(static_cast<size_t>(count)), {count / N, N}, DType::F32, Device::CPU};
+    widen_to_fp32(args.in.data, args.in.dtype, values.as<float>(), count);
+    gelu_fp32(values.as<float>(), values.as<float>(), count);
+    cast_output_to_fp8(values, args.in.dtype, *args.fp8, args.out, args.out_fp8_t, scratch_);
+    return;
+  }
   Fp32Scope f(scratch_);
   gelu_forward_fp32({f.output(args.out), f.input(args.in)});
   f.write_back();

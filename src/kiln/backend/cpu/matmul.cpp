@@ -2,8 +2,8 @@
 // with the bias and lets sgemm accumulate onto it (beta = 1), saving a pass. Backward computes
 // din with beta = 0 (activation gradient, written) and dweight with beta = 1 (parameter
 // gradient, accumulated), matching the conventions in ops.h. The GELU fusions are, in the
-// reference, the GELU op after the product (forward; with gelu_fp8 its arithmetic, then the cast
-// of fp8_cast.h) or on din (backward). fp8 products are the same products on the fp32 copies of
+// reference, the GELU op after the product (forward; with gelu_fp8 the GELU op that casts) or on
+// din (backward). fp8 products are the same products on the fp32 copies of
 // the operands replaced by what their fp8 casts give back.
 #include <cblas.h>
 
@@ -12,7 +12,6 @@
 
 #include "kiln/backend/op_checks.h"
 #include "kiln/backend/cpu/cpu_backend.h"
-#include "kiln/backend/cpu/fp8_cast.h"
 #include "kiln/core/fp8_codec.h"
 
 namespace kiln {
@@ -100,11 +99,8 @@ void CpuBackend::matmul_forward(const MatmulForward& args) {
     matmul_forward_fp32(product);
     f.write_back();
   }
-  if (args.gelu_fp8) {  // GELU of out as stored, rounded as the GELU op would, then cast (ops.h)
-    const Tensor values{scratch_.take(static_cast<size_t>(M * N)), {M, N}, DType::F32, Device::CPU};
-    widen_to_fp32(args.out.data, args.out.dtype, values.as<float>(), M * N);
-    gelu_in_place_fp32(values.as<float>(), M * N);
-    cast_output_to_fp8(values, args.out.dtype, *args.gelu_fp8, args.gelu_out, args.gelu_out_t, scratch_);
+  if (args.gelu_fp8) {  // GELU of out as stored, cast as the GELU op would (ops.h)
+    gelu_forward({args.gelu_out, args.out.reshaped({M, N}), args.gelu_fp8, args.gelu_out_t});
   } else if (!args.gelu_out.empty()) {
     gelu_forward({args.gelu_out, args.out});  // the reference: the two ops in turn
   }

@@ -247,6 +247,13 @@ void CudaBackend::layernorm_backward(const LayerNormBackward& a) {
 
 void CudaBackend::gelu_forward(const GeluForward& a) {
   const int64_t count = checks::gelu_forward(a, kCuda);
+  if (a.fp8) {  // only cast (ops.h)
+    const int64_t N = a.in.shape[a.in.shape.rank - 1];
+    check_cuda(cuda::cast_gelu_fp8(a.in.data, element_kind(a.in.dtype), count / N, N, a.fp8->scale.as<float>(),
+                                   a.fp8->amax.as<float>(), a.out.as<uint8_t>(), a.out_fp8_t.as<uint8_t>()),
+               "gelu_forward (cast to fp8)");
+    return;
+  }
   check_cuda(cuda::gelu_forward(a.out.data, a.in.data, element_kind(a.in.dtype), count), "gelu_forward");
 }
 

@@ -104,10 +104,7 @@ void CudaBackend::matmul_forward(const MatmulForward& a) {
   }
   if (gelu)
     check_cuda(cuda::gelu_forward(a.gelu_out.data, a.out.data, element_kind(dtype), M * N), "matmul_forward (gelu)");
-  if (a.gelu_fp8)
-    check_cuda(cuda::cast_gelu_fp8(a.out.data, element_kind(dtype), M, N, a.gelu_fp8->scale.as<float>(),
-                                   a.gelu_fp8->amax.as<float>(), a.gelu_out.as<uint8_t>(), a.gelu_out_t.as<uint8_t>()),
-               "matmul_forward (gelu cast to fp8)");
+  if (a.gelu_fp8) gelu_forward({a.gelu_out, a.out, a.gelu_fp8, a.gelu_out_t});
 }
 
 // `product` writes din [M,K]; with gelu_in, din is then multiplied by gelu'(gelu_in): in cuBLASLt's
