@@ -7,8 +7,8 @@
 // Optionally it also sums each tile's columns before the cast (the bias gradient of an fp8
 // backward, from the output gradient it casts anyway), into one row of partial sums per tile row,
 // which sum_column_partials() then adds in a fixed order, so the bits do not vary. Or it casts
-// GELU of the input instead (the GELU output of the MLP's first product, for the second's fp8
-// forward), the GELU op's value as it would store it.
+// GELU of the input instead, the GELU op's value as it would store it: the MLP's GELU output from
+// its pre-activation, for the second product's fp8 forward or, recomputed, its backward.
 #include "kiln/backend/cuda/fp8_tile.cuh"
 #include "kiln/backend/cuda/gelu.cuh"
 

@@ -82,8 +82,8 @@ int adamw(float* master, void* param_out, int out_kind, const float* grad, float
 int cast_fp8(const void* in, int kind, int64_t rows, int64_t cols, const float* scale, float* amax, bool e4m3,
              uint8_t* out, uint8_t* out_t, float* column_partials = nullptr);
 // The E4M3 cast of gelu(in) as the GELU op stores it (rounded to the input's type) instead of `in`
-// (ops.h, MatmulForward with gelu_fp8): as cast_fp8 of gelu_forward's output would give, without
-// column sums.
+// (ops.h, MatmulForward with gelu_fp8, GeluForward with fp8): as cast_fp8 of gelu_forward's output
+// would give, without column sums.
 int cast_gelu_fp8(const void* in, int kind, int64_t rows, int64_t cols, const float* scale, float* amax,
                   uint8_t* out, uint8_t* out_t);
 // ops.h, Fp8UpdateScales: rows of [scale, scale_inv, amax, fp8_max, ...] with the history of
