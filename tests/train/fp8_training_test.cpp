@@ -136,8 +136,9 @@ TEST_P(Fp8Training, StepsAllocateNothingBeyondWhatWasPlanned) {
 }
 
 TEST_P(Fp8Training, RecomputationAndGraphsLeaveTheLossesBitForBit) {
-  // A recomputed block casts with the same scales and adds the same amax; a replayed graph reads
-  // the scales as they are when it runs. Either way the products see the same fp8 codes.
+  // A recomputed block casts with the same scales and adds the same amax; selective recomputation
+  // casts the GELU output from the kept pre-activation as c_fc's forward did; a replayed graph
+  // reads the scales as they are when it runs. Each way the products see the same fp8 codes.
   Config config = small_bf16_gpt(dir_.path(), GetParam(), "hybrid");
   config.train_iters = 8;
   const std::vector<IterationStats> direct = train_and_record(config);
@@ -145,6 +146,9 @@ TEST_P(Fp8Training, RecomputationAndGraphsLeaveTheLossesBitForBit) {
   recomputed.recompute_granularity = "full";
   recomputed.recompute_method = "uniform";
   testing::expect_resumed_bit_for_bit(train_and_record(recomputed), direct, 0);
+  Config selective = config;
+  selective.recompute_granularity = "selective";
+  testing::expect_resumed_bit_for_bit(train_and_record(selective), direct, 0);
   if (GetParam() == "cpu") return;
   Config graphed = config;
   graphed.cuda_graph = true;
