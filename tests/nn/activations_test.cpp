@@ -54,6 +54,7 @@ std::map<Range, std::set<std::string>> views_of(const GptActivations& acts) {
   add("d_hidden", acts.d_hidden);
   add("d_qkv", acts.d_qkv);
   add("d_fc", acts.d_fc);
+  if (!acts.gelu_codes_recomputed.empty()) add("gelu_codes_recomputed", acts.gelu_codes_recomputed);
   return views;
 }
 
@@ -108,9 +109,9 @@ TEST(Activations, OnlyBuffersWithDisjointLifetimesShareMemory) {
 // With fp8 products every block keeps its products' input codes, [K, B*T] in fp8_e4m3, and the
 // codes of its LayerNorm outputs and GELU output (which the LayerNorms and c_fc write, ops.h) are
 // buffers all blocks share; under selective recomputation the GELU output's codes are not kept but
-// recomputed, transposed, into one more shared buffer. Under full recomputation a chunk's last
-// block replays no MLP c_proj (block.h), but its c_fc writes the codes that product's backward
-// reads, so every recompute slot keeps them.
+// recomputed, transposed, into the memory of the forward's (which no backward reads). Under full
+// recomputation a chunk's last block replays no MLP c_proj (block.h), but its c_fc writes the codes
+// that product's backward reads, so every recompute slot keeps them.
 TEST(Activations, Fp8ProductsKeepTheirInputsCodesInsteadOfTheInputs) {
   const GptConfig config = small_config();
   const int64_t C = config.hidden_size, M = 3 * 16, L = config.num_layers;
@@ -145,6 +146,10 @@ TEST(Activations, Fp8ProductsKeepTheirInputsCodesInsteadOfTheInputs) {
     }
     const bool selective = policy.granularity == RecomputeGranularity::Selective;
     EXPECT_EQ(acts.gelu_codes_recomputed.shape, (selective ? Shape{4 * C, M} : Shape{})) << policy.describe();
+    // The forward's GELU codes are dead before any backward: the recomputed ones take their memory.
+    if (selective) {
+      EXPECT_EQ(acts.gelu_codes_recomputed.data, acts.blocks[0].fc_post_gelu.data);
+    }
     // Without recomputation: per layer 6C bf16 values (12C bytes) per position give way to 7C
     // bytes of codes, and the shared codes of the LayerNorm outputs (C bytes) and of the GELU
     // output (4C bytes) are laid out once.

@@ -95,8 +95,9 @@ GptActivations GptActivations::lay_out(Arena& arena, const GptConfig& config, in
   if (fp8) shared.layernorm_out = layout.codes({B * T, C});  // the LayerNorms write only codes (ops.h)
   if (fp8) shared.gelu_out = layout.codes({B * T, 4 * C});  // c_fc writes only the GELU output's codes
   else if (selective) shared.gelu_out = layout.take({B, T, 4 * C});
-  // Selective with fp8: the codes its backward reads, recomputed (transposed) into one buffer.
-  if (fp8 && selective) acts.gelu_codes_recomputed = layout.codes({4 * C, B * T});
+  // Selective with fp8: the codes its backward reads, recomputed (transposed) into the forward's
+  // shared buffer of GELU codes, which no backward reads.
+  if (fp8 && selective) acts.gelu_codes_recomputed = shared.gelu_out->reshaped({4 * C, B * T});
   std::vector<BlockActivations> slots;
   for (int64_t slot = 0; slot < recompute_scratch_slots(acts.recompute); ++slot)
     slots.push_back(take_block(layout, B, T, C, NH, shared, /*mlp_codes=*/true));

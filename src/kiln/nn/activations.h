@@ -28,8 +28,9 @@
 // output is one shared buffer of codes too ([B*T, 4C]). Per token and layer that keeps 7C bytes
 // of codes in place of 12C bytes of 16-bit activations. Under selective recomputation the GELU
 // output's codes are not kept but recomputed before each backward, transposed, from the kept
-// pre-activation (ops.h, GeluForward with fp8) into one buffer all layers share
-// (gelu_codes_recomputed); without fp8 the GELU output itself is, into the shared fc_post_gelu.
+// pre-activation (ops.h, GeluForward with fp8) into the shared buffer of the forward's GELU codes,
+// which no backward reads (gelu_codes_recomputed); without fp8 the GELU output itself is, into the
+// shared fc_post_gelu.
 // Dtypes (ops.h): activations and their gradients in the model's compute dtype; LayerNorm
 // statistics and losses in fp32; token ids int32; kept fp8 codes fp8_e4m3.
 #pragma once
@@ -76,7 +77,8 @@ struct GptActivations {
                                    // d ln_f between a training forward and backward
   Tensor d_qkv;                    // [B,T,3C] (shared)
   Tensor d_fc;                     // [B,T,4C] gradient of both MLP activations, in place (shared)
-  Tensor gelu_codes_recomputed;    // [4C, B*T] fp8 with selective recomputation only (above), else empty
+  Tensor gelu_codes_recomputed;    // [4C, B*T] fp8 with selective recomputation only (above; fc_post_gelu's
+                                   // memory), else empty
   std::vector<LayerRecompute> recompute;  // per layer, from the policy
 
   // Lays out every tensor for (batch, seq) in `arena` and returns the views (null data when the

@@ -3,8 +3,8 @@
 // din with beta = 0 (activation gradient, written) and dweight with beta = 1 (parameter
 // gradient, accumulated), matching the conventions in ops.h. The GELU fusions are, in the
 // reference, the GELU op after the product (forward; with gelu_fp8 the GELU op that casts) or on
-// din (backward). fp8 products are the same products on the fp32 copies of
-// the operands replaced by what their fp8 casts give back.
+// din (backward). fp8 products are the same products on the fp32 copies of the operands replaced
+// by what their fp8 casts give back.
 #include <cblas.h>
 
 #include <algorithm>
