@@ -70,7 +70,7 @@ void block_forward(Backend& backend, const GptConfig& config, const BlockWeights
   backend.matmul_forward(mlp_expansion(acts.fc_pre_gelu, acts.ln2, w.fc_weight, w.fc_bias, fc, acts.fc_post_gelu,
                                        fc_proj, acts.fc_post_gelu_fp8_t, extent));
   if (extent == BlockForwardExtent::BackwardInputs) return;
-  // With fp8 its input is c_fc's codes, or (selective recomputation) a 16-bit GELU output it casts.
+  // With fp8 its input is c_fc's codes.
   backend.matmul_forward(residual_projection(acts.residual_out, acts.residual_mid, acts.fc_post_gelu,
                                              w.fc_proj_weight, w.fc_proj_bias, fc_proj, Tensor{}));
 }

@@ -13,7 +13,7 @@
 // (or on the previous recomputed block's output).
 // With `fp8` (fp8_scaling.h) the four products cast their operands to fp8 (ops.h); ln_1 and ln_2
 // cast their outputs for c_attn and c_fc themselves, writing only the codes, and so does c_fc its
-// GELU output for the MLP's c_proj (not under selective recomputation, activations.h).
+// GELU output for the MLP's c_proj (activations.h).
 #pragma once
 
 #include "kiln/backend/backend.h"
