@@ -6,9 +6,11 @@
 // gradient, two batch x heads x T x T matrices in the compute dtype, each 256-byte aligned.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
+#include "kiln/backend/fp8_workspace.h"
 #include "kiln/core/dtype.h"
 
 namespace kiln {
@@ -27,9 +29,44 @@ inline size_t attention_matrix_bytes(int64_t batch, int64_t heads, int64_t seq, 
   return (bytes + 255) / 256 * 256;
 }
 
-inline size_t attention_workspace_bytes(int64_t batch, int64_t heads, int64_t seq, DType dtype, bool fused) {
+// The tiled kernels' head sizes (cuda/flash_attention.h; bf16/fp16 on sm_80 or newer).
+inline bool tiled_attention_head(int64_t head_size) {
+  return head_size > 0 && head_size <= 128 && head_size % 8 == 0;
+}
+
+// With fp8 the backward casts dqkv for c_attn's and takes its bias gradient (ops.h,
+// AttentionBackward with fp8): dqkv's column sums in partial rows, one per 64-position tile of
+// each sequence on the tiled path (cuda/flash_attention.h), one per kFp8CastTileRows rows where
+// the gradient is cast after the attention (fp8_workspace.h; room for the more); there
+// (`cast_after`) dqkv itself first, in the compute dtype. Both after the attention's own scratch.
+constexpr int64_t kAttentionGradientTileRows = 64;
+inline int64_t attention_gradient_partial_rows(int64_t batch, int64_t seq) {
+  return batch * ((seq + kAttentionGradientTileRows - 1) / kAttentionGradientTileRows);
+}
+
+struct AttentionFp8Gradient {
+  int64_t columns = 0;     // 3C with fp8, else 0 (no cast)
+  bool cast_after = false;  // not the tiled path
+};
+
+inline size_t attention_scratch_bytes(int64_t batch, int64_t heads, int64_t seq, DType dtype, bool fused) {
   return fused ? static_cast<size_t>(batch * heads * seq) * sizeof(float)
                : 2 * attention_matrix_bytes(batch, heads, seq, dtype);
+}
+inline size_t attention_staged_gradient_bytes(int64_t batch, int64_t seq, DType dtype, AttentionFp8Gradient fp8) {
+  if (!fp8.cast_after) return 0;
+  return (static_cast<size_t>(batch * seq * fp8.columns) * dtype_size(dtype) + 255) / 256 * 256;
+}
+
+// The attention's scratch, then with fp8 the staged dqkv (cast_after) and the partial sums.
+inline size_t attention_workspace_bytes(int64_t batch, int64_t heads, int64_t seq, DType dtype, bool fused,
+                                        AttentionFp8Gradient fp8 = {}) {
+  const size_t own = attention_scratch_bytes(batch, heads, seq, dtype, fused);
+  if (fp8.columns == 0) return own;
+  const size_t aligned = (own + 255) / 256 * 256;
+  const int64_t partial_rows = std::max(attention_gradient_partial_rows(batch, seq), fp8_cast_tile_rows(batch * seq));
+  return aligned + attention_staged_gradient_bytes(batch, seq, dtype, fp8) +
+         static_cast<size_t>(partial_rows * fp8.columns) * sizeof(float);
 }
 
 }  // namespace kiln

@@ -18,6 +18,7 @@ inline void require(const Tensor& tensor, DType dtype, Device device, const char
 }
 
 inline bool is_floating(DType dtype) { return dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16; }
+inline bool is_fp8(DType dtype) { return dtype == DType::F8E4M3 || dtype == DType::F8E5M2; }
 
 // The op's compute dtype, read from its leading activation `tensor`: fp32, bf16 or fp16.
 inline DType compute_dtype(const Tensor& tensor, Device device, const char* op, const char* arg) {

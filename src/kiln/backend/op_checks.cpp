@@ -12,22 +12,32 @@ void require_fp8_operand(const Fp8Operand& operand, Device device, const char* o
   }
 }
 
+// An op that casts what it computes (`what`, [M, N]) for an fp8 product (ops.h): the compute dtype
+// 16-bit and both sides (named `dims`) multiples of 16.
+void require_castable(DType dtype, int64_t M, int64_t N, const char* op, const char* what, const char* dims) {
+  KILN_CHECK(dtype == DType::BF16 || dtype == DType::F16, "{}: {} cast to fp8 needs bf16 or fp16, not {}", op, what,
+             dtype_name(dtype));
+  KILN_CHECK(M % 16 == 0 && N % 16 == 0, "{}: {} cast to fp8 needs {} multiples of 16, got {} x {}", op, what, dims, M,
+             N);
+}
+
+// Codes of `format` in a [rows, cols] matrix, the layout named `layout` in the error.
+void require_codes_matrix(const Tensor& codes, DType format, int64_t rows, int64_t cols, Device device, const char* op,
+                          const char* name, const char* layout) {
+  require(codes, format, device, op, name);
+  KILN_CHECK(codes.shape.rank == 2 && codes.shape[0] == rows && codes.shape[1] == cols,
+             "{}: argument '{}' must be {} = [{}, {}], got {}", op, name, layout, rows, cols, codes.shape.to_string());
+}
+
 // A LayerNorm that casts its output for an fp8 product (ops.h): codes in place of the output.
 void layernorm_fp8_output(const LayerNormForward& a, DType dtype, int64_t M, int64_t C, Device device) {
   constexpr const char* op = "layernorm_forward";
-  KILN_CHECK(dtype == DType::BF16 || dtype == DType::F16, "{}: an output cast to fp8 needs bf16 or fp16, not {}", op,
-             dtype_name(dtype));
-  KILN_CHECK(M % 16 == 0 && C % 16 == 0,
-             "{}: an output cast to fp8 needs rows and columns multiples of 16, got {} x {}", op, M, C);
+  require_castable(dtype, M, C, op, "an output", "rows and columns");
   KILN_CHECK(a.out.empty(), "{}: argument 'out' is given with 'fp8' (the output is only cast)", op);
   require_fp8_operand(*a.fp8, device, op, {"fp8 scale", "fp8 scale_inv", "fp8 amax"});
-  require(a.out_fp8, DType::F8E4M3, device, op, "out_fp8");
-  KILN_CHECK(a.out_fp8.shape.rank == 2 && a.out_fp8.shape[0] == M && a.out_fp8.shape[1] == C,
-             "{}: argument 'out_fp8' must be [M, C] = [{}, {}], got {}", op, M, C, a.out_fp8.shape.to_string());
+  require_codes_matrix(a.out_fp8, DType::F8E4M3, M, C, device, op, "out_fp8", "[M, C]");
   if (a.out_fp8_t.empty()) return;  // no backward reads them (ops.h)
-  require(a.out_fp8_t, DType::F8E4M3, device, op, "out_fp8_t");
-  KILN_CHECK(a.out_fp8_t.shape.rank == 2 && a.out_fp8_t.shape[0] == C && a.out_fp8_t.shape[1] == M,
-             "{}: argument 'out_fp8_t' must be [C, M] = [{}, {}], got {}", op, C, M, a.out_fp8_t.shape.to_string());
+  require_codes_matrix(a.out_fp8_t, DType::F8E4M3, C, M, device, op, "out_fp8_t", "[C, M]");
 }
 }  // namespace
 
@@ -104,7 +114,7 @@ void require_fp8(const Fp8Matmul& fp8, DType compute, const MatmulDims& dims, De
   require_fp8_operand(fp8.weight, device, op, {"fp8 weight scale", "fp8 weight scale_inv", "fp8 weight amax"});
   if (!backward) return;
   require_fp8_operand(fp8.dout, device, op, {"fp8 dout scale", "fp8 dout scale_inv", "fp8 dout amax"});
-  KILN_CHECK(fp8.grad_dtype == DType::F8E5M2 || fp8.grad_dtype == DType::F8E4M3,
+  KILN_CHECK(is_fp8(fp8.grad_dtype),
              "{}: the output gradient's fp8 format must be fp8_e5m2 or fp8_e4m3, not {}", op,
              dtype_name(fp8.grad_dtype));
 }
@@ -112,19 +122,13 @@ void require_fp8(const Fp8Matmul& fp8, DType compute, const MatmulDims& dims, De
 void require_in_fp8_t(const Tensor& in_fp8_t, bool fp8, const MatmulDims& dims, Device device, const char* op) {
   if (in_fp8_t.empty()) return;
   KILN_CHECK(fp8, "{}: argument 'in_fp8_t' (fp8 codes of the input) is given to a product without fp8", op);
-  require(in_fp8_t, DType::F8E4M3, device, op, "in_fp8_t");
-  KILN_CHECK(in_fp8_t.shape.rank == 2 && in_fp8_t.shape[0] == dims.K && in_fp8_t.shape[1] == dims.M,
-             "{}: argument 'in_fp8_t' must be [K, M] = [{}, {}], got {}", op, dims.K, dims.M,
-             in_fp8_t.shape.to_string());
+  require_codes_matrix(in_fp8_t, DType::F8E4M3, dims.K, dims.M, device, op, "in_fp8_t", "[K, M]");
 }
 // A GELU output [M, N] cast for the next fp8 product instead of stored (ops.h: MatmulForward's
 // gelu_fp8, GeluForward's fp8): codes in place of the output, in either layout or both.
 void gelu_codes(const Tensor& codes, const Tensor& codes_t, const Fp8Operand& fp8, DType dtype, int64_t M,
                 int64_t N, Device device, const char* op, const char* names[3]) {
-  KILN_CHECK(dtype == DType::BF16 || dtype == DType::F16, "{}: a GELU output cast to fp8 needs bf16 or fp16, not {}",
-             op, dtype_name(dtype));
-  KILN_CHECK(M % 16 == 0 && N % 16 == 0, "{}: a GELU output cast to fp8 needs M and N multiples of 16, got {} x {}",
-             op, M, N);
+  require_castable(dtype, M, N, op, "a GELU output", "M and N");
   require_fp8_operand(fp8, device, op, {"fp8 scale", "fp8 scale_inv", "fp8 amax"});
   KILN_CHECK(!codes.empty() || !codes_t.empty(), "{}: '{}' is given without '{}' or '{}' (the codes go nowhere)", op,
              names[0], names[1], names[2]);
@@ -134,11 +138,17 @@ void gelu_codes(const Tensor& codes, const Tensor& codes_t, const Fp8Operand& fp
                "{}: argument '{}' must be [M, N] = [{}, {}] with '{}', got {}", op, names[1], M, N, names[0],
                codes.shape.to_string());
   }
-  if (!codes_t.empty()) {
-    require(codes_t, DType::F8E4M3, device, op, names[2]);
-    KILN_CHECK(codes_t.shape.rank == 2 && codes_t.shape[0] == N && codes_t.shape[1] == M,
-               "{}: argument '{}' must be [N, M] = [{}, {}], got {}", op, names[2], N, M, codes_t.shape.to_string());
-  }
+  if (!codes_t.empty()) require_codes_matrix(codes_t, DType::F8E4M3, N, M, device, op, names[2], "[N, M]");
+}
+// `dout` as the codes its writer cast (ops.h, MatmulBackward): in the product's gradient format,
+// with their transpose, and no bias gradient (the writer took it). Shapes are checked by the caller.
+void dout_cast_already(const MatmulBackward& a, Device device) {
+  constexpr const char* op = "matmul_backward";
+  KILN_CHECK(a.fp8, "{}: argument 'dout' is fp8 codes for a product without fp8", op);
+  require(a.dout, a.fp8->grad_dtype, device, op, "dout");
+  KILN_CHECK(!a.dout_fp8_t.empty(), "{}: argument 'dout' is codes without their transpose 'dout_fp8_t'", op);
+  KILN_CHECK(a.dbias.empty(), "{}: argument 'dbias' is given with 'dout' cast already (its writer took the bias "
+             "gradient)", op);
 }
 }  // namespace
 
@@ -183,10 +193,16 @@ MatmulDims matmul_forward(const MatmulForward& a, Device device) {
 
 MatmulDims matmul_backward(const MatmulBackward& a, Device device) {
   constexpr const char* op = "matmul_backward";
-  // Without `in` (its kept codes stand in for it), the compute dtype is dout's and M comes from dout.
+  // Without `in` (its kept codes stand in for it), the compute dtype is dout's, or with dout cast
+  // already the weight's, and M comes from dout.
   const bool in_given = !a.in.empty() || a.in_fp8_t.empty();
-  const DType dtype = compute_dtype(in_given ? a.in : a.dout, device, op, in_given ? "in" : "dout");
-  require(a.dout, dtype, device, op, "dout");
+  const bool dout_codes = is_fp8(a.dout.dtype) && !a.dout.empty();
+  const Tensor& typed = in_given ? a.in : dout_codes ? a.weight : a.dout;
+  const DType dtype = compute_dtype(typed, device, op, in_given ? "in" : dout_codes ? "weight" : "dout");
+  if (dout_codes) dout_cast_already(a, device);
+  else require(a.dout, dtype, device, op, "dout");
+  KILN_CHECK(dout_codes || a.dout_fp8_t.empty(), "{}: argument 'dout_fp8_t' is given with 'dout' in the compute "
+             "dtype (it comes with dout's codes)", op);
   require(a.weight, dtype, device, op, "weight");
   require(a.dweight, DType::F32, device, op, "dweight");
   const MatmulDims dims = in_given ? matmul_dims(a.in, a.weight, a.layout, op)
@@ -209,6 +225,8 @@ MatmulDims matmul_backward(const MatmulBackward& a, Device device) {
   }
   if (a.fp8) require_fp8(*a.fp8, dtype, dims, device, op, true);
   require_in_fp8_t(a.in_fp8_t, a.fp8 != nullptr, dims, device, op);
+  if (dout_codes)
+    require_codes_matrix(a.dout_fp8_t, a.fp8->grad_dtype, dims.N, dims.M, device, op, "dout_fp8_t", "[N, M]");
   return dims;
 }
 
@@ -244,6 +262,21 @@ void require_key_mask(const Tensor& key_mask, AttentionMask mask, const Attentio
   require(key_mask, DType::I32, device, op, "key_mask");
   require_numel(key_mask, s.B * s.T, op, "key_mask");
 }
+
+// dqkv [M, N] cast for the next product's fp8 backward (ops.h, AttentionBackward with fp8).
+void attention_gradient_codes(const AttentionBackward& a, DType dtype, int64_t M, int64_t N, Device device) {
+  constexpr const char* op = "attention_backward";
+  require_castable(dtype, M, N, op, "a gradient", "B*T and 3C");
+  require_fp8_operand(a.fp8->dout, device, op, {"fp8 dout scale", "fp8 dout scale_inv", "fp8 dout amax"});
+  const DType grad = a.fp8->grad_dtype;
+  KILN_CHECK(is_fp8(grad), "{}: the gradient's fp8 format must be fp8_e5m2 or fp8_e4m3, not {}", op,
+             dtype_name(grad));
+  require_codes_matrix(a.dqkv_fp8, grad, M, N, device, op, "dqkv_fp8", "[B*T, 3C]");
+  require_codes_matrix(a.dqkv_fp8_t, grad, N, M, device, op, "dqkv_fp8_t", "[3C, B*T]");
+  if (a.dbias.empty()) return;
+  require(a.dbias, DType::F32, device, op, "dbias");
+  require_numel(a.dbias, N, op, "dbias");
+}
 }  // namespace
 
 AttentionShape attention_forward(const AttentionForward& a, Device device) {
@@ -261,15 +294,26 @@ AttentionShape attention_forward(const AttentionForward& a, Device device) {
 AttentionShape attention_backward(const AttentionBackward& a, Device device) {
   constexpr const char* op = "attention_backward";
   const DType dtype = compute_dtype(a.qkv, device, op, "qkv");
-  for (auto [tensor, name] : {std::pair{&a.dqkv, "dqkv"}, {&a.dout, "dout"}, {&a.out, "out"}})
+  for (auto [tensor, name] : {std::pair{&a.dout, "dout"}, {&a.out, "out"}})
     require(*tensor, dtype, device, op, name);
   require(a.lse, DType::F32, device, op, "lse");
   const AttentionShape s = attention_shape(a.qkv, a.num_heads, op);
-  require_numel(a.dqkv, s.B * s.T * 3 * s.C, op, "dqkv");
+  if (a.fp8) {
+    KILN_CHECK(a.dqkv.empty(), "{}: argument 'dqkv' is given with 'fp8' (the gradient is only cast)", op);
+  } else {
+    require(a.dqkv, dtype, device, op, "dqkv");
+    require_numel(a.dqkv, s.B * s.T * 3 * s.C, op, "dqkv");
+  }
   require_numel(a.dout, s.B * s.T * s.C, op, "dout");
   require_numel(a.out, s.B * s.T * s.C, op, "out");
   require_numel(a.lse, s.B * s.NH * s.T, op, "lse");
   require_key_mask(a.key_mask, a.mask, s, device, op);
+  if (a.fp8) {
+    attention_gradient_codes(a, dtype, s.B * s.T, 3 * s.C, device);
+  } else {
+    KILN_CHECK(a.dqkv_fp8.empty() && a.dqkv_fp8_t.empty() && a.dbias.empty(),
+               "{}: fp8 codes of dqkv or a bias gradient are given without 'fp8'", op);
+  }
   return s;
 }
 

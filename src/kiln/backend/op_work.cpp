@@ -53,9 +53,12 @@ double attention_flops(const Tensor& qkv, AttentionMask mask) {
 // `in`'s codes kept (ops.h, in_fp8_t), the forward also writes them, transposed, and the backward
 // only reads them. A forward given `in` as codes (ops.h) casts only the weight; the codes' read is
 // `in`'s own bytes.
+// A backward given dout as codes (ops.h) casts no dout; the codes' reads are dout's and dout_fp8_t's
+// own bytes.
 double fp8_copies_bytes(int64_t M, int64_t K, int64_t N, bool forward, bool input_gradient, bool codes_kept,
-                        bool in_cast = true) {
-  const double in = static_cast<double>(M * K), weight = static_cast<double>(K * N), out = static_cast<double>(M * N);
+                        bool in_cast = true, bool dout_cast = true) {
+  const double in = static_cast<double>(M * K), weight = static_cast<double>(K * N),
+               out = dout_cast ? static_cast<double>(M * N) : 0.0;
   if (forward) return 2.0 * ((in_cast ? in : 0.0) + weight) + (codes_kept ? in : 0.0);
   return 2.0 * out + (codes_kept ? in : 2.0 * in) + (input_gradient ? 2.0 * (out + weight) : 0.0);
 }
@@ -63,13 +66,14 @@ double fp8_copies_bytes(int64_t M, int64_t K, int64_t N, bool forward, bool inpu
 // The bytes of those casts' passes (OpWork::pass_bytes): each reads its 16-bit operand and writes
 // the codes (the product's reads of them are not part of the pass).
 double fp8_cast_passes_bytes(const Tensor& in, const Tensor& weight, const Tensor& dout, int64_t M, int64_t K,
-                             int64_t N, bool forward, bool input_gradient, bool codes_kept, bool in_cast = true) {
+                             int64_t N, bool forward, bool input_gradient, bool codes_kept, bool in_cast = true,
+                             bool dout_cast = true) {
   const double in_codes = static_cast<double>(M * K), weight_codes = static_cast<double>(K * N),
-               out_codes = static_cast<double>(M * N);
+               out_codes = dout_cast ? static_cast<double>(M * N) : 0.0;
   if (forward)
     return (in_cast ? bytes_of({&in}) + in_codes * (codes_kept ? 2.0 : 1.0) : 0.0) + bytes_of({&weight}) +
            weight_codes;
-  return bytes_of({&dout}) + out_codes * (input_gradient ? 2.0 : 1.0) +
+  return (dout_cast ? bytes_of({&dout}) : 0.0) + out_codes * (input_gradient ? 2.0 : 1.0) +
          (input_gradient ? bytes_of({&weight}) + weight_codes : 0.0) +
          (codes_kept ? 0.0 : bytes_of({&in}) + in_codes);
 }
@@ -124,24 +128,27 @@ OpWork work_of(const MatmulForward& a) {
   return work;
 }
 // The weight gradient always (one product), the input gradient when asked for (another). With
-// `in`'s codes kept, `in` is not read.
+// `in`'s codes kept, `in` is not read. With dout as codes (ops.h) the row says "dout codes": the
+// weight gradient reads their transpose, the input gradient the codes themselves.
 OpWork work_of(const MatmulBackward& a) {
-  const bool codes_kept = !a.in_fp8_t.empty();
+  const bool codes_kept = !a.in_fp8_t.empty(), dout_cast = a.dout_fp8_t.empty();
   const int64_t N = last_dim(a.dout);
   const int64_t K = codes_kept ? a.in_fp8_t.shape[0] : last_dim(a.in);
   const int64_t M = codes_kept ? a.in_fp8_t.shape[1] : (K ? a.in.numel() / K : 0);
   const bool fp8 = a.fp8 != nullptr, input_gradient = !a.din.empty();
   const Tensor in_read = codes_kept ? Tensor{} : a.in;
+  const Tensor dout_read = dout_cast || input_gradient ? a.dout : Tensor{};
   OpWork work{"matmul_backward " + product_shape(M, K, N) + (a.dbias.empty() ? "" : " +dbias") +
-                  (a.gelu_in.empty() ? "" : " +dgelu") + (fp8 ? " fp8" : ""),
+                  (a.gelu_in.empty() ? "" : " +dgelu") + (fp8 ? " fp8" : "") + (dout_cast ? "" : " dout codes"),
               product_flops(M, K, N) * (input_gradient ? 2.0 : 1.0),
               gradient_bytes(a.param_store, {&a.dweight, &a.dbias}) +
-                  bytes_of({&a.din, &a.dout, &in_read, &a.weight, &a.gelu_in}) +
-                  (fp8 ? fp8_copies_bytes(M, K, N, /*forward=*/false, input_gradient, codes_kept) : 0.0),
+                  bytes_of({&a.din, &dout_read, &a.dout_fp8_t, &in_read, &a.weight, &a.gelu_in}) +
+                  (fp8 ? fp8_copies_bytes(M, K, N, /*forward=*/false, input_gradient, codes_kept, true, dout_cast)
+                       : 0.0),
               fp8};
   if (fp8)
     work.pass_bytes = fp8_cast_passes_bytes(in_read, a.weight, a.dout, M, K, N, /*forward=*/false, input_gradient,
-                                            codes_kept);
+                                            codes_kept, true, dout_cast);
   return work;
 }
 // With fp8 the output's codes are written in its place (ops.h); the row says so.
@@ -155,10 +162,16 @@ OpWork work_of(const AttentionForward& a) {
   return {"attention_forward " + attention_shape(a.qkv, a.num_heads),
           attention_flops(a.qkv, a.mask), bytes_of({&a.out, &a.lse, &a.qkv, &a.key_mask})};
 }
+// With fp8 the gradient's codes, in both layouts, are written in dqkv's place (ops.h), with the bias
+// gradient; the row says "+dbias fp8" or "fp8".
 OpWork work_of(const AttentionBackward& a) {
-  return {"attention_backward " + attention_shape(a.qkv, a.num_heads),
+  const bool fp8 = a.fp8 != nullptr;
+  const Tensor written = fp8 ? Tensor{} : a.dqkv;
+  return {"attention_backward " + attention_shape(a.qkv, a.num_heads) + (a.dbias.empty() ? "" : " +dbias") +
+              (fp8 ? " fp8" : ""),
           kAttentionBackwardFlopsFactor * attention_flops(a.qkv, a.mask),
-          bytes_of({&a.dqkv, &a.dout, &a.qkv, &a.out, &a.lse, &a.key_mask})};
+          bytes_of({&written, &a.dqkv_fp8, &a.dqkv_fp8_t, &a.dout, &a.qkv, &a.out, &a.lse, &a.key_mask}) +
+              gradient_bytes(a.param_store, {&a.dbias})};
 }
 // The logits read, and written again when the gradient replaces them.
 OpWork work_of(const SoftmaxCrossEntropy& a) {

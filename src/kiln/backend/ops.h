@@ -151,11 +151,15 @@ struct MatmulForward {
   const Fp8Operand* gelu_fp8 = nullptr;  // cast the GELU output for the next fp8 product (above), or null
   Tensor gelu_out_t = {};  // with gelu_fp8: [N, M] E4M3, the GELU output's codes transposed, or empty
 };
+// `dout` cast already (fp8 only): dout may be the codes [M, N] of the output gradient in
+// fp8->grad_dtype, cast with fp8->dout's scale (and its amax folded) by the op that wrote them,
+// AttentionBackward with fp8, with their transpose in dout_fp8_t [N, M]; that op took the bias
+// gradient too, so dbias is empty, and the backward casts no dout.
 struct MatmulBackward {
   Tensor din;      // [M, K] = ; may be empty (not needed) unless gelu_in is given
   Tensor dweight;  // same shape as weight, += or = (param_store)
   Tensor dbias;    // [N] += or = (param_store), or empty
-  Tensor dout;     // [M, N]
+  Tensor dout;     // [M, N] in the compute dtype, or its codes (above)
   Tensor in;       // [M, K]; may be empty when in_fp8_t is given
   Tensor weight;
   WeightLayout layout = WeightLayout::InOut;
@@ -163,6 +167,7 @@ struct MatmulBackward {
   const Fp8Matmul* fp8 = nullptr;
   Tensor in_fp8_t = {};  // fp8 only: [K, M] E4M3 codes of `in` a forward wrote (above), or empty
   GradStore param_store = GradStore::Add;
+  Tensor dout_fp8_t = {};  // with dout cast already (above): [N, M] codes in fp8->grad_dtype, else empty
 };
 
 // ---- GELU, tanh approximation (Hendrycks & Gimpel 2016, as in GPT-2) --------------------------
@@ -203,8 +208,15 @@ struct AttentionForward {
   int num_heads = 1;
   AttentionMask mask = AttentionMask::Causal;
 };
+// Gradient cast for the next fp8 product (c_attn's backward): with `fp8` given (that product's
+// Fp8Matmul; bf16 or fp16, B*T and 3C multiples of 16), dqkv is cast as that backward would cast
+// its output gradient: dqkv rounded to the compute dtype, its codes fp8(dqkv * fp8->dout.scale) in
+// fp8->grad_dtype into dqkv_fp8 ([B*T, 3C]) and, transposed, dqkv_fp8_t ([3C, B*T]), max |dqkv|
+// max-accumulated into fp8->dout.amax, and that backward's bias gradient, the column sums of
+// dqkv, into dbias (+= or =, param_store; or empty). `dqkv` is then empty: the gradient is never
+// stored in the compute dtype, and the backward reads the codes (MatmulBackward, dout cast already).
 struct AttentionBackward {
-  Tensor dqkv;      // [B, T, 3C] =
+  Tensor dqkv;      // [B, T, 3C] = (empty with fp8, above)
   Tensor dout;      // [B, T, C]
   Tensor qkv;       // the forward's inputs and results:
   Tensor out;       // [B, T, C]
@@ -212,6 +224,10 @@ struct AttentionBackward {
   Tensor key_mask;  // as in forward
   int num_heads = 1;
   AttentionMask mask = AttentionMask::Causal;
+  const Fp8Matmul* fp8 = nullptr;       // cast dqkv for this product's backward (above), or null
+  Tensor dqkv_fp8 = {}, dqkv_fp8_t = {};  // with fp8: [B*T, 3C] and [3C, B*T] codes in fp8->grad_dtype
+  Tensor dbias = {};                    // with fp8: [3C] fp32, += or = (param_store), or empty
+  GradStore param_store = GradStore::Add;
 };
 
 // ---- fused softmax + cross-entropy over the vocabulary ----------------------------------------

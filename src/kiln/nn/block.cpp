@@ -47,6 +47,25 @@ MatmulForward mlp_expansion(const Tensor& pre_gelu, const Tensor& in, const Tens
   return expansion;
 }
 
+// With fp8 the attention only casts dqkv, for c_attn's backward, and takes its bias gradient
+// (ops.h): the codes, [M, 3C] then their transpose [3C, M], take d_qkv's memory (2 x M x 3C bytes,
+// its 16-bit size).
+void cast_attention_gradient(AttentionBackward& attention, MatmulBackward& expansion, const BlockScratch& s,
+                             const Fp8Matmul& qkv, GradStore store) {
+  const int64_t M = s.d_qkv.shape[0] * s.d_qkv.shape[1], N = s.d_qkv.shape[2];
+  const Tensor codes{s.d_qkv.data, Shape{M, N}, qkv.grad_dtype, s.d_qkv.device};
+  const Tensor codes_t{static_cast<uint8_t*>(s.d_qkv.data) + M * N, Shape{N, M}, qkv.grad_dtype, s.d_qkv.device};
+  attention.dqkv = Tensor{};
+  attention.fp8 = &qkv;
+  attention.dqkv_fp8 = codes;
+  attention.dqkv_fp8_t = codes_t;
+  attention.dbias = expansion.dbias;
+  attention.param_store = store;
+  expansion.dout = codes;
+  expansion.dout_fp8_t = codes_t;
+  expansion.dbias = Tensor{};
+}
+
 }  // namespace
 
 void block_forward(Backend& backend, const GptConfig& config, const BlockWeights& w,
@@ -99,11 +118,14 @@ void block_backward(Backend& backend, const GptConfig& config, const BlockWeight
                            product_input(acts.attn_out, acts.attn_out_fp8_t), w.attn_proj_weight,
                            WeightLayout::InOut, Tensor{}, fp8_of(fp8, &BlockFp8::attn_proj),
                            acts.attn_out_fp8_t, store});
-  backend.attention_backward({s.d_qkv, s.d_hidden, acts.qkv, acts.attn_out, acts.attn_lse, Tensor{},
-                              static_cast<int>(config.num_heads), AttentionMask::Causal});
-  backend.matmul_backward({s.d_hidden, g.qkv_weight, g.qkv_bias, s.d_qkv, product_input(acts.ln1, acts.ln1_fp8_t),
-                           w.qkv_weight, WeightLayout::InOut, Tensor{}, fp8_of(fp8, &BlockFp8::qkv),
-                           acts.ln1_fp8_t, store});
+  const Fp8Matmul* qkv = fp8_of(fp8, &BlockFp8::qkv);
+  AttentionBackward attention{s.d_qkv, s.d_hidden, acts.qkv, acts.attn_out, acts.attn_lse, Tensor{},
+                              static_cast<int>(config.num_heads), AttentionMask::Causal};
+  MatmulBackward expansion{s.d_hidden, g.qkv_weight, g.qkv_bias, s.d_qkv, product_input(acts.ln1, acts.ln1_fp8_t),
+                           w.qkv_weight, WeightLayout::InOut, Tensor{}, qkv, acts.ln1_fp8_t, store};
+  if (qkv) cast_attention_gradient(attention, expansion, s, *qkv, store);
+  backend.attention_backward(attention);
+  backend.matmul_backward(expansion);
   backend.layernorm_backward({d_residual, g.ln1_weight, g.ln1_bias, s.d_hidden, input, w.ln1_weight,
                               acts.ln1_mean, acts.ln1_rstd, store});
 }

@@ -126,11 +126,14 @@ Estimate estimate(const EstimateInput& in) {
         GptActivations::bytes_needed(shape, micro, in.seq_length, in.recompute, dtype, kDefaultLogitRows, fp8));
   };
   // CudaBackend::workspace_bytes' attention, LayerNorm backward and fp8 cast parts (fused attention
-  // on, the default).
-  const bool fused = fused_attention_shape(dtype, in.hidden_size / in.num_attention_heads);
+  // on, the default, on a GPU that takes the tiled kernels).
+  const int64_t head_size = in.hidden_size / in.num_attention_heads;
+  const bool fused = fused_attention_shape(dtype, head_size), tiled = fused && tiled_attention_head(head_size);
   const auto workspace = [&](int64_t micro) {
     const int64_t positions = micro * in.seq_length;
-    const size_t attention = attention_workspace_bytes(micro, in.num_attention_heads, in.seq_length, dtype, fused);
+    const AttentionFp8Gradient fp8_gradient{fp8 ? 3 * in.hidden_size : 0, fp8 && !tiled};
+    const size_t attention =
+        attention_workspace_bytes(micro, in.num_attention_heads, in.seq_length, dtype, fused, fp8_gradient);
     const Backend::WorkspaceNeeds needs = Gpt::workspace_needs(shape, micro, in.seq_length, dtype, fp8);
     const size_t layernorm = layernorm_backward_scratch_bytes(positions, needs.widest_layernorm);
     const size_t casts = fp8_scratch_bytes(needs.fp8_cast_bytes, positions, needs.widest_row);

@@ -25,6 +25,8 @@
 #define __shared__ static thread_local
 #undef __forceinline__
 #define __forceinline__ inline
+#undef __noinline__  // empty: a later `__attribute__((__noinline__))` in a standard header stays valid
+#define __noinline__
 #undef __launch_bounds__
 #define __launch_bounds__(...)
 

@@ -14,7 +14,9 @@
 #include <vector>
 
 #include "kiln/backend/op_checks.h"
+#include "kiln/backend/cpu/column_sums.h"
 #include "kiln/backend/cpu/cpu_backend.h"
+#include "kiln/backend/cpu/fp8_cast.h"
 
 namespace kiln {
 namespace {
@@ -139,11 +141,22 @@ void CpuBackend::attention_forward(const AttentionForward& args) {
   f.write_back();
 }
 
+// With fp8, dqkv is then cast as c_attn's backward would cast it, and that backward's bias gradient
+// taken from the rounded values, as the backward would take it (ops.h).
 void CpuBackend::attention_backward(const AttentionBackward& args) {
-  checks::attention_backward(args, Device::CPU);
-  Fp32Scope f(scratch_);
-  attention_backward_fp32({f.output(args.dqkv), f.input(args.dout), f.input(args.qkv), f.input(args.out), args.lse,
-                           args.key_mask, args.num_heads, args.mask});
+  const auto [B, T, C, NH, HS] = checks::attention_backward(args, Device::CPU);
+  zero_to_write(args.param_store, {args.dbias});
+  Fp32Scope f(scratch_);  // with fp8 the gradient goes to scratch, to be cast
+  const Tensor dqkv = args.fp8 ? Tensor{scratch_.take(static_cast<size_t>(B * T * 3 * C)), Shape{B, T, 3 * C}}
+                               : f.output(args.dqkv);
+  attention_backward_fp32({dqkv, f.input(args.dout), f.input(args.qkv), f.input(args.out), args.lse, args.key_mask,
+                           args.num_heads, args.mask});
+  if (args.fp8) {
+    const Tensor rows = dqkv.reshaped({B * T, 3 * C});
+    cast_output_to_fp8(rows, args.qkv.dtype, args.fp8->dout, args.fp8->grad_dtype, args.dqkv_fp8, args.dqkv_fp8_t,
+                       scratch_);
+    if (!args.dbias.empty()) add_column_sums(args.dbias.as<float>(), rows.as<float>(), B * T, 3 * C);
+  }
   f.write_back();
 }
 

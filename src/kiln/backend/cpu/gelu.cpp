@@ -41,7 +41,7 @@ void CpuBackend::gelu_forward(const GeluForward& args) {
     const Tensor values{scratch_.take(static_cast<size_t>(count)), {count / N, N}, DType::F32, Device::CPU};
     widen_to_fp32(args.in.data, args.in.dtype, values.as<float>(), count);
     gelu_fp32(values.as<float>(), values.as<float>(), count);
-    cast_output_to_fp8(values, args.in.dtype, *args.fp8, args.out, args.out_fp8_t, scratch_);
+    cast_output_to_fp8(values, args.in.dtype, *args.fp8, DType::F8E4M3, args.out, args.out_fp8_t, scratch_);
     return;
   }
   Fp32Scope f(scratch_);

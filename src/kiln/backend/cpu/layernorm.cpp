@@ -43,7 +43,8 @@ void CpuBackend::layernorm_forward(const LayerNormForward& args) {
                               : f.output(args.out);
   layernorm_forward_fp32({out, args.mean, args.rstd, f.input(args.in), f.input(args.weight), f.input(args.bias),
                           args.eps});
-  if (args.fp8) cast_output_to_fp8(out, args.in.dtype, *args.fp8, args.out_fp8, args.out_fp8_t, scratch_);
+  if (args.fp8)
+    cast_output_to_fp8(out, args.in.dtype, *args.fp8, DType::F8E4M3, args.out_fp8, args.out_fp8_t, scratch_);
   f.write_back();
 }
 

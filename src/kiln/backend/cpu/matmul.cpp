@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "kiln/backend/op_checks.h"
+#include "kiln/backend/cpu/column_sums.h"
 #include "kiln/backend/cpu/cpu_backend.h"
 #include "kiln/core/fp8_codec.h"
 
@@ -36,28 +37,16 @@ void cast_through_fp8(const Tensor& values, const Fp8Operand& operand, DType for
   *operand.amax.as<float>() = amax;
 }
 
-// in[m, k] <- dec(code) * scale_inv: `in` [M, K] as the cast gave it back, from its E4M3 codes,
-// [M, K] or, transposed, [K, M] (the kept ones).
+// in[m, k] <- dec(code) * scale_inv: `in` [M, K] as the cast gave it back, from its codes (E4M3,
+// or E5M2 for a gradient's codes in that format), [M, K] or, transposed, [K, M] (the kept ones).
 void decode_codes(const Tensor& codes, bool transposed, const Fp8Operand& operand, float* in) {
   const int64_t K = codes.shape[transposed ? 0 : codes.shape.rank - 1], M = codes.numel() / K;
+  const fp8::Format format = codes.dtype == DType::F8E5M2 ? fp8::Format::E5M2 : fp8::Format::E4M3;
   const float scale_inv = *operand.scale_inv.as<float>();
   const uint8_t* bits = codes.as<uint8_t>();
   for (int64_t m = 0; m < M; ++m)
     for (int64_t k = 0; k < K; ++k)
-      in[m * K + k] = fp8::decode(bits[transposed ? k * M + m : m * K + k], fp8::Format::E4M3) * scale_inv;
-}
-
-// sums[n] += column n of rows[M, N], in a fixed order.
-void add_column_sums(float* sums, const float* rows, int64_t M, int64_t N) {
-  constexpr int64_t kColumnBlock = 64;
-#pragma omp parallel for schedule(static)
-  for (int64_t n0 = 0; n0 < N; n0 += kColumnBlock) {
-    const int64_t n1 = std::min(N, n0 + kColumnBlock);
-    float block[kColumnBlock] = {};
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t n = n0; n < n1; ++n) block[n - n0] += rows[m * N + n];
-    for (int64_t n = n0; n < n1; ++n) sums[n] += block[n - n0];
-  }
+      in[m * K + k] = fp8::decode(bits[transposed ? k * M + m : m * K + k], format) * scale_inv;
 }
 
 void matmul_forward_fp32(const MatmulForward& args) {
@@ -134,15 +123,18 @@ void CpuBackend::matmul_backward(const MatmulBackward& args) {
   zero_to_write(args.param_store, {args.dweight, args.dbias});
   {
     Fp32Scope f(scratch_);
-    const Tensor dout = f.input(args.dout), weight = f.input(args.weight);
+    const bool dout_codes = !args.dout_fp8_t.empty();  // cast already (ops.h)
+    const Tensor dout =
+        dout_codes ? Tensor{scratch_.take(static_cast<size_t>(M * N)), Shape{M, N}} : f.input(args.dout);
+    const Tensor weight = f.input(args.weight);
     const bool codes_kept = !args.in_fp8_t.empty();
     const Tensor in = codes_kept ? Tensor{scratch_.take(static_cast<size_t>(M * K)), Shape{M, K}} : f.input(args.in);
     if (!args.fp8) {
       matmul_backward_fp32({f.output(args.din), args.dweight, args.dbias, dout, in, weight, args.layout});
     } else {  // the bias gradient from dout before its cast
-      if (!args.dbias.empty()) add_column_sums(args.dbias.as<float>(), dout.as<float>(), dout.numel() / args.dbias.numel(),
-                                               args.dbias.numel());
-      cast_through_fp8(dout, args.fp8->dout, args.fp8->grad_dtype);
+      if (!args.dbias.empty()) add_column_sums(args.dbias.as<float>(), dout.as<float>(), M, N);
+      if (dout_codes) decode_codes(args.dout, /*transposed=*/false, args.fp8->dout, dout.as<float>());
+      else cast_through_fp8(dout, args.fp8->dout, args.fp8->grad_dtype);
       if (codes_kept) decode_codes(args.in_fp8_t, /*transposed=*/true, args.fp8->in, in.as<float>());
       else cast_through_fp8(in, args.fp8->in, DType::F8E4M3);
       cast_through_fp8(weight, args.fp8->weight, DType::F8E4M3);

@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "kiln/backend/attention_workspace.h"
+#include "kiln/backend/fp8_workspace.h"
 #include "kiln/backend/cuda/cuda_backend_shared.h"
 #include "kiln/backend/cuda/flash_attention.h"
 #include "kiln/backend/cuda/general_attention.h"
@@ -77,33 +78,33 @@ void CudaBackend::attention_forward(const AttentionForward& a) {
   }
 }
 
-void CudaBackend::attention_backward(const AttentionBackward& a) {
-  const auto [B, T, C, NH, HS] = checks::attention_backward(a, kCuda);
+namespace {
+// dqkv in the compute dtype, on `path`, with the path's scratch (attention_workspace.h) at
+// `scratch`; `lt` and `tf32` for the materialised path's products, `warpgroup` for the tiled one's.
+void attention_gradient(cuda::LtMatmul& lt, bool tf32, bool warpgroup, const AttentionBackward& a,
+                        const checks::AttentionShape& shape, AttentionPath path, void* scratch) {
+  const auto [B, T, C, NH, HS] = shape;
   const DType dtype = a.qkv.dtype;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const bool padded = a.mask != AttentionMask::Causal, causal = a.mask != AttentionMask::KeyPadding;
   const int32_t* key_mask = padded ? a.key_mask.as<int32_t>() : nullptr;
-  switch (attention_path(handles_->fused_attention, handles_->compute_major, dtype, B, NH, HS,
-                         {a.qkv.data, a.dqkv.data, a.dout.data, a.out.data})) {
+  switch (path) {
     case AttentionPath::Tiled:
       check_cuda(cuda::flash_attention_backward(a.dqkv.data, a.dout.data, a.qkv.data, a.out.data, a.lse.as<float>(),
-                                                key_mask, element_kind(dtype), B, T, NH, HS, causal, scale,
-                                                workspace(attention_workspace_bytes(B, NH, T, dtype, true)),
-                                                handles_->warpgroup_attention),
-                 handles_->warpgroup_attention ? "attention_backward (fused, tensor cores, wgmma)"
-                                               : "attention_backward (fused, tensor cores)");
+                                                key_mask, element_kind(dtype), B, T, NH, HS, causal, scale, scratch,
+                                                warpgroup),
+                 warpgroup ? "attention_backward (fused, tensor cores, wgmma)"
+                           : "attention_backward (fused, tensor cores)");
       return;
     case AttentionPath::General:
       check_cuda(cuda::general_attention_backward(a.dqkv.data, a.dout.data, a.qkv.data, a.out.data, a.lse.as<float>(),
-                                                  key_mask, element_kind(dtype), B, T, NH, HS, causal, scale,
-                                                  workspace(attention_workspace_bytes(B, NH, T, dtype, true))),
+                                                  key_mask, element_kind(dtype), B, T, NH, HS, causal, scale, scratch),
                  "attention_backward (fused, general)");
       return;
     case AttentionPath::Materialized: break;
   }
-  const GemmTypes types{dtype, dtype, handles_->tf32};
-  cuda::LtMatmul& lt = *handles_->matmul;
-  void* probs = workspace(attention_workspace_bytes(B, NH, T, dtype, false));
+  const GemmTypes types{dtype, dtype, tf32};
+  void* probs = scratch;
   void* dprobs = at(probs, static_cast<int64_t>(attention_matrix_bytes(B, NH, T, dtype) / dtype_size(dtype)), dtype);
   for (int64_t b = 0; b < B; ++b) {  // S again, and dP = dO v^T
     const void* q = at(a.qkv.data, b * T * 3 * C, dtype);
@@ -127,5 +128,57 @@ void CudaBackend::attention_backward(const AttentionBackward& a) {
          HS);
   }
 }
+
+}  // namespace
+
+// With fp8 (ops.h): on the tiled path the kernels write dqkv's codes and column sums themselves;
+// on the others dqkv is written in the compute dtype into the workspace and cast after, with the
+// column sums taken by the cast (fp8.cu). Either way the partial sums follow in the workspace
+// (attention_workspace.h) and are added into the bias gradient in a fixed order.
+void CudaBackend::attention_backward(const AttentionBackward& a) {
+  const checks::AttentionShape shape = checks::attention_backward(a, kCuda);
+  const auto [B, T, C, NH, HS] = shape;
+  const DType dtype = a.qkv.dtype;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const bool padded = a.mask != AttentionMask::Causal, causal = a.mask != AttentionMask::KeyPadding;
+  const int32_t* key_mask = padded ? a.key_mask.as<int32_t>() : nullptr;
+  const AttentionPath path = attention_path(handles_->fused_attention, handles_->compute_major, dtype, B, NH, HS,
+                                            {a.qkv.data, a.dqkv.data, a.dout.data, a.out.data, a.dqkv_fp8.data,
+                                             a.dqkv_fp8_t.data});
+  const bool fused = path != AttentionPath::Materialized;
+  const AttentionFp8Gradient fp8{a.fp8 ? 3 * C : 0, a.fp8 && path != AttentionPath::Tiled};
+  auto* scratch = static_cast<uint8_t*>(workspace(attention_workspace_bytes(B, NH, T, dtype, fused, fp8)));
+  const size_t own_bytes = (attention_scratch_bytes(B, NH, T, dtype, fused) + 255) / 256 * 256;
+  void* staged = scratch + own_bytes;  // dqkv, cast after (attention_workspace.h)
+  auto* partials = reinterpret_cast<float*>(scratch + own_bytes + attention_staged_gradient_bytes(B, T, dtype, fp8));
+  const bool write = a.param_store == GradStore::Write;
+  if (a.fp8 && path == AttentionPath::Tiled) {
+    const cuda::AttentionGradientCodes codes{a.fp8->dout.scale.as<float>(), a.fp8->dout.amax.as<float>(),
+                                             a.fp8->grad_dtype == DType::F8E4M3, a.dqkv_fp8.as<uint8_t>(),
+                                             a.dqkv_fp8_t.as<uint8_t>(), a.dbias.empty() ? nullptr : partials};
+    check_cuda(cuda::flash_attention_backward(nullptr, a.dout.data, a.qkv.data, a.out.data, a.lse.as<float>(),
+                                              key_mask, element_kind(dtype), B, T, NH, HS, causal, scale, scratch,
+                                              handles_->warpgroup_attention, &codes),
+               "attention_backward (fused, tensor cores, fp8 gradient)");
+    if (!a.dbias.empty())
+      check_cuda(cuda::sum_column_partials(a.dbias.as<float>(), partials, attention_gradient_partial_rows(B, T), 3 * C,
+                                           write),
+                 "attention_backward (bias gradient)");
+    return;
+  }
+  AttentionBackward into = a;
+  if (a.fp8) into.dqkv = Tensor{staged, Shape{B, T, 3 * C}, dtype, kCuda};
+  attention_gradient(*handles_->matmul, handles_->tf32, handles_->warpgroup_attention, into, shape, path, scratch);
+  if (!a.fp8) return;
+  const int64_t M = B * T, N = 3 * C;
+  check_cuda(cuda::cast_fp8(staged, element_kind(dtype), M, N, a.fp8->dout.scale.as<float>(),
+                            a.fp8->dout.amax.as<float>(), a.fp8->grad_dtype == DType::F8E4M3,
+                            a.dqkv_fp8.as<uint8_t>(), a.dqkv_fp8_t.as<uint8_t>(), a.dbias.empty() ? nullptr : partials),
+             "attention_backward (fp8 gradient cast)");
+  if (!a.dbias.empty())
+    check_cuda(cuda::sum_column_partials(a.dbias.as<float>(), partials, fp8_cast_tile_rows(M), N, write),
+               "attention_backward (bias gradient)");
+}
+
 
 }  // namespace kiln

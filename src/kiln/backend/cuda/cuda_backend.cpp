@@ -84,11 +84,16 @@ std::optional<Backend::DeviceMemory> CudaBackend::device_memory() const {
 }
 
 size_t CudaBackend::workspace_bytes(const WorkspaceNeeds& needs) const {
-  const bool fused = attention_path(handles_->fused_attention, handles_->compute_major, needs.dtype, needs.batch,
-                                    needs.heads, needs.head_size, {}) != AttentionPath::Materialized;
+  const AttentionPath path = attention_path(handles_->fused_attention, handles_->compute_major, needs.dtype,
+                                            needs.batch, needs.heads, needs.head_size, {});
   const int64_t positions = needs.batch * needs.seq;
+  // With fp8 products the attention backward casts dqkv for c_attn's (ops.h).
+  const bool fp8 = needs.fp8_cast_bytes > 0;
+  const AttentionFp8Gradient fp8_gradient{fp8 ? 3 * needs.heads * needs.head_size : 0,
+                                          fp8 && path != AttentionPath::Tiled};
   return std::max({cuda::embedding_backward_workspace_bytes(positions),
-                   attention_workspace_bytes(needs.batch, needs.heads, needs.seq, needs.dtype, fused),
+                   attention_workspace_bytes(needs.batch, needs.heads, needs.seq, needs.dtype,
+                                             path != AttentionPath::Materialized, fp8_gradient),
                    cuda::column_sums_workspace_bytes(positions, needs.widest_row),
                    layernorm_backward_scratch_bytes(positions, needs.widest_layernorm),
                    fp8_scratch_bytes(needs.fp8_cast_bytes, positions, needs.widest_row)}) +

@@ -171,14 +171,14 @@ void CudaBackend::matmul_backward(const MatmulBackward& a) {
   lt.run(weight_grad);
 }
 
-// fp8 backward (ops.h): dout cast to its gradient format [M,N] and transposed, the weight as [K,N]
-// and `in` transposed [K,M] (or its codes as the forward kept them), all K-contiguous for
-// cuBLASLt; the bias gradient from dout before its cast, summed by that cast; GELU's derivative
-// as in full precision (input_gradient).
+// fp8 backward (ops.h): dout cast to its gradient format [M,N] and transposed (or its codes as
+// its writer cast them), the weight as [K,N] and `in` transposed [K,M] (or its codes as the forward
+// kept them), all K-contiguous for cuBLASLt; the bias gradient from dout before its cast, summed
+// by that cast; GELU's derivative as in full precision (input_gradient).
 void CudaBackend::matmul_backward_fp8(const MatmulBackward& a, int64_t M, int64_t K, int64_t N) {
-  const DType dtype = a.dout.dtype, grad = a.fp8->grad_dtype;
+  const DType dtype = a.weight.dtype, grad = a.fp8->grad_dtype;
   const bool in_out = a.layout == WeightLayout::InOut;
-  const bool codes_kept = !a.in_fp8_t.empty();
+  const bool codes_kept = !a.in_fp8_t.empty(), dout_codes = !a.dout_fp8_t.empty();
   cuda::LtMatmul& lt = *handles_->matmul;
   const size_t cast_bytes = fp8_backward_cast_bytes(M, K, N, codes_kept);
   auto* base = static_cast<uint8_t*>(
@@ -186,11 +186,11 @@ void CudaBackend::matmul_backward_fp8(const MatmulBackward& a, int64_t M, int64_
   // The bias gradient: dout's column sums, taken by its cast on the way (before the cast, ops.h).
   float* bias_partials = a.dbias.empty() ? nullptr : reinterpret_cast<float*>(base + cast_bytes);
   Fp8Regions regions(base);
-  uint8_t* dout8 = regions.take(M * N);
-  uint8_t* dout8_t = regions.take(M * N);
+  uint8_t* dout8 = dout_codes ? a.dout.as<uint8_t>() : regions.take(M * N);
+  uint8_t* dout8_t = dout_codes ? a.dout_fp8_t.as<uint8_t>() : regions.take(M * N);
   uint8_t* weight8 = regions.take(K * N);
   uint8_t* in8_t = codes_kept ? a.in_fp8_t.as<uint8_t>() : regions.take(K * M);
-  cast(a.dout, M, N, a.fp8->dout, grad, a.din.empty() ? nullptr : dout8, dout8_t, bias_partials);
+  if (!dout_codes) cast(a.dout, M, N, a.fp8->dout, grad, a.din.empty() ? nullptr : dout8, dout8_t, bias_partials);
   if (!a.din.empty()) {  // din [M,K] = dout [M,N] x (weight as [K,N])^T, then gelu'(gelu_in)
     if (in_out) cast(a.weight, K, N, a.fp8->weight, DType::F8E4M3, weight8, nullptr);
     else cast(a.weight, N, K, a.fp8->weight, DType::F8E4M3, nullptr, weight8);

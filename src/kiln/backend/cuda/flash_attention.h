@@ -34,9 +34,25 @@ bool warpgroup_attention_applies(int compute_major, int compute_minor);
 // wgmma kernels (only where warpgroup_attention_applies), else mma.sync.
 int flash_attention_forward(void* out, float* lse, const void* qkv, const int32_t* key_mask, int kind, int64_t B,
                             int64_t T, int64_t NH, int64_t HS, bool causal, float scale, bool warpgroup);
+// The backward's gradient written only as fp8 codes for c_attn's fp8 backward (ops.h,
+// AttentionBackward with fp8): each element of dqkv rounded to the storage type, x, as
+// fp8(x * *scale) (E4M3 when e4m3, else E5M2) into rows [B*T, 3C] and columns [3C, B*T], max |x|
+// max-accumulated into *amax, and, unless column_partials is null, dqkv's column sums of each
+// sequence's tiles of 64 positions into column_partials [B * ceil(T / 64), 3C] (row b * ceil(T / 64)
+// + tile: attention_gradient_partial_rows, attention_workspace.h), for sum_column_partials
+// (kernels.h). Pointers 16-byte aligned; B*T and 3C multiples of 16.
+struct AttentionGradientCodes {
+  const float* scale = nullptr;
+  float* amax = nullptr;
+  bool e4m3 = false;
+  uint8_t* rows = nullptr;
+  uint8_t* columns = nullptr;
+  float* column_partials = nullptr;
+};
+// With `codes` (else null), dqkv is not written: its codes are (above).
 int flash_attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
                              const int32_t* key_mask, int kind, int64_t B, int64_t T, int64_t NH, int64_t HS,
                              bool causal, float scale, void* workspace,  // B * NH * T floats (D)
-                             bool warpgroup);
+                             bool warpgroup, const AttentionGradientCodes* codes = nullptr);
 
 }  // namespace kiln::cuda

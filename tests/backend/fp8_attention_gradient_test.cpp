@@ -1,0 +1,238 @@
+// The attention backward casting its gradient for c_attn's fp8 backward (ops.h, AttentionBackward
+// with fp8; MatmulBackward with dout cast already) on every back-end: its codes, in both layouts,
+// are the cast of the gradient it would otherwise store, its amax folds that gradient's max |x|,
+// its bias gradient is that gradient's column sums (added or written), and c_attn's backward
+// reading the codes gives bit for bit what it gives casting the stored gradient itself. Shapes
+// cross the CUDA kernels' edges: sequences of 80 and 72 positions (a 64-position tile and part of
+// another; 72 starts the second sequence off a 16-byte boundary, so its transpose is written byte
+// by byte), heads of 64 (the tiled kernels' width), 24 (zero-padded inside a tile) and 136 (the
+// general kernels, then a cast). Arguments that do not fit are refused by name.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kiln/backend/registry.h"
+#include "kiln/core/fp8_codec.h"
+#include "support/backends.h"
+#include "support/device_tensors.h"
+#include "support/error_of.h"
+
+namespace kiln::testing {
+namespace {
+
+constexpr int64_t kB = 2, kHeads = 2, kIn = 32;  // c_attn: [M, kIn] -> dqkv [M, 3C]
+
+struct Shape3 {
+  int64_t T, hs;
+};
+
+Fp8Operand operand(DeviceTensors& t, float scale, float amax_before) {
+  return {t.floats({scale}, {1}), t.floats({1.0f / scale}, {1}), t.floats({amax_before}, {1})};
+}
+
+// Codes, every byte a NaN code (in E4M3 and E5M2) until written.
+Tensor poisoned_codes(DeviceTensors& t, Shape shape, DType format) {
+  return t.upload(std::vector<uint8_t>(static_cast<size_t>(shape.numel()), 0x7F), shape, format);
+}
+
+// The attention's inputs from a forward on random q, k, v, and c_attn's operands: the same on
+// every run of one shape.
+struct Inputs {
+  int64_t M, N;  // B*T positions, 3C
+  Tensor qkv, out, lse, dout, ln, weight, bias;
+};
+Inputs random_inputs(DeviceTensors& t, Backend& backend, Shape3 s) {
+  const int64_t C = kHeads * s.hs, M = kB * s.T, N = 3 * C;
+  Rng rng(5);
+  Inputs in{M, N, t.acts(random_floats(M * N, rng), {kB, s.T, N}), t.poisoned_acts({kB, s.T, C}),
+            t.poisoned({kB, kHeads, s.T}), t.acts(random_floats(M * C, rng), {kB, s.T, C}),
+            t.acts(random_floats(M * kIn, rng), {M, kIn}), t.acts(random_floats(kIn * N, rng, 0.2f), {kIn, N}),
+            t.acts(random_floats(N, rng), {N})};
+  backend.attention_forward({in.out, in.lse, in.qkv, Tensor{}, static_cast<int>(kHeads), AttentionMask::Causal});
+  return in;
+}
+
+// What c_attn's backward leaves, and what the gradient's cast left.
+struct Outcome {
+  std::vector<float> dqkv;                 // the stored gradient (the plain run only)
+  std::vector<float> codes, codes_t;       // decoded codes (the cast run only)
+  std::vector<float> din, dweight, dbias;  // c_attn's gradients
+  float amax = 0.0f;
+};
+
+constexpr float kDoutScale = 8.0f, kAmaxBefore = 1e-3f, kBiasBefore = 0.5f;
+
+// `cast`: the attention casts its gradient and takes the bias gradient, and c_attn's backward reads
+// the codes; else the attention stores dqkv and c_attn's backward casts it. `store`: the bias
+// gradient's GradStore, over kBiasBefore.
+Outcome run(Backend& backend, Shape3 s, DType format, bool cast, GradStore store = GradStore::Add) {
+  DeviceTensors t(backend, DType::BF16);
+  const Inputs in = random_inputs(t, backend, s);
+  Fp8Matmul qkv{operand(t, 16.0f, 0.0f), operand(t, 32.0f, 0.0f), operand(t, kDoutScale, kAmaxBefore), format};
+  const Tensor din = t.poisoned_acts({in.M, kIn}), dweight = t.floats(std::vector<float>(kIn * in.N, 0.0f), {kIn, in.N});
+  const Tensor dbias = t.floats(std::vector<float>(static_cast<size_t>(in.N), kBiasBefore), {in.N});
+  AttentionBackward attention{t.poisoned_acts({kB, s.T, in.N}), in.dout, in.qkv, in.out, in.lse, Tensor{},
+                              static_cast<int>(kHeads), AttentionMask::Causal};
+  MatmulBackward expansion{din, dweight, dbias, attention.dqkv, in.ln, in.weight, WeightLayout::InOut, Tensor{}, &qkv};
+  expansion.param_store = store;
+  Outcome outcome;
+  if (cast) {
+    attention.dqkv = Tensor{};
+    attention.fp8 = &qkv;
+    attention.dqkv_fp8 = poisoned_codes(t, {in.M, in.N}, format);
+    attention.dqkv_fp8_t = poisoned_codes(t, {in.N, in.M}, format);
+    attention.dbias = dbias;
+    attention.param_store = store;
+    expansion.dout = attention.dqkv_fp8;
+    expansion.dout_fp8_t = attention.dqkv_fp8_t;
+    expansion.dbias = Tensor{};
+  }
+  backend.attention_backward(attention);
+  backend.matmul_backward(expansion);
+  if (cast) {
+    outcome.codes = t.download(attention.dqkv_fp8);
+    outcome.codes_t = t.download(attention.dqkv_fp8_t);
+  } else {
+    outcome.dqkv = t.download(attention.dqkv);
+  }
+  outcome.din = t.download(din);
+  outcome.dweight = t.download(dweight);
+  outcome.dbias = t.download(dbias);
+  outcome.amax = t.download(qkv.dout.amax)[0];
+  return outcome;
+}
+
+// The reference meaning of the cast (ops.h): dec(fp8(x * scale)) of each stored element.
+std::vector<float> cast_on_host(const std::vector<float>& values, DType format) {
+  const fp8::Format f = format == DType::F8E4M3 ? fp8::Format::E4M3 : fp8::Format::E5M2;
+  std::vector<float> codes(values.size());
+  for (size_t i = 0; i < values.size(); ++i) codes[i] = fp8::decode(fp8::encode(values[i] * kDoutScale, f), f);
+  return codes;
+}
+
+const Shape3 kShapes[] = {{80, 64}, {72, 64}, {80, 24}, {80, 136}};
+
+class Fp8AttentionGradient : public OnEachBackend {};
+
+TEST_P(Fp8AttentionGradient, CodesAreTheProductsOwnCastOfTheGradient) {
+  for (const Shape3 s : kShapes) {
+    for (const DType format : {DType::F8E5M2, DType::F8E4M3}) {
+      SCOPED_TRACE("T " + std::to_string(s.T) + ", heads of " + std::to_string(s.hs) + ", " + std::string(dtype_name(format)));
+      const Outcome plain = run(*backend_, s, format, false), cast = run(*backend_, s, format, true);
+      const int64_t M = kB * s.T, N = 3 * kHeads * s.hs;
+      EXPECT_EQ(cast.codes, cast_on_host(plain.dqkv, format));
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n)
+          ASSERT_EQ(cast.codes_t[n * M + m], cast.codes[m * N + n]) << "codes (" << m << ", " << n << ") transposed";
+      EXPECT_EQ(cast.din, plain.din);
+      EXPECT_EQ(cast.dweight, plain.dweight);
+      EXPECT_EQ(cast.amax, plain.amax);
+      float largest = kAmaxBefore;
+      for (const float x : plain.dqkv) largest = std::max(largest, std::fabs(x));
+      EXPECT_EQ(cast.amax, largest);
+      // The column sums, in another order on a GPU (per tile of positions, then the tiles).
+      std::vector<float> sums(static_cast<size_t>(N), 0.0f);
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) sums[n] += plain.dqkv[m * N + n];
+      for (int64_t n = 0; n < N; ++n) {
+        ASSERT_NEAR(cast.dbias[n], kBiasBefore + sums[n], 1e-5 * (1.0 + std::fabs(sums[n]))) << "column " << n;
+        ASSERT_NEAR(cast.dbias[n], plain.dbias[n], 1e-5 * (1.0 + std::fabs(sums[n]))) << "column " << n;
+      }
+      if (GetParam() == "cpu") {
+        EXPECT_EQ(cast.dbias, plain.dbias);  // the same sums, in the same order
+      }
+    }
+  }
+}
+
+TEST_P(Fp8AttentionGradient, TheBiasGradientIsWrittenWhenAsked) {
+  const Shape3 s = kShapes[1];
+  const Outcome added = run(*backend_, s, DType::F8E5M2, true, GradStore::Add);
+  const Outcome written = run(*backend_, s, DType::F8E5M2, true, GradStore::Write);
+  for (size_t n = 0; n < added.dbias.size(); ++n) EXPECT_FLOAT_EQ(written.dbias[n] + kBiasBefore, added.dbias[n]);
+}
+
+TEST_P(Fp8AttentionGradient, CudaCastsAsTheCpuDoes) {
+  if (GetParam() == "cpu") GTEST_SKIP() << "compares another back-end with the CPU";
+  const std::unique_ptr<Backend> cpu = make_backend("cpu");
+  for (const Shape3 s : kShapes) {
+    SCOPED_TRACE("T " + std::to_string(s.T) + ", heads of " + std::to_string(s.hs));
+    const Outcome expected = run(*cpu, s, DType::F8E5M2, true), actual = run(*backend_, s, DType::F8E5M2, true);
+    // E5M2 keeps 2 mantissa bits: a gradient element that rounds differently moves one code.
+    EXPECT_LT(normalized_error(actual.codes, expected.codes), 5e-2);
+    EXPECT_LT(normalized_error(actual.dbias, expected.dbias), 1e-2);
+    EXPECT_LT(normalized_error(actual.dweight, expected.dweight), 5e-2);
+    EXPECT_NEAR(actual.amax, expected.amax, 1e-2 * expected.amax);
+  }
+}
+
+TEST_P(Fp8AttentionGradient, ArgumentsThatDoNotFitAreRefused) {
+  DeviceTensors t(*backend_, DType::BF16);
+  const Shape3 s = kShapes[0];
+  const Inputs in = random_inputs(t, *backend_, s);
+  Fp8Matmul qkv{operand(t, 1.0f, 0.0f), operand(t, 1.0f, 0.0f), operand(t, 1.0f, 0.0f), DType::F8E5M2};
+  const auto cast = [&] {
+    AttentionBackward a{Tensor{}, in.dout, in.qkv, in.out, in.lse, Tensor{}, static_cast<int>(kHeads)};
+    a.fp8 = &qkv;
+    a.dqkv_fp8 = poisoned_codes(t, {in.M, in.N}, DType::F8E5M2);
+    a.dqkv_fp8_t = poisoned_codes(t, {in.N, in.M}, DType::F8E5M2);
+    return a;
+  };
+  const auto expect_refusal = [&](const AttentionBackward& a, const std::string& message) {
+    const std::string error = error_of([&] { backend_->attention_backward(a); });
+    EXPECT_NE(error.find(message), std::string::npos) << error;
+  };
+  AttentionBackward stored = cast();
+  stored.dqkv = t.poisoned_acts({kB, s.T, in.N});
+  expect_refusal(stored, "attention_backward: argument 'dqkv' is given with 'fp8' (the gradient is only cast)");
+  AttentionBackward e4m3_codes = cast();
+  e4m3_codes.dqkv_fp8 = poisoned_codes(t, {in.M, in.N}, DType::F8E4M3);
+  expect_refusal(e4m3_codes, "argument 'dqkv_fp8' has dtype fp8_e4m3, expected fp8_e5m2");
+  AttentionBackward untransposed = cast();
+  untransposed.dqkv_fp8_t = poisoned_codes(t, {in.M, in.N}, DType::F8E5M2);
+  expect_refusal(untransposed, "argument 'dqkv_fp8_t' must be [3C, B*T] = [384, 160], got [160, 384]");
+  AttentionBackward without_fp8 = cast();
+  without_fp8.fp8 = nullptr;
+  without_fp8.dqkv = t.poisoned_acts({kB, s.T, in.N});
+  expect_refusal(without_fp8, "fp8 codes of dqkv or a bias gradient are given without 'fp8'");
+  DeviceTensors fp32(*backend_, DType::F32);
+  const Inputs wide = random_inputs(fp32, *backend_, s);
+  AttentionBackward in_fp32 = cast();
+  in_fp32.dout = wide.dout;
+  in_fp32.qkv = wide.qkv;
+  in_fp32.out = wide.out;
+  expect_refusal(in_fp32, "attention_backward: a gradient cast to fp8 needs bf16 or fp16, not fp32");
+
+  const AttentionBackward a = cast();
+  const Tensor din = t.poisoned_acts({in.M, kIn}), dweight = t.poisoned({kIn, in.N});
+  const auto reads_codes = [&] {
+    MatmulBackward b{din, dweight, Tensor{}, a.dqkv_fp8, in.ln, in.weight, WeightLayout::InOut, Tensor{}, &qkv};
+    b.dout_fp8_t = a.dqkv_fp8_t;
+    return b;
+  };
+  const auto expect_matmul_refusal = [&](const MatmulBackward& b, const std::string& message) {
+    const std::string error = error_of([&] { backend_->matmul_backward(b); });
+    EXPECT_NE(error.find(message), std::string::npos) << error;
+  };
+  MatmulBackward with_bias = reads_codes();
+  with_bias.dbias = t.poisoned({in.N});
+  expect_matmul_refusal(with_bias, "argument 'dbias' is given with 'dout' cast already (its writer took the bias");
+  MatmulBackward alone = reads_codes();
+  alone.dout_fp8_t = Tensor{};
+  expect_matmul_refusal(alone, "argument 'dout' is codes without their transpose 'dout_fp8_t'");
+  MatmulBackward full_precision = reads_codes();
+  full_precision.fp8 = nullptr;
+  expect_matmul_refusal(full_precision, "argument 'dout' is fp8 codes for a product without fp8");
+  MatmulBackward untransposed_codes = reads_codes();
+  untransposed_codes.dout_fp8_t = a.dqkv_fp8;
+  expect_matmul_refusal(untransposed_codes, "argument 'dout_fp8_t' must be [N, M] = [384, 160], got [160, 384]");
+  MatmulBackward stray = reads_codes();
+  stray.dout = in.qkv.reshaped({in.M, in.N});
+  expect_matmul_refusal(stray, "argument 'dout_fp8_t' is given with 'dout' in the compute dtype");
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBackends, Fp8AttentionGradient, ::testing::ValuesIn(all_backend_names()),
+                         backend_param_name);
+
+}  // namespace
+}  // namespace kiln::testing
