@@ -1,11 +1,13 @@
 // Whole training runs in tests: a Trainer run to its end with every iteration's stats kept, the
-// bytes of a file it wrote, the check that a resumed run matches, and the fixture of the end-to-end
-// precision tests (one back-end per parameter, skipped with its reason where absent, a toy dataset
-// of 61 token ids to learn).
+// largest difference between two runs' losses, the bytes of a file it wrote, the check that a
+// resumed run matches, and the fixture of the end-to-end precision tests (one back-end per
+// parameter, skipped with its reason where absent, a toy dataset of 61 token ids to learn).
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -29,6 +31,20 @@ inline std::vector<IterationStats> train_and_record(const Config& config) {
   trainer.add_observer(&recorder);
   trainer.run();
   return recorder.iterations;
+}
+
+// The largest difference between two runs' losses, iteration by iteration; +inf where either loss
+// is not a number (a NaN difference would otherwise vanish in a max) or the runs differ in length.
+inline double largest_loss_difference(const std::vector<IterationStats>& a, const std::vector<IterationStats>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  if (a.size() != b.size()) return INFINITY;
+  double largest = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double difference = std::abs(a[i].lm_loss - b[i].lm_loss);
+    if (std::isnan(difference)) return INFINITY;
+    largest = std::max(largest, difference);
+  }
+  return largest;
 }
 
 inline std::string file_bytes(const std::string& path) {

@@ -12,6 +12,7 @@ namespace kiln {
 namespace {
 
 using testing::file_bytes;
+using testing::largest_loss_difference;
 using testing::train_and_record;
 
 Config small_gpt(const std::string& data, const std::string& device, const std::string& precision) {
@@ -30,11 +31,9 @@ TEST_P(MixedPrecision, Bf16AndFp16FollowTheFp32LossCurve) {
   for (const Config& config : {small_gpt(dir_.path(), GetParam(), "bf16"), fp16_config}) {
     const std::vector<IterationStats> mixed = train_and_record(config);
     ASSERT_EQ(mixed.size(), fp32.size());
-    double worst = 0.0;
-    for (size_t i = 0; i < fp32.size(); ++i) {
-      worst = std::max(worst, std::abs(mixed[i].lm_loss - fp32[i].lm_loss));
+    const double worst = largest_loss_difference(mixed, fp32);
+    for (size_t i = 0; i < fp32.size(); ++i)
       EXPECT_FALSE(mixed[i].skipped) << config.precision_name() << " iteration " << i + 1;
-    }
     // Rounding to 8 (bf16) or 11 (fp16) significant bits moves each loss by far less than the
     // run's own progress (about 0.8 here): on the CPU by 9e-4 (bf16) and 1e-4 (fp16) at most; the
     // bounds leave room for a GPU's different rounding of intermediates.
