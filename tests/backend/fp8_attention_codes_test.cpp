@@ -1,12 +1,15 @@
-// The attention backward casting its gradient for c_attn's fp8 backward (ops.h, AttentionBackward
-// with fp8; MatmulBackward with dout cast already) on every back-end: its codes, in both layouts,
-// are the cast of the gradient it would otherwise store, its amax folds that gradient's max |x|,
-// its bias gradient is that gradient's column sums (added or written), and c_attn's backward
-// reading the codes gives bit for bit what it gives casting the stored gradient itself. Shapes
-// cross the CUDA kernels' edges: sequences of 80 and 72 positions (a 64-position tile and part of
-// another; 72 starts the second sequence off a 16-byte boundary, so its transpose is written byte
-// by byte), heads of 64 (the tiled kernels' width), 24 (zero-padded inside a tile) and 136 (the
-// general kernels, then a cast). Arguments that do not fit are refused by name.
+// The attention casting for its fp8 neighbours on every back-end. Forward (ops.h, AttentionForward
+// with fp8): its output is written as without fp8, and its codes, in both layouts (or only by
+// rows), are the cast of that output c_proj's forward would make, with the amax; c_proj reading
+// them gives bit for bit what it gives casting the output itself. Backward (AttentionBackward with
+// fp8; MatmulBackward with dout cast already): its codes, in both layouts, are the cast of the
+// gradient it would otherwise store, its amax folds that gradient's max |x|, its bias gradient is
+// that gradient's column sums (added or written), and c_attn's backward reading the codes gives
+// bit for bit what it gives casting the stored gradient itself. Shapes cross the CUDA kernels'
+// edges: sequences of 80 and 72 positions (a 64-position tile and part of another; 72 starts the
+// second sequence off a 16-byte boundary, so a transpose is written byte by byte), heads of 64
+// (the tiled kernels' width), 24 (zero-padded inside a tile) and 136 (the general kernels, then a
+// cast). Arguments that do not fit are refused by name.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -232,6 +235,106 @@ TEST_P(Fp8AttentionGradient, ArgumentsThatDoNotFitAreRefused) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllBackends, Fp8AttentionGradient, ::testing::ValuesIn(all_backend_names()),
+                         backend_param_name);
+
+// What the forward and c_proj's forward leave.
+struct ForwardOutcome {
+  std::vector<float> out, lse, codes, codes_t, projected;
+  float amax = 0.0f;
+};
+
+constexpr float kOutScale = 16.0f;
+
+// `cast`: the attention casts its output (`transposed_too`: in both layouts) and c_proj reads the
+// codes; else c_proj casts the output, keeping the transpose.
+ForwardOutcome run_forward(Backend& backend, Shape3 s, bool cast, bool transposed_too = true) {
+  DeviceTensors t(backend, DType::BF16);
+  const int64_t C = kHeads * s.hs, M = kB * s.T;
+  Rng rng(9);
+  const Tensor qkv = t.acts(random_floats(M * 3 * C, rng), {kB, s.T, 3 * C});
+  const Tensor proj_weight = t.acts(random_floats(C * kIn, rng, 0.1f), {C, kIn}), out = t.poisoned_acts({kB, s.T, C});
+  const Tensor lse = t.poisoned({kB, kHeads, s.T}), projected = t.poisoned_acts({M, kIn});
+  Fp8Matmul proj{operand(t, kOutScale, kAmaxBefore), operand(t, 64.0f, 0.0f), Fp8Operand{}};
+  const Tensor codes = poisoned_codes(t, {M, C}, DType::F8E4M3), codes_t = poisoned_codes(t, {C, M}, DType::F8E4M3);
+  AttentionForward attention{out, lse, qkv, Tensor{}, static_cast<int>(kHeads), AttentionMask::Causal};
+  if (cast) {
+    attention.fp8 = &proj.in;
+    attention.out_fp8 = codes;
+    attention.out_fp8_t = transposed_too ? codes_t : Tensor{};
+  }
+  backend.attention_forward(attention);
+  if (cast)
+    backend.matmul_forward({projected, codes, proj_weight, Tensor{}, WeightLayout::InOut, Tensor{}, &proj});
+  else
+    backend.matmul_forward({projected, out.reshaped({M, C}), proj_weight, Tensor{}, WeightLayout::InOut, Tensor{},
+                            &proj, codes_t});
+  return {t.download(out), t.download(lse), cast ? t.download(codes) : std::vector<float>{},
+          transposed_too ? t.download(codes_t) : std::vector<float>{}, t.download(projected),
+          t.download(proj.in.amax)[0]};
+}
+
+class Fp8AttentionOutput : public OnEachBackend {};
+
+TEST_P(Fp8AttentionOutput, CodesAreTheProjectionsOwnCastOfTheOutput) {
+  for (const Shape3 s : kShapes) {
+    SCOPED_TRACE("T " + std::to_string(s.T) + ", heads of " + std::to_string(s.hs));
+    const ForwardOutcome plain = run_forward(*backend_, s, false), cast = run_forward(*backend_, s, true);
+    const int64_t M = kB * s.T, C = kHeads * s.hs;
+    EXPECT_EQ(cast.out, plain.out);  // written as without fp8
+    EXPECT_EQ(cast.lse, plain.lse);
+    EXPECT_EQ(cast.codes_t, plain.codes_t);  // what c_proj's own cast kept
+    const fp8::Format e4m3 = fp8::Format::E4M3;
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t c = 0; c < C; ++c) {
+        ASSERT_EQ(cast.codes[m * C + c], fp8::decode(fp8::encode(plain.out[m * C + c] * kOutScale, e4m3), e4m3))
+            << "code (" << m << ", " << c << ")";
+        ASSERT_EQ(cast.codes_t[c * M + m], cast.codes[m * C + c]) << "code (" << m << ", " << c << ") transposed";
+      }
+    EXPECT_EQ(cast.projected, plain.projected);
+    EXPECT_EQ(cast.amax, plain.amax);
+    EXPECT_GT(cast.amax, kAmaxBefore);
+    // Only by rows (a forward whose backward reads no codes, block.h): the same codes and amax.
+    const ForwardOutcome rows_only = run_forward(*backend_, s, true, /*transposed_too=*/false);
+    EXPECT_EQ(rows_only.codes, cast.codes);
+    EXPECT_EQ(rows_only.amax, cast.amax);
+  }
+}
+
+TEST_P(Fp8AttentionOutput, ArgumentsThatDoNotFitAreRefused) {
+  DeviceTensors t(*backend_, DType::BF16);
+  const Shape3 s = kShapes[0];
+  const int64_t C = kHeads * s.hs, M = kB * s.T;
+  const Fp8Operand scale = operand(t, 1.0f, 0.0f);
+  const auto cast = [&](DeviceTensors& in_dtype) {
+    AttentionForward a{in_dtype.poisoned_acts({kB, s.T, C}), t.poisoned({kB, kHeads, s.T}),
+                       in_dtype.acts(std::vector<float>(M * 3 * C, 0.5f), {kB, s.T, 3 * C}), Tensor{},
+                       static_cast<int>(kHeads)};
+    a.fp8 = &scale;
+    a.out_fp8 = poisoned_codes(t, {M, C}, DType::F8E4M3);
+    a.out_fp8_t = poisoned_codes(t, {C, M}, DType::F8E4M3);
+    return a;
+  };
+  const auto expect_refusal = [&](const AttentionForward& a, const std::string& message) {
+    const std::string error = error_of([&] { backend_->attention_forward(a); });
+    EXPECT_NE(error.find(message), std::string::npos) << error;
+  };
+  AttentionForward nowhere = cast(t);
+  nowhere.out_fp8 = Tensor{};
+  expect_refusal(nowhere, "attention_forward: argument 'out_fp8' is missing");
+  AttentionForward e5m2 = cast(t);
+  e5m2.out_fp8 = poisoned_codes(t, {M, C}, DType::F8E5M2);
+  expect_refusal(e5m2, "argument 'out_fp8' has dtype fp8_e5m2, expected fp8_e4m3");
+  AttentionForward untransposed = cast(t);
+  untransposed.out_fp8_t = poisoned_codes(t, {M, C}, DType::F8E4M3);
+  expect_refusal(untransposed, "argument 'out_fp8_t' must be [C, B*T] = [128, 160], got [160, 128]");
+  AttentionForward without_fp8 = cast(t);
+  without_fp8.fp8 = nullptr;
+  expect_refusal(without_fp8, "attention_forward: fp8 codes of the output are given without 'fp8'");
+  DeviceTensors fp32(*backend_, DType::F32);
+  expect_refusal(cast(fp32), "attention_forward: an output cast to fp8 needs bf16 or fp16, not fp32");
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBackends, Fp8AttentionOutput, ::testing::ValuesIn(all_backend_names()),
                          backend_param_name);
 
 }  // namespace

@@ -19,6 +19,7 @@ namespace kiln {
 namespace {
 
 using testing::file_bytes;
+using testing::largest_loss_difference;
 using testing::train_and_record;
 
 Config small_bf16_gpt(const std::string& data, const std::string& device,
@@ -27,15 +28,6 @@ Config small_bf16_gpt(const std::string& data, const std::string& device,
   config.bf16 = true;
   config.fp8_format = fp8_format;
   return config;
-}
-
-double worst_difference(const std::vector<IterationStats>& a,
-                        const std::vector<IterationStats>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0.0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
-    worst = std::max(worst, std::abs(a[i].lm_loss - b[i].lm_loss));
-  return worst;
 }
 
 std::vector<float> fp8_state(const Trainer& trainer) {
@@ -56,7 +48,7 @@ TEST_P(Fp8Training, HybridAndE4m3FollowTheBf16LossCurve) {
     // Casting the products' operands to 3 (E4M3) or 2 (E5M2) mantissa bits, with scales that
     // fit each tensor, moves the losses by far less than the run's progress (0.735): measured
     // 0.0026 (hybrid) and 0.0019 (e4m3) on the CPU, 0.0014 and 0.0013 on the emulated GPU.
-    const double worst = worst_difference(fp8, bf16);
+    const double worst = largest_loss_difference(fp8, bf16);
     std::printf("fp8 %s on %s: largest loss difference to bf16 %.4f (bf16 progress %.3f)\n", format,
                 GetParam().c_str(), worst, bf16.front().lm_loss - bf16.back().lm_loss);
     EXPECT_LT(worst, 0.02) << format;
@@ -90,7 +82,7 @@ TEST_P(Fp8Training, CudaFollowsTheCpu) {
       train_and_record(small_bf16_gpt(dir_.path(), GetParam(), "hybrid"));
   const std::vector<IterationStats> cpu =
       train_and_record(small_bf16_gpt(dir_.path(), "cpu", "hybrid"));
-  const double worst = worst_difference(gpu, cpu);
+  const double worst = largest_loss_difference(gpu, cpu);
   std::printf("fp8 hybrid: largest loss difference between %s and cpu %.4f\n", GetParam().c_str(),
               worst);
   EXPECT_LT(worst, 0.02);  // 0.0012 on the emulated GPU
@@ -213,6 +205,7 @@ TEST(Fp8Reports, MemoryAndOpProfileNameTheFp8Parts) {
   EXPECT_TRUE(ops.count("matmul_forward 128x48x144 +bias fp8")) << ::testing::PrintToString(ops);
   EXPECT_TRUE(ops.count("matmul_backward 128x48x144 fp8 dout codes")) << ::testing::PrintToString(ops);
   EXPECT_TRUE(ops.count("attention_backward 4x32, 2 heads of 24 +dbias fp8")) << ::testing::PrintToString(ops);
+  EXPECT_TRUE(ops.count("attention_forward 4x32, 2 heads of 24 fp8")) << ::testing::PrintToString(ops);
   EXPECT_TRUE(ops.count("fp8_update_scales"));
   EXPECT_TRUE(ops.count("matmul_forward 128x48x64")) << "the tied classifier stays bf16";
 }

@@ -288,6 +288,16 @@ AttentionShape attention_forward(const AttentionForward& a, Device device) {
   require_numel(a.out, s.B * s.T * s.C, op, "out");
   require_numel(a.lse, s.B * s.NH * s.T, op, "lse");
   require_key_mask(a.key_mask, a.mask, s, device, op);
+  if (a.fp8) {  // the output cast too (ops.h)
+    const int64_t M = s.B * s.T;
+    require_castable(dtype, M, s.C, op, "an output", "B*T and C");
+    require_fp8_operand(*a.fp8, device, op, {"fp8 scale", "fp8 scale_inv", "fp8 amax"});
+    require_codes_matrix(a.out_fp8, DType::F8E4M3, M, s.C, device, op, "out_fp8", "[B*T, C]");
+    if (!a.out_fp8_t.empty())
+      require_codes_matrix(a.out_fp8_t, DType::F8E4M3, s.C, M, device, op, "out_fp8_t", "[C, B*T]");
+  } else {
+    KILN_CHECK(a.out_fp8.empty() && a.out_fp8_t.empty(), "{}: fp8 codes of the output are given without 'fp8'", op);
+  }
   return s;
 }
 

@@ -158,9 +158,10 @@ OpWork work_of(const GeluForward& a) {
 OpWork work_of(const GeluBackward& a) {
   return {"gelu_backward", 0.0, bytes_of({&a.din, &a.in, &a.dout})};
 }
+// With fp8 the output's codes are written too (ops.h); the row says so.
 OpWork work_of(const AttentionForward& a) {
-  return {"attention_forward " + attention_shape(a.qkv, a.num_heads),
-          attention_flops(a.qkv, a.mask), bytes_of({&a.out, &a.lse, &a.qkv, &a.key_mask})};
+  return {"attention_forward " + attention_shape(a.qkv, a.num_heads) + (a.fp8 ? " fp8" : ""),
+          attention_flops(a.qkv, a.mask), bytes_of({&a.out, &a.lse, &a.qkv, &a.key_mask, &a.out_fp8, &a.out_fp8_t})};
 }
 // With fp8 the gradient's codes, in both layouts, are written in dqkv's place (ops.h), with the bias
 // gradient; the row says "+dbias fp8" or "fp8".

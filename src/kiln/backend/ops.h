@@ -125,9 +125,9 @@ struct Fp8Matmul {
 };
 
 // `in` cast already (fp8 only): `in` may be the E4M3 codes [M, K] of the input, cast with fp8->in's
-// scale (and its amax folded) by the op that wrote them, LayerNormForward with fp8 or a
-// MatmulForward with gelu_fp8 (below), which also wrote their transpose for the backward; the
-// forward then casts only the weight, and in_fp8_t is empty.
+// scale (and its amax folded) by the op that wrote them, LayerNormForward with fp8, a
+// MatmulForward with gelu_fp8 (below) or AttentionForward with fp8, which also wrote their
+// transpose for the backward; the forward then casts only the weight, and in_fp8_t is empty.
 //
 // GELU output cast for the next fp8 product (the MLP's c_proj): with `gelu_fp8` given (that
 // product's Fp8Matmul::in; bf16 or fp16 compute, M and N multiples of 16), out keeps the
@@ -200,6 +200,12 @@ struct GeluBackward {
 // D = rowsum(dout * out), so dS = P * (dP - D) / sqrt(HS) with dP = dout v^T.
 enum class AttentionMask : uint8_t { Causal, KeyPadding, CausalKeyPadding };
 
+// Output cast for the next fp8 product (the attention's c_proj): with `fp8` given (that product's
+// Fp8Matmul::in; bf16 or fp16, B*T and C multiples of 16), out is written as without it (the
+// backward reads it) and also cast as that product's forward would cast its input: its E4M3
+// codes, fp8(out * scale), into out_fp8 ([B*T, C], the product's `in` as codes) and, transposed,
+// out_fp8_t ([C, B*T], the product's in_fp8_t for its backward, or empty where no backward reads
+// them); max |out| is max-accumulated into fp8->amax.
 struct AttentionForward {
   Tensor out;       // [B, T, C]
   Tensor lse;       // [B, NH, T] fp32, saved for backward
@@ -207,6 +213,8 @@ struct AttentionForward {
   Tensor key_mask;  // [B, T] int32 (1 keep, 0 pad); required for the padding variants
   int num_heads = 1;
   AttentionMask mask = AttentionMask::Causal;
+  const Fp8Operand* fp8 = nullptr;      // cast the output for the next fp8 product (above), or null
+  Tensor out_fp8 = {}, out_fp8_t = {};  // with fp8: [B*T, C] and [C, B*T] (or empty) E4M3 codes
 };
 // Gradient cast for the next fp8 product (c_attn's backward): with `fp8` given (that product's
 // Fp8Matmul; bf16 or fp16, B*T and 3C multiples of 16), dqkv is cast as that backward would cast

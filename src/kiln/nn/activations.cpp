@@ -64,6 +64,7 @@ BlockActivations take_block(Layout& layout, int64_t B, int64_t T, int64_t C, int
   block.fc_post_gelu = own_or_shared(layout, shared.gelu_out, {B, T, 4 * C});
   block.residual_out = layout.take({B, T, C});
   if (shared.fp8_codes) {
+    block.attn_out_fp8 = own_or_shared(layout, shared.layernorm_out, {B * T, C});
     block.ln1_fp8_t = layout.codes({C, B * T});
     block.attn_out_fp8_t = layout.codes({C, B * T});
     block.ln2_fp8_t = layout.codes({C, B * T});

@@ -22,9 +22,11 @@
 // fp8 products (Gpt::enable_fp8): each block product's backward reads the E4M3 codes of its input,
 // transposed, kept from forward for its weight gradient (ops.h, in_fp8_t). The ops before c_attn,
 // c_fc and the MLP's c_proj (ln_1, ln_2 and c_fc's GELU) write only their outputs' codes, in both
-// layouts (ops.h, LayerNormForward with fp8, MatmulForward with gelu_fp8); the attention's c_proj
-// casts its input itself. So nothing reads a 16-bit LayerNorm or GELU output: ln1 and ln2 of every
-// block are one shared buffer of the codes in the product's layout ([B*T, C] E4M3), and the GELU
+// layouts (ops.h, LayerNormForward with fp8, MatmulForward with gelu_fp8); the attention writes
+// its output (which its backward reads) and its codes for its c_proj (AttentionForward with fp8).
+// So nothing reads a 16-bit LayerNorm or GELU output: ln1 and ln2 of every block are one shared
+// buffer of the codes in the product's layout ([B*T, C] E4M3), which also takes the attention
+// output's codes between c_attn's read of ln1's and ln_2's write (attn_out_fp8), and the GELU
 // output is one shared buffer of codes too ([B*T, 4C]). Per token and layer that keeps 7C bytes
 // of codes in place of 12C bytes of 16-bit activations. Under selective recomputation the GELU
 // output's codes are not kept but recomputed before each backward, transposed, from the kept
@@ -57,6 +59,7 @@ struct BlockActivations {
   // fp8 products only, else empty: the E4M3 codes of each product's input, transposed, [K, B*T]
   // (the GELU output's only where it is not recomputed). fc_post_gelu_fp8_t is written by c_fc.
   Tensor ln1_fp8_t, attn_out_fp8_t, ln2_fp8_t, fc_post_gelu_fp8_t;
+  Tensor attn_out_fp8;  // fp8 only: [B*T, C] E4M3 codes of attn_out for c_proj (the shared ln codes, above)
 };
 
 // Positions per classifier chunk: large enough for efficient products (4096 x C x V), small

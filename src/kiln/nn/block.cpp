@@ -23,13 +23,23 @@ LayerNormForward layernorm_feeding(const Fp8Matmul* product, const Tensor& in, c
 Tensor product_input(const Tensor& in, const Tensor& kept_codes) { return kept_codes.empty() ? in : Tensor{}; }
 
 // A projection that adds the residual stream inside the product: out = residual + in W + bias
-// (ops.h, MatmulForward::residual), with fp8 keeping its input's codes in kept_codes (none where
-// `in` is codes already).
+// (ops.h, MatmulForward::residual); with fp8 `in` is the codes its writer cast (and kept).
 MatmulForward residual_projection(const Tensor& out, const Tensor& residual, const Tensor& in, const Tensor& weight,
-                                  const Tensor& bias, const Fp8Matmul* fp8, const Tensor& kept_codes) {
-  MatmulForward projection{out, in, weight, bias, WeightLayout::InOut, Tensor{}, fp8, kept_codes};
+                                  const Tensor& bias, const Fp8Matmul* fp8) {
+  MatmulForward projection{out, in, weight, bias, WeightLayout::InOut, Tensor{}, fp8};
   projection.residual = residual;
   return projection;
+}
+
+// The attention core, which with fp8 also casts its output for c_proj (ops.h): the codes c_proj
+// reads, and their transpose kept for its backward (where the block keeps them).
+AttentionForward attention_feeding(const Fp8Matmul* projection, const BlockActivations& acts, int num_heads) {
+  AttentionForward attention{acts.attn_out, acts.attn_lse, acts.qkv, Tensor{}, num_heads, AttentionMask::Causal};
+  if (!projection) return attention;
+  attention.fp8 = &projection->in;
+  attention.out_fp8 = acts.attn_out_fp8;
+  attention.out_fp8_t = acts.attn_out_fp8_t;
+  return attention;
 }
 
 // The MLP's first product and its GELU: gelu_out = gelu(in W + b), the pre-activation kept in
@@ -78,11 +88,10 @@ void block_forward(Backend& backend, const GptConfig& config, const BlockWeights
   backend.layernorm_forward(layernorm_feeding(qkv, input, acts.ln1, acts.ln1_mean, acts.ln1_rstd, w.ln1_weight,
                                               w.ln1_bias, eps, acts.ln1_fp8_t));
   backend.matmul_forward({acts.qkv, acts.ln1, w.qkv_weight, w.qkv_bias, WeightLayout::InOut, Tensor{}, qkv});
-  backend.attention_forward({acts.attn_out, acts.attn_lse, acts.qkv, Tensor{},
-                             static_cast<int>(config.num_heads), AttentionMask::Causal});
-  backend.matmul_forward(residual_projection(acts.residual_mid, input, acts.attn_out, w.attn_proj_weight,
-                                             w.attn_proj_bias, fp8_of(fp8, &BlockFp8::attn_proj),
-                                             acts.attn_out_fp8_t));
+  const Fp8Matmul* attn_proj = fp8_of(fp8, &BlockFp8::attn_proj);
+  backend.attention_forward(attention_feeding(attn_proj, acts, static_cast<int>(config.num_heads)));
+  backend.matmul_forward(residual_projection(acts.residual_mid, input, attn_proj ? acts.attn_out_fp8 : acts.attn_out,
+                                             w.attn_proj_weight, w.attn_proj_bias, attn_proj));
   backend.layernorm_forward(layernorm_feeding(fc, acts.residual_mid, acts.ln2, acts.ln2_mean, acts.ln2_rstd,
                                               w.ln2_weight, w.ln2_bias, eps, acts.ln2_fp8_t));
   const Fp8Matmul* fc_proj = fp8_of(fp8, &BlockFp8::fc_proj);
@@ -91,7 +100,7 @@ void block_forward(Backend& backend, const GptConfig& config, const BlockWeights
   if (extent == BlockForwardExtent::BackwardInputs) return;
   // With fp8 its input is c_fc's codes.
   backend.matmul_forward(residual_projection(acts.residual_out, acts.residual_mid, acts.fc_post_gelu,
-                                             w.fc_proj_weight, w.fc_proj_bias, fc_proj, Tensor{}));
+                                             w.fc_proj_weight, w.fc_proj_bias, fc_proj));
 }
 
 BlockActivations without_backward_codes(BlockActivations acts) {

@@ -13,8 +13,9 @@
 // (or on the previous recomputed block's output).
 // With `fp8` (fp8_scaling.h) the four products cast their operands to fp8 (ops.h); ln_1 and ln_2
 // cast their outputs for c_attn and c_fc themselves, writing only the codes, and so does c_fc its
-// GELU output for the MLP's c_proj (activations.h); in the backward the attention writes its
-// gradient only as the codes c_attn's backward reads, in `scratch.d_qkv`'s memory.
+// GELU output for the MLP's c_proj; the attention writes its output's codes for its c_proj besides
+// the output (activations.h). In the backward the attention writes its gradient only as the codes
+// c_attn's backward reads, in `scratch.d_qkv`'s memory.
 #pragma once
 
 #include "kiln/backend/backend.h"

@@ -134,10 +134,15 @@ void attention_backward_fp32(const AttentionBackward& args) {
 
 }  // namespace
 
+// With fp8 the output is then cast too, from the values write_back() rounds (ops.h).
 void CpuBackend::attention_forward(const AttentionForward& args) {
-  checks::attention_forward(args, Device::CPU);
+  const auto [B, T, C, NH, HS] = checks::attention_forward(args, Device::CPU);
   Fp32Scope f(scratch_);
-  attention_forward_fp32({f.output(args.out), args.lse, f.input(args.qkv), args.key_mask, args.num_heads, args.mask});
+  const Tensor out = f.output(args.out);
+  attention_forward_fp32({out, args.lse, f.input(args.qkv), args.key_mask, args.num_heads, args.mask});
+  if (args.fp8)
+    cast_output_to_fp8(out.reshaped({B * T, C}), args.qkv.dtype, *args.fp8, DType::F8E4M3, args.out_fp8,
+                       args.out_fp8_t, scratch_);
   f.write_back();
 }
 

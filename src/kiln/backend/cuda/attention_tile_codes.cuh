@@ -6,7 +6,8 @@
 // used: stage_tile() stores the values rounded to the storage type as store_rows() would store
 // them in global memory; cast_staged_tile() casts them to codes, one thread a column, summing the
 // column's rows where asked (a tile's partial sum of a bias gradient) and folding max |x| into the
-// amax; store_tile_codes() writes the codes by rows and transposed. Device code only.
+// amax; store_tile_codes() writes the codes by rows and transposed. write_tile_codes() runs the
+// three for one tile. Device code only.
 #pragma once
 
 #include "kiln/backend/cuda/flash_attention.h"
@@ -93,8 +94,9 @@ __device__ __noinline__ void store_tile_codes(const AttentionCodes& codes, const
     *reinterpret_cast<uint2*>(codes.rows + (tile.row0 + row) * tile.N + tile.column0 + chunk * 8) =
         *reinterpret_cast<const uint2*>(shared + row * kCodesPitch<HS> + chunk * 8);
   }
-  // Transposed: 16 positions a thread where they start 16-byte aligned (T a multiple of 16), else
-  // one at a time.
+  // Transposed (unless not wanted: null columns): 16 positions a thread where they start 16-byte
+  // aligned (T a multiple of 16), else one at a time.
+  if (!codes.columns) return;
   if (tile.row0 % 16 == 0 && tile.rows % 16 == 0) {
     const int pieces = tile.rows / 16;
     for (int i = static_cast<int>(threadIdx.x); i < tile.hs * pieces; i += kThreads) {
@@ -116,6 +118,21 @@ __device__ __noinline__ void store_tile_codes(const AttentionCodes& codes, const
       codes.columns[(tile.column0 + column) * tile.M + tile.row0 + row] = shared[row * kCodesPitch<HS> + column];
     }
   }
+}
+
+// The three phases for a block's one tile of part `part` of `parts` (codes_tile), from position
+// `first`, barriers included: call after the kernel's last read of its tiles, with every warp's
+// accumulators final.
+template <typename T, int HS>
+__device__ void write_tile_codes(const float (&acc)[HS / 8][4], const float (&factor)[2], const AttentionCodes& codes,
+                                 int NH, int T_, int hs, int first, int part, int parts, unsigned char* shared) {
+  __syncthreads();  // no warp still reads the tiles, whose memory now stages this one
+  stage_tile<T, HS>(acc, factor, min(kTileRows, T_ - first), hs, shared);
+  __syncthreads();
+  const CodesTile tile = codes_tile(NH, T_, hs, first, part, parts);
+  cast_staged_tile<T, HS>(codes, tile, shared);
+  __syncthreads();
+  store_tile_codes<T, HS>(codes, tile, shared);
 }
 
 }  // namespace kiln::cuda::flash

@@ -36,34 +36,14 @@ AttentionPath cuda_backend::attention_path(bool fused_on, int compute_major, DTy
 // during the call (in the compute dtype, products accumulated in fp32, softmax in fp32), and
 // backward recomputes them from q, k and lse. Consecutive heads are HS apart in qkv, so each batch
 // entry's heads are one strided-batched GEMM.
-void CudaBackend::attention_forward(const AttentionForward& a) {
-  const auto [B, T, C, NH, HS] = checks::attention_forward(a, kCuda);
+namespace {
+// out and lse on the materialised path (above), its scores in `probs` (attention_workspace.h).
+void materialized_attention_forward(cuda::LtMatmul& lt, bool tf32, const AttentionForward& a,
+                                    const checks::AttentionShape& shape, const int32_t* key_mask, bool causal,
+                                    float scale, void* probs) {
+  const auto [B, T, C, NH, HS] = shape;
   const DType dtype = a.qkv.dtype;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  const bool padded = a.mask != AttentionMask::Causal, causal = a.mask != AttentionMask::KeyPadding;
-  const int32_t* key_mask = padded ? a.key_mask.as<int32_t>() : nullptr;
-  const AttentionPath path =
-      attention_path(handles_->fused_attention, handles_->compute_major, dtype, B, NH, HS, {a.qkv.data, a.out.data});
-  ++handles_->attention_forward_calls[static_cast<size_t>(path)];
-  switch (path) {
-    case AttentionPath::Tiled:
-      handles_->warpgroup_forward_calls += handles_->warpgroup_attention;
-      check_cuda(cuda::flash_attention_forward(a.out.data, a.lse.as<float>(), a.qkv.data, key_mask,
-                                               element_kind(dtype), B, T, NH, HS, causal, scale,
-                                               handles_->warpgroup_attention),
-                 handles_->warpgroup_attention ? "attention_forward (fused, tensor cores, wgmma)"
-                                               : "attention_forward (fused, tensor cores)");
-      return;
-    case AttentionPath::General:
-      check_cuda(cuda::general_attention_forward(a.out.data, a.lse.as<float>(), a.qkv.data, key_mask,
-                                                 element_kind(dtype), B, T, NH, HS, causal, scale),
-                 "attention_forward (fused, general)");
-      return;
-    case AttentionPath::Materialized: break;
-  }
-  const GemmTypes types{dtype, dtype, handles_->tf32};
-  cuda::LtMatmul& lt = *handles_->matmul;
-  void* probs = workspace(attention_workspace_bytes(B, NH, T, dtype, false));
+  const GemmTypes types{dtype, dtype, tf32};
   for (int64_t b = 0; b < B; ++b) {
     const void* q = at(a.qkv.data, b * T * 3 * C, dtype);
     gemm(lt, types, false, true, T, T, HS, scale, q, 3 * C, at(q, C, dtype), 3 * C, 0.0f,
@@ -76,6 +56,50 @@ void CudaBackend::attention_forward(const AttentionForward& a) {
     gemm(lt, types, false, false, T, HS, T, 1.0f, at(probs, b * NH * T * T, dtype), T, v, 3 * C, 0.0f,
          at(a.out.data, b * T * C, dtype), C, NH, T * T, HS, HS);
   }
+}
+
+}  // namespace
+
+// With fp8 (ops.h) the tiled kernels cast the output as they write it; on the other paths the cast
+// kernel casts it after.
+void CudaBackend::attention_forward(const AttentionForward& a) {
+  const checks::AttentionShape shape = checks::attention_forward(a, kCuda);
+  const auto [B, T, C, NH, HS] = shape;
+  const DType dtype = a.qkv.dtype;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const bool padded = a.mask != AttentionMask::Causal, causal = a.mask != AttentionMask::KeyPadding;
+  const int32_t* key_mask = padded ? a.key_mask.as<int32_t>() : nullptr;
+  const AttentionPath path = attention_path(handles_->fused_attention, handles_->compute_major, dtype, B, NH, HS,
+                                            {a.qkv.data, a.out.data, a.out_fp8.data, a.out_fp8_t.data});
+  ++handles_->attention_forward_calls[static_cast<size_t>(path)];
+  switch (path) {
+    case AttentionPath::Tiled: {
+      handles_->warpgroup_forward_calls += handles_->warpgroup_attention;
+      const cuda::AttentionCodes codes{a.fp8 ? a.fp8->scale.as<float>() : nullptr,
+                                       a.fp8 ? a.fp8->amax.as<float>() : nullptr, true, a.out_fp8.as<uint8_t>(),
+                                       a.out_fp8_t.as<uint8_t>(), nullptr};
+      check_cuda(cuda::flash_attention_forward(a.out.data, a.lse.as<float>(), a.qkv.data, key_mask,
+                                               element_kind(dtype), B, T, NH, HS, causal, scale,
+                                               handles_->warpgroup_attention, a.fp8 ? &codes : nullptr),
+                 handles_->warpgroup_attention ? "attention_forward (fused, tensor cores, wgmma)"
+                                               : "attention_forward (fused, tensor cores)");
+      return;
+    }
+    case AttentionPath::General:
+      check_cuda(cuda::general_attention_forward(a.out.data, a.lse.as<float>(), a.qkv.data, key_mask,
+                                                 element_kind(dtype), B, T, NH, HS, causal, scale),
+                 "attention_forward (fused, general)");
+      break;
+    case AttentionPath::Materialized:
+      materialized_attention_forward(*handles_->matmul, handles_->tf32, a, shape, key_mask, causal, scale,
+                                     workspace(attention_workspace_bytes(B, NH, T, dtype, false)));
+      break;
+  }
+  if (a.fp8)
+    check_cuda(cuda::cast_fp8(a.out.data, element_kind(dtype), B * T, C, a.fp8->scale.as<float>(),
+                              a.fp8->amax.as<float>(), /*e4m3=*/true, a.out_fp8.as<uint8_t>(),
+                              a.out_fp8_t.as<uint8_t>()),
+               "attention_forward (fp8 output cast)");
 }
 
 namespace {
@@ -153,7 +177,7 @@ void CudaBackend::attention_backward(const AttentionBackward& a) {
   auto* partials = reinterpret_cast<float*>(scratch + own_bytes + attention_staged_gradient_bytes(B, T, dtype, fp8));
   const bool write = a.param_store == GradStore::Write;
   if (a.fp8 && path == AttentionPath::Tiled) {
-    const cuda::AttentionGradientCodes codes{a.fp8->dout.scale.as<float>(), a.fp8->dout.amax.as<float>(),
+    const cuda::AttentionCodes codes{a.fp8->dout.scale.as<float>(), a.fp8->dout.amax.as<float>(),
                                              a.fp8->grad_dtype == DType::F8E4M3, a.dqkv_fp8.as<uint8_t>(),
                                              a.dqkv_fp8_t.as<uint8_t>(), a.dbias.empty() ? nullptr : partials};
     check_cuda(cuda::flash_attention_backward(nullptr, a.dout.data, a.qkv.data, a.out.data, a.lse.as<float>(),

@@ -32,16 +32,17 @@ bool warpgroup_attention_applies(int compute_major, int compute_minor);
 // qkv [B, T, 3C] (q | k | v, heads contiguous), out [B, T, C], lse [B, NH, T] fp32,
 // key_mask [B, T] or null; scale = 1 / sqrt(head size). `warpgroup` (forward and backward): the
 // wgmma kernels (only where warpgroup_attention_applies), else mma.sync.
-int flash_attention_forward(void* out, float* lse, const void* qkv, const int32_t* key_mask, int kind, int64_t B,
-                            int64_t T, int64_t NH, int64_t HS, bool causal, float scale, bool warpgroup);
-// The backward's gradient written only as fp8 codes for c_attn's fp8 backward (ops.h,
-// AttentionBackward with fp8): each element of dqkv rounded to the storage type, x, as
-// fp8(x * *scale) (E4M3 when e4m3, else E5M2) into rows [B*T, 3C] and columns [3C, B*T], max |x|
-// max-accumulated into *amax, and, unless column_partials is null, dqkv's column sums of each
-// sequence's tiles of 64 positions into column_partials [B * ceil(T / 64), 3C] (row b * ceil(T / 64)
+//
+// fp8 codes an attention kernel writes for the next fp8 product (ops.h, the attention ops with
+// fp8), of an [M, N] matrix (M = B*T): each element rounded to the storage type, x, as
+// fp8(x * *scale) (E4M3 when e4m3, else E5M2) into rows [M, N] and columns [N, M] (the forward's
+// may be null: not wanted), max |x|
+// max-accumulated into *amax, and, unless column_partials is null, the column sums of each
+// sequence's tiles of 64 positions into column_partials [B * ceil(T / 64), N] (row b * ceil(T / 64)
 // + tile: attention_gradient_partial_rows, attention_workspace.h), for sum_column_partials
-// (kernels.h). Pointers 16-byte aligned; B*T and 3C multiples of 16.
-struct AttentionGradientCodes {
+// (kernels.h). Pointers 16-byte aligned; M and N multiples of 16. The forward's output (N = C) for
+// c_proj's forward, written besides `out`; the backward's dqkv (N = 3C) for c_attn's backward.
+struct AttentionCodes {
   const float* scale = nullptr;
   float* amax = nullptr;
   bool e4m3 = false;
@@ -49,10 +50,14 @@ struct AttentionGradientCodes {
   uint8_t* columns = nullptr;
   float* column_partials = nullptr;
 };
+// With `codes` (else null), out is written and cast (above; no column sums).
+int flash_attention_forward(void* out, float* lse, const void* qkv, const int32_t* key_mask, int kind, int64_t B,
+                            int64_t T, int64_t NH, int64_t HS, bool causal, float scale, bool warpgroup,
+                            const AttentionCodes* codes = nullptr);
 // With `codes` (else null), dqkv is not written: its codes are (above).
 int flash_attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
                              const int32_t* key_mask, int kind, int64_t B, int64_t T, int64_t NH, int64_t HS,
                              bool causal, float scale, void* workspace,  // B * NH * T floats (D)
-                             bool warpgroup, const AttentionGradientCodes* codes = nullptr);
+                             bool warpgroup, const AttentionCodes* codes = nullptr);
 
 }  // namespace kiln::cuda

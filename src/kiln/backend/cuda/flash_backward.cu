@@ -16,14 +16,14 @@
 // The tiles a kernel streams (Q and dO, or K and V) are double-buffered by cp.async, with one
 // __syncthreads per tile; its own tiles stay in shared memory and their A fragments are read from
 // there per product, which keeps the head-128 kernels within the register file.
-// With fp8 codes (flash_attention.h, AttentionGradientCodes) each kernel ends by writing its
-// gradient tiles only as codes (attention_gradient_codes.cuh), in the tiles' shared memory.
+// With fp8 codes (flash_attention.h, AttentionCodes) each kernel ends by writing its
+// gradient tiles only as codes (attention_tile_codes.cuh), in the tiles' shared memory.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "kiln/backend/attention_workspace.h"
-#include "kiln/backend/cuda/attention_gradient_codes.cuh"
+#include "kiln/backend/cuda/attention_tile_codes.cuh"
 #include "kiln/backend/cuda/attention_visibility.cuh"
 #include "kiln/backend/cuda/core_matrix_tiles.cuh"
 #include "kiln/backend/cuda/flash_attention.h"
@@ -49,8 +49,8 @@ static_assert(kTileRows == kAttentionGradientTileRows);  // the column sums' par
 // The key kernel's two tiles of codes (dk, dv) fit in its tiles' memory, as does the query kernel's one.
 template <int HS>
 constexpr bool kCodesFitInTiles =
-    BackwardTiles<__half, PaddedTiles<__half, HS>>::kBytes >= 2 * kGradientCodesSharedBytes<__half, HS> &&
-    BackwardTiles<__half, CoreMatrixTiles<__half, HS>>::kBytes >= 2 * kGradientCodesSharedBytes<__half, HS>;
+    BackwardTiles<__half, PaddedTiles<__half, HS>>::kBytes >= 2 * kTileCodesSharedBytes<__half, HS> &&
+    BackwardTiles<__half, CoreMatrixTiles<__half, HS>>::kBytes >= 2 * kTileCodesSharedBytes<__half, HS>;
 static_assert(kCodesFitInTiles<64> && kCodesFitInTiles<128>);
 
 // At head 64, ptxas left to itself aims at three blocks per SM and spills; two blocks is what its
@@ -60,7 +60,7 @@ template <typename T, int HS, typename Tiles>
 __global__ void __launch_bounds__(kThreads, HS == 64 ? 2 : 0)
     key_gradients_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
                          const float* row_dots, const int32_t* key_mask, int NH, int T_, int hs,
-                         bool causal, float scale, AttentionGradientCodes codes) {
+                         bool causal, float scale, AttentionCodes codes) {
 #if KILN_TENSOR_CORE_BODIES
   KILN_DYNAMIC_SHARED_MEMORY(shared);
   const BackwardTiles<T, Tiles> tiles_at{reinterpret_cast<T*>(shared)};
@@ -154,17 +154,18 @@ __global__ void __launch_bounds__(kThreads, HS == 64 ? 2 : 0)
 
   if (codes.rows) {
     __syncthreads();  // no warp still reads the tiles, whose memory now stages the gradient
-    unsigned char* const staged_dv = shared + kGradientCodesSharedBytes<T, HS>;
+    unsigned char* const staged_dv = shared + kTileCodesSharedBytes<T, HS>;
     const int rows = min(kTileRows, T_ - k0);
-    stage_gradient<T, HS>(dk, rows, hs, shared);
-    stage_gradient<T, HS>(dv, rows, hs, staged_dv);
+    const float unscaled[2] = {1.0f, 1.0f};
+    stage_tile<T, HS>(dk, unscaled, rows, hs, shared);
+    stage_tile<T, HS>(dv, unscaled, rows, hs, staged_dv);
     __syncthreads();
-    const GradientTile dk_tile = gradient_tile(NH, T_, hs, k0, 1), dv_tile = gradient_tile(NH, T_, hs, k0, 2);
-    cast_staged_gradient<T, HS>(codes, dk_tile, shared);
-    cast_staged_gradient<T, HS>(codes, dv_tile, staged_dv);
+    const CodesTile dk_tile = codes_tile(NH, T_, hs, k0, 1, 3), dv_tile = codes_tile(NH, T_, hs, k0, 2, 3);
+    cast_staged_tile<T, HS>(codes, dk_tile, shared);
+    cast_staged_tile<T, HS>(codes, dv_tile, staged_dv);
     __syncthreads();
-    store_gradient_codes<T, HS>(codes, dk_tile, shared);
-    store_gradient_codes<T, HS>(codes, dv_tile, staged_dv);
+    store_tile_codes<T, HS>(codes, dk_tile, shared);
+    store_tile_codes<T, HS>(codes, dv_tile, staged_dv);
     return;
   }
   const float unscaled[2] = {1.0f, 1.0f};
@@ -178,7 +179,7 @@ template <typename T, int HS, typename Tiles>
 __global__ void __launch_bounds__(kThreads)
     query_gradients_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
                            const float* row_dots, const int32_t* key_mask, int NH, int T_, int hs,
-                           bool causal, float scale, AttentionGradientCodes codes) {
+                           bool causal, float scale, AttentionCodes codes) {
 #if KILN_TENSOR_CORE_BODIES
   KILN_DYNAMIC_SHARED_MEMORY(shared);
   const BackwardTiles<T, Tiles> tiles_at{reinterpret_cast<T*>(shared)};
@@ -245,17 +246,11 @@ __global__ void __launch_bounds__(kThreads)
     Tiles::accumulate(dq, ds, keys(buffer));  // dQ += dS K
   }
 
+  const float unscaled[2] = {1.0f, 1.0f};
   if (codes.rows) {
-    __syncthreads();  // no warp still reads the tiles, whose memory now stages the gradient
-    stage_gradient<T, HS>(dq, min(kTileRows, T_ - q0), hs, shared);
-    __syncthreads();
-    const GradientTile dq_tile = gradient_tile(NH, T_, hs, q0, 0);
-    cast_staged_gradient<T, HS>(codes, dq_tile, shared);
-    __syncthreads();
-    store_gradient_codes<T, HS>(codes, dq_tile, shared);
+    write_tile_codes<T, HS>(dq, unscaled, codes, NH, T_, hs, q0, 0, 3, shared);
     return;
   }
-  const float unscaled[2] = {1.0f, 1.0f};
   store_rows<T, HS>(dqkv + head.qkv_offset, head.stride, T_, hs, q0 + warp * 16, dq, unscaled);
 #endif
 }
@@ -263,7 +258,7 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T, int HS, typename Tiles>
 int backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
              const int32_t* key_mask, int kind, int64_t B, int64_t seq, int64_t NH, int64_t hs, bool causal,
-             float scale, void* workspace, const AttentionGradientCodes& codes) {
+             float scale, void* workspace, const AttentionCodes& codes) {
   auto* row_dots = static_cast<float*>(workspace);
   if (const int status = attention_row_dots(row_dots, dout, out, kind, B, seq, NH, hs)) return status;
   constexpr size_t bytes = backward_shared_bytes<T, Tiles>();
@@ -285,7 +280,7 @@ int backward(void* dqkv, const void* dout, const void* qkv, const void* out, con
 template <typename T, int HS>
 int backward_on(bool warpgroup, void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
                 const int32_t* key_mask, int kind, int64_t B, int64_t seq, int64_t NH, int64_t hs, bool causal,
-                float scale, void* workspace, const AttentionGradientCodes& codes) {
+                float scale, void* workspace, const AttentionCodes& codes) {
   return warpgroup ? backward<T, HS, CoreMatrixTiles<T, HS>>(dqkv, dout, qkv, out, lse, key_mask, kind, B, seq,
                                                              NH, hs, causal, scale, workspace, codes)
                    : backward<T, HS, PaddedTiles<T, HS>>(dqkv, dout, qkv, out, lse, key_mask, kind, B, seq, NH,
@@ -308,11 +303,11 @@ bool tiled_attention_applies(int kind, int64_t head_size, int compute_major) {
 int flash_attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
                              const int32_t* key_mask, int kind, int64_t B, int64_t T, int64_t NH, int64_t HS,
                              bool causal, float scale, void* workspace, bool warpgroup,
-                             const AttentionGradientCodes* codes) {
+                             const AttentionCodes* codes) {
   if (B * NH * T == 0) return 0;
   if (!tiled_attention_shape(kind, HS)) return static_cast<int>(cudaErrorInvalidValue);
   if (codes && (B * T % 16 != 0 || 3 * NH * HS % 16 != 0)) return static_cast<int>(cudaErrorInvalidValue);
-  const AttentionGradientCodes plain{};
+  const AttentionCodes plain{};
   const auto run = [&](auto instance) {
     return instance(warpgroup, dqkv, dout, qkv, out, lse, key_mask, kind, B, T, NH, HS, causal, scale,
                     workspace, codes ? *codes : plain);

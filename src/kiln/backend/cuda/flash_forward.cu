@@ -8,7 +8,9 @@
 //   O += P V, where P is the score accumulators rounded to 16 bits: the accumulator layout of an
 //   m16n8 product is, pair by pair, the A-operand layout of the next m16n8k16 product (PTX ISA),
 //   so P never leaves registers.
-// At the end out = O / l and lse = (m + log2 l) ln 2 (natural log, for the backward kernels).
+// At the end out = O / l and lse = (m + log2 l) ln 2 (natural log, for the backward kernels);
+// with fp8 codes (flash_attention.h, AttentionCodes) out is also cast for c_proj's fp8 forward, in
+// the tiles' shared memory (attention_tile_codes.cuh).
 // Q, K and V tiles reach shared memory by cp.async; K and V are double-buffered, so the next
 // tile's copy runs under this tile's products, with one __syncthreads per tile.
 //
@@ -19,6 +21,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "kiln/backend/cuda/attention_tile_codes.cuh"
 #include "kiln/backend/cuda/attention_visibility.cuh"
 #include "kiln/backend/cuda/core_matrix_tiles.cuh"
 #include "kiln/backend/cuda/flash_attention.h"
@@ -33,11 +36,16 @@ namespace {
 // Q, then K and V twice.
 template <typename T, typename Tiles>
 using ForwardTiles = SharedTiles<T, Tiles, 1>;
+template <int HS>
+constexpr bool kCodesFitInTiles =
+    ForwardTiles<__half, PaddedTiles<__half, HS>>::kBytes >= kTileCodesSharedBytes<__half, HS> &&
+    ForwardTiles<__half, CoreMatrixTiles<__half, HS>>::kBytes >= kTileCodesSharedBytes<__half, HS>;
+static_assert(kCodesFitInTiles<64> && kCodesFitInTiles<128>, "the output's codes stage in the tiles' memory");
 
 template <typename T, int HS, typename Tiles>
 __global__ void __launch_bounds__(kThreads)
     forward_kernel(T* out, float* lse, const T* qkv, const int32_t* key_mask, int NH, int T_,
-                   int hs, bool causal, float scale) {
+                   int hs, bool causal, float scale, AttentionCodes codes) {
 #if KILN_TENSOR_CORE_BODIES
   KILN_DYNAMIC_SHARED_MEMORY(shared);
   const ForwardTiles<T, Tiles> tiles_at{reinterpret_cast<T*>(shared)};
@@ -150,12 +158,14 @@ __global__ void __launch_bounds__(kThreads)
       lse[head.statistics_offset + query] =
           row_sum[r] > 0.0f ? (row_max[r] + log2f(row_sum[r])) / kLog2E : -INFINITY;
   }
+  if (codes.rows)  // the output cast too (attention_tile_codes.cuh)
+    write_tile_codes<T, HS>(o, inverse, codes, NH, T_, hs, q0, 0, 1, reinterpret_cast<unsigned char*>(shared));
 #endif
 }
 
 template <typename T, int HS, typename Tiles>
 int forward(void* out, float* lse, const void* qkv, const int32_t* key_mask, int64_t B, int64_t seq,
-            int64_t NH, int64_t hs, bool causal, float scale) {
+            int64_t NH, int64_t hs, bool causal, float scale, const AttentionCodes& codes) {
   constexpr size_t bytes = ForwardTiles<T, Tiles>::kBytes;
   const auto kernel = forward_kernel<T, HS, Tiles>;
   if (const cudaError_t status =
@@ -165,17 +175,18 @@ int forward(void* out, float* lse, const void* qkv, const int32_t* key_mask, int
                   static_cast<unsigned>(B * NH));
   launch(kernel, grid, kThreads, bytes, static_cast<T*>(out), lse, static_cast<const T*>(qkv),
          key_mask, static_cast<int>(NH), static_cast<int>(seq), static_cast<int>(hs), causal,
-         scale);
+         scale, codes);
   return static_cast<int>(cudaGetLastError());
 }
 
 template <typename T, int HS>
 int forward_on(bool warpgroup, void* out, float* lse, const void* qkv, const int32_t* key_mask,
-               int64_t B, int64_t seq, int64_t NH, int64_t hs, bool causal, float scale) {
+               int64_t B, int64_t seq, int64_t NH, int64_t hs, bool causal, float scale,
+               const AttentionCodes& codes) {
   return warpgroup ? forward<T, HS, CoreMatrixTiles<T, HS>>(out, lse, qkv, key_mask, B, seq, NH, hs,
-                                                           causal, scale)
+                                                           causal, scale, codes)
                    : forward<T, HS, PaddedTiles<T, HS>>(out, lse, qkv, key_mask, B, seq, NH, hs,
-                                                       causal, scale);
+                                                       causal, scale, codes);
 }
 
 }  // namespace
@@ -193,11 +204,13 @@ bool warpgroup_attention_applies(int compute_major, int compute_minor) {
 // The (storage type, tile width) instantiations: the narrowest tile that holds the head.
 int flash_attention_forward(void* out, float* lse, const void* qkv, const int32_t* key_mask,
                             int kind, int64_t B, int64_t T, int64_t NH, int64_t HS, bool causal,
-                            float scale, bool warpgroup) {
+                            float scale, bool warpgroup, const AttentionCodes* codes) {
   if (B * NH * T == 0) return 0;
   if (!tiled_attention_shape(kind, HS)) return static_cast<int>(cudaErrorInvalidValue);
+  if (codes && (B * T % 16 != 0 || NH * HS % 16 != 0)) return static_cast<int>(cudaErrorInvalidValue);
+  const AttentionCodes plain{};
   const auto run = [&](auto instance) {
-    return instance(warpgroup, out, lse, qkv, key_mask, B, T, NH, HS, causal, scale);
+    return instance(warpgroup, out, lse, qkv, key_mask, B, T, NH, HS, causal, scale, codes ? *codes : plain);
   };
   if (kind == kBf16)
     return HS <= 64 ? run(flash::forward_on<__nv_bfloat16, 64>)
