@@ -2,10 +2,12 @@
 // never lets a buffer a backward still needs be overwritten first, under every recomputation
 // policy, and with fp8 products each backward reads the codes its own forward kept (ops.h,
 // in_fp8_t), or for c_attn and c_fc those the LayerNorm before it wrote for it (LayerNormForward
-// with fp8) and for the MLP's c_proj those c_fc wrote (MatmulForward with gelu_fp8), untouched
-// since, while the 16-bit inputs those codes replace are shared and reused. No codes are kept
-// that no backward reads (a recomputed block's first forward and a forward without gradients keep
-// none). A CPU back-end records what each product's forward read, by weight, and compares at
+// with fp8), for the attention's c_proj those the attention wrote (AttentionForward with fp8) and
+// for the MLP's c_proj those c_fc wrote (MatmulForward with gelu_fp8), untouched since, while the
+// 16-bit inputs those codes replace are shared and reused. No codes are kept that no backward
+// reads (a recomputed block's first forward and a forward without gradients keep none). c_attn's
+// backward reads the output gradient's codes the attention backward just wrote (AttentionBackward
+// with fp8). A CPU back-end records what each product's forward read, by weight, and compares at
 // backward.
 #include <gtest/gtest.h>
 
@@ -44,6 +46,15 @@ class ProductInputWatcher final : public CpuBackend {
     if (args.fp8) last_cast_codes_ = args.out_fp8.data;
     note_kept_codes_written(args.out_fp8_t);
   }
+  void attention_forward(const AttentionForward& args) override {
+    CpuBackend::attention_forward(args);
+    if (args.fp8) last_cast_codes_ = args.out_fp8.data;
+    note_kept_codes_written(args.out_fp8_t);
+  }
+  void attention_backward(const AttentionBackward& args) override {
+    CpuBackend::attention_backward(args);
+    last_gradient_codes_ = args.fp8 ? args.dqkv_fp8.data : nullptr;
+  }
   void matmul_forward(const MatmulForward& args) override {
     CpuBackend::matmul_forward(args);
     note_kept_codes_written(args.in_fp8_t);
@@ -59,6 +70,11 @@ class ProductInputWatcher final : public CpuBackend {
   void matmul_backward(const MatmulBackward& args) override {
     const auto seen = seen_.find(args.weight.data);
     ASSERT_NE(seen, seen_.end()) << "a product's backward before its forward";
+    if (!args.dout_fp8_t.empty()) {  // cast by the attention backward just before
+      EXPECT_EQ(args.dout.data, last_gradient_codes_) << "a backward reads gradient codes the last cast did not write";
+      ++from_gradient_codes;
+    }
+    last_gradient_codes_ = nullptr;
     if (args.in_fp8_t.empty()) {
       EXPECT_TRUE(contents(args.in) == seen->second.in)
           << "a backward's input changed since its forward";
@@ -71,7 +87,7 @@ class ProductInputWatcher final : public CpuBackend {
     }
     CpuBackend::matmul_backward(args);
   }
-  int from_input = 0, from_codes = 0;
+  int from_input = 0, from_codes = 0, from_gradient_codes = 0;
   // Codes kept for a backward that were written again before any backward read them.
   int overwritten_unread = 0;
   // Codes kept for a backward that no backward has read.
@@ -88,7 +104,8 @@ class ProductInputWatcher final : public CpuBackend {
     std::vector<char> codes_t;  // the codes its backward must read: the input's, transposed
   };
   std::map<void*, Seen> seen_;  // by weight
-  void* last_cast_codes_ = nullptr;  // written by the last LayerNorm or GELU that cast its output
+  void* last_cast_codes_ = nullptr;  // written by the last LayerNorm, GELU or attention that cast its output
+  void* last_gradient_codes_ = nullptr;  // written by the attention backward, if the last op was one
   std::set<void*> unread_codes_;
 };
 
@@ -132,6 +149,7 @@ TEST(ProductInputs, EachBackwardReadsWhatItsForwardRead) {
       // selective recomputation from the codes recomputed before its backward.
       const int kept = fp8 ? 4 * static_cast<int>(config.num_layers) : 0;
       EXPECT_EQ(backend.from_codes, 2 * kept);
+      EXPECT_EQ(backend.from_gradient_codes, fp8 ? 2 * static_cast<int>(config.num_layers) : 0);  // c_attn's
       EXPECT_EQ(backend.from_input, 2 * (1 + 4 * static_cast<int>(config.num_layers) - kept));
     }
 }
