@@ -13,7 +13,8 @@
 #                                        fp8 products; fp8
 #                                        also on 774M/16), the attention core
 #                                        alone against PyTorch's SDPA, and the time split by op
-#                                        (--profile-ops); not part of the 10 minutes
+#                                        (--profile-ops, without and with fp8 products); not part
+#                                        of the 10 minutes
 #   bench/device-check.sh --rehearse BUILD_DIR
 #                                        a dry run of the table and levers stages on a machine without
 #                                        a GPU (CI): BUILD_DIR/kiln_on_emulator (the CUDA back-end on
@@ -216,11 +217,14 @@ for r in rows:
           f" {r['backward_tflops']:>8.1f}")
 PY
   read -r _ layers hidden heads micro <<< "$lever_shape"
-  echo "== time by op, ${lever_shape%% *} micro-batch $micro (--profile-ops: a device wait after every op)"
   profile_iters=5
   [[ -n $timing ]] && profile_iters=1
-  "$kiln" bench train --device cuda --bf16 $model --vocab-size $vocab --skip-gemm-ceiling --warmup-iters 2 \
-    --timed-iters $profile_iters --profile-ops $datasheet | tee "$out/profile.txt" || failures+=("kiln bench train --profile-ops")
+  for switch in "" "--fp8-format hybrid"; do  # bf16, then with fp8 products (profile-fp8.txt)
+    echo "== time by op, ${lever_shape%% *} micro-batch $micro${switch:+ $switch} (--profile-ops: a device wait after every op)"
+    "$kiln" bench train --device cuda --bf16 $model --vocab-size $vocab --skip-gemm-ceiling --warmup-iters 2 \
+      --timed-iters $profile_iters --profile-ops $datasheet $switch | tee "$out/profile${switch:+-fp8}.txt" ||
+      failures+=("kiln bench train --profile-ops $switch")
+  done
 fi
 
 if ((${#failures[@]})); then
