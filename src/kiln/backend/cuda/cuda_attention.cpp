@@ -30,6 +30,22 @@ AttentionPath cuda_backend::attention_path(bool fused_on, int compute_major, DTy
                                                                                : AttentionPath::General;
 }
 
+namespace {
+// What every path takes from an attention op's mask and head size: the scores' scale
+// 1 / sqrt(HS), whether later keys are hidden, and the key mask (null unless padding applies).
+struct Masking {
+  float scale;
+  bool causal;
+  const int32_t* key_mask;
+};
+template <typename AttentionOp>
+Masking masking_of(const AttentionOp& a, int64_t HS) {
+  const bool padded = a.mask != AttentionMask::Causal;
+  return {1.0f / std::sqrt(static_cast<float>(HS)), a.mask != AttentionMask::KeyPadding,
+          padded ? a.key_mask.template as<int32_t>() : nullptr};
+}
+}  // namespace
+
 // The flash-attention contract (ops.h). bf16/fp16 heads up to 256: fused kernels, on tensor cores
 // (flash_forward.cu, flash_backward.cu) or CUDA cores (general_attention.cu); see attention_path().
 // Otherwise cuBLASLt products: the T x T scores and probabilities live only in the shared workspace
@@ -39,9 +55,9 @@ AttentionPath cuda_backend::attention_path(bool fused_on, int compute_major, DTy
 namespace {
 // out and lse on the materialised path (above), its scores in `probs` (attention_workspace.h).
 void materialized_attention_forward(cuda::LtMatmul& lt, bool tf32, const AttentionForward& a,
-                                    const checks::AttentionShape& shape, const int32_t* key_mask, bool causal,
-                                    float scale, void* probs) {
+                                    const checks::AttentionShape& shape, void* probs) {
   const auto [B, T, C, NH, HS] = shape;
+  const auto [scale, causal, key_mask] = masking_of(a, HS);
   const DType dtype = a.qkv.dtype;
   const GemmTypes types{dtype, dtype, tf32};
   for (int64_t b = 0; b < B; ++b) {
@@ -66,9 +82,7 @@ void CudaBackend::attention_forward(const AttentionForward& a) {
   const checks::AttentionShape shape = checks::attention_forward(a, kCuda);
   const auto [B, T, C, NH, HS] = shape;
   const DType dtype = a.qkv.dtype;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  const bool padded = a.mask != AttentionMask::Causal, causal = a.mask != AttentionMask::KeyPadding;
-  const int32_t* key_mask = padded ? a.key_mask.as<int32_t>() : nullptr;
+  const auto [scale, causal, key_mask] = masking_of(a, HS);
   const AttentionPath path = attention_path(handles_->fused_attention, handles_->compute_major, dtype, B, NH, HS,
                                             {a.qkv.data, a.out.data, a.out_fp8.data, a.out_fp8_t.data});
   ++handles_->attention_forward_calls[static_cast<size_t>(path)];
@@ -91,7 +105,7 @@ void CudaBackend::attention_forward(const AttentionForward& a) {
                  "attention_forward (fused, general)");
       break;
     case AttentionPath::Materialized:
-      materialized_attention_forward(*handles_->matmul, handles_->tf32, a, shape, key_mask, causal, scale,
+      materialized_attention_forward(*handles_->matmul, handles_->tf32, a, shape,
                                      workspace(attention_workspace_bytes(B, NH, T, dtype, false)));
       break;
   }
@@ -109,9 +123,7 @@ void attention_gradient(cuda::LtMatmul& lt, bool tf32, bool warpgroup, const Att
                         const checks::AttentionShape& shape, AttentionPath path, void* scratch) {
   const auto [B, T, C, NH, HS] = shape;
   const DType dtype = a.qkv.dtype;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  const bool padded = a.mask != AttentionMask::Causal, causal = a.mask != AttentionMask::KeyPadding;
-  const int32_t* key_mask = padded ? a.key_mask.as<int32_t>() : nullptr;
+  const auto [scale, causal, key_mask] = masking_of(a, HS);
   switch (path) {
     case AttentionPath::Tiled:
       check_cuda(cuda::flash_attention_backward(a.dqkv.data, a.dout.data, a.qkv.data, a.out.data, a.lse.as<float>(),
@@ -163,9 +175,7 @@ void CudaBackend::attention_backward(const AttentionBackward& a) {
   const checks::AttentionShape shape = checks::attention_backward(a, kCuda);
   const auto [B, T, C, NH, HS] = shape;
   const DType dtype = a.qkv.dtype;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  const bool padded = a.mask != AttentionMask::Causal, causal = a.mask != AttentionMask::KeyPadding;
-  const int32_t* key_mask = padded ? a.key_mask.as<int32_t>() : nullptr;
+  const auto [scale, causal, key_mask] = masking_of(a, HS);
   const AttentionPath path = attention_path(handles_->fused_attention, handles_->compute_major, dtype, B, NH, HS,
                                             {a.qkv.data, a.dqkv.data, a.dout.data, a.out.data, a.dqkv_fp8.data,
                                              a.dqkv_fp8_t.data});
