@@ -101,16 +101,8 @@ __device__ __noinline__ void store_tile_codes(const AttentionCodes& codes, const
     const int pieces = tile.rows / 16;
     for (int i = static_cast<int>(threadIdx.x); i < tile.hs * pieces; i += kThreads) {
       const int column = i / pieces, first = i % pieces * 16;
-      uint32_t words[4];
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        words[w] = 0;
-#pragma unroll
-        for (int b = 0; b < 4; ++b)
-          words[w] |= static_cast<uint32_t>(shared[(first + 4 * w + b) * kCodesPitch<HS> + column]) << (8 * b);
-      }
       *reinterpret_cast<uint4*>(codes.columns + (tile.column0 + column) * tile.M + tile.row0 + first) =
-          make_uint4(words[0], words[1], words[2], words[3]);
+          column_piece(shared + first * kCodesPitch<HS> + column, kCodesPitch<HS>);
     }
   } else {
     for (int i = static_cast<int>(threadIdx.x); i < tile.hs * tile.rows; i += kThreads) {

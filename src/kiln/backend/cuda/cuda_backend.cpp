@@ -18,7 +18,6 @@
 namespace kiln {
 
 using cuda::check_cuda;
-using cuda_backend::at;
 using cuda_backend::AttentionPath;
 using cuda_backend::attention_path;
 using cuda_backend::element_kind;

@@ -34,6 +34,19 @@ __device__ __forceinline__ void max_into(float* amax, float value) {
   atomicMax(reinterpret_cast<int*>(amax), __float_as_int(value));
 }
 
+// 16 consecutive codes of one column of a tile staged in shared memory, from `first` on (rows
+// `pitch` bytes apart), as one 16-byte piece of the transposed matrix's row.
+__device__ __forceinline__ uint4 column_piece(const uint8_t* first, int pitch) {
+  uint32_t words[4];
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    words[w] = 0;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) words[w] |= static_cast<uint32_t>(first[(4 * w + b) * pitch]) << (8 * b);
+  }
+  return make_uint4(words[0], words[1], words[2], words[3]);
+}
+
 // Writes the tile of rows [row0, row0 + 32) and columns [col0, col0 + 128) of a rows x cols
 // matrix, staged in `tile`, into its transpose out_t [cols, rows]: thread t writes half t % 2 (16
 // rows) of tile column t / 2 as one 16-byte row piece. Call after a barrier that completes the
@@ -43,14 +56,7 @@ __device__ __forceinline__ void store_fp8_tile_transposed(const Fp8Tile& tile, u
   const int c = threadIdx.x / 2, first = threadIdx.x % 2 * 16;
   const int64_t out_row = col0 + c, out_col = row0 + first;
   if (out_row >= cols || out_col >= rows) return;
-  uint32_t words[4];
-#pragma unroll
-  for (int w = 0; w < 4; ++w) {
-    words[w] = 0;
-#pragma unroll
-    for (int b = 0; b < 4; ++b) words[w] |= static_cast<uint32_t>(tile[first + 4 * w + b][c]) << (8 * b);
-  }
-  *reinterpret_cast<uint4*>(out_t + out_row * rows + out_col) = make_uint4(words[0], words[1], words[2], words[3]);
+  *reinterpret_cast<uint4*>(out_t + out_row * rows + out_col) = column_piece(&tile[first][c], sizeof(tile[0]));
 }
 
 }  // namespace kiln::cuda
