@@ -11,21 +11,13 @@
 #include "kiln/backend/registry.h"
 #include "support/backends.h"
 #include "support/device_tensors.h"
+#include "support/fp8_codes.h"
 #include "support/error_of.h"
 
 namespace kiln::testing {
 namespace {
 
 constexpr int64_t M = 48, C = 32, H = 272, N = 16;  // in [M, C] -> GELU output [M, H] -> out [M, N]
-
-Fp8Operand operand(DeviceTensors& t, float scale, float amax_before) {
-  return {t.floats({scale}, {1}), t.floats({1.0f / scale}, {1}), t.floats({amax_before}, {1})};
-}
-
-// Codes, every byte a NaN code until written.
-Tensor poisoned_codes(DeviceTensors& t, Shape shape) {
-  return t.upload(std::vector<uint8_t>(static_cast<size_t>(shape.numel()), 0x7F), shape, DType::F8E4M3);
-}
 
 // Both products' inputs, the same on every run.
 struct Mlp {
@@ -46,7 +38,7 @@ struct Outcome {
 // The first product's fp8 arguments (scales that keep its operands' codes in range), or none.
 struct FcFp8 {
   explicit FcFp8(DeviceTensors& t)
-      : fp8{operand(t, 16.0f, 0.0f), operand(t, 64.0f, 0.0f), Fp8Operand{}} {}
+      : fp8{fp8_operand(t, 16.0f, 0.0f), fp8_operand(t, 64.0f, 0.0f), Fp8Operand{}} {}
   Fp8Matmul fp8;
 };
 
@@ -57,7 +49,7 @@ Outcome run(Backend& backend, bool cast_by_fc, bool fc_is_fp8, bool rows_too = t
   DeviceTensors t(backend, DType::BF16);
   const Mlp mlp = random_mlp(t);
   FcFp8 fc(t);
-  Fp8Matmul proj{operand(t, 4.0f, 0.125f), operand(t, 256.0f, 0.0f), Fp8Operand{}};
+  Fp8Matmul proj{fp8_operand(t, 4.0f, 0.125f), fp8_operand(t, 256.0f, 0.0f), Fp8Operand{}};
   const Tensor pre = t.poisoned_acts({M, H}), codes = poisoned_codes(t, {M, H}), codes_t = poisoned_codes(t, {H, M});
   const Tensor out = t.poisoned_acts({M, N});
   MatmulForward expansion{pre, mlp.in, mlp.fc_weight, mlp.fc_bias, WeightLayout::InOut, Tensor{},
@@ -111,7 +103,7 @@ TEST_P(Fp8GeluCodes, TheGeluOpCastsAsTheProductDoes) {
   const Outcome by_fc = run(*backend_, true, false);
   DeviceTensors t(*backend_, DType::BF16);
   const Tensor pre = t.acts(by_fc.pre_gelu, {M / 16, 16, H});  // any leading shape of M rows
-  const Fp8Operand cast_by_op = operand(t, 4.0f, 0.125f);
+  const Fp8Operand cast_by_op = fp8_operand(t, 4.0f, 0.125f);
   const Tensor codes = poisoned_codes(t, {M, H}), codes_t = poisoned_codes(t, {H, M});
   backend_->gelu_forward({codes, pre, &cast_by_op, codes_t});
   EXPECT_EQ(t.download(codes), by_fc.codes);
@@ -141,7 +133,7 @@ TEST_P(Fp8GeluCodes, TheCastIsTheCpusUpToGelusLastBit) {
 
 TEST_P(Fp8GeluCodes, ArgumentsThatDoNotFitAreRefused) {
   DeviceTensors t(*backend_, DType::BF16);
-  const Fp8Operand scale = operand(t, 1.0f, 0.0f);
+  const Fp8Operand scale = fp8_operand(t, 1.0f, 0.0f);
   const auto expansion = [&](DeviceTensors& in_dtype, int64_t rows) {
     MatmulForward product{in_dtype.poisoned_acts({rows, H}), in_dtype.acts(std::vector<float>(rows * C, 1.0f), {rows, C}),
                           in_dtype.acts(std::vector<float>(C * H, 1.0f), {C, H}), Tensor{}, WeightLayout::InOut,

@@ -9,21 +9,13 @@
 #include "kiln/backend/registry.h"
 #include "support/backends.h"
 #include "support/device_tensors.h"
+#include "support/fp8_codes.h"
 #include "support/error_of.h"
 
 namespace kiln::testing {
 namespace {
 
 constexpr int64_t M = 48, C = 272, N = 32;
-
-Fp8Operand operand(DeviceTensors& t, float scale, float amax_before) {
-  return {t.floats({scale}, {1}), t.floats({1.0f / scale}, {1}), t.floats({amax_before}, {1})};
-}
-
-// Codes, every byte a NaN code until written.
-Tensor poisoned_codes(DeviceTensors& t, Shape shape) {
-  return t.upload(std::vector<uint8_t>(static_cast<size_t>(shape.numel()), 0x7F), shape, DType::F8E4M3);
-}
 
 class Fp8LayerNorm : public OnEachBackend {};
 
@@ -40,7 +32,8 @@ TEST_P(Fp8LayerNorm, CodesAreTheProductsOwnCastOfTheOutput) {
   };
   const auto fresh = [&] {
     return Run{t.poisoned({M}), t.poisoned({M}), poisoned_codes(t, {C, M}),
-               t.poisoned_acts({M, N}), Fp8Matmul{operand(t, 8.0f, 0.25f), operand(t, 64.0f, 0.0f), Fp8Operand{}}};
+               t.poisoned_acts({M, N}),
+               Fp8Matmul{fp8_operand(t, 8.0f, 0.25f), fp8_operand(t, 64.0f, 0.0f), Fp8Operand{}}};
   };
   // Plain: the LayerNorm's output, cast by the product, which keeps the codes transposed.
   Run plain = fresh();
@@ -78,7 +71,7 @@ TEST_P(Fp8LayerNorm, CodesAreTheProductsOwnCastOfTheOutput) {
 
 TEST_P(Fp8LayerNorm, ArgumentsThatDoNotFitAreRefused) {
   DeviceTensors t(*backend_, DType::BF16);
-  const Fp8Operand scale = operand(t, 1.0f, 0.0f);
+  const Fp8Operand scale = fp8_operand(t, 1.0f, 0.0f);
   const auto norm = [&](int64_t rows, DeviceTensors& in_dtype) {
     return LayerNormForward{Tensor{}, t.poisoned({rows}), t.poisoned({rows}),
                             in_dtype.acts(std::vector<float>(rows * C, 1.0f), {rows, C}),

@@ -55,6 +55,7 @@ std::map<Range, std::set<std::string>> views_of(const GptActivations& acts) {
   add("d_qkv", acts.d_qkv);
   add("d_fc", acts.d_fc);
   if (!acts.gelu_codes_recomputed.empty()) add("gelu_codes_recomputed", acts.gelu_codes_recomputed);
+  if (!acts.d_residual_fp8.empty()) add("d_residual_fp8", acts.d_residual_fp8);
   return views;
 }
 
@@ -150,12 +151,14 @@ TEST(Activations, Fp8ProductsKeepTheirInputsCodesInsteadOfTheInputs) {
     if (selective) {
       EXPECT_EQ(acts.gelu_codes_recomputed.data, acts.blocks[0].fc_post_gelu.data);
     }
+    // The backward's codes of the residual stream's gradient, by rows and by columns: one buffer.
+    EXPECT_EQ(acts.d_residual_fp8.shape, (Shape{2, M, C}));
     // Without recomputation: per layer 6C bf16 values (12C bytes) per position give way to 7C
-    // bytes of codes, and the shared codes of the LayerNorm outputs (C bytes) and of the GELU
-    // output (4C bytes) are laid out once.
+    // bytes of codes, and the shared codes of the LayerNorm outputs (C bytes), of the GELU
+    // output (4C bytes) and of the residual gradient (2C bytes) are laid out once.
     if (policy.granularity == RecomputeGranularity::None) {
       EXPECT_EQ(bytes, GptActivations::bytes_needed(config, 3, 16, policy, DType::BF16) -
-                           static_cast<size_t>((L * 12 * C - 5 * C - L * 7 * C) * M));
+                           static_cast<size_t>((L * 12 * C - 5 * C - 2 * C - L * 7 * C) * M));
     }
   }
 }

@@ -5,10 +5,13 @@
 // with fp8), for the attention's c_proj those the attention wrote (AttentionForward with fp8) and
 // for the MLP's c_proj those c_fc wrote (MatmulForward with gelu_fp8), untouched since, while the
 // 16-bit inputs those codes replace are shared and reused. No codes are kept that no backward
-// reads (a recomputed block's first forward and a forward without gradients keep none). c_attn's
-// backward reads the output gradient's codes the attention backward just wrote (AttentionBackward
-// with fp8). A CPU back-end records what each product's forward read, by weight, and compares at
-// backward.
+// reads (a recomputed block's first forward and a forward without gradients keep none). Each fp8
+// backward reads its output gradient as the codes cast for it (with its own Fp8Matmul), untouched
+// since, and every such cast is read: c_attn's by the attention backward (AttentionBackward with
+// fp8), both projections' by the LayerNorm backward after them (LayerNormBackward with fp8: ln_2's
+// for the attention's c_proj, ln_f's and ln_1's for the MLP c_proj before them, across a
+// recomputed chunk's replay). A CPU back-end records what each product's forward read, by weight,
+// and each gradient cast, by codes, and compares at backward.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -53,7 +56,11 @@ class ProductInputWatcher final : public CpuBackend {
   }
   void attention_backward(const AttentionBackward& args) override {
     CpuBackend::attention_backward(args);
-    last_gradient_codes_ = args.fp8 ? args.dqkv_fp8.data : nullptr;
+    if (args.fp8) note_gradient_codes_written(args.fp8, args.dqkv_fp8, args.dqkv_fp8_t);
+  }
+  void layernorm_backward(const LayerNormBackward& args) override {
+    CpuBackend::layernorm_backward(args);
+    if (args.fp8) note_gradient_codes_written(args.fp8, args.din_fp8, args.din_fp8_t);
   }
   void matmul_forward(const MatmulForward& args) override {
     CpuBackend::matmul_forward(args);
@@ -70,11 +77,15 @@ class ProductInputWatcher final : public CpuBackend {
   void matmul_backward(const MatmulBackward& args) override {
     const auto seen = seen_.find(args.weight.data);
     ASSERT_NE(seen, seen_.end()) << "a product's backward before its forward";
-    if (!args.dout_fp8_t.empty()) {  // cast by the attention backward just before
-      EXPECT_EQ(args.dout.data, last_gradient_codes_) << "a backward reads gradient codes the last cast did not write";
+    if (!args.dout_fp8_t.empty()) {  // cast for it by the op after its output in forward
+      const auto cast = gradient_codes_.find(args.dout.data);
+      ASSERT_NE(cast, gradient_codes_.end()) << "a backward reads gradient codes no cast wrote";
+      EXPECT_EQ(cast->second.product, args.fp8) << "a backward reads gradient codes cast for another product";
+      EXPECT_TRUE(contents(args.dout) == cast->second.rows && contents(args.dout_fp8_t) == cast->second.columns)
+          << "a backward's gradient codes changed since their cast";
+      gradient_codes_.erase(cast);
       ++from_gradient_codes;
     }
-    last_gradient_codes_ = nullptr;
     if (args.in_fp8_t.empty()) {
       EXPECT_TRUE(contents(args.in) == seen->second.in)
           << "a backward's input changed since its forward";
@@ -92,6 +103,9 @@ class ProductInputWatcher final : public CpuBackend {
   int overwritten_unread = 0;
   // Codes kept for a backward that no backward has read.
   size_t unread() const { return unread_codes_.size(); }
+  // Gradient casts written over before their backward read them, and not read (yet).
+  int gradient_codes_overwritten_unread = 0;
+  size_t unread_gradient_codes() const { return gradient_codes_.size(); }
 
  private:
   void note_kept_codes_written(const Tensor& codes_t) {
@@ -99,13 +113,21 @@ class ProductInputWatcher final : public CpuBackend {
     overwritten_unread += unread_codes_.count(codes_t.data) ? 1 : 0;
     unread_codes_.insert(codes_t.data);
   }
+  void note_gradient_codes_written(const Fp8Matmul* product, const Tensor& rows, const Tensor& columns) {
+    gradient_codes_overwritten_unread += gradient_codes_.count(rows.data) ? 1 : 0;
+    gradient_codes_[rows.data] = {product, contents(rows), contents(columns)};
+  }
   struct Seen {
     std::vector<char> in;       // the input the forward read (codes, or 16-bit)
     std::vector<char> codes_t;  // the codes its backward must read: the input's, transposed
   };
   std::map<void*, Seen> seen_;  // by weight
   void* last_cast_codes_ = nullptr;  // written by the last LayerNorm, GELU or attention that cast its output
-  void* last_gradient_codes_ = nullptr;  // written by the attention backward, if the last op was one
+  struct GradientCast {
+    const Fp8Matmul* product;  // the backward it was cast for
+    std::vector<char> rows, columns;
+  };
+  std::map<void*, GradientCast> gradient_codes_;  // by the codes' rows, until a backward reads them
   std::set<void*> unread_codes_;
 };
 
@@ -149,7 +171,10 @@ TEST(ProductInputs, EachBackwardReadsWhatItsForwardRead) {
       // selective recomputation from the codes recomputed before its backward.
       const int kept = fp8 ? 4 * static_cast<int>(config.num_layers) : 0;
       EXPECT_EQ(backend.from_codes, 2 * kept);
-      EXPECT_EQ(backend.from_gradient_codes, fp8 ? 2 * static_cast<int>(config.num_layers) : 0);  // c_attn's
+      // Per micro-batch and layer, c_attn's and both projections'.
+      EXPECT_EQ(backend.from_gradient_codes, fp8 ? 2 * 3 * static_cast<int>(config.num_layers) : 0);
+      EXPECT_EQ(backend.gradient_codes_overwritten_unread, 0);
+      EXPECT_EQ(backend.unread_gradient_codes(), 0u);
       EXPECT_EQ(backend.from_input, 2 * (1 + 4 * static_cast<int>(config.num_layers) - kept));
     }
 }

@@ -4,11 +4,14 @@
 // a slice of the columns where rows are wider than 2048), writes their input gradients and sums
 // their parameter-gradient terms into one row of partial sums per run, for dweight and for dbias;
 // column_sums_finish (kernel_common.cuh) adds the runs' rows. The runs depend only on M, so the
-// order of addition, and so the bits, do not depend on the GPU.
+// order of addition, and so the bits, do not depend on the GPU. The backward that casts its input
+// gradient for an fp8 product takes the fp8 cast's tiles of 32 rows as runs instead.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+
+#include "kiln/backend/fp8_workspace.h"
 
 namespace kiln {
 
@@ -25,8 +28,10 @@ inline int64_t layernorm_backward_runs(int64_t M) {
 }
 
 // The partial sums of a backward over M rows of C columns: dweight's then dbias's, a row of C
-// floats per run each.
-inline size_t layernorm_backward_scratch_bytes(int64_t M, int64_t C) {
+// floats per run each. With `fp8` (the backward that casts its input gradient, ops.h) the runs are
+// the fp8 cast's tiles of rows (fp8_workspace.h), and the product's bias gradient has a third row.
+inline size_t layernorm_backward_scratch_bytes(int64_t M, int64_t C, bool fp8 = false) {
+  if (fp8) return 3 * fp8_bias_partials_bytes(M, C);
   return 2 * static_cast<size_t>(layernorm_backward_runs(M) * C) * sizeof(float);
 }
 

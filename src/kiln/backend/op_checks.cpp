@@ -39,6 +39,34 @@ void layernorm_fp8_output(const LayerNormForward& a, DType dtype, int64_t M, int
   if (a.out_fp8_t.empty()) return;  // no backward reads them (ops.h)
   require_codes_matrix(a.out_fp8_t, DType::F8E4M3, C, M, device, op, "out_fp8_t", "[C, M]");
 }
+
+// The names an op gives the gradient it casts and its codes, for the errors.
+struct GradientCodesNames {
+  const char* what;  // the gradient, "a gradient"
+  const char* dims;  // its sides, "B*T and 3C"
+  const char* codes;
+  const char* codes_layout;
+  const char* codes_t;
+  const char* codes_t_layout;
+  const char* dbias;
+};
+
+// A gradient [M, N] an op casts for the fp8 backward of the product reading it next (ops.h,
+// AttentionBackward and LayerNormBackward with fp8): codes in that product's gradient format in
+// both layouts, and optionally its bias gradient.
+void require_gradient_codes(const Fp8Matmul& fp8, DType dtype, int64_t M, int64_t N, const Tensor& codes,
+                            const Tensor& codes_t, const Tensor& dbias, Device device, const char* op,
+                            const GradientCodesNames& names) {
+  require_castable(dtype, M, N, op, names.what, names.dims);
+  require_fp8_operand(fp8.dout, device, op, {"fp8 dout scale", "fp8 dout scale_inv", "fp8 dout amax"});
+  KILN_CHECK(is_fp8(fp8.grad_dtype), "{}: the gradient's fp8 format must be fp8_e5m2 or fp8_e4m3, not {}", op,
+             dtype_name(fp8.grad_dtype));
+  require_codes_matrix(codes, fp8.grad_dtype, M, N, device, op, names.codes, names.codes_layout);
+  require_codes_matrix(codes_t, fp8.grad_dtype, N, M, device, op, names.codes_t, names.codes_t_layout);
+  if (dbias.empty()) return;
+  require(dbias, DType::F32, device, op, names.dbias);
+  require_numel(dbias, N, op, names.dbias);
+}
 }  // namespace
 
 EmbeddingDims embedding_forward(const EmbeddingForward& a, Device device) {
@@ -99,6 +127,13 @@ RowsDims layernorm_backward(const LayerNormBackward& a, Device device) {
   require_numel(a.dout, M * C, op, "dout");
   require_numel(a.mean, M, op, "mean");
   require_numel(a.rstd, M, op, "rstd");
+  if (a.fp8)  // din cast for the next product's backward too (ops.h)
+    require_gradient_codes(*a.fp8, dtype, M, C, a.din_fp8, a.din_fp8_t, a.product_dbias, device, op,
+                           {"an input gradient", "rows and columns", "din_fp8", "[M, C]", "din_fp8_t", "[C, M]",
+                            "product_dbias"});
+  else
+    KILN_CHECK(a.din_fp8.empty() && a.din_fp8_t.empty() && a.product_dbias.empty(),
+               "{}: fp8 codes of din or a product's bias gradient are given without 'fp8'", op);
   return {M, C};
 }
 
@@ -263,20 +298,6 @@ void require_key_mask(const Tensor& key_mask, AttentionMask mask, const Attentio
   require_numel(key_mask, s.B * s.T, op, "key_mask");
 }
 
-// dqkv [M, N] cast for the next product's fp8 backward (ops.h, AttentionBackward with fp8).
-void attention_gradient_codes(const AttentionBackward& a, DType dtype, int64_t M, int64_t N, Device device) {
-  constexpr const char* op = "attention_backward";
-  require_castable(dtype, M, N, op, "a gradient", "B*T and 3C");
-  require_fp8_operand(a.fp8->dout, device, op, {"fp8 dout scale", "fp8 dout scale_inv", "fp8 dout amax"});
-  const DType grad = a.fp8->grad_dtype;
-  KILN_CHECK(is_fp8(grad), "{}: the gradient's fp8 format must be fp8_e5m2 or fp8_e4m3, not {}", op,
-             dtype_name(grad));
-  require_codes_matrix(a.dqkv_fp8, grad, M, N, device, op, "dqkv_fp8", "[B*T, 3C]");
-  require_codes_matrix(a.dqkv_fp8_t, grad, N, M, device, op, "dqkv_fp8_t", "[3C, B*T]");
-  if (a.dbias.empty()) return;
-  require(a.dbias, DType::F32, device, op, "dbias");
-  require_numel(a.dbias, N, op, "dbias");
-}
 }  // namespace
 
 AttentionShape attention_forward(const AttentionForward& a, Device device) {
@@ -319,7 +340,8 @@ AttentionShape attention_backward(const AttentionBackward& a, Device device) {
   require_numel(a.lse, s.B * s.NH * s.T, op, "lse");
   require_key_mask(a.key_mask, a.mask, s, device, op);
   if (a.fp8) {
-    attention_gradient_codes(a, dtype, s.B * s.T, 3 * s.C, device);
+    require_gradient_codes(*a.fp8, dtype, s.B * s.T, 3 * s.C, a.dqkv_fp8, a.dqkv_fp8_t, a.dbias, device, op,
+                           {"a gradient", "B*T and 3C", "dqkv_fp8", "[B*T, 3C]", "dqkv_fp8_t", "[3C, B*T]", "dbias"});
   } else {
     KILN_CHECK(a.dqkv_fp8.empty() && a.dqkv_fp8_t.empty() && a.dbias.empty(),
                "{}: fp8 codes of dqkv or a bias gradient are given without 'fp8'", op);

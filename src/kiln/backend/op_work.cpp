@@ -102,10 +102,13 @@ OpWork work_of(const LayerNormForward& a) {
   return {a.fp8 ? "layernorm_forward fp8" : "layernorm_forward", 0.0,
           bytes_of({&a.out, &a.mean, &a.rstd, &a.in, &a.weight, &a.bias, &a.out_fp8, &a.out_fp8_t})};
 }
+// With fp8 din's codes are written too, in both layouts, with the next product's bias gradient
+// (ops.h); the row says "fp8".
 OpWork work_of(const LayerNormBackward& a) {
-  return {"layernorm_backward", 0.0,
-          gradient_bytes(a.din_store, {&a.din}) + gradient_bytes(a.param_store, {&a.dweight, &a.dbias}) +
-              bytes_of({&a.dout, &a.in, &a.weight, &a.mean, &a.rstd})};
+  return {a.fp8 ? "layernorm_backward fp8" : "layernorm_backward", 0.0,
+          gradient_bytes(a.din_store, {&a.din}) +
+              gradient_bytes(a.param_store, {&a.dweight, &a.dbias, &a.product_dbias}) +
+              bytes_of({&a.dout, &a.in, &a.weight, &a.mean, &a.rstd, &a.din_fp8, &a.din_fp8_t})};
 }
 // With gelu_fp8 the GELU output's codes are written in its place, in one layout or both, by a cast
 // that reads `out` again (ops.h); the row says "+gelu codes".

@@ -58,6 +58,7 @@ struct EmbeddingBackward {
 // backward will read them), and max |out| max-accumulated into fp8->amax. `out` is then empty, not written: the product reads the codes
 // (MatmulForward with `in` as codes). One pass where the norm and the cast took two.
 struct Fp8Operand;
+struct Fp8Matmul;
 struct LayerNormForward {
   Tensor out;     // [M, C]; empty with fp8
   Tensor mean;    // [M] saved for backward
@@ -69,6 +70,15 @@ struct LayerNormForward {
   const Fp8Operand* fp8 = nullptr;     // cast the output (above), or null
   Tensor out_fp8 = {}, out_fp8_t = {};  // with fp8: [M, C] and [C, M] (or empty) E4M3 codes
 };
+// Input gradient cast for the next fp8 product (the backward of the product that reads din next
+// as its output gradient: the attention's c_proj after ln_2, the previous block's MLP c_proj after
+// ln_1 and ln_f): with `fp8` given (that product's Fp8Matmul; bf16 or fp16, M and C multiples of
+// 16), din is stored as without it (the next LayerNorm adds to it) and also cast as that backward
+// would cast its output gradient: din as stored (after the add), its codes fp8(din * fp8->dout.scale)
+// in fp8->grad_dtype into din_fp8 ([M, C]) and, transposed, din_fp8_t ([C, M]), max |din| max-
+// accumulated into fp8->dout.amax, and that backward's bias gradient, the column sums of din, into
+// product_dbias (+= or =, param_store; or empty). The backward then reads the codes
+// (MatmulBackward, dout cast already). One pass where the LayerNorm and the cast took two.
 struct LayerNormBackward {
   Tensor din;      // [M, C] += (see header), or = with din_store Write
   Tensor dweight;  // [C] += or = (param_store)
@@ -77,6 +87,9 @@ struct LayerNormBackward {
   Tensor in, weight, mean, rstd;
   GradStore param_store = GradStore::Add;
   GradStore din_store = GradStore::Add;
+  const Fp8Matmul* fp8 = nullptr;         // cast din for this product's backward (above), or null
+  Tensor din_fp8 = {}, din_fp8_t = {};    // with fp8: [M, C] and [C, M] codes in fp8->grad_dtype
+  Tensor product_dbias = {};              // with fp8: [C] fp32, += or = (param_store), or empty
 };
 
 // ---- matmul with optional bias ---------------------------------------------------------------
@@ -153,8 +166,8 @@ struct MatmulForward {
 };
 // `dout` cast already (fp8 only): dout may be the codes [M, N] of the output gradient in
 // fp8->grad_dtype, cast with fp8->dout's scale (and its amax folded) by the op that wrote them,
-// AttentionBackward with fp8, with their transpose in dout_fp8_t [N, M]; that op took the bias
-// gradient too, so dbias is empty, and the backward casts no dout.
+// AttentionBackward or LayerNormBackward with fp8, with their transpose in dout_fp8_t [N, M]; that
+// op took the bias gradient too, so dbias is empty, and the backward casts no dout.
 struct MatmulBackward {
   Tensor din;      // [M, K] = ; may be empty (not needed) unless gelu_in is given
   Tensor dweight;  // same shape as weight, += or = (param_store)

@@ -32,7 +32,11 @@
 // output's codes are not kept but recomputed before each backward, transposed, from the kept
 // pre-activation (ops.h, GeluForward with fp8) into the shared buffer of the forward's GELU codes,
 // which no backward reads (gelu_codes_recomputed); without fp8 the GELU output itself is, into the
-// shared fc_post_gelu.
+// shared fc_post_gelu. In the backward each LayerNorm writes the residual stream's gradient also as
+// codes, by rows then by columns, for the projection reading it next (LayerNormBackward with fp8,
+// block.h): one buffer of 2 B*T C bytes of its own (d_residual_fp8), since ln_1's codes outlive the
+// previous block's forward replay and every scratch buffer free then is written by the product
+// that reads them; no two LayerNorms' codes are in use at once.
 // Dtypes (ops.h): activations and their gradients in the model's compute dtype; LayerNorm
 // statistics and losses in fp32; token ids int32; kept fp8 codes fp8_e4m3.
 #pragma once
@@ -82,6 +86,7 @@ struct GptActivations {
   Tensor d_fc;                     // [B,T,4C] gradient of both MLP activations, in place (shared)
   Tensor gelu_codes_recomputed;    // [4C, B*T] fp8 with selective recomputation only (above; fc_post_gelu's
                                    // memory), else empty
+  Tensor d_residual_fp8;           // fp8 only: [2 x B*T x C] codes of d_residual (above), else empty
   std::vector<LayerRecompute> recompute;  // per layer, from the policy
 
   // Lays out every tensor for (batch, seq) in `arena` and returns the views (null data when the

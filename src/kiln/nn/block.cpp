@@ -1,5 +1,7 @@
 #include "kiln/nn/block.h"
 
+#include "kiln/core/error.h"
+
 namespace kiln {
 namespace {
 
@@ -57,26 +59,56 @@ MatmulForward mlp_expansion(const Tensor& pre_gelu, const Tensor& in, const Tens
   return expansion;
 }
 
+// The codes of an [M, N] gradient in `memory` of 2 M N bytes, by rows then by columns, in `format`.
+struct GradientCodes {
+  Tensor rows, columns;
+};
+GradientCodes gradient_codes(const Tensor& memory, int64_t M, int64_t N, DType format) {
+  KILN_CHECK(static_cast<int64_t>(memory.bytes()) == 2 * M * N, "a gradient's codes take {} bytes, {} given",
+             2 * M * N, memory.bytes());
+  return {Tensor{memory.data, Shape{M, N}, format, memory.device},
+          Tensor{static_cast<uint8_t*>(memory.data) + M * N, Shape{N, M}, format, memory.device}};
+}
+
 // With fp8 the attention only casts dqkv, for c_attn's backward, and takes its bias gradient
 // (ops.h): the codes, [M, 3C] then their transpose [3C, M], take d_qkv's memory (2 x M x 3C bytes,
 // its 16-bit size).
 void cast_attention_gradient(AttentionBackward& attention, MatmulBackward& expansion, const BlockScratch& s,
                              const Fp8Matmul& qkv, GradStore store) {
-  const int64_t M = s.d_qkv.shape[0] * s.d_qkv.shape[1], N = s.d_qkv.shape[2];
-  const Tensor codes{s.d_qkv.data, Shape{M, N}, qkv.grad_dtype, s.d_qkv.device};
-  const Tensor codes_t{static_cast<uint8_t*>(s.d_qkv.data) + M * N, Shape{N, M}, qkv.grad_dtype, s.d_qkv.device};
+  const int64_t N = s.d_qkv.shape[2];
+  const GradientCodes codes = gradient_codes(s.d_qkv, s.d_qkv.numel() / N, N, qkv.grad_dtype);
   attention.dqkv = Tensor{};
   attention.fp8 = &qkv;
-  attention.dqkv_fp8 = codes;
-  attention.dqkv_fp8_t = codes_t;
+  attention.dqkv_fp8 = codes.rows;
+  attention.dqkv_fp8_t = codes.columns;
   attention.dbias = expansion.dbias;
   attention.param_store = store;
-  expansion.dout = codes;
-  expansion.dout_fp8_t = codes_t;
+  expansion.dout = codes.rows;
+  expansion.dout_fp8_t = codes.columns;
   expansion.dbias = Tensor{};
 }
 
 }  // namespace
+
+LayerNormBackward layernorm_backward_feeding(LayerNormBackward backward, const Fp8GradientReader& reader,
+                                             const Tensor& codes) {
+  if (!reader.product) return backward;
+  const int64_t C = backward.weight.numel();
+  const GradientCodes views = gradient_codes(codes, backward.din.numel() / C, C, reader.product->grad_dtype);
+  backward.fp8 = reader.product;
+  backward.din_fp8 = views.rows;
+  backward.din_fp8_t = views.columns;
+  backward.product_dbias = reader.dbias;
+  return backward;
+}
+
+void read_gradient_codes(MatmulBackward& backward, const Tensor& codes) {
+  const int64_t N = backward.dout.shape[backward.dout.shape.rank - 1];
+  const GradientCodes views = gradient_codes(codes, backward.dout.numel() / N, N, backward.fp8->grad_dtype);
+  backward.dout = views.rows;
+  backward.dout_fp8_t = views.columns;
+  backward.dbias = Tensor{};
+}
 
 void block_forward(Backend& backend, const GptConfig& config, const BlockWeights& w,
                    const Tensor& input, const BlockActivations& acts, const BlockFp8* fp8,
@@ -110,23 +142,32 @@ BlockActivations without_backward_codes(BlockActivations acts) {
 
 void block_backward(Backend& backend, const GptConfig& config, const BlockWeights& w,
                     const BlockWeights& g, const Tensor& input, const BlockActivations& acts,
-                    const BlockScratch& s, const Tensor& d_residual, GradStore store, const BlockFp8* fp8) {
-  // MLP branch: d_residual is d(y) = d(x1) through the skip connection.
+                    const BlockScratch& s, const Tensor& d_residual, GradStore store, const BlockFp8* fp8,
+                    const Fp8GradientReader& input_gradient_reader) {
+  KILN_CHECK(!fp8 || !s.d_residual_fp8.empty(), "block_backward: fp8 products without the residual gradient's codes");
+  // MLP branch: d_residual is d(y) = d(x1) through the skip connection (with fp8, as the codes the
+  // caller's LayerNorm backward wrote).
   // d_fc is the gradient of the pre-activation: GELU's derivative is applied inside.
-  backend.matmul_backward({s.d_fc, g.fc_proj_weight, g.fc_proj_bias, d_residual,
-                           product_input(acts.fc_post_gelu, acts.fc_post_gelu_fp8_t), w.fc_proj_weight,
-                           WeightLayout::InOut, acts.fc_pre_gelu, fp8_of(fp8, &BlockFp8::fc_proj),
-                           acts.fc_post_gelu_fp8_t, store});
+  const Fp8Matmul* fc_proj = fp8_of(fp8, &BlockFp8::fc_proj);
+  MatmulBackward contraction{s.d_fc, g.fc_proj_weight, g.fc_proj_bias, d_residual,
+                             product_input(acts.fc_post_gelu, acts.fc_post_gelu_fp8_t), w.fc_proj_weight,
+                             WeightLayout::InOut, acts.fc_pre_gelu, fc_proj, acts.fc_post_gelu_fp8_t, store};
+  if (fc_proj) read_gradient_codes(contraction, s.d_residual_fp8);
+  backend.matmul_backward(contraction);
   backend.matmul_backward({s.d_hidden, g.fc_weight, g.fc_bias, s.d_fc, product_input(acts.ln2, acts.ln2_fp8_t),
                            w.fc_weight, WeightLayout::InOut, Tensor{}, fp8_of(fp8, &BlockFp8::fc),
                            acts.ln2_fp8_t, store});
-  backend.layernorm_backward({d_residual, g.ln2_weight, g.ln2_bias, s.d_hidden, acts.residual_mid,
-                              w.ln2_weight, acts.ln2_mean, acts.ln2_rstd, store});
+  const Fp8Matmul* attn_proj = fp8_of(fp8, &BlockFp8::attn_proj);
+  backend.layernorm_backward(layernorm_backward_feeding({d_residual, g.ln2_weight, g.ln2_bias, s.d_hidden,
+                                                         acts.residual_mid, w.ln2_weight, acts.ln2_mean, acts.ln2_rstd,
+                                                         store},
+                                                        {attn_proj, g.attn_proj_bias}, s.d_residual_fp8));
   // Attention branch: d_residual is now d(x1) = d(x) through the skip connection.
-  backend.matmul_backward({s.d_hidden, g.attn_proj_weight, g.attn_proj_bias, d_residual,
-                           product_input(acts.attn_out, acts.attn_out_fp8_t), w.attn_proj_weight,
-                           WeightLayout::InOut, Tensor{}, fp8_of(fp8, &BlockFp8::attn_proj),
-                           acts.attn_out_fp8_t, store});
+  MatmulBackward projection{s.d_hidden, g.attn_proj_weight, g.attn_proj_bias, d_residual,
+                            product_input(acts.attn_out, acts.attn_out_fp8_t), w.attn_proj_weight,
+                            WeightLayout::InOut, Tensor{}, attn_proj, acts.attn_out_fp8_t, store};
+  if (attn_proj) read_gradient_codes(projection, s.d_residual_fp8);
+  backend.matmul_backward(projection);
   const Fp8Matmul* qkv = fp8_of(fp8, &BlockFp8::qkv);
   AttentionBackward attention{s.d_qkv, s.d_hidden, acts.qkv, acts.attn_out, acts.attn_lse, Tensor{},
                               static_cast<int>(config.num_heads), AttentionMask::Causal};
@@ -135,8 +176,9 @@ void block_backward(Backend& backend, const GptConfig& config, const BlockWeight
   if (qkv) cast_attention_gradient(attention, expansion, s, *qkv, store);
   backend.attention_backward(attention);
   backend.matmul_backward(expansion);
-  backend.layernorm_backward({d_residual, g.ln1_weight, g.ln1_bias, s.d_hidden, input, w.ln1_weight,
-                              acts.ln1_mean, acts.ln1_rstd, store});
+  backend.layernorm_backward(layernorm_backward_feeding({d_residual, g.ln1_weight, g.ln1_bias, s.d_hidden, input,
+                                                         w.ln1_weight, acts.ln1_mean, acts.ln1_rstd, store},
+                                                        input_gradient_reader, s.d_residual_fp8));
 }
 
 }  // namespace kiln

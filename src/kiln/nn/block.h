@@ -15,7 +15,11 @@
 // cast their outputs for c_attn and c_fc themselves, writing only the codes, and so does c_fc its
 // GELU output for the MLP's c_proj; the attention writes its output's codes for its c_proj besides
 // the output (activations.h). In the backward the attention writes its gradient only as the codes
-// c_attn's backward reads, in `scratch.d_qkv`'s memory.
+// c_attn's backward reads, in `scratch.d_qkv`'s memory, and each LayerNorm's backward also casts the
+// residual stream's gradient for the projection that reads it next (the attention's c_proj after
+// ln_2; after ln_1 the MLP c_proj of the block before, `input_gradient_reader`), into
+// `scratch.d_residual_fp8`: so `d_residual` arrives with its codes there, written for this block's
+// MLP c_proj by the caller's LayerNorm backward (ln_f's, or the next block's ln_1's).
 #pragma once
 
 #include "kiln/backend/backend.h"
@@ -30,7 +34,24 @@ struct BlockScratch {
   Tensor d_hidden;    // [B,T,C]
   Tensor d_qkv;       // [B,T,3C]
   Tensor d_fc;        // [B,T,4C]
+  Tensor d_residual_fp8;  // fp8 only: 2 x B*T*C bytes, codes of d_residual (GptActivations::d_residual_fp8)
 };
+
+// The fp8 product whose backward reads a LayerNorm backward's input gradient next, as its output
+// gradient, and that product's bias gradient, which the LayerNorm then takes (ops.h,
+// LayerNormBackward with fp8); no product: the LayerNorm casts nothing.
+struct Fp8GradientReader {
+  const Fp8Matmul* product = nullptr;
+  Tensor dbias;
+};
+
+// `backward` with its input gradient also cast for `reader` into `codes` (BlockScratch::d_residual_fp8):
+// rows then columns, in the reader's gradient format; unchanged without a reader.
+LayerNormBackward layernorm_backward_feeding(LayerNormBackward backward, const Fp8GradientReader& reader,
+                                             const Tensor& codes);
+// `backward` (an fp8 product's) reading its output gradient as the codes a LayerNorm backward wrote
+// into `codes` for it, which took its bias gradient too (ops.h, MatmulBackward, dout cast already).
+void read_gradient_codes(MatmulBackward& backward, const Tensor& codes);
 
 // How much of the block block_forward runs: all of it, or what the block's own backward reads,
 // which ends at the MLP's activation: the MLP's c_proj is skipped, whose output only feeds the
@@ -50,6 +71,6 @@ void block_forward(Backend& backend, const GptConfig& config, const BlockWeights
 void block_backward(Backend& backend, const GptConfig& config, const BlockWeights& weights,
                     const BlockWeights& grads, const Tensor& input, const BlockActivations& acts,
                     const BlockScratch& scratch, const Tensor& d_residual, GradStore store,
-                    const BlockFp8* fp8 = nullptr);
+                    const BlockFp8* fp8 = nullptr, const Fp8GradientReader& input_gradient_reader = {});
 
 }  // namespace kiln

@@ -236,11 +236,19 @@ void Gpt::backward() {
       layers ? acts_.blocks[static_cast<size_t>(layers - 1)].residual_out : acts_.embedded;
   // The classifier's backward ran in forward: d_hidden holds d ln_f. ln_f's backward is the first
   // to reach the residual stream's gradient, so it writes it; every later one adds.
+  // With fp8 each LayerNorm backward also casts the residual stream's gradient for the MLP c_proj
+  // of the block before it (block.h).
   const GradStore store = grad_store();
-  backend_.layernorm_backward({acts_.d_residual, weight_grads_.lnf_weight, weight_grads_.lnf_bias,
-                               acts_.d_hidden, last_residual, weights_.lnf_weight, acts_.lnf_mean,
-                               acts_.lnf_rstd, store, GradStore::Write});
-  const BlockScratch scratch{acts_.d_hidden, acts_.d_qkv, acts_.d_fc};
+  const auto reader_of_input_gradient = [&](int64_t layer) {  // of block `layer`'s input; ln_f's: layer L
+    if (!fp8_ || layer == 0) return Fp8GradientReader{};
+    return Fp8GradientReader{&block_fp8(layer - 1)->fc_proj,
+                             weight_grads_.blocks[static_cast<size_t>(layer - 1)].fc_proj_bias};
+  };
+  backend_.layernorm_backward(layernorm_backward_feeding(
+      {acts_.d_residual, weight_grads_.lnf_weight, weight_grads_.lnf_bias, acts_.d_hidden, last_residual,
+       weights_.lnf_weight, acts_.lnf_mean, acts_.lnf_rstd, store, GradStore::Write},
+      reader_of_input_gradient(layers), acts_.d_residual_fp8));
+  const BlockScratch scratch{acts_.d_hidden, acts_.d_qkv, acts_.d_fc, acts_.d_residual_fp8};
   const auto input_of = [&](int64_t layer) {
     return layer ? acts_.blocks[static_cast<size_t>(layer - 1)].residual_out : acts_.embedded;
   };
@@ -265,7 +273,7 @@ void Gpt::backward() {
       backend_.gelu_forward({kept.fc_post_gelu, kept.fc_pre_gelu});
     }
     block_backward(backend_, config_, weights_.blocks[index], weight_grads_.blocks[index], input_of(layer), kept,
-                   scratch, acts_.d_residual, store, block_fp8(layer));
+                   scratch, acts_.d_residual, store, block_fp8(layer), reader_of_input_gradient(layer));
   }
   // wte's gradient has the classifier's part already: the embedding's is added to it.
   backend_.embedding_backward({weight_grads_.wte, weight_grads_.wpe, acts_.d_residual, tokens_in_use_, store});

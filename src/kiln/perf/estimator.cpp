@@ -135,7 +135,7 @@ Estimate estimate(const EstimateInput& in) {
     const size_t attention =
         attention_workspace_bytes(micro, in.num_attention_heads, in.seq_length, dtype, fused, fp8_gradient);
     const Backend::WorkspaceNeeds needs = Gpt::workspace_needs(shape, micro, in.seq_length, dtype, fp8);
-    const size_t layernorm = layernorm_backward_scratch_bytes(positions, needs.widest_layernorm);
+    const size_t layernorm = layernorm_backward_scratch_bytes(positions, needs.widest_layernorm, fp8);
     const size_t casts = fp8_scratch_bytes(needs.fp8_cast_bytes, positions, needs.widest_row);
     return static_cast<double>(std::max({attention, layernorm, casts}));
   };

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kiln/backend/op_checks.h"
+#include "kiln/backend/cpu/column_sums.h"
 #include "kiln/backend/cpu/cpu_backend.h"
 #include "kiln/backend/cpu/fp8_cast.h"
 
@@ -93,13 +94,22 @@ void layernorm_backward_fp32(const LayerNormBackward& args) {
 }
 }  // namespace
 
+// With fp8, din is then cast as the next product's backward would cast it, and that backward's
+// bias gradient taken from the rounded values, as the backward would take it (ops.h).
 void CpuBackend::layernorm_backward(const LayerNormBackward& args) {
-  checks::layernorm_backward(args, Device::CPU);
-  zero_to_write(args.param_store, {args.dweight, args.dbias});
+  const auto [M, C] = checks::layernorm_backward(args, Device::CPU);
+  zero_to_write(args.param_store, {args.dweight, args.dbias, args.product_dbias});
   zero_to_write(args.din_store, {args.din});
   Fp32Scope f(scratch_);
-  layernorm_backward_fp32({f.accumulated(args.din), args.dweight, args.dbias, f.input(args.dout),
-                           f.input(args.in), f.input(args.weight), args.mean, args.rstd});
+  const Tensor din = f.accumulated(args.din);
+  layernorm_backward_fp32({din, args.dweight, args.dbias, f.input(args.dout), f.input(args.in), f.input(args.weight),
+                           args.mean, args.rstd});
+  if (args.fp8) {
+    const Tensor rows = din.reshaped({M, C});
+    cast_output_to_fp8(rows, args.in.dtype, args.fp8->dout, args.fp8->grad_dtype, args.din_fp8, args.din_fp8_t,
+                       scratch_);
+    if (!args.product_dbias.empty()) add_column_sums(args.product_dbias.as<float>(), rows.as<float>(), M, C);
+  }
   f.write_back();
 }
 

@@ -94,7 +94,7 @@ size_t CudaBackend::workspace_bytes(const WorkspaceNeeds& needs) const {
                    attention_workspace_bytes(needs.batch, needs.heads, needs.seq, needs.dtype,
                                              path != AttentionPath::Materialized, fp8_gradient),
                    cuda::column_sums_workspace_bytes(positions, needs.widest_row),
-                   layernorm_backward_scratch_bytes(positions, needs.widest_layernorm),
+                   layernorm_backward_scratch_bytes(positions, needs.widest_layernorm, fp8),
                    fp8_scratch_bytes(needs.fp8_cast_bytes, positions, needs.widest_row)}) +
          fixed_workspace_bytes();
 }
@@ -240,13 +240,25 @@ void CudaBackend::layernorm_forward(const LayerNormForward& a) {
                "layernorm_forward");
 }
 
+// The plain kernel, or with `fp8` the one that also casts din for the next product (ops.h).
 void CudaBackend::layernorm_backward(const LayerNormBackward& a) {
   const auto [M, C] = checks::layernorm_backward(a, kCuda);
-  check_cuda(cuda::layernorm_backward(a.din.data, a.dweight.as<float>(), a.dbias.as<float>(), a.dout.data, a.in.data,
-                                      a.weight.data, element_kind(a.in.dtype), a.mean.as<float>(), a.rstd.as<float>(),
-                                      M, C, a.din_store == GradStore::Write, a.param_store == GradStore::Write,
-                                      workspace(layernorm_backward_scratch_bytes(M, C))),
-             "layernorm_backward");
+  const bool write_din = a.din_store == GradStore::Write, write_params = a.param_store == GradStore::Write;
+  const int kind = element_kind(a.in.dtype);
+  void* scratch = workspace(layernorm_backward_scratch_bytes(M, C, a.fp8 != nullptr));
+  if (a.fp8)
+    check_cuda(cuda::layernorm_backward_fp8(a.din.data, a.dweight.as<float>(), a.dbias.as<float>(),
+                                            a.product_dbias.as<float>(), a.dout.data, a.in.data, a.weight.data, kind,
+                                            a.mean.as<float>(), a.rstd.as<float>(), M, C, write_din, write_params,
+                                            a.fp8->dout.scale.as<float>(), a.fp8->dout.amax.as<float>(),
+                                            a.fp8->grad_dtype == DType::F8E4M3, a.din_fp8.as<uint8_t>(),
+                                            a.din_fp8_t.as<uint8_t>(), scratch),
+               "layernorm_backward fp8");
+  else
+    check_cuda(cuda::layernorm_backward(a.din.data, a.dweight.as<float>(), a.dbias.as<float>(), a.dout.data,
+                                        a.in.data, a.weight.data, kind, a.mean.as<float>(), a.rstd.as<float>(), M, C,
+                                        write_din, write_params, scratch),
+               "layernorm_backward");
 }
 
 void CudaBackend::gelu_forward(const GeluForward& a) {

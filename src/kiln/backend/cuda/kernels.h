@@ -42,6 +42,15 @@ int layernorm_forward_fp8(uint8_t* codes, uint8_t* codes_t, float* mean, float* 
 int layernorm_backward(void* din, float* dweight, float* dbias, const void* dout, const void* in, const void* weight,
                        int kind, const float* mean, const float* rstd, int64_t M, int64_t C, bool write_din,
                        bool write_params, void* workspace);
+// The same backward with din also cast for the next product's fp8 backward (ops.h, LayerNormBackward
+// with fp8): the E4M3 (e4m3) or E5M2 codes of din as stored, times *scale, into codes [M, C] and
+// codes_t [C, M], max |din| into *amax, and the column sums of din into product_dbias (+=, or =
+// with write_params; or null), as cast_fp8 of layernorm_backward's din with column partials would
+// give. M and C multiples of 16; needs layernorm_backward_scratch_bytes(M, C, true) bytes of workspace.
+int layernorm_backward_fp8(void* din, float* dweight, float* dbias, float* product_dbias, const void* dout,
+                           const void* in, const void* weight, int kind, const float* mean, const float* rstd,
+                           int64_t M, int64_t C, bool write_din, bool write_params, const float* scale, float* amax,
+                           bool e4m3, uint8_t* codes, uint8_t* codes_t, void* workspace);
 // The bias gradient's column sums (sum_columns) need a workspace of
 // column_sums_workspace_bytes(M, N) bytes for their per-chunk partial sums.
 size_t column_sums_workspace_bytes(int64_t M, int64_t N);
