@@ -402,30 +402,28 @@ int layernorm_backward_fp8(void* din, float* dweight, float* dbias, float* produ
                            int64_t M, int64_t C, bool write_din, bool write_params, const float* scale, float* amax,
                            bool e4m3, uint8_t* codes, uint8_t* codes_t, void* workspace) {
   if (M % 16 != 0 || C % 16 != 0) return static_cast<int>(cudaErrorInvalidValue);
-  const int64_t blocks = fp8_cast_tile_rows(M);
+  if (M == 0 && !write_params) return 0;  // nothing to cast, nothing to add
+  const int64_t blocks = fp8_cast_tile_rows(M), part = blocks * C;
   auto* partials = static_cast<float*>(workspace);  // [kBackwardSums][blocks][C]
-  if (M > 0) {
-    const int status = dispatch(kind, [&](auto tag) {
-      using E = decltype(tag);
-      for (const void* rows : std::initializer_list<const void*>{din, dout, in, weight})  // 4-element accesses
-        if (reinterpret_cast<uintptr_t>(rows) % (kFp8Vector * sizeof(E)) != 0)
-          return static_cast<int>(cudaErrorMisalignedAddress);
-      return with_pack_width<E>(C, {din, dout, in, weight}, [&](auto width) {
-        launch(layernorm_backward_fp8_kernel<E, decltype(width)::value>, static_cast<unsigned>(blocks), kThreads, 0,
-               static_cast<E*>(din), partials, static_cast<const E*>(dout), static_cast<const E*>(in),
-               static_cast<const E*>(weight), mean, rstd, M, C, write_din, GradientCodes{scale, amax, e4m3, codes, codes_t});
-        return launch_status();
-      });
+  const int status = M == 0 ? 0 : dispatch(kind, [&](auto tag) {
+    using E = decltype(tag);
+    for (const void* rows : std::initializer_list<const void*>{din, dout, in, weight})  // 4-element accesses
+      if (reinterpret_cast<uintptr_t>(rows) % (kFp8Vector * sizeof(E)) != 0)
+        return static_cast<int>(cudaErrorMisalignedAddress);
+    return with_pack_width<E>(C, {din, dout, in, weight}, [&](auto width) {
+      launch(layernorm_backward_fp8_kernel<E, decltype(width)::value>, static_cast<unsigned>(blocks), kThreads, 0,
+             static_cast<E*>(din), partials, static_cast<const E*>(dout), static_cast<const E*>(in),
+             static_cast<const E*>(weight), mean, rstd, M, C, write_din,
+             GradientCodes{scale, amax, e4m3, codes, codes_t});
+      return launch_status();
     });
-    if (status != 0) return status;
-  }
-  const int64_t part = blocks * C;
-  if (M > 0 || write_params)
-    if (const int status = column_sums_finish(dweight, dbias, partials, partials + part, blocks, C, write_params))
-      return status;
-  return product_dbias && (M > 0 || write_params)
-             ? column_sums_finish(product_dbias, nullptr, partials + 2 * part, nullptr, blocks, C, write_params)
-             : 0;
+  });
+  if (status != 0) return status;
+  if (const int sums = column_sums_finish(dweight, dbias, partials, partials + part, blocks, C, write_params))
+    return sums;
+  return product_dbias ? column_sums_finish(product_dbias, nullptr, partials + 2 * part, nullptr, blocks, C,
+                                            write_params)
+                       : 0;
 }
 
 }  // namespace kiln::cuda
