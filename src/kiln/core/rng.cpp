@@ -1,6 +1,7 @@
 #include "kiln/core/rng.h"
 
 #include <cmath>
+#include <cstring>
 #include <numbers>
 
 namespace kiln {
@@ -16,6 +17,20 @@ uint64_t hash_string(std::string_view text) {
   uint64_t hash = 0x6b696c6e;  // "kiln"
   for (char c : text) hash = mix64(hash ^ static_cast<uint8_t>(c));
   return hash;
+}
+
+uint64_t hash_bytes(const void* data, size_t size) {
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  uint64_t hash = mix64(0x6b696c6e ^ size);
+  size_t at = 0;
+  for (; at + 8 <= size; at += 8) {
+    uint64_t word = 0;
+    std::memcpy(&word, bytes + at, 8);
+    hash = mix64(hash ^ word);
+  }
+  uint64_t tail = 0;
+  std::memcpy(&tail, bytes + at, size - at);
+  return mix64(hash ^ tail);
 }
 
 Rng::Rng(uint64_t seed) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 
@@ -16,6 +17,9 @@ namespace kiln {
 uint64_t mix64(uint64_t value);
 // A 64-bit hash of a string built from mix64, for cache file names (not for security).
 uint64_t hash_string(std::string_view text);
+// A 64-bit hash of bytes, eight at a time, built from mix64: a checksum that finds damage in
+// cache files (not for security).
+uint64_t hash_bytes(const void* data, size_t size);
 
 class Rng {
  public:

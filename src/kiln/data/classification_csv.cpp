@@ -5,10 +5,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "kiln/core/atomic_file.h"
 #include "kiln/core/error.h"
+#include "kiln/core/json_numbers.h"
 #include "kiln/core/rng.h"
 
 namespace kiln {
@@ -63,6 +65,36 @@ std::vector<int32_t> parse_integers(std::string_view text, const std::string& wh
   return values;
 }
 
+struct ClassificationMetadata {
+  int64_t seq_length = 0, vocab_size = 0, num_labels = 0;
+  std::vector<std::pair<std::string, int64_t>> files;  // name inside the folder, declared rows
+};
+
+// metadata.json, every value checked: positive sizes, plain file names, non-negative row counts.
+ClassificationMetadata read_metadata(const std::string& meta_path, const Storage& storage) {
+  ClassificationMetadata meta;
+  try {
+    const nlohmann::json json = nlohmann::json::parse(storage.read_all(meta_path));
+    const auto positive = [&](const char* key) {
+      return json_int64_at(json, key, 1, std::numeric_limits<int32_t>::max(), meta_path);
+    };
+    meta.seq_length = positive("seq_length");
+    meta.vocab_size = positive("vocab_size");
+    meta.num_labels = positive("num_labels");
+    for (const nlohmann::json& entry : json.at("files").get<std::vector<nlohmann::json>>()) {
+      const std::string name = entry.at("name").get<std::string>();
+      KILN_CHECK(!name.empty() && name.find('/') == std::string::npos && name != "." && name != "..",
+                 "{}: file name '{}' is not a plain name in the folder", meta_path, name);
+      const int64_t rows =
+          json_int64_at(entry, "rows", 0, std::numeric_limits<int32_t>::max(), meta_path + " (" + name + ")");
+      meta.files.emplace_back(name, rows);
+    }
+  } catch (const nlohmann::json::exception& error) {
+    fail("{}: {}", meta_path, error.what());
+  }
+  return meta;
+}
+
 }  // namespace
 
 int64_t write_synthetic_classification(const ClassificationSynthOptions& o) {
@@ -104,20 +136,17 @@ int64_t write_synthetic_classification(const ClassificationSynthOptions& o) {
 ClassificationDataset::ClassificationDataset(const std::string& dir, const Storage& storage) {
   const std::string meta_path = dir + "/metadata.json";
   KILN_CHECK(storage.exists(meta_path), "cannot open '{}' (a classification folder needs metadata.json)", meta_path);
-  nlohmann::json meta;
-  try {
-    meta = nlohmann::json::parse(storage.read_all(meta_path));
-    seq_length_ = meta.at("seq_length").get<int64_t>();
-    vocab_size_ = meta.at("vocab_size").get<int64_t>();
-    num_labels_ = meta.at("num_labels").get<int64_t>();
-    meta.at("files").get<std::vector<nlohmann::json>>();
-  } catch (const nlohmann::json::exception& error) {
-    fail("{}: {}", meta_path, error.what());
-  }
-  for (const auto& entry : meta["files"]) {
-    const std::string path = dir + "/" + entry.at("name").get<std::string>();
-    const int64_t declared = entry.at("rows").get<int64_t>();
-    files_.push_back(storage.open(path));
+  const ClassificationMetadata meta = read_metadata(meta_path, storage);
+  seq_length_ = meta.seq_length;
+  vocab_size_ = meta.vocab_size;
+  num_labels_ = meta.num_labels;
+  for (const auto& [name, declared] : meta.files) {
+    const std::string path = dir + "/" + name;
+    try {
+      files_.push_back(storage.open(path));
+    } catch (const Error& error) {
+      fail("{}: lists '{}', which cannot be read: {}", meta_path, name, error.what());
+    }
     const RandomAccessFile& file = *files_.back();
     const auto file_index = static_cast<int32_t>(files_.size() - 1);
     // One pass: the offset and length of every line after the header.

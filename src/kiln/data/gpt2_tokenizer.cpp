@@ -126,7 +126,10 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& dir)
   for (const auto& [token, id] : encoder.items()) {
     KILN_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < static_cast<int64_t>(encoder.size()),
                "{}: token '{}' has id {}, outside [0, {})", encoder_path, token, id.dump(), encoder.size());
-    tokens_[static_cast<size_t>(id.get<int64_t>())] = token;
+    KILN_CHECK(!token.empty(), "{}: an empty token", encoder_path);
+    std::string& slot = tokens_[static_cast<size_t>(id.get<int64_t>())];
+    KILN_CHECK(slot.empty(), "{}: tokens '{}' and '{}' have the same id {}", encoder_path, slot, token, id.dump());
+    slot = token;
     ids[token] = id.get<int32_t>();
   }
   byte_token_.resize(256);

@@ -21,22 +21,29 @@ void shuffle_in_place(std::vector<T>& values, uint64_t seed) {
   for (size_t i = values.size(); i > 1; --i) std::swap(values[i - 1], values[rng.below(i)]);
 }
 
+// Index caches hold the array's bytes and then hash_bytes of them: a file that is damaged, cut
+// short or written by another version fails the check and is built again.
 template <typename T>
 bool load_array(const std::string& path, size_t count, std::vector<T>& out) {
   std::ifstream stream(path, std::ios::binary);
   if (!stream.good()) return false;
   out.resize(count);
-  stream.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(count * sizeof(T)));
-  return stream.gcount() == static_cast<std::streamsize>(count * sizeof(T)) && stream.peek() == EOF;
+  const auto bytes = static_cast<std::streamsize>(count * sizeof(T));
+  uint64_t checksum = 0;
+  stream.read(reinterpret_cast<char*>(out.data()), bytes);
+  stream.read(reinterpret_cast<char*>(&checksum), sizeof(checksum));
+  return stream.gcount() == sizeof(checksum) && stream.peek() == EOF &&
+         checksum == hash_bytes(out.data(), static_cast<size_t>(bytes));
 }
 
 template <typename T>
 void save_array(const std::string& path, const std::vector<T>& values) {
+  const uint64_t checksum = hash_bytes(values.data(), values.size() * sizeof(T));
   AtomicFile file(path);
   file.write(values.data(), values.size() * sizeof(T));
+  file.write(&checksum, sizeof(checksum));
   file.commit();
 }
-
 
 }  // namespace
 

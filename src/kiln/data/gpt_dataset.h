@@ -12,7 +12,8 @@
 //              behind its weight (Megatron's build_blending_indices), in order;
 //   cache      the document order and the shuffle are written to <prefix>_kiln_cache/ under a name
 //              that hashes everything they depend on (the index file's size and time, split range,
-//              sequence length, sample count, seed), so changed data or settings rebuild them.
+//              sequence length, sample count, seed), so changed data or settings rebuild them;
+//              each file ends with a checksum of its contents, and a damaged one is rebuilt.
 //              For data on S3 the cache lives under the storage's cache_dir (none without one).
 // Requests past the planned number of samples wrap around. Thread-safe for concurrent sample().
 #pragma once

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "kiln/core/error.h"
+#include "kiln/core/json_numbers.h"
 #include "kiln/core/rng.h"
 
 namespace kiln {
@@ -57,7 +59,7 @@ std::optional<int64_t> read_data_vocab_size(const std::string& dir, const Storag
   if (!storage.exists(path)) return std::nullopt;
   try {
     const nlohmann::json meta = nlohmann::json::parse(storage.read_all(path));
-    return meta.at("vocab_size").get<int64_t>();
+    return json_int64_at(meta, "vocab_size", 1, std::numeric_limits<int32_t>::max(), path);
   } catch (const nlohmann::json::exception& error) {
     fail("{}: cannot read vocab_size: {}", path, error.what());
   }

@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -13,6 +15,7 @@
 
 #include "kiln/core/atomic_file.h"
 #include "kiln/core/error.h"
+#include "kiln/core/json_numbers.h"
 #include "kiln/train/safetensors.h"
 
 namespace kiln {
@@ -56,7 +59,12 @@ std::vector<float> read_flat(const SafetensorsFile& file, const std::string& pre
                file.path(), name, entry.shape.to_string(), expected.to_string());
     KILN_CHECK(entry.dtype == DType::F32 || entry.dtype == DType::BF16 || entry.dtype == DType::F16,
                "{}: tensor '{}' has dtype {}, expected a floating type", file.path(), name, dtype_name(entry.dtype));
-    widen_to_fp32(entry.data, entry.dtype, host.data() + info.offset, expected.numel());
+    float* values = host.data() + info.offset;
+    widen_to_fp32(entry.data, entry.dtype, values, expected.numel());
+    // Training never keeps a non-finite value (such steps are skipped): one here is damage.
+    const float* bad = std::find_if(values, values + expected.numel(), [](float v) { return !std::isfinite(v); });
+    KILN_CHECK(bad == values + expected.numel(), "{}: tensor '{}' holds {} at element {} (a damaged file?)",
+               file.path(), name, *bad, bad - values);
   }
   return host;
 }
@@ -170,6 +178,7 @@ std::string resolve_checkpoint_dir(const std::string& load) {
   try {
     size_t used = 0;
     iteration = std::stoll(text, &used);
+    if (text.find_first_not_of(" \t\r\n", used) != std::string::npos) iteration = -1;
   } catch (const std::exception&) {
   }
   KILN_CHECK(iteration >= 0, "{}: expected an iteration number, got '{}'", tracker, text);
@@ -191,23 +200,28 @@ Config read_checkpoint_config(const std::string& checkpoint_dir) {
 
 TrainerState read_trainer_state(const std::string& checkpoint_dir) {
   const nlohmann::json json = read_state_json(checkpoint_dir);
-  try {
-    TrainerState state;
-    state.iteration = json.at("iteration").get<int64_t>();
-    state.consumed_samples = json.at("consumed_samples").get<int64_t>();
-    state.skipped_iterations = json.at("skipped_iterations").get<int64_t>();
-    state.nan_iterations = json.at("nan_iterations").get<int64_t>();
-    state.optimizer_steps = json.at("optimizer_steps").get<int64_t>();
-    const auto& scaler = json.at("loss_scaler");
-    state.loss_scaler.scale = scaler.at("scale").get<float>();
-    state.loss_scaler.growth_tracker = scaler.at("growth_tracker").get<int64_t>();
-    state.loss_scaler.hysteresis_tracker = scaler.at("hysteresis_tracker").get<int64_t>();
-    KILN_CHECK(state.iteration >= 0 && state.consumed_samples >= 0 && state.optimizer_steps >= 0,
-               "negative counters");
-    return state;
-  } catch (const std::exception& error) {
-    fail("{}/{}: bad trainer state: {}", checkpoint_dir, kStateFile, error.what());
-  }
+  const std::string source = checkpoint_dir + "/" + kStateFile;
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  TrainerState state;
+  state.iteration = json_int64_at(json, "iteration", 0, kMax, source);
+  state.consumed_samples = json_int64_at(json, "consumed_samples", 0, kMax, source);
+  state.skipped_iterations = json_int64_at(json, "skipped_iterations", 0, kMax, source);
+  state.nan_iterations = json_int64_at(json, "nan_iterations", 0, kMax, source);
+  state.optimizer_steps = json_int64_at(json, "optimizer_steps", 0, kMax, source);
+  KILN_CHECK(json.contains("loss_scaler") && json["loss_scaler"].is_object(), "{}: 'loss_scaler' is missing", source);
+  const nlohmann::json& scaler = json["loss_scaler"];
+  const std::string scaler_source = source + " (loss_scaler)";
+  const double scale = scaler.contains("scale") && scaler["scale"].is_number() ? scaler["scale"].get<double>() : -1.0;
+  KILN_CHECK(std::isfinite(scale) && scale > 0 && scale <= std::numeric_limits<float>::max(),
+             "{}: 'scale' is {}, not a positive fp32 number", scaler_source,
+             scaler.contains("scale") ? scaler["scale"].dump() : "missing");
+  state.loss_scaler.scale = static_cast<float>(scale);
+  state.loss_scaler.growth_tracker = json_int64_at(scaler, "growth_tracker", 0, kMax, scaler_source);
+  // The hysteresis counter goes below zero while overflows continue (loss_scaler.cpp); bounded so
+  // that counting on cannot overflow.
+  state.loss_scaler.hysteresis_tracker =
+      json_int64_at(scaler, "hysteresis_tracker", -(int64_t{1} << 62), kMax, scaler_source);
+  return state;
 }
 
 void load_model_weights(const std::string& checkpoint_dir, Gpt& model) {
@@ -227,6 +241,9 @@ void load_optimizer_state(const std::string& checkpoint_dir, const Gpt& model, A
   const SafetensorsFile file(checkpoint_dir + "/" + kOptimizerFile);
   const std::vector<float> exp_avg = read_flat(file, "exp_avg.", model);
   const std::vector<float> exp_avg_sq = read_flat(file, "exp_avg_sq.", model);
+  const auto negative = std::find_if(exp_avg_sq.begin(), exp_avg_sq.end(), [](float v) { return v < 0; });
+  KILN_CHECK(negative == exp_avg_sq.end(), "{}: a second moment 'exp_avg_sq.*' is negative ({} at flat element {})",
+             file.path(), *negative, negative - exp_avg_sq.begin());
   backend.copy_to_device(optimizer.exp_avg().data, exp_avg.data(), exp_avg.size() * sizeof(float));
   backend.copy_to_device(optimizer.exp_avg_sq().data, exp_avg_sq.data(), exp_avg_sq.size() * sizeof(float));
 }

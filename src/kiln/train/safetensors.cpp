@@ -6,6 +6,7 @@
 
 #include "kiln/core/atomic_file.h"
 #include "kiln/core/error.h"
+#include "kiln/core/json_numbers.h"
 
 namespace kiln {
 namespace {
@@ -30,6 +31,20 @@ bool parse_safetensors_dtype(const std::string& name, DType& dtype) {
       return true;
     }
   return false;
+}
+
+// A JSON value that is a whole number in [0, 2^63): shapes' dimensions and byte offsets.
+bool is_size(const nlohmann::json& value) {
+  const std::optional<int64_t> number = json_int64(value);
+  return number && *number >= 0;
+}
+
+// The bytes of `shape` elements of `dtype`, or false when the count does not fit 64 bits.
+bool tensor_bytes(const Shape& shape, DType dtype, uint64_t& bytes) {
+  bytes = dtype_size(dtype);
+  for (int d = 0; d < shape.rank; ++d)
+    if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(shape.dims[d]), &bytes)) return false;
+  return true;
 }
 
 }  // namespace
@@ -88,22 +103,24 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
       const std::string dtype = info.at("dtype").get<std::string>();
       KILN_CHECK(parse_safetensors_dtype(dtype, entry.dtype), "{}: tensor '{}' has unsupported dtype {}",
                  path, name, dtype);
-      const auto shape = info.at("shape").get<std::vector<int64_t>>();
+      const auto shape = info.at("shape").get<std::vector<nlohmann::json>>();
       KILN_CHECK(shape.size() <= Shape::kMaxDims, "{}: tensor '{}' has rank {}", path, name, shape.size());
-      for (int64_t size : shape) {
-        KILN_CHECK(size >= 0, "{}: tensor '{}' has a negative dimension", path, name);
-        entry.shape.dims[entry.shape.rank++] = size;
+      for (const nlohmann::json& size : shape) {
+        KILN_CHECK(is_size(size), "{}: tensor '{}' has dimension {}, not a size", path, name, size.dump());
+        entry.shape.dims[entry.shape.rank++] = size.get<int64_t>();
       }
-      const auto offsets = info.at("data_offsets").get<std::vector<size_t>>();
-      KILN_CHECK(offsets.size() == 2 && offsets[0] <= offsets[1] && offsets[1] <= data_size,
-                 "{}: tensor '{}' data_offsets run past the {} data bytes (truncated file?)", path,
-                 name, data_size);
-      const size_t expected = static_cast<size_t>(entry.shape.numel()) * dtype_size(entry.dtype);
-      KILN_CHECK(offsets[1] - offsets[0] == expected,
-                 "{}: tensor '{}' spans {} bytes but shape {} of {} needs {}", path, name,
-                 offsets[1] - offsets[0], entry.shape.to_string(), dtype, expected);
-      entry.data = data_start + offsets[0];
-      ranges.emplace_back(offsets[0], offsets[1]);
+      const auto offsets = info.at("data_offsets").get<std::vector<nlohmann::json>>();
+      KILN_CHECK(offsets.size() == 2 && is_size(offsets[0]) && is_size(offsets[1]),
+                 "{}: tensor '{}' data_offsets are not two byte offsets", path, name);
+      const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
+      KILN_CHECK(begin <= end && end <= data_size,
+                 "{}: tensor '{}' data_offsets run past the {} data bytes (truncated file?)", path, name, data_size);
+      uint64_t expected = 0;
+      KILN_CHECK(tensor_bytes(entry.shape, entry.dtype, expected) && end - begin == expected,
+                 "{}: tensor '{}' has shape {} of {} but spans {} bytes", path, name, entry.shape.to_string(), dtype,
+                 end - begin);
+      entry.data = data_start + begin;
+      ranges.emplace_back(begin, end);
       entries_[name] = entry;
     } catch (const nlohmann::json::exception& error) {
       fail("{}: tensor '{}' has a malformed header entry: {}", path, name, error.what());
