@@ -171,16 +171,7 @@ TEST_F(S3, CacheDirectoryFillsLazilyAndServesLaterReadsLocally) {
 
 // ---- retries against a faulty server -------------------------------------------------------
 
-S3Settings fault_settings(const FaultHttpServer& server) {
-  S3Settings settings;
-  settings.endpoint = server.endpoint();
-  settings.custom_endpoint = true;
-  settings.credentials = {"id", "secret", ""};
-  settings.backoff_initial_ms = 5;
-  settings.max_attempts = 4;
-  settings.timeouts.stall_seconds = 1;
-  return settings;
-}
+S3Settings fault_settings(const FaultHttpServer& server) { return testing::s3_settings_for(server.endpoint()); }
 
 TEST(S3Retries, ServerErrorsAndCutBodiesAreRetriedThenSucceed) {
   const std::string object = random_bytes(5000, 4);

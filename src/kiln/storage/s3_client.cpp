@@ -1,9 +1,12 @@
 #include "kiln/storage/s3_client.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdlib>
+#include <optional>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "kiln/core/error.h"
@@ -28,6 +31,52 @@ std::string scheme_of(const std::string& endpoint) {
   return scheme == std::string::npos ? "https" : endpoint.substr(0, scheme);
 }
 
+void append_utf8(std::string& out, uint32_t code_point) {
+  if (code_point < 0x80) {
+    out += static_cast<char>(code_point);
+  } else if (code_point < 0x800) {
+    out += static_cast<char>(0xc0 | code_point >> 6);
+    out += static_cast<char>(0x80 | (code_point & 0x3f));
+  } else if (code_point < 0x10000) {
+    out += static_cast<char>(0xe0 | code_point >> 12);
+    out += static_cast<char>(0x80 | (code_point >> 6 & 0x3f));
+    out += static_cast<char>(0x80 | (code_point & 0x3f));
+  } else {
+    out += static_cast<char>(0xf0 | code_point >> 18);
+    out += static_cast<char>(0x80 | (code_point >> 12 & 0x3f));
+    out += static_cast<char>(0x80 | (code_point >> 6 & 0x3f));
+    out += static_cast<char>(0x80 | (code_point & 0x3f));
+  }
+}
+
+// XML's character references "#123" and "#x7b": a code point XML allows (not 0, not a surrogate).
+bool character_reference(std::string_view entity, uint32_t& code_point) {
+  if (!entity.starts_with('#')) return false;
+  const bool hex = entity.starts_with("#x");
+  const std::string_view digits = entity.substr(hex ? 2 : 1);
+  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), code_point, hex ? 16 : 10);
+  return error == std::errc() && end == digits.data() + digits.size() && !digits.empty() && code_point != 0 &&
+         code_point <= 0x10ffff && (code_point < 0xd800 || code_point > 0xdfff);
+}
+
+// A decimal number of bytes as S3 writes it (Content-Length, <Size>): digits only, within 64 bits.
+std::optional<uint64_t> parse_byte_count(std::string_view text) {
+  uint64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+// Whether a 206 answer's Content-Range ("bytes FIRST-LAST/TOTAL") is the range that was asked for.
+bool answers_range(const HttpResponse& response, uint64_t first, uint64_t last) {
+  const std::string* range = response.header("content-range");
+  if (range == nullptr || !range->starts_with("bytes ")) return false;
+  const std::string_view text = std::string_view(*range).substr(6);
+  const size_t dash = text.find('-'), slash = text.find('/');
+  if (dash == std::string_view::npos || slash == std::string_view::npos || slash < dash) return false;
+  return parse_byte_count(text.substr(0, dash)) == first && parse_byte_count(text.substr(dash + 1, slash - dash - 1)) == last;
+}
+
 std::string xml_unescape(std::string_view text) {
   std::string out;
   for (size_t i = 0; i < text.size(); ++i) {
@@ -42,8 +91,7 @@ std::string xml_unescape(std::string_view text) {
     else if (entity == "gt") out += '>';
     else if (entity == "quot") out += '"';
     else if (entity == "apos") out += '\'';
-    else if (entity.starts_with("#x")) out += static_cast<char>(std::strtol(std::string(entity.substr(2)).c_str(), nullptr, 16));
-    else if (entity.starts_with("#")) out += static_cast<char>(std::strtol(std::string(entity.substr(1)).c_str(), nullptr, 10));
+    else if (uint32_t code_point = 0; character_reference(entity, code_point)) append_utf8(out, code_point);
     else {
       out += '&';
       continue;
@@ -66,6 +114,16 @@ std::vector<std::string_view> xml_elements(std::string_view xml, std::string_vie
     at = end + close.size();
   }
   return found;
+}
+
+// Whether `xml` opens a <tag> element (attributes allowed, as in <ListBucketResult xmlns="...">).
+bool has_element(std::string_view xml, std::string_view tag) {
+  const std::string open = "<" + std::string(tag);
+  for (size_t at = xml.find(open); at != std::string_view::npos; at = xml.find(open, at + 1)) {
+    const size_t after = at + open.size();
+    if (after < xml.size() && (xml[after] == '>' || xml[after] == ' ')) return true;
+  }
+  return false;
 }
 
 std::string xml_first(std::string_view xml, std::string_view tag) {
@@ -228,7 +286,10 @@ std::optional<S3ObjectInfo> S3Client::head(const S3Location& location) const {
   info.key = location.key;
   const std::string* length = response.header("content-length");
   KILN_CHECK(length != nullptr, "{}: the S3 endpoint sent no Content-Length for HEAD", location.uri());
-  info.size = std::strtoull(length->c_str(), nullptr, 10);
+  const std::optional<uint64_t> size = parse_byte_count(*length);
+  KILN_CHECK(size.has_value(), "{}: the S3 endpoint answered HEAD with Content-Length '{}', not a byte count",
+             location.uri(), *length);
+  info.size = *size;
   if (const std::string* etag = response.header("etag")) info.etag = *etag;
   return info;
 }
@@ -244,7 +305,18 @@ void S3Client::read_ranges(const S3Location& location, std::span<const S3RangeRe
     call.into = range.out;
     calls.push_back(std::move(call));
   }
-  perform(calls, /*allow_404=*/false);
+  const std::vector<HttpResponse> responses = perform(calls, /*allow_404=*/false);
+  size_t call = 0;
+  for (const S3RangeRead& range : ranges) {
+    if (range.out.empty()) continue;
+    const HttpResponse& response = responses[call++];
+    const uint64_t last = range.offset + range.out.size() - 1;
+    // 206 must say which bytes it holds; a 200 (the whole object) is right only for a range from 0.
+    KILN_CHECK(response.status == 206 ? answers_range(response, range.offset, last) : range.offset == 0,
+               "{}: asked for bytes {}-{}, the S3 endpoint answered HTTP {} with Content-Range '{}'", location.uri(),
+               range.offset, last, response.status,
+               response.header("content-range") ? *response.header("content-range") : "");
+  }
 }
 
 std::string S3Client::get(const S3Location& location) const {
@@ -262,7 +334,9 @@ void S3Client::put(const S3Location& location, std::string_view body) const {
 }
 
 std::vector<S3ObjectInfo> S3Client::list(const std::string& bucket, const std::string& prefix, int page_size) const {
+  const std::string where = S3Location{bucket, prefix}.uri();
   std::vector<S3ObjectInfo> objects;
+  std::set<std::string> tokens_seen;
   std::string token;
   for (;;) {
     Call call;
@@ -270,15 +344,24 @@ std::vector<S3ObjectInfo> S3Client::list(const std::string& bucket, const std::s
     call.query = {{"list-type", "2"}, {"prefix", prefix}, {"delimiter", "/"}, {"max-keys", std::to_string(page_size)}};
     if (!token.empty()) call.query.emplace_back("continuation-token", token);
     const std::string xml = std::move(perform({&call, 1}, /*allow_404=*/false).front().body);
+    KILN_CHECK(has_element(xml, "ListBucketResult"),
+               "{}: the S3 endpoint's listing is not a ListBucketResult: '{}'", where, xml.substr(0, 200));
     for (std::string_view contents : xml_elements(xml, "Contents")) {
       S3ObjectInfo info;
       info.key = xml_first(contents, "Key");
-      info.size = std::strtoull(xml_first(contents, "Size").c_str(), nullptr, 10);
+      const std::string size = xml_first(contents, "Size");
+      const std::optional<uint64_t> bytes = parse_byte_count(size);
+      KILN_CHECK(!info.key.empty() && bytes.has_value(),
+                 "{}: the S3 endpoint's listing has an entry with key '{}' and size '{}'", where, info.key, size);
+      info.size = *bytes;
       info.etag = xml_first(contents, "ETag");
       objects.push_back(std::move(info));
     }
+    if (xml_first(xml, "IsTruncated") != "true") break;
     token = xml_first(xml, "NextContinuationToken");
-    if (xml_first(xml, "IsTruncated") != "true" || token.empty()) break;
+    KILN_CHECK(!token.empty(), "{}: the S3 endpoint's listing is truncated but gives no continuation token", where);
+    KILN_CHECK(tokens_seen.insert(token).second,
+               "{}: the S3 endpoint's listing repeats the continuation token '{}' (it would never end)", where, token);
   }
   return objects;
 }

@@ -12,8 +12,11 @@
 // Retries: a transport failure (refused, reset, timeout, short body) and HTTP 5xx or 429 are
 // retried up to max_attempts with exponential backoff (initial, doubling, capped, with jitter);
 // other statuses fail at once. Every error names the s3:// URI and, for HTTP errors, the status and
-// S3's error code (AccessDenied, NoSuchKey, ...). Thread-safe: each call runs on its caller's
-// thread with that thread's connections.
+// S3's error code (AccessDenied, NoSuchKey, ...). Answers are checked, not trusted: a HEAD's
+// Content-Length must be a byte count, a ranged read's 206 must name the range asked for (a 200,
+// the whole object, only answers a range from byte 0), and a listing must be a ListBucketResult
+// whose entries have a key and a byte count and whose continuation tokens never repeat. Thread-safe:
+// each call runs on its caller's thread with that thread's connections.
 #pragma once
 
 #include <atomic>
