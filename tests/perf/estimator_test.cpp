@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <algorithm>
 
 #include "kiln/nn/activations.h"
@@ -237,6 +239,21 @@ TEST(Estimator, BadInputNamesTheFlag) {
               in.fp8_format = "hybrid";
               in.fp8_amax_history_len = 0;
             }).find("--fp8-amax-history-len"),
+            std::string::npos);
+  // Sizes past any machine: refused before a count overflows or a per-layer list is built.
+  EXPECT_NE(message([](EstimateInput& in) { in.num_layers = int64_t{1} << 30; })
+                .find("are too large: 1073741824 layers (at most 65536)"),
+            std::string::npos);
+  EXPECT_NE(message([](EstimateInput& in) { in.seq_length = 3037000500; })
+                .find("are too large: the attention scores (micro-batch x heads x seq^2)"),
+            std::string::npos);
+  EXPECT_NE(message([](EstimateInput& in) { in.hidden_size = int64_t{1} << 62; }).find("are too large: parameters"),
+            std::string::npos);
+  EXPECT_NE(message([](EstimateInput& in) {
+              in.micro_batch_size = in.global_batch_size = int64_t{1} << 60;
+            }).find("are too large: the MLP activation"),
+            std::string::npos);
+  EXPECT_NE(message([](EstimateInput& in) { in.tokens = INFINITY; }).find("--tokens must be a positive number, got inf"),
             std::string::npos);
 }
 

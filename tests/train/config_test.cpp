@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <algorithm>
 
 #include "kiln/core/error.h"
@@ -116,6 +118,16 @@ TEST(Config, InconsistentValuesAreErrors) {
         c.cuda_graph = c.profile_ops = true;
       },
       "'cuda_graph' and 'profile_ops'");
+  // Sizes past any machine, refused before a count overflows or a per-layer list is built.
+  check([](Config& c) { c.num_layers = int64_t{1} << 30; }, "are too large: 1073741824 layers (at most 65536)");
+  check([](Config& c) { c.micro_batch_size = c.global_batch_size = int64_t{1} << 60; },
+        "are too large: the MLP activation");
+  check([](Config& c) { c.vocab_size = int64_t{1} << 31; }, "'vocab_size': 2147483648 does not fit the int32 token ids");
+  check([](Config& c) { c.global_batch_size = 16; c.data_parallel_size = int64_t{1} << 62; }, "not a multiple");
+  // Real numbers must be finite and fit fp32, as the optimizer and the loss scaler keep them.
+  check([](Config& c) { c.lr = 1e300; }, "config key 'lr' must be a finite number within fp32's range, got 1e+300");
+  check([](Config& c) { c.initial_loss_scale = INFINITY; }, "config key 'initial_loss_scale' must be a finite number");
+  check([](Config& c) { c.adam_eps = NAN; }, "config key 'adam_eps' must be a finite number");
 }
 
 TEST(Config, YamlRoundTrips) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace kiln {
 
@@ -22,5 +23,17 @@ struct GptConfig {
   int64_t head_size() const { return hidden_size / num_heads; }
   void validate() const;  // throws kiln::Error naming the offending field
 };
+
+// The sizes of a training run that kiln refuses: past any machine's memory, they would also
+// overflow the 64-bit element and byte counts derived from them, or the per-layer bookkeeping.
+inline constexpr double kMaxTensorElements = 9007199254740992.0;  // 2^53 elements in one tensor
+inline constexpr int64_t kMaxLayers = 65536;
+
+// What of a training run is beyond those limits, described: the layer count, or the first of its
+// largest tensors (the parameters, the MLP activation and the logits of one micro-batch, its
+// attention scores) with more elements than kMaxTensorElements; "" when nothing is. Counted in
+// floating point, so any positive sizes get an answer.
+std::string beyond_size_limits(int64_t num_layers, int64_t hidden_size, int64_t num_heads, int64_t vocab_size,
+                               int64_t seq_length, int64_t micro_batch_size);
 
 }  // namespace kiln

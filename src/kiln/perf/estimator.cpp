@@ -1,6 +1,7 @@
 #include "kiln/perf/estimator.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "kiln/backend/attention_workspace.h"
 #include "kiln/backend/fp8_workspace.h"
@@ -26,9 +27,15 @@ void validate(const EstimateInput& in) {
                              {in.vocab_size, "--vocab-size"}, {in.global_batch_size, "--global-batch-size"},
                              {in.micro_batch_size, "--micro-batch-size"}, {in.gpus, "--gpus"}})
     KILN_CHECK(value > 0, "{} must be positive, got {}", flag, value);
+  const std::string oversized = beyond_size_limits(in.num_layers, in.hidden_size, in.num_attention_heads,
+                                                   in.vocab_size, in.seq_length, in.micro_batch_size);
+  KILN_CHECK(oversized.empty(),
+             "--num-layers, --hidden-size, --num-attention-heads, --vocab-size, --seq-length and --micro-batch-size "
+             "are too large: {}",
+             oversized);
   KILN_CHECK(in.hidden_size % in.num_attention_heads == 0, "--num-attention-heads {} does not divide --hidden-size {}",
              in.num_attention_heads, in.hidden_size);
-  KILN_CHECK(in.global_batch_size % (in.micro_batch_size * in.gpus) == 0,
+  KILN_CHECK(in.global_batch_size % in.micro_batch_size == 0 && in.global_batch_size / in.micro_batch_size % in.gpus == 0,
              "--global-batch-size {} is not a multiple of --micro-batch-size {} x --gpus {}", in.global_batch_size,
              in.micro_batch_size, in.gpus);
   KILN_CHECK(in.precision == "fp32" || in.precision == "tf32" || in.precision == "bf16" || in.precision == "fp16",
@@ -36,9 +43,12 @@ void validate(const EstimateInput& in) {
   KILN_CHECK(in.zero_stage >= 0 && in.zero_stage <= 3, "--zero-stage must be 0, 1, 2 or 3, got {}", in.zero_stage);
   KILN_CHECK(!(in.time_per_iteration_s && in.tflops_per_gpu),
              "give one of --time-per-iteration (measured seconds) and --tflops-per-gpu (a target), not both");
-  KILN_CHECK(!in.time_per_iteration_s || *in.time_per_iteration_s > 0, "--time-per-iteration must be positive");
-  KILN_CHECK(!in.tflops_per_gpu || *in.tflops_per_gpu > 0, "--tflops-per-gpu must be positive");
-  KILN_CHECK(in.tokens > 0, "--tokens must be positive, got {}", in.tokens);
+  const auto positive_finite = [](double value) { return value > 0 && std::isfinite(value); };
+  KILN_CHECK(!in.time_per_iteration_s || positive_finite(*in.time_per_iteration_s),
+             "--time-per-iteration must be a positive number, got {}", in.time_per_iteration_s.value_or(0));
+  KILN_CHECK(!in.tflops_per_gpu || positive_finite(*in.tflops_per_gpu), "--tflops-per-gpu must be a positive number, got {}",
+             in.tflops_per_gpu.value_or(0));
+  KILN_CHECK(positive_finite(in.tokens), "--tokens must be a positive number, got {}", in.tokens);
   if (in.fp8_format.empty()) return;
   KILN_CHECK(in.fp8_format == "hybrid" || in.fp8_format == "e4m3", "--fp8-format '{}' is not hybrid or e4m3",
              in.fp8_format);

@@ -2,9 +2,11 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "kiln/core/error.h"
@@ -217,6 +219,20 @@ void Config::validate() const {
                             {data_parallel_size, "data_parallel_size"}, {train_iters, "train_iters"},
                             {lr_decay_iters, "lr_decay_iters"}, {log_interval, "log_interval"}})
     KILN_CHECK(value > 0, "config key '{}' must be positive, got {}", key, value);
+  KILN_CHECK(vocab_size <= std::numeric_limits<int32_t>::max(),
+             "config key 'vocab_size': {} does not fit the int32 token ids", vocab_size);
+  const std::string oversized = beyond_size_limits(num_layers, hidden_size, num_attention_heads,
+                                                   std::max<int64_t>(vocab_size, 1), seq_length, micro_batch_size);
+  KILN_CHECK(oversized.empty(),
+             "config keys num_layers, hidden_size, num_attention_heads, vocab_size, seq_length and micro_batch_size "
+             "are too large: {}",
+             oversized);
+  for (const ConfigField& field : config_fields())
+    if (const auto* member = std::get_if<double Config::*>(&field.member)) {
+      const double value = this->**member;
+      KILN_CHECK(std::isfinite(value) && std::fabs(value) <= std::numeric_limits<float>::max(),
+                 "config key '{}' must be a finite number within fp32's range, got {}", field.key, value);
+    }
   KILN_CHECK(hidden_size % num_attention_heads == 0,
              "config key 'num_attention_heads': {} heads do not divide hidden_size {}",
              num_attention_heads, hidden_size);
@@ -224,7 +240,7 @@ void Config::validate() const {
              "config key 'seq_length': {} exceeds max_position_embeddings {}", seq_length,
              max_position_embeddings);
   KILN_CHECK(vocab_size >= 0, "config key 'vocab_size' must be >= 0, got {}", vocab_size);
-  KILN_CHECK(global_batch_size % (micro_batch_size * data_parallel_size) == 0,
+  KILN_CHECK(global_batch_size % micro_batch_size == 0 && global_batch_size / micro_batch_size % data_parallel_size == 0,
              "config key 'global_batch_size': {} is not a multiple of micro_batch_size {} x "
              "data_parallel_size {}",
              global_batch_size, micro_batch_size, data_parallel_size);
