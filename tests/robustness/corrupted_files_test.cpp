@@ -14,6 +14,8 @@
 #include "kiln/data/gpt2_tokenizer.h"
 #include "kiln/data/gpt_dataset.h"
 #include "kiln/data/indexed_dataset.h"
+#include "kiln/data/prepare_text.h"
+#include "kiln/data/preprocess.h"
 #include "kiln/data/token_dataset.h"
 #include "kiln/data/token_shard.h"
 #include "kiln/train/config.h"
@@ -260,6 +262,46 @@ TEST(CorruptedFiles, TokenizerFilesAreRefusedByName) {
   encoder["the"] = encoder["in"];
   testing::write_file_bytes(dir / "encoder.json", encoder.dump());
   EXPECT_NE(testing::error_of(encode_and_decode).find("encoder.json: tokens '"), std::string::npos);
+}
+
+TEST(CorruptedFiles, PreprocessInputsAreRefusedByName) {
+  TempDir dir;
+  write_small_tokenizer(dir.path());
+  const std::string input = dir / "docs.jsonl";
+  testing::write_file_bytes(input,
+                            "{\"text\": \"The three then in the inn.\", \"id\": 1}\n"
+                            "{\"text\": \"tea at ten \\u00e9\\n\", \"id\": 2}\n{\"text\": \"\"}\n");
+  PreprocessOptions options;
+  options.inputs = {input};
+  options.output_prefix = dir / "out";
+  options.tokenizer_dir = dir.path();
+  options.append_eod = false;
+  options.workers = 2;
+  CorruptionOptions corruptions;
+  corruptions.text = true;
+  corruptions.random_edits = 300;
+  expect_both_outcomes(expect_rejected_by_name_or_accepted(
+      input, corruptions_of(read_file_bytes(input), corruptions), "docs.jsonl", [&] {
+        const PreprocessSummary summary = preprocess(options);
+        read_every_sequence(summary.prefix, Storage::defaults());  // what was written reads back
+      }));
+  // Plain text files, one document each, into byte-level shards.
+  const std::string text = dir / "book.txt";
+  testing::write_file_bytes(text, "Caf\xc3\xa9 au lait, \xe2\x82\xac 3.\nA second line.\n");
+  PrepareTextOptions prepare;
+  prepare.inputs = {text};
+  prepare.output_dir = dir / "shards";
+  prepare.val_fraction = 0;
+  expect_both_outcomes(expect_rejected_by_name_or_accepted(
+      text, corruptions_of(read_file_bytes(text), corruptions), "book.txt", [&] {
+        std::filesystem::remove_all(prepare.output_dir);
+        const PrepareTextSummary summary = prepare_text(prepare);
+        for (const std::string& shard : summary.shards) {
+          const TokenShard opened(shard, kByteVocabSize);
+          std::vector<int32_t> all(static_cast<size_t>(opened.size()));
+          opened.read(0, all);
+        }
+      }));
 }
 
 TEST(CorruptedFiles, YamlConfigsAreRefusedByName) {
