@@ -25,13 +25,6 @@ StorageOptions pread_options() {  // local files read with pread instead of a me
 using testing::error_of;
 using testing::TempDir;
 
-std::string read_bytes(const std::string& path) {
-  std::ifstream stream(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(stream), {}};
-}
-
-void write_bytes(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
-
 void write_example(const std::string& prefix, IndexedDType dtype) {
   IndexedDatasetWriter writer(prefix, dtype);
   writer.add_document(std::vector<int32_t>{5, 6, 7});
@@ -56,7 +49,7 @@ TEST(IndexedDataset, RoundTripsBothDtypesWithMegatronsLayout) {
     EXPECT_EQ(tokens, (std::vector<int32_t>{9, 40000, 6, 7}));
   }
   // Header: magic, version 1, dtype code, 3 sequences, 4 document entries; then the arrays.
-  const std::string idx = read_bytes(dir / "u16.idx");
+  const std::string idx = testing::read_file_bytes(dir / "u16.idx");
   ASSERT_EQ(idx.size(), 34u + 3 * 4 + 3 * 8 + 4 * 8);
   EXPECT_EQ(idx.substr(0, 9), std::string("MMIDIDX\0\0", 9));
   uint64_t version = 0, sequences = 0, documents = 0;
@@ -70,19 +63,19 @@ TEST(IndexedDataset, RoundTripsBothDtypesWithMegatronsLayout) {
   int64_t pointers[3];
   std::memcpy(pointers, idx.data() + 34 + 12, sizeof(pointers));
   EXPECT_EQ(pointers[2], 6);  // 3 uint16 tokens, then an empty sequence
-  EXPECT_EQ(read_bytes(dir / "u16.bin").size(), 10u);
-  EXPECT_EQ(static_cast<int>(read_bytes(dir / "i32.idx")[17]), 4);
+  EXPECT_EQ(testing::read_file_bytes(dir / "u16.bin").size(), 10u);
+  EXPECT_EQ(static_cast<int>(testing::read_file_bytes(dir / "i32.idx")[17]), 4);
 }
 
 TEST(IndexedDataset, MalformedFilesNameTheCulprit) {
   TempDir dir;
   const std::string prefix = dir / "d";
   write_example(prefix, IndexedDType::UInt16);
-  const std::string idx = read_bytes(prefix + ".idx"), bin = read_bytes(prefix + ".bin");
+  const std::string idx = testing::read_file_bytes(prefix + ".idx"), bin = testing::read_file_bytes(prefix + ".bin");
   auto expect = [&](const std::string& new_idx, const std::string& new_bin, const std::string& fragment,
                     int64_t vocab = 50257) {
-    write_bytes(dir / "x.idx", new_idx);
-    write_bytes(dir / "x.bin", new_bin);
+    testing::write_file_bytes(dir / "x.idx", new_idx);
+    testing::write_file_bytes(dir / "x.bin", new_bin);
     const std::string message = error_of([&] { IndexedDataset dataset(dir / "x", vocab); });
     EXPECT_NE(message.find(fragment), std::string::npos) << "got: " << message;
   };
@@ -134,8 +127,8 @@ TEST(Preprocess, JsonLinesToTheSameIdsAsTheTokenizerWithAnyWorkerCount) {
   options.output_prefix = dir / "two";
   options.workers = 2;
   preprocess(options);
-  EXPECT_EQ(read_bytes(dir / "one_text_document.bin"), read_bytes(dir / "two_text_document.bin"));
-  EXPECT_EQ(read_bytes(dir / "one_text_document.idx"), read_bytes(dir / "two_text_document.idx"));
+  EXPECT_EQ(testing::read_file_bytes(dir / "one_text_document.bin"), testing::read_file_bytes(dir / "two_text_document.bin"));
+  EXPECT_EQ(testing::read_file_bytes(dir / "one_text_document.idx"), testing::read_file_bytes(dir / "two_text_document.idx"));
 
   const Gpt2Tokenizer tokenizer(KILN_DEFAULT_TOKENIZER_DIR);
   const IndexedDataset dataset(dir / "one_text_document", tokenizer.vocab_size());

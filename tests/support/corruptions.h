@@ -21,13 +21,12 @@
 #include <cctype>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
 
 #include "kiln/core/error.h"
 #include "kiln/core/rng.h"
+#include "support/temp_dir.h"
 
 namespace kiln::testing {
 
@@ -42,15 +41,6 @@ struct CorruptionOptions {
   int random_edits = 200;    // seeded edits anywhere in the file
   bool text = false;         // also edit it as text
 };
-
-inline std::string read_file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
-
-inline void write_file_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
-}
 
 namespace corruption_detail {
 

@@ -47,11 +47,6 @@ inline double largest_loss_difference(const std::vector<IterationStats>& a, cons
   return largest;
 }
 
-inline std::string file_bytes(const std::string& path) {
-  std::ifstream stream(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(stream), {}};
-}
-
 // A run resumed from iteration `resumed_at` goes on exactly as the uninterrupted one did: the same
 // losses and gradient norms, bit for bit (resumed_at 0: two whole runs that must agree).
 inline void expect_resumed_bit_for_bit(const std::vector<IterationStats>& resumed,

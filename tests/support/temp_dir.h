@@ -1,5 +1,5 @@
-// A fresh folder under the system temp dir, removed with everything in it on destruction, and
-// small synthetic token datasets for trainer tests.
+// A fresh folder under the system temp dir, removed with everything in it on destruction, whole-file
+// reads and writes, and small synthetic token datasets for trainer tests.
 #pragma once
 
 #include <unistd.h>
@@ -7,6 +7,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,16 @@
 #include "kiln/data/token_shard.h"
 
 namespace kiln::testing {
+
+// A file's whole contents, and writing them (replacing the file).
+inline std::string read_file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+inline void write_file_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
 
 class TempDir {
  public:

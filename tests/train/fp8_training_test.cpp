@@ -18,7 +18,7 @@
 namespace kiln {
 namespace {
 
-using testing::file_bytes;
+using testing::read_file_bytes;
 using testing::largest_loss_difference;
 using testing::train_and_record;
 
@@ -109,10 +109,10 @@ TEST_P(Fp8Training, ResumeIsBitForBitAcrossValidations) {
   resumed_config.save = dir_ / "resumed";
   testing::expect_resumed_bit_for_bit(train_and_record(resumed_config), full, 4);
   // Validating left the fp8 state (saved with the optimizer's) as it was.
-  EXPECT_EQ(file_bytes(dir_ / "part/iter_0000004/optimizer.safetensors"),
-            file_bytes(dir_ / "ckpt/iter_0000004/optimizer.safetensors"));
-  EXPECT_EQ(file_bytes(dir_ / "resumed/iter_0000008/optimizer.safetensors"),
-            file_bytes(dir_ / "ckpt/iter_0000008/optimizer.safetensors"));
+  EXPECT_EQ(read_file_bytes(dir_ / "part/iter_0000004/optimizer.safetensors"),
+            read_file_bytes(dir_ / "ckpt/iter_0000004/optimizer.safetensors"));
+  EXPECT_EQ(read_file_bytes(dir_ / "resumed/iter_0000008/optimizer.safetensors"),
+            read_file_bytes(dir_ / "ckpt/iter_0000008/optimizer.safetensors"));
 }
 
 // The back-end's op scratch is reserved before the first step for the largest fp8 product

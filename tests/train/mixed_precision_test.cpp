@@ -11,7 +11,7 @@
 namespace kiln {
 namespace {
 
-using testing::file_bytes;
+using testing::read_file_bytes;
 using testing::largest_loss_difference;
 using testing::train_and_record;
 
@@ -81,10 +81,10 @@ TEST_P(MixedPrecision, Bf16ResumeIsBitForBit) {
   resumed_config.save = dir_ / "resumed";
   testing::expect_resumed_bit_for_bit(train_and_record(resumed_config), full, 4);
   // The checkpoint holds the fp32 master weights, so the files are identical too.
-  EXPECT_EQ(file_bytes(dir_ / "resumed/iter_0000008/model.safetensors"),
-            file_bytes(dir_ / "ckpt/iter_0000008/model.safetensors"));
-  EXPECT_EQ(file_bytes(dir_ / "resumed/iter_0000008/optimizer.safetensors"),
-            file_bytes(dir_ / "ckpt/iter_0000008/optimizer.safetensors"));
+  EXPECT_EQ(read_file_bytes(dir_ / "resumed/iter_0000008/model.safetensors"),
+            read_file_bytes(dir_ / "ckpt/iter_0000008/model.safetensors"));
+  EXPECT_EQ(read_file_bytes(dir_ / "resumed/iter_0000008/optimizer.safetensors"),
+            read_file_bytes(dir_ / "ckpt/iter_0000008/optimizer.safetensors"));
 }
 
 INSTANTIATE_TEST_SUITE_P(AllBackends, MixedPrecision, ::testing::ValuesIn(testing::all_backend_names()));

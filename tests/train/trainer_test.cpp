@@ -46,11 +46,6 @@ Config toy_config(const std::string& data) {
   return config;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream stream(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(stream), {}};
-}
-
 TEST(Trainer, LossFallsAndValidationRuns) {
   TempDir dir;
   testing::write_toy_dataset(dir.path(), 29, 20000, 2000);
@@ -142,11 +137,11 @@ TEST(Trainer, ResumeIsBitForBit) {
     EXPECT_EQ(resumed.iterations[i].grad_norm, full.iterations[i + 6].grad_norm);
     EXPECT_EQ(resumed.iterations[i].learning_rate, full.iterations[i + 6].learning_rate);
   }
-  EXPECT_EQ(read_file(dir / "resumed/iter_0000012/model.safetensors"),
-            read_file(dir / "ckpt/iter_0000012/model.safetensors"));
-  EXPECT_EQ(read_file(dir / "resumed/iter_0000012/optimizer.safetensors"),
-            read_file(dir / "ckpt/iter_0000012/optimizer.safetensors"));
-  EXPECT_EQ(read_file(dir / "ckpt/latest_checkpointed_iteration.txt"), "12\n");
+  EXPECT_EQ(testing::read_file_bytes(dir / "resumed/iter_0000012/model.safetensors"),
+            testing::read_file_bytes(dir / "ckpt/iter_0000012/model.safetensors"));
+  EXPECT_EQ(testing::read_file_bytes(dir / "resumed/iter_0000012/optimizer.safetensors"),
+            testing::read_file_bytes(dir / "ckpt/iter_0000012/optimizer.safetensors"));
+  EXPECT_EQ(testing::read_file_bytes(dir / "ckpt/latest_checkpointed_iteration.txt"), "12\n");
   for (const auto& entry : std::filesystem::directory_iterator(dir / "ckpt"))
     EXPECT_EQ(entry.path().filename().string().find(".tmp-"), std::string::npos) << entry.path();
 }
@@ -291,7 +286,7 @@ TEST(Trainer, AFailedSaveLeavesThePreviousCheckpointAndNoTemporaryFiles) {
       entries += name == "iter_0000001" || name == "latest_checkpointed_iteration.txt" ? 1 : 100;
     }
     std::exit(failed && entries == 2 &&
-                      read_file(config.save + "/latest_checkpointed_iteration.txt") == "1\n"
+                      testing::read_file_bytes(config.save + "/latest_checkpointed_iteration.txt") == "1\n"
                   ? 0
                   : 1);
   };
