@@ -4,14 +4,17 @@
 
 #include <cstring>
 #include <fstream>
+#include <map>
 
 #include "kiln/core/atomic_file.h"
 #include "kiln/core/error.h"
+#include "support/error_of.h"
 #include "support/temp_dir.h"
 
 namespace kiln {
 namespace {
 
+using testing::error_of;
 using testing::TempDir;
 
 TEST(Safetensors, RoundTripsWithAlignedHeader) {
@@ -53,6 +56,39 @@ TEST(Safetensors, TruncatedOrCorruptFilesAreNamed) {
   EXPECT_THROW(SafetensorsFile(dir / "bad.safetensors"), Error);
   std::ofstream(dir / "tiny.safetensors", std::ios::binary) << "abc";
   EXPECT_THROW(SafetensorsFile(dir / "tiny.safetensors"), Error);
+}
+
+TEST(Safetensors, AFlippedBitInAKilnFileFailsItsTensorsChecksum) {
+  TempDir dir;
+  const std::vector<float> a(100, 1.0f), b(7, 2.0f);
+  write_safetensors(dir / "x.safetensors", {{"a", DType::F32, Shape{100}, a.data()}, {"b", DType::F32, Shape{7}, b.data()}},
+                    {{"format", "pt"}});
+  EXPECT_EQ(SafetensorsFile(dir / "x.safetensors").metadata(), (std::map<std::string, std::string>{{"format", "pt"}}));
+  const std::string valid = testing::read_file_bytes(dir / "x.safetensors");
+  std::string flipped = valid;
+  flipped[flipped.size() - 5] ^= 0x10;  // in b's last element
+  testing::write_file_bytes(dir / "x.safetensors", flipped);
+  EXPECT_NE(error_of([&] { SafetensorsFile file(dir / "x.safetensors"); })
+                .find("x.safetensors: tensor 'b' fails its checksum: the file was damaged after it was written"),
+            std::string::npos);
+  // A checksum of a tensor the header no longer lists (a renamed entry) is an error too.
+  std::string renamed = valid;
+  renamed.replace(renamed.find("\"b\":{"), 5, "\"c\":{");
+  testing::write_file_bytes(dir / "x.safetensors", renamed);
+  EXPECT_NE(error_of([&] { SafetensorsFile file(dir / "x.safetensors"); })
+                .find("metadata holds a checksum of tensor 'b', which the file does not have"),
+            std::string::npos);
+}
+
+TEST(Safetensors, FilesWithoutChecksumsAreRead) {  // other writers' files, e.g. Hugging Face's
+  TempDir dir;
+  const std::string header = R"({"__metadata__":{"format":"pt"},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  const uint64_t length = header.size();
+  const float values[2] = {1.5f, -2.0f};
+  testing::write_file_bytes(dir / "hf.safetensors", std::string(reinterpret_cast<const char*>(&length), 8) + header +
+                                                        std::string(reinterpret_cast<const char*>(values), 8));
+  const SafetensorsFile file(dir / "hf.safetensors");
+  EXPECT_EQ(static_cast<const float*>(file.get("w").data)[1], -2.0f);
 }
 
 TEST(AtomicFile, UncommittedWriteLeavesOldFileAndNoTemporary) {

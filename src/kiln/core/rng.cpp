@@ -1,5 +1,6 @@
 #include "kiln/core/rng.h"
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <numbers>
@@ -20,17 +21,25 @@ uint64_t hash_string(std::string_view text) {
 }
 
 uint64_t hash_bytes(const void* data, size_t size) {
+  // Four lanes of eight-byte words, each word folded in with XXH64's round (xxHash specification,
+  // Y. Collet: lane = rotl(lane + word * P2, 31) * P1), so the lanes' multiplies overlap; the
+  // lanes and the tail are then combined through mix64.
+  constexpr uint64_t kP1 = 0x9e3779b185ebca87ull, kP2 = 0xc2b2ae3d27d4eb4full;
+  const auto round = [](uint64_t lane, uint64_t word) { return std::rotl(lane + word * kP2, 31) * kP1; };
   const auto* bytes = static_cast<const unsigned char*>(data);
-  uint64_t hash = mix64(0x6b696c6e ^ size);
+  uint64_t a = mix64(size), b = mix64(size + 1), c = mix64(size + 2), d = mix64(size + 3);
   size_t at = 0;
-  for (; at + 8 <= size; at += 8) {
-    uint64_t word = 0;
-    std::memcpy(&word, bytes + at, 8);
-    hash = mix64(hash ^ word);
+  for (; at + 32 <= size; at += 32) {
+    uint64_t words[4];
+    std::memcpy(words, bytes + at, 32);
+    a = round(a, words[0]);
+    b = round(b, words[1]);
+    c = round(c, words[2]);
+    d = round(d, words[3]);
   }
-  uint64_t tail = 0;
-  std::memcpy(&tail, bytes + at, size - at);
-  return mix64(hash ^ tail);
+  uint64_t tail[4] = {0, 0, 0, 0};
+  std::memcpy(tail, bytes + at, size - at);
+  return mix64(mix64(a ^ tail[0]) ^ mix64(b ^ tail[1]) * 3 ^ mix64(c ^ tail[2]) * 5 ^ mix64(d ^ tail[3]) * 7);
 }
 
 Rng::Rng(uint64_t seed) {

@@ -17,8 +17,8 @@ namespace kiln {
 uint64_t mix64(uint64_t value);
 // A 64-bit hash of a string built from mix64, for cache file names (not for security).
 uint64_t hash_string(std::string_view text);
-// A 64-bit hash of bytes, eight at a time, built from mix64: a checksum that finds damage in
-// cache files (not for security).
+// A 64-bit hash of bytes (eight-byte words in four interleaved lanes, finished with mix64): a
+// checksum that finds damage in checkpoints and caches, not for security.
 uint64_t hash_bytes(const void* data, size_t size);
 
 class Rng {

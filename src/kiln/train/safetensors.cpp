@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "kiln/core/atomic_file.h"
 #include "kiln/core/error.h"
 #include "kiln/core/json_numbers.h"
+#include "kiln/core/rng.h"
 
 namespace kiln {
 namespace {
@@ -47,12 +49,22 @@ bool tensor_bytes(const Shape& shape, DType dtype, uint64_t& bytes) {
   return true;
 }
 
+// kiln's checksum of a tensor's bytes, kept in the metadata under this prefix and the tensor's
+// name as 16 hex digits (other readers ignore metadata they do not know).
+constexpr std::string_view kChecksumPrefix = "kiln.hash64.";
+
+std::string checksum_text(const void* data, size_t bytes) { return fmt::format("{:016x}", hash_bytes(data, bytes)); }
+
 }  // namespace
 
 void write_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& tensors,
                        const std::map<std::string, std::string>& metadata) {
+  std::map<std::string, std::string> all_metadata = metadata;
+  for (const SafetensorsEntry& tensor : tensors)
+    all_metadata[std::string(kChecksumPrefix) + tensor.name] =
+        checksum_text(tensor.data, static_cast<size_t>(tensor.shape.numel()) * dtype_size(tensor.dtype));
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  if (!metadata.empty()) header["__metadata__"] = metadata;
+  if (!all_metadata.empty()) header["__metadata__"] = all_metadata;
   size_t offset = 0;
   for (const SafetensorsEntry& tensor : tensors) {
     const size_t bytes = static_cast<size_t>(tensor.shape.numel()) * dtype_size(tensor.dtype);
@@ -129,6 +141,20 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
   std::sort(ranges.begin(), ranges.end());
   for (size_t i = 1; i < ranges.size(); ++i)
     KILN_CHECK(ranges[i].first >= ranges[i - 1].second, "{}: tensors overlap in the data section", path);
+  for (auto it = metadata_.begin(); it != metadata_.end();) {
+    if (!it->first.starts_with(kChecksumPrefix)) {
+      ++it;
+      continue;
+    }
+    const std::string name = it->first.substr(kChecksumPrefix.size());
+    const auto entry = entries_.find(name);
+    KILN_CHECK(entry != entries_.end(), "{}: metadata holds a checksum of tensor '{}', which the file does not have",
+               path, name);
+    const SafetensorsEntry& tensor = entry->second;
+    KILN_CHECK(it->second == checksum_text(tensor.data, static_cast<size_t>(tensor.shape.numel()) * dtype_size(tensor.dtype)),
+               "{}: tensor '{}' fails its checksum: the file was damaged after it was written", path, name);
+    it = metadata_.erase(it);  // checked; callers see only the metadata they wrote
+  }
 }
 
 const SafetensorsEntry& SafetensorsFile::get(const std::string& name) const {

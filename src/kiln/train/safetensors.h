@@ -2,9 +2,12 @@
 // length N, N bytes of JSON mapping each tensor name to {dtype, shape, data_offsets: [begin,
 // end)} (plus an optional "__metadata__" map of strings), then the raw little-endian data.
 //
-// write_safetensors writes atomically (core/atomic_file.h). SafetensorsFile maps a file and
-// validates it fully on open (header length, JSON, dtypes, every tensor's byte range against its
-// shape and the file size, no overlaps); errors name the file and the tensor.
+// write_safetensors writes atomically (core/atomic_file.h) and records a 64-bit checksum of each
+// tensor's bytes in the metadata ("kiln.hash64.<name>": 16 hex digits; core/rng.h hash_bytes).
+// SafetensorsFile maps a file and validates it fully on open (header length, JSON, dtypes, every
+// tensor's byte range against its shape and the file size, no overlaps, and the checksums a file
+// carries, so a flipped bit in a kiln-written file is found; other writers' files have none);
+// errors name the file and the tensor. metadata() holds what the writer passed, not the checksums.
 #pragma once
 
 #include <cstdint>
