@@ -38,7 +38,7 @@ uint64_t hash_bytes(const void* data, size_t size) {
     d = round(d, words[3]);
   }
   uint64_t tail[4] = {0, 0, 0, 0};
-  std::memcpy(tail, bytes + at, size - at);
+  if (size > at) std::memcpy(tail, bytes + at, size - at);  // (data may be null when size is 0)
   return mix64(mix64(a ^ tail[0]) ^ mix64(b ^ tail[1]) * 3 ^ mix64(c ^ tail[2]) * 5 ^ mix64(d ^ tail[3]) * 7);
 }
 

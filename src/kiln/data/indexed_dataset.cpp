@@ -88,8 +88,10 @@ IndexedDataset::IndexedDataset(const std::string& prefix, int64_t vocab_size, co
   lengths_.resize(sequences);
   pointers_.resize(sequences);
   documents_.resize(documents);
-  std::memcpy(lengths_.data(), data + kHeaderBytes, sequences * 4);
-  std::memcpy(pointers_.data(), data + kHeaderBytes + sequences * 4, sequences * 8);
+  if (sequences > 0) {  // (an empty vector's data() may be null, which memcpy may not be given)
+    std::memcpy(lengths_.data(), data + kHeaderBytes, sequences * 4);
+    std::memcpy(pointers_.data(), data + kHeaderBytes + sequences * 4, sequences * 8);
+  }
   std::memcpy(documents_.data(), data + kHeaderBytes + sequences * 12, documents * 8);
   const size_t size = element_size(dtype_);
   for (size_t i = 0; i < sequences; ++i) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -47,10 +48,21 @@ void append_entries(std::vector<SafetensorsEntry>& entries, const std::string& p
                        host.data() + info.offset});
 }
 
+// The tensor's bytes where its elements are aligned: the file's own, or a copy in `staging` (a
+// file's header may have any length, so its data any alignment).
+const void* aligned_data(const SafetensorsEntry& entry, std::vector<float>& staging) {
+  const size_t bytes = static_cast<size_t>(entry.shape.numel()) * dtype_size(entry.dtype);
+  if (reinterpret_cast<uintptr_t>(entry.data) % dtype_size(entry.dtype) == 0 || bytes == 0) return entry.data;
+  staging.resize((bytes + sizeof(float) - 1) / sizeof(float));
+  std::memcpy(staging.data(), entry.data, bytes);
+  return staging.data();
+}
+
 // Reads the tensors named prefix + parameter name into a flat host buffer laid out like the
 // model, converting fp16/bf16 to fp32; padding rows of wte stay zero.
 std::vector<float> read_flat(const SafetensorsFile& file, const std::string& prefix, const Gpt& model) {
   std::vector<float> host(static_cast<size_t>(model.num_parameters()), 0.0f);
+  std::vector<float> staging;
   for (const ParameterInfo& info : model.layout().entries()) {
     const std::string name = prefix + info.name;
     const SafetensorsEntry& entry = file.get(name);
@@ -60,7 +72,7 @@ std::vector<float> read_flat(const SafetensorsFile& file, const std::string& pre
     KILN_CHECK(entry.dtype == DType::F32 || entry.dtype == DType::BF16 || entry.dtype == DType::F16,
                "{}: tensor '{}' has dtype {}, expected a floating type", file.path(), name, dtype_name(entry.dtype));
     float* values = host.data() + info.offset;
-    widen_to_fp32(entry.data, entry.dtype, values, expected.numel());
+    widen_to_fp32(aligned_data(entry, staging), entry.dtype, values, expected.numel());
     // Training never keeps a non-finite value (such steps are skipped): one here is damage.
     const float* bad = std::find_if(values, values + expected.numel(), [](float v) { return !std::isfinite(v); });
     KILN_CHECK(bad == values + expected.numel(), "{}: tensor '{}' holds {} at element {} (a damaged file?)",
@@ -257,7 +269,8 @@ bool load_fp8_state(const std::string& checkpoint_dir, Gpt& model, Backend& back
   if (entry.shape != state.shape) return false;  // another amax history length
   KILN_CHECK(entry.dtype == DType::F32, "{}: tensor '{}' has dtype {}, expected fp32", file.path(), kFp8StateTensor,
              dtype_name(entry.dtype));
-  const auto* saved = static_cast<const float*>(entry.data);
+  std::vector<float> staging;
+  const auto* saved = static_cast<const float*>(aligned_data(entry, staging));
   const std::vector<float> fresh = to_host(backend, state);  // this run's formats in column 3
   const int64_t columns = state.shape[1];
   for (int64_t row = 0; row < state.shape[0]; ++row)

@@ -24,7 +24,8 @@ struct SafetensorsEntry {
   std::string name;
   DType dtype = DType::F32;
   Shape shape;
-  const void* data = nullptr;  // host memory, shape.numel() * dtype_size(dtype) bytes
+  const void* data = nullptr;  // host memory, shape.numel() * dtype_size(dtype) bytes, in a file
+                               // at any alignment (the header may have any length)
 };
 
 void write_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& tensors,
