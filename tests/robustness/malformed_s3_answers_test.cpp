@@ -73,9 +73,9 @@ TEST(MalformedS3Answers, ARangedReadAnsweredWithOtherBytesIsRefused) {
 TEST(MalformedS3Answers, ListingsThatCannotBeS3sAreRefused) {
   EXPECT_EQ(listing_error(http_answer("200 OK", "", listing(entry("data/a.bin", "10") + entry("data/b.bin", "0")))),
             "");
-  EXPECT_NE(listing_error(http_answer("200 OK", "", "<html><body>Proxy login</body></html>"))
-                .find("s3://bucket/data/: the S3 endpoint's listing is not a ListBucketResult: '<html>"),
-            std::string::npos);
+  EXPECT_NE(listing_error(http_answer("200 OK", "", "<html>\n<body>Proxy login</body></html>"))
+                .find("s3://bucket/data/: the S3 endpoint's listing is not a ListBucketResult: '<html> <body>"),
+            std::string::npos);  // the answer's start, on the error's one line
   EXPECT_NE(listing_error(http_answer("200 OK", "", listing(entry("data/a.bin", "ten"))))
                 .find("s3://bucket/data/: the S3 endpoint's listing has an entry with key 'data/a.bin' and size 'ten'"),
             std::string::npos);

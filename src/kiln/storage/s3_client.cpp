@@ -67,6 +67,13 @@ std::optional<uint64_t> parse_byte_count(std::string_view text) {
   return value;
 }
 
+// The start of an endpoint's answer for an error message: at most 200 bytes, on one line.
+std::string answer_excerpt(std::string_view answer) {
+  std::string excerpt(answer.substr(0, 200));
+  std::replace_if(excerpt.begin(), excerpt.end(), [](char c) { return c == '\n' || c == '\r' || c == '\t'; }, ' ');
+  return excerpt;
+}
+
 // Whether a 206 answer's Content-Range ("bytes FIRST-LAST/TOTAL") is the range that was asked for.
 bool answers_range(const HttpResponse& response, uint64_t first, uint64_t last) {
   const std::string* range = response.header("content-range");
@@ -345,7 +352,7 @@ std::vector<S3ObjectInfo> S3Client::list(const std::string& bucket, const std::s
     if (!token.empty()) call.query.emplace_back("continuation-token", token);
     const std::string xml = std::move(perform({&call, 1}, /*allow_404=*/false).front().body);
     KILN_CHECK(has_element(xml, "ListBucketResult"),
-               "{}: the S3 endpoint's listing is not a ListBucketResult: '{}'", where, xml.substr(0, 200));
+               "{}: the S3 endpoint's listing is not a ListBucketResult: '{}'", where, answer_excerpt(xml));
     for (std::string_view contents : xml_elements(xml, "Contents")) {
       S3ObjectInfo info;
       info.key = xml_first(contents, "Key");
