@@ -236,20 +236,19 @@ TrainerState read_trainer_state(const std::string& checkpoint_dir) {
   return state;
 }
 
-void load_model_weights(const std::string& checkpoint_dir, Gpt& model) {
+std::vector<float> load_model_weights(const std::string& checkpoint_dir, Gpt& model) {
   const SafetensorsFile file(checkpoint_dir + "/" + kModelFile);
   // Hugging Face transformers' GPT2LMHeadModel files prefix the body with "transformer.".
   const std::string prefix = file.contains("transformer.wte.weight") ? "transformer." : "";
   reject_unknown(file, prefix, model);
-  model.set_parameters(read_flat(file, prefix, model));
+  std::vector<float> weights = read_flat(file, prefix, model);
+  model.set_parameters(weights);
+  return weights;
 }
 
-void load_optimizer_state(const std::string& checkpoint_dir, const Gpt& model, AdamW& optimizer,
-                          Backend& backend) {
-  {
-    const SafetensorsFile weights(checkpoint_dir + "/" + kModelFile);
-    optimizer.load_master(read_flat(weights, weights.contains("transformer.wte.weight") ? "transformer." : "", model));
-  }
+void load_optimizer_state(const std::string& checkpoint_dir, std::span<const float> master_weights, const Gpt& model,
+                          AdamW& optimizer, Backend& backend) {
+  optimizer.load_master(master_weights);
   const SafetensorsFile file(checkpoint_dir + "/" + kOptimizerFile);
   const std::vector<float> exp_avg = read_flat(file, "exp_avg.", model);
   const std::vector<float> exp_avg_sq = read_flat(file, "exp_avg_sq.", model);

@@ -18,7 +18,9 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "kiln/backend/backend.h"
 #include "kiln/nn/gpt.h"
@@ -47,12 +49,13 @@ std::string resolve_checkpoint_dir(const std::string& load);
 
 Config read_checkpoint_config(const std::string& checkpoint_dir);
 TrainerState read_trainer_state(const std::string& checkpoint_dir);
-// The model's parameters from model.safetensors, rounded to the model's dtype.
-void load_model_weights(const std::string& checkpoint_dir, Gpt& model);
-// Adam moments, and the fp32 master weights from model.safetensors (exact, not re-widened from
-// rounded parameters), so a bf16/fp16 run resumes bit for bit.
-void load_optimizer_state(const std::string& checkpoint_dir, const Gpt& model, AdamW& optimizer,
-                          Backend& backend);
+// The model's parameters from model.safetensors, rounded to the model's dtype; returns them as
+// read, in fp32 (the master weights load_optimizer_state wants, so the file is read once).
+std::vector<float> load_model_weights(const std::string& checkpoint_dir, Gpt& model);
+// Adam moments, and the fp32 master weights load_model_weights returned (exact, not re-widened
+// from rounded parameters), so a bf16/fp16 run resumes bit for bit.
+void load_optimizer_state(const std::string& checkpoint_dir, std::span<const float> master_weights, const Gpt& model,
+                          AdamW& optimizer, Backend& backend);
 
 // The fp8 scaling state of a model with fp8 products (Gpt::enable_fp8) from optimizer.safetensors;
 // false, loading nothing, when the checkpoint has none or one of another amax history length or

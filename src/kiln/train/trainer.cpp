@@ -99,9 +99,9 @@ Trainer::Trainer(const Config& config)
     optimizer_ = std::make_unique<AdamW>(*backend_, model_->layout(), model_->params(), config_.adamw());
   } else {
     const std::string dir = resolve_checkpoint_dir(config_.load);
-    load_model_weights(dir, *model_);
+    const std::vector<float> master_weights = load_model_weights(dir, *model_);
     optimizer_ = std::make_unique<AdamW>(*backend_, model_->layout(), model_->params(), config_.adamw());
-    load_optimizer_state(dir, *model_, *optimizer_, *backend_);
+    load_optimizer_state(dir, master_weights, *model_, *optimizer_, *backend_);
     state_ = read_trainer_state(dir);
     optimizer_->set_steps_taken(state_.optimizer_steps);
     if (config_.fp16) scaler_.set_state(state_.loss_scaler);
