@@ -3,14 +3,15 @@
 // double-precision finite differences are O(T^4)), so this is where the fused kernels' multi-tile
 // paths (online softmax across key tiles, causal tiles skipped, the backward's loops over query
 // and key tiles, a partial last tile) are checked, on wgmma where the GPU has it (H100/H200) and
-// on mma.sync (--no-warpgroup-attention), and the cuBLAS path the fused kernels replace
+// on mma.sync (--no-warpgroup-attention), each with the backward deterministic and adding dQ
+// atomically (--no-deterministic-attention), and the cuBLAS path the fused kernels replace
 // (--no-fused-attention) too. Same inputs on both back-ends; out, lse
 // and dqkv compared by normalised error. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <string>
-#include <utility>
+#include <tuple>
 
 #include "kiln/backend/registry.h"
 #include "kiln/core/rng.h"
@@ -55,10 +56,15 @@ TEST_P(LongAttention, CudaMatchesTheCpuAcrossTiles) {
   auto cpu = make_backend("cpu");
   const AttentionResult expected = run_attention(*cpu, dtype, B, T, NH, HS, mask, qkv, dout, key_mask);
   const double bound = dtype == DType::BF16 ? 2e-2 : 4e-3;
-  for (const auto& [fused, warpgroup] : {std::pair{true, true}, {true, false}, {false, false}}) {
-    auto gpu = make_backend("cuda", BackendOptions{false, fused, true, warpgroup});
+  for (const auto& [fused, warpgroup, deterministic] :
+       {std::tuple{true, true, true}, {true, true, false}, {true, false, true}, {true, false, false},
+        {false, false, true}}) {
+    auto gpu = make_backend("cuda", BackendOptions{false, fused, true, warpgroup, deterministic});
     const AttentionResult actual = run_attention(*gpu, dtype, B, T, NH, HS, mask, qkv, dout, key_mask);
-    const std::string path = !fused ? "materialised" : warpgroup ? "fused (wgmma where it runs)" : "fused, mma.sync";
+    const std::string path = std::string(!fused      ? "materialised"
+                                         : warpgroup ? "fused (wgmma where it runs)"
+                                                     : "fused, mma.sync") +
+                             (deterministic ? "" : ", dQ added atomically");
     EXPECT_LT(normalized_error(actual.out, expected.out), bound) << path;
     EXPECT_LT(normalized_error_with_infinities(actual.lse, expected.lse), bound) << path;
     EXPECT_LT(normalized_error(actual.dqkv, expected.dqkv), 2 * bound) << path;

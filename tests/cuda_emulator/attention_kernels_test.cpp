@@ -3,7 +3,8 @@
 // whichever kernels an sm_90a device takes: wgmma) do not reach: the tensor-core kernels on
 // mma.sync (what sm_80 and sm_89 GPUs run), the general CUDA-core kernels
 // (general_attention.cu) at head sizes the tensor-core tiles take on sm_80+ (64, 128) and so run
-// only on older GPUs, and at a 4-wide head; and, for every kernel family, that the results do not
+// only on older GPUs, and at a 4-wide head; the tensor-core backward that adds dQ atomically
+// (--no-deterministic-attention) on both; and, for every kernel family, that the results do not
 // depend on the order in which a block's threads run. Same inputs as LongAttention: T = 150 across
 // tiles of 64 (blocks of 16 and 32) with a partial last one, every mask, padding inside every
 // tile, a query that sees no key; compared with the CPU back-end by normalised error, bounds as
@@ -14,6 +15,7 @@
 #include <tuple>
 
 #include "host_tensor.h"
+#include "kiln/backend/attention_workspace.h"
 #include "kiln/backend/cpu/cpu_backend.h"
 #include "kiln/backend/cuda/flash_attention.h"
 #include "kiln/backend/cuda/general_attention.h"
@@ -22,9 +24,11 @@
 namespace kiln::testing {
 namespace {
 
-// The tensor-core tiles on wgmma (sm_90a) or on mma.sync (sm_80+), or the
-// general kernels.
-enum class Kernels { TilesWarpgroup, TilesMmaSync, General };
+// The tensor-core tiles on wgmma (sm_90a) or on mma.sync (sm_80+), their backward deterministic or
+// adding dQ atomically, or the general kernels.
+enum class Kernels { TilesWarpgroup, TilesMmaSync, TilesWarpgroupAtomic, TilesMmaSyncAtomic, General };
+bool on_warpgroup(Kernels k) { return k == Kernels::TilesWarpgroup || k == Kernels::TilesWarpgroupAtomic; }
+bool deterministic(Kernels k) { return k != Kernels::TilesWarpgroupAtomic && k != Kernels::TilesMmaSyncAtomic; }
 
 struct Outputs {
   std::vector<float> out, lse, dqkv;
@@ -80,25 +84,27 @@ Outputs emulated(const Problem& p, Kernels kernels) {
   const HostTensor out = HostTensor::poisoned(p.dtype, {p.B, p.T, p.C()});
   const HostTensor lse = HostTensor::poisoned(DType::F32, {p.B * p.NH * p.T});
   const HostTensor dqkv = HostTensor::poisoned(p.dtype, {p.B, p.T, 3 * p.C()});
-  const HostTensor row_dots = HostTensor::poisoned(DType::F32, {p.B * p.NH * p.T});
+  const int64_t scratch_floats =  // D, and dQ's sums where the backward adds them atomically
+      static_cast<int64_t>(attention_scratch_bytes(p.B, p.NH, p.T, p.dtype, true, deterministic(kernels) ? 0 : p.C())) /
+      4;
+  const HostTensor scratch = HostTensor::poisoned(DType::F32, {scratch_floats});
   const int kind = element_kind(p.dtype);
   const float scale = 1.0f / std::sqrt(static_cast<float>(p.HS));
   const bool tiles = kernels != Kernels::General;
 
   EXPECT_TRUE(launched(
       tiles ? cuda::flash_attention_forward(out.data(), lse.as<float>(), p.qkv.data(), p.mask_pointer(), kind,
-                                            p.B, p.T, p.NH, p.HS, p.causal(), scale,
-                                            kernels == Kernels::TilesWarpgroup)
+                                            p.B, p.T, p.NH, p.HS, p.causal(), scale, on_warpgroup(kernels))
             : cuda::general_attention_forward(out.data(), lse.as<float>(), p.qkv.data(), p.mask_pointer(),
                                               kind, p.B, p.T, p.NH, p.HS, p.causal(), scale)));
   EXPECT_TRUE(launched(
       tiles ? cuda::flash_attention_backward(dqkv.data(), p.dout.data(), p.qkv.data(), out.data(), lse.as<float>(),
                                              p.mask_pointer(), kind, p.B, p.T, p.NH, p.HS, p.causal(), scale,
-                                             row_dots.data(), kernels == Kernels::TilesWarpgroup)
+                                             scratch.data(), on_warpgroup(kernels), deterministic(kernels))
             : cuda::general_attention_backward(dqkv.data(), p.dout.data(), p.qkv.data(), out.data(),
                                                lse.as<float>(), p.mask_pointer(), kind, p.B, p.T, p.NH, p.HS,
-                                               p.causal(), scale, row_dots.data())));
-  for (const HostTensor* tensor : {&out, &lse, &dqkv, &row_dots})
+                                               p.causal(), scale, scratch.data())));
+  for (const HostTensor* tensor : {&out, &lse, &dqkv, &scratch})
     EXPECT_TRUE(tensor->guard_intact()) << "a kernel wrote past one of its outputs";
   return {out.floats(), lse.floats(), dqkv.floats()};
 }
@@ -136,9 +142,9 @@ TEST_P(EmulatedAttentionSchedule, DoesNotDependOnTheOrderThreadsRun) {
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const auto [kernels, dtype, HS, mask] = info.param;
-  return std::string(kernels == Kernels::TilesWarpgroup ? "tiles_wgmma_"
-                     : kernels == Kernels::TilesMmaSync ? "tiles_mma_sync_"
-                                                        : "general_") +
+  const char* names[] = {"tiles_wgmma_", "tiles_mma_sync_", "tiles_wgmma_atomic_dq_", "tiles_mma_sync_atomic_dq_",
+                         "general_"};
+  return std::string(names[static_cast<int>(kernels)]) +
          std::string(dtype_name(dtype)) + "_HS" + std::to_string(HS) + "_" +
          (mask == AttentionMask::Causal       ? "causal"
           : mask == AttentionMask::KeyPadding ? "padding"
@@ -160,10 +166,21 @@ INSTANTIATE_TEST_SUITE_P(TilesMmaSync, EmulatedAttention,
                                             ::testing::Values(64, 128, 80), kMasks),
                          case_name);
 
+// The backward that adds dQ atomically, on wgmma and on mma.sync (the back-end-level tests run it on
+// wgmma only), every mask and tile width.
+INSTANTIATE_TEST_SUITE_P(TilesAtomicQueryGradient, EmulatedAttention,
+                         ::testing::Combine(::testing::Values(Kernels::TilesWarpgroupAtomic,
+                                                              Kernels::TilesMmaSyncAtomic),
+                                            ::testing::Values(DType::BF16, DType::F16),
+                                            ::testing::Values(64, 128, 80), kMasks),
+                         case_name);
+
 // Both masks at once; full tiles, a zero-padded tile, and one head size per lane width of the
 // general kernels (up to 64, 128 and 256 channels).
 INSTANTIATE_TEST_SUITE_P(Tiles, EmulatedAttentionSchedule,
-                         ::testing::Combine(::testing::Values(Kernels::TilesWarpgroup, Kernels::TilesMmaSync),
+                         ::testing::Combine(::testing::Values(Kernels::TilesWarpgroup, Kernels::TilesMmaSync,
+                                                              Kernels::TilesWarpgroupAtomic,
+                                                              Kernels::TilesMmaSyncAtomic),
                                             ::testing::Values(DType::BF16),
                                             ::testing::Values(64, 128, 80),
                                             ::testing::Values(AttentionMask::CausalKeyPadding)),

@@ -112,8 +112,9 @@ void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], 
 
 namespace {
 
-// Where element (k, n) of a [16 x n] B operand (or (k, m) of a K-major A) lies, in bytes from the descriptor's start, for the
-// PTX ISA's canonical layouts without swizzle ("Shared Memory Matrix Layout"), 2-byte elements
+// Where element (k, n) of a [16 x n] B operand (or (k, m) of an A from shared memory) lies, in
+// bytes from the descriptor's start, for the PTX ISA's canonical layouts without swizzle ("Shared
+// Memory Matrix Layout"; the same as CUTLASS's GMMA descriptor comments state), 2-byte elements
 // (T = 8 to 16 bytes), LBO and SBO the descriptor's leading and stride byte offsets:
 //   K-major  ((8,m),(T,2k)):((1T,SBO),(1,LBO))   row n of a core matrix is 16 bytes of k
 //   MN-major ((T,1,m),(8,k)):((1,T,SBO),(1T,LBO)) row k of a core matrix is 16 bytes of n
@@ -128,17 +129,17 @@ size_t operand_b_offset(int k, int n, size_t leading, size_t stride, bool mn_maj
 namespace {
 
 // One wgmma for the calling warp: A from `a` (registers) or, when `a` is null, from shared memory
-// by `a_descriptor` (K-major).
+// by `a_descriptor` (K-major, or M-major when transpose_a).
 struct WarpgroupProduct {
   float* d;
   const uint32_t* a;
   uint64_t a_descriptor, b_descriptor;
   int n;
-  bool transpose_b, bf16, accumulate;
+  bool transpose_a, transpose_b, bf16, accumulate;
   bool operator==(const WarpgroupProduct& other) const {
     return (a == nullptr) == (other.a == nullptr) && a_descriptor == other.a_descriptor &&
-           b_descriptor == other.b_descriptor && n == other.n && transpose_b == other.transpose_b &&
-           bf16 == other.bf16 && accumulate == other.accumulate;
+           b_descriptor == other.b_descriptor && n == other.n && transpose_a == other.transpose_a &&
+           transpose_b == other.transpose_b && bf16 == other.bf16 && accumulate == other.accumulate;
   }
 };
 
@@ -198,13 +199,13 @@ void issue_warpgroup_product(const WarpgroupProduct& mine) {
     }
     queue_warp_work(first.d, [ma, c, accumulators, first, columns, chained, warp_in_group] {
       std::vector<float> a_rows = ma, mb(static_cast<size_t>(16 * columns));
-      if (!first.a) {  // this warp's 16 rows of the K-major A tile
+      if (!first.a) {  // this warp's 16 rows of the A tile
         a_rows.resize(16 * 16);
         const Descriptor a(first.a_descriptor);
         for (int row = 0; row < 16; ++row)
           for (int k = 0; k < 16; ++k)
             a_rows[static_cast<size_t>(row * 16 + k)] =
-                a.element(k, 16 * warp_in_group + row, false, first.bf16, "wgmma's A operand");
+                a.element(k, 16 * warp_in_group + row, first.transpose_a, first.bf16, "wgmma's A operand");
       }
       const Descriptor b(first.b_descriptor);
       for (int k = 0; k < 16; ++k)
@@ -234,12 +235,12 @@ void issue_warpgroup_product(const WarpgroupProduct& mine) {
 
 void warpgroup_multiply(float* d, int n, const uint32_t (&a)[4], uint64_t b_descriptor,
                         bool transpose_b, bool bf16, bool accumulate) {
-  issue_warpgroup_product({d, a, 0, b_descriptor, n, transpose_b, bf16, accumulate});
+  issue_warpgroup_product({d, a, 0, b_descriptor, n, false, transpose_b, bf16, accumulate});
 }
 
 void warpgroup_multiply_shared_a(float* d, int n, uint64_t a_descriptor, uint64_t b_descriptor,
-                                 bool transpose_b, bool bf16, bool accumulate) {
-  issue_warpgroup_product({d, nullptr, a_descriptor, b_descriptor, n, transpose_b, bf16, accumulate});
+                                 bool transpose_a, bool transpose_b, bool bf16, bool accumulate) {
+  issue_warpgroup_product({d, nullptr, a_descriptor, b_descriptor, n, transpose_a, transpose_b, bf16, accumulate});
 }
 
 }  // namespace cuda_emulator

@@ -2,7 +2,7 @@
 // (kiln/backend/cuda/warpgroup_matrix.cuh): A fragments placed by the PTX ISA's formulas and B
 // placed in shared memory by its canonical no-swizzle layouts (K-major and MN-major, each with its
 // own LBO and SBO), restated here, multiply to the matrix product, with A from registers or from
-// shared memory (K-major, by descriptor), with and without accumulation,
+// shared memory (K-major or M-major, by descriptor), with and without accumulation,
 // and products issued back to back on the same accumulators chain; the accumulators are not
 // readable before the wait; a product never waited for fails the launch.
 #include "kiln/backend/cuda/warpgroup_matrix.cuh"
@@ -32,7 +32,8 @@ constexpr int kRows = 64, kK = 16, kN = 64;
 // n), MN-major LBO (along k) and SBO (along n); deliberately unlike each other and not compact.
 constexpr uint32_t kKMajorLeading = 1152, kKMajorStride = 144, kMnMajorLeading = 160, kMnMajorStride = 352;
 constexpr uint32_t kALeading = 1280, kAStride = 160;  // A K-major in shared memory: along k, along m
-constexpr size_t kMnMajorStart = 4096, kAStart = 8192, kSharedBytes = 12288;
+constexpr uint32_t kMMajorLeading = 1152, kMMajorStride = 144;  // A M-major: along k, along m
+constexpr size_t kMnMajorStart = 4096, kAStart = 8192, kMMajorStart = 12288, kSharedBytes = 16384;
 
 size_t k_major_offset(int k, int n) {
   return n % 8 * 16 + n / 8 * kKMajorStride + k % 8 * 2 + k / 8 * kKMajorLeading;
@@ -41,12 +42,15 @@ size_t mn_major_offset(int k, int n) {
   return n % 8 * 2 + n / 8 * kMnMajorStride + k % 8 * 16 + k / 8 * kMnMajorLeading;
 }
 size_t a_offset(int m, int k) { return m % 8 * 16 + m / 8 * kAStride + k % 8 * 2 + k / 8 * kALeading; }
+size_t m_major_offset(int m, int k) {
+  return m % 8 * 2 + m / 8 * kMMajorStride + k % 8 * 16 + k / 8 * kMMajorLeading;
+}
 
-// d = a b (K-major b), d' = 1 + a b + a b (MN-major b, twice) and d'' = a b (a too from shared
-// memory), by one warpgroup; d_before_wait records what one accumulator held between the issue
-// and the wait.
-__global__ void multiply(float* d_k_major, float* d_mn_major, float* d_shared_a, float* d_before_wait,
-                         const uint16_t* a, const uint16_t* b) {
+// d = a b (K-major b), d' = 1 + a b + a b (MN-major b, twice), d'' = a b (a too from shared
+// memory, K-major) and d''' = a b (a from shared memory M-major, b MN-major), by one warpgroup;
+// d_before_wait records what one accumulator held between the issue and the wait.
+__global__ void multiply(float* d_k_major, float* d_mn_major, float* d_shared_a, float* d_m_major_a,
+                         float* d_before_wait, const uint16_t* a, const uint16_t* b) {
   const int thread = static_cast<int>(threadIdx.x), warp = thread / 32, lane = thread % 32;
   const int g = lane / 4, t = lane % 4;
   unsigned char* shared = ::cuda_emulator::dynamic_shared_memory();
@@ -58,13 +62,16 @@ __global__ void multiply(float* d_k_major, float* d_mn_major, float* d_shared_a,
       }
   if (thread == 0)
     for (int m = 0; m < kRows; ++m)
-      for (int k = 0; k < kK; ++k) std::memcpy(shared + kAStart + a_offset(m, k), a + m * kK + k, 2);
+      for (int k = 0; k < kK; ++k) {
+        std::memcpy(shared + kAStart + a_offset(m, k), a + m * kK + k, 2);
+        std::memcpy(shared + kMMajorStart + m_major_offset(m, k), a + m * kK + k, 2);
+      }
   __syncthreads();
   const auto at = [&](int r, int c) { return static_cast<uint32_t>(a[(16 * warp + r) * kK + c]); };
   uint32_t a_regs[4];
   for (int i = 0; i < 4; ++i)  // rows g, g + 8, g, g + 8 of this warp's 16; columns 2t (+1), then + 8
     a_regs[i] = at(g + i % 2 * 8, 2 * t + i / 2 * 8) | at(g + i % 2 * 8, 2 * t + 1 + i / 2 * 8) << 16;
-  float k_major[kN / 8][4], mn_major[kN / 8][4], shared_a[kN / 8][4];
+  float k_major[kN / 8][4], mn_major[kN / 8][4], shared_a[kN / 8][4], m_major_a[kN / 8][4];
   for (auto& chunk : mn_major)
     for (float& value : chunk) value = 1.0f;
   warpgroup_fence();
@@ -73,8 +80,12 @@ __global__ void multiply(float* d_k_major, float* d_mn_major, float* d_shared_a,
   for (int twice = 0; twice < 2; ++twice)
     warpgroup_multiply<__nv_bfloat16, kN, true>(
         mn_major, a_regs, matrix_descriptor(shared + kMnMajorStart, kMnMajorLeading, kMnMajorStride), true);
-  warpgroup_multiply<__nv_bfloat16, kN, false>(shared_a, matrix_descriptor(shared + kAStart, kALeading, kAStride),
-                                               matrix_descriptor(shared, kKMajorLeading, kKMajorStride), false);
+  warpgroup_multiply<__nv_bfloat16, kN, false, false>(shared_a,
+                                                      matrix_descriptor(shared + kAStart, kALeading, kAStride),
+                                                      matrix_descriptor(shared, kKMajorLeading, kKMajorStride), false);
+  warpgroup_multiply<__nv_bfloat16, kN, true, true>(
+      m_major_a, matrix_descriptor(shared + kMMajorStart, kMMajorLeading, kMMajorStride),
+      matrix_descriptor(shared + kMnMajorStart, kMnMajorLeading, kMnMajorStride), false);
   warpgroup_commit();
   if (thread == 0) *d_before_wait = mn_major[0][0];
   warpgroup_wait<0>();
@@ -84,6 +95,7 @@ __global__ void multiply(float* d_k_major, float* d_mn_major, float* d_shared_a,
       d_k_major[index] = k_major[j][i];
       d_mn_major[index] = mn_major[j][i];
       d_shared_a[index] = shared_a[j][i];
+      d_m_major_a[index] = m_major_a[j][i];
     }
 }
 
@@ -110,9 +122,11 @@ TEST(CudaEmulatorWarpgroupMatrix, FragmentsAndSharedLayoutsMultiplyToTheProduct)
     bf[i] = kiln::testing::matrix_b_value(i);
     b[i] = bits_of<__nv_bfloat16>(bf[i]);
   }
-  std::vector<float> k_major(kRows * kN, NAN), mn_major(kRows * kN, NAN), shared_a(kRows * kN, NAN);
+  std::vector<float> k_major(kRows * kN, NAN), mn_major(kRows * kN, NAN), shared_a(kRows * kN, NAN),
+      m_major_a(kRows * kN, NAN);
   float before_wait = 0.0f;
-  cuda_emulator::launch(multiply, dim3(1), dim3(128), kSharedBytes, k_major.data(), mn_major.data(), shared_a.data(), &before_wait,
+  cuda_emulator::launch(multiply, dim3(1), dim3(128), kSharedBytes, k_major.data(), mn_major.data(), shared_a.data(),
+                        m_major_a.data(), &before_wait,
                         static_cast<const uint16_t*>(a.data()), static_cast<const uint16_t*>(b.data()));
   ASSERT_EQ(cuda_emulator::get_last_error(), 0) << cuda_emulator::failure();
   EXPECT_TRUE(std::isnan(before_wait)) << "an accumulator was readable before the wait";
@@ -123,6 +137,7 @@ TEST(CudaEmulatorWarpgroupMatrix, FragmentsAndSharedLayoutsMultiplyToTheProduct)
       EXPECT_EQ(k_major[r * kN + c], expected) << "K-major, row " << r << ", column " << c;
       EXPECT_EQ(mn_major[r * kN + c], 1.0f + 2.0f * expected) << "MN-major, row " << r << ", column " << c;
       EXPECT_EQ(shared_a[r * kN + c], expected) << "A from shared memory, row " << r << ", column " << c;
+      EXPECT_EQ(m_major_a[r * kN + c], expected) << "A M-major from shared memory, row " << r << ", column " << c;
     }
 }
 

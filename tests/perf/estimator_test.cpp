@@ -152,6 +152,22 @@ TEST(Estimator, AttentionWorkspaceFollowsTheKernelThatRuns) {
   EXPECT_EQ(estimate(in).memory.workspace, 2.0 * 4 * 4 * 32 * 32 * 2);
 }
 
+// Without deterministic attention the tensor-core backward adds dQ into fp32 sums after D (256-byte
+// aligned): one float per position and channel, here 4 x 32 x 256 x 4 = 131,072 bytes past D's
+// 2,048, the most; the other kernels (general, materialised) have no such sums.
+TEST(Estimator, AtomicQueryGradientAddsItsSumsToTheAttentionWorkspace) {
+  EstimateInput in = testing::small_estimate_input();
+  in.hidden_size = 256;
+  in.num_attention_heads = 4;
+  in.precision = "bf16";
+  in.deterministic_attention = false;
+  EXPECT_EQ(estimate(in).memory.workspace, 2048.0 + 4 * 32 * 256 * 4);
+  in.hidden_size = 4 * 264;  // heads of 264: the materialised path, as deterministic
+  const double materialised = estimate(in).memory.workspace;
+  in.deterministic_attention = true;
+  EXPECT_EQ(estimate(in).memory.workspace, materialised);
+}
+
 TEST(Estimator, LayerNormBackwardScratchIsTwoPartialRowsARun) {
   EstimateInput in = testing::small_estimate_input();
   in.precision = "bf16";

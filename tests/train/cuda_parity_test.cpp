@@ -170,11 +170,15 @@ TEST(CudaMemory, APlanThatCannotFitFailsBeforeTheFirstStepWithBytesPerCategory) 
 // The back-end's op scratch is reserved before the first step for the largest call the model
 // makes (Gpt::workspace_needs): bf16 training steps allocate nothing beyond the plan. 512
 // positions of 256 columns, so that the LayerNorm backward's partial sums (32 KiB) are the largest
-// scratch, about twice the next (the embedding gradient's sort).
-TEST(CudaMemory, Bf16StepsAllocateNothingBeyondWhatWasPlanned) {
+// scratch, about twice the next (the embedding gradient's sort); when the attention backward adds
+// dQ atomically its sums (512 KiB) are.
+class CudaMemoryPlan : public ::testing::TestWithParam<bool> {};
+
+TEST_P(CudaMemoryPlan, Bf16StepsAllocateNothingBeyondWhatWasPlanned) {
   const std::string reason = testing::backend_skip_reason("cuda");
   if (!reason.empty()) GTEST_SKIP() << reason;
   Config config = testing::small_gpt_config("", "cuda");
+  config.deterministic_attention = GetParam();
   config.mock_data = true;
   config.vocab_size = 96;
   config.bf16 = true;
@@ -188,6 +192,11 @@ TEST(CudaMemory, Bf16StepsAllocateNothingBeyondWhatWasPlanned) {
   trainer.run();
   EXPECT_LE(trainer.backend().peak_allocated_bytes(), trainer.planned_device_bytes());
 }
+
+INSTANTIATE_TEST_SUITE_P(Cuda, CudaMemoryPlan, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "deterministic_attention" : "atomic_query_gradient";
+                         });
 
 }  // namespace
 }  // namespace kiln

@@ -1,9 +1,11 @@
 // How much scratch the CUDA back-end's attention takes for one call, shared by the back-end (which
 // reserves it) and `kiln estimate` (which predicts it). The fused kernels (bf16/fp16, head size up
 // to 256: cuda/flash_attention.h on tensor cores, cuda/general_attention.h otherwise) keep the
-// T x T scores on chip and need only D, one fp32 per (batch, head, query), in backward; the
-// materialised path (fp32, wider heads, or --no-fused-attention) forms the scores and their
-// gradient, two batch x heads x T x T matrices in the compute dtype, each 256-byte aligned.
+// T x T scores on chip and need only D, one fp32 per (batch, head, query), in backward, and the
+// tensor-core kernels when not deterministic (--no-deterministic-attention) fp32 sums of dQ, one
+// per (batch, position, channel), after it; the materialised path (fp32, wider heads, or
+// --no-fused-attention) forms the scores and their gradient, two batch x heads x T x T matrices in
+// the compute dtype, each 256-byte aligned.
 #pragma once
 
 #include <algorithm>
@@ -49,9 +51,19 @@ struct AttentionFp8Gradient {
   bool cast_after = false;  // not the tiled path
 };
 
-inline size_t attention_scratch_bytes(int64_t batch, int64_t heads, int64_t seq, DType dtype, bool fused) {
-  return fused ? static_cast<size_t>(batch * heads * seq) * sizeof(float)
-               : 2 * attention_matrix_bytes(batch, heads, seq, dtype);
+// Where dQ's sums start in the fused scratch: after D, 256-byte aligned.
+inline size_t attention_query_sums_offset(int64_t batch, int64_t heads, int64_t seq) {
+  return (static_cast<size_t>(batch * heads * seq) * sizeof(float) + 255) / 256 * 256;
+}
+
+// query_sum_columns: C = heads x head size where the tensor-core kernels add dQ atomically (not
+// deterministic), else 0.
+inline size_t attention_scratch_bytes(int64_t batch, int64_t heads, int64_t seq, DType dtype, bool fused,
+                                      int64_t query_sum_columns = 0) {
+  if (!fused) return 2 * attention_matrix_bytes(batch, heads, seq, dtype);
+  if (query_sum_columns == 0) return static_cast<size_t>(batch * heads * seq) * sizeof(float);
+  return attention_query_sums_offset(batch, heads, seq) +
+         static_cast<size_t>(batch * seq * query_sum_columns) * sizeof(float);
 }
 inline size_t attention_staged_gradient_bytes(int64_t batch, int64_t seq, DType dtype, AttentionFp8Gradient fp8) {
   if (!fp8.cast_after) return 0;
@@ -60,8 +72,8 @@ inline size_t attention_staged_gradient_bytes(int64_t batch, int64_t seq, DType 
 
 // The attention's scratch, then with fp8 the staged dqkv (cast_after) and the partial sums.
 inline size_t attention_workspace_bytes(int64_t batch, int64_t heads, int64_t seq, DType dtype, bool fused,
-                                        AttentionFp8Gradient fp8 = {}) {
-  const size_t own = attention_scratch_bytes(batch, heads, seq, dtype, fused);
+                                        AttentionFp8Gradient fp8 = {}, int64_t query_sum_columns = 0) {
+  const size_t own = attention_scratch_bytes(batch, heads, seq, dtype, fused, query_sum_columns);
   if (fp8.columns == 0) return own;
   const size_t aligned = (own + 255) / 256 * 256;
   const int64_t partial_rows = std::max(attention_gradient_partial_rows(batch, seq), fp8_cast_tile_rows(batch * seq));

@@ -3,7 +3,8 @@
 //
 // Contract for implementers: validate shapes and dtypes of the arguments and throw kiln::Error
 // on a mismatch; never allocate inside an op (scratch comes in the arguments); be deterministic
-// for a given thread count. The CPU back-end is the reference every other one is tested against.
+// for a given thread count, unless an option says otherwise (BackendOptions::deterministic_attention
+// off). The CPU back-end is the reference every other one is tested against.
 // A Backend is used from one host thread at a time.
 #pragma once
 
@@ -27,6 +28,10 @@ struct BackendOptions {
                                 // where it has algorithms for them; off: separate kernels
   bool warpgroup_attention = true;  // CUDA: the tensor-core attention kernels on wgmma where the
                                     // GPU and build have it (H100/H200, sm_90a); off: mma.sync
+  bool deterministic_attention = true;  // CUDA: the tensor-core attention backward in two kernels,
+                                        // each gradient written by one block (the same bits every
+                                        // run); off: one kernel adding dQ in fp32 atomics (fewer
+                                        // products, run-to-run rounding differences in dQ)
 };
 
 // Ops recorded by Backend::capture, replayed as one unit: replay() issues exactly the work the ops

@@ -130,6 +130,7 @@ void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
         {"share_of_roofline", iteration_roofline_ms > 0 ? iteration_roofline_ms / ms : 0.0},
         {"fused_attention", resolved.fused_attention}, {"matmul_epilogues", resolved.matmul_epilogues},
         {"warpgroup_attention", resolved.warpgroup_attention},
+        {"deterministic_attention", resolved.deterministic_attention},
         {"cuda_graph", resolved.cuda_graph}, {"fp8_format", resolved.fp8_format},
         {"backend_notes", backend.run_notes()},
         {"recompute", resolved.recompute_policy().describe()}};

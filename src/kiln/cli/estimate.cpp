@@ -21,6 +21,7 @@ struct EstimateOptions {
   double time_per_iteration = 0, tflops_per_gpu = 0;
   std::string recompute_granularity = "none", recompute_method;
   int64_t recompute_num_layers = 1;
+  bool no_deterministic_attention = false;
   bool json = false;
   std::string report = "all";  // all, memory, ops, levers
 };
@@ -200,11 +201,14 @@ void add_estimate_command(CLI::App& root) {
   command->add_option("--recompute-granularity", options->recompute_granularity, "none, full, selective");
   command->add_option("--recompute-method", options->recompute_method, "uniform or block");
   command->add_option("--recompute-num-layers", options->recompute_num_layers, "N of the method");
+  command->add_flag("--no-deterministic-attention", options->no_deterministic_attention,
+                    "the attention backward adding dQ in fp32 atomics (its sums in the op scratch)");
   command->add_flag("--json", options->json, "one JSON object");
   command->callback([options] {
     EstimateInput input = options->input;
     if (options->time_per_iteration != 0) input.time_per_iteration_s = options->time_per_iteration;
     if (options->tflops_per_gpu != 0) input.tflops_per_gpu = options->tflops_per_gpu;
+    input.deterministic_attention = !options->no_deterministic_attention;
     input.recompute = RecomputePolicy::parse(options->recompute_granularity, options->recompute_method,
                                              options->recompute_num_layers);
     if (options->report == "levers") {

@@ -15,7 +15,9 @@
 // Recomputation replays the same deterministic ops, so gradients are bit for bit those of the
 // run without it (tested on the CPU, and on CUDA in fp32). One exception: on CUDA in bf16/fp16 the
 // forward applies GELU inside the product (cuBLASLt epilogue) before rounding the pre-activation,
-// and selective recomputes it from the rounded one, so they differ by the dtype's rounding.
+// and selective recomputes it from the rounded one, so they differ by the dtype's rounding. Not
+// deterministic attention on CUDA (--no-deterministic-attention) rounds dQ differently every run,
+// recomputed or not.
 #pragma once
 
 #include <cstdint>

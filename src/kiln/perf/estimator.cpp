@@ -142,8 +142,9 @@ Estimate estimate(const EstimateInput& in) {
   const auto workspace = [&](int64_t micro) {
     const int64_t positions = micro * in.seq_length;
     const AttentionFp8Gradient fp8_gradient{fp8 ? 3 * in.hidden_size : 0, fp8 && !tiled};
-    const size_t attention =
-        attention_workspace_bytes(micro, in.num_attention_heads, in.seq_length, dtype, fused, fp8_gradient);
+    const int64_t query_sum_columns = tiled && !in.deterministic_attention ? in.hidden_size : 0;
+    const size_t attention = attention_workspace_bytes(micro, in.num_attention_heads, in.seq_length, dtype, fused,
+                                                       fp8_gradient, query_sum_columns);
     const Backend::WorkspaceNeeds needs = Gpt::workspace_needs(shape, micro, in.seq_length, dtype, fp8);
     const size_t layernorm = layernorm_backward_scratch_bytes(positions, needs.widest_layernorm, fp8);
     const size_t casts = fp8_scratch_bytes(needs.fp8_cast_bytes, positions, needs.widest_row);

@@ -57,6 +57,7 @@ struct EstimateInput {
   double tokens = 300e9;
   int zero_stage = 0;
   RecomputePolicy recompute;
+  bool deterministic_attention = true;  // off: the attention backward's dQ sums in the op scratch
 };
 
 struct MemoryEstimate {

@@ -68,6 +68,10 @@ const std::vector<ConfigField>& config_fields() {
       {"warpgroup_attention", &Config::warpgroup_attention,
        "the tensor-core attention kernels on Hopper's warpgroup products (wgmma) where the GPU and the build "
        "have them: H100/H200, sm_90a (CUDA; --no-warpgroup-attention: mma.sync, as on sm_80)"},
+      {"deterministic_attention", &Config::deterministic_attention,
+       "the tensor-core attention backward in two kernels, each gradient written by one block: the same bits "
+       "every run (CUDA; --no-deterministic-attention: one kernel that adds dQ in fp32 atomics, two products "
+       "fewer per pair of tiles, FlashAttention-2's backward, rounding that varies from run to run)"},
       {"loss_scale", &Config::loss_scale, "static loss scale (0: dynamic under fp16)"},
       {"initial_loss_scale", &Config::initial_loss_scale, "initial dynamic loss scale"},
       {"min_loss_scale", &Config::min_loss_scale, "smallest dynamic loss scale"},

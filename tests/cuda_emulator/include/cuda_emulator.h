@@ -148,10 +148,11 @@ void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], 
 // the tensor cores chain them.
 void warpgroup_multiply(float* d, int n, const uint32_t (&a)[4], uint64_t b_descriptor,
                         bool transpose_b, bool bf16, bool accumulate);
-// The same with A [64 x 16] from shared memory by a K-major descriptor too: each warp reads rows
-// [16w, 16w + 16) of it, w its index in its warpgroup.
+// The same with A [64 x 16] from shared memory by a descriptor too, K-major, or M-major when
+// transpose_a (B's MN-major layout with m for n): each warp reads rows [16w, 16w + 16) of it, w its
+// index in its warpgroup.
 void warpgroup_multiply_shared_a(float* d, int n, uint64_t a_descriptor, uint64_t b_descriptor,
-                                 bool transpose_b, bool bf16, bool accumulate);
+                                 bool transpose_a, bool transpose_b, bool bf16, bool accumulate);
 // cp.async.cg of 16 bytes into dynamic shared memory: the first source_bytes (0 or 16) from
 // `source`, zeros for the rest. The destination reads as NaN bytes until the issuing thread's
 // copy_wait covers the copy's group, which is when the copy is made: a read before the wait (or

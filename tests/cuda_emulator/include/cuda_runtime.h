@@ -77,6 +77,11 @@ inline int atomicMax(int* address, int value) {
   if (value > old) *address = value;
   return old;
 }
+inline float atomicAdd(float* address, float value) {
+  const float old = *address;
+  *address = old + value;
+  return old;
+}
 inline int __float_as_int(float value) {
   int bits;
   std::memcpy(&bits, &value, sizeof(bits));

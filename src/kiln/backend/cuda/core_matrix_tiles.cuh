@@ -41,9 +41,10 @@ struct CoreMatrixTiles {
   static __device__ uint64_t columns(const T* tile, int step) {
     return matrix_descriptor(tile + offset(0, 16 * step), kColumnGroupBytes, kRowGroupBytes);
   }
-  // Rows [16 step, 16 step + 16) of a tile, MN-major (as B = Y).
-  static __device__ uint64_t rows(const T* tile, int step) {
-    return matrix_descriptor(tile + offset(16 * step, 0), kRowGroupBytes, kColumnGroupBytes);
+  // Rows [16 step, 16 step + 16) of a tile from column column0 on (a multiple of 8), MN-major (as
+  // B = Y, or as an M-major A = Y^T).
+  static __device__ uint64_t rows(const T* tile, int step, int column0 = 0) {
+    return matrix_descriptor(tile + offset(16 * step, column0), kRowGroupBytes, kColumnGroupBytes);
   }
   static __device__ void scores(float (&s)[kTileRows / 8][4], const uint32_t (&a)[HS / 16][4],
                                 const T* tile) {
@@ -72,7 +73,8 @@ struct CoreMatrixTiles {
     warpgroup_fence();
 #pragma unroll
     for (int step = 0; step < HS / 16; ++step)
-      warpgroup_multiply<T, kTileRows, false>(s, columns(rows_tile, step), columns(tile, step), step > 0);
+      warpgroup_multiply<T, kTileRows, false, false>(s, columns(rows_tile, step), columns(tile, step),
+                                                     step > 0);
     warpgroup_commit();
   }
   static __device__ void start_accumulate(float (&o)[HS / 8][4], const uint32_t (&p)[kTileRows / 16][4],
@@ -88,6 +90,26 @@ struct CoreMatrixTiles {
   static __device__ void finish(Accumulators&... accumulators) {
     warpgroup_wait<0>();
     (fence_operands(accumulators), ...);
+  }
+
+  // A [64 x 64] score tile in this file's layout, read transposed as an M-major A by wgmma.
+  static constexpr int kScoreTile = kTileRows * kTileRows;
+  static constexpr int kTransposedColumns = 64;  // wgmma's N (warpgroup_matrix.cuh has 64 and 128)
+  static __device__ void store_packed(T* scores, const uint32_t (&packed)[kTileRows / 16][4]) {
+    const int row0 = static_cast<int>(threadIdx.x) / 32 * 16;
+    for_each_packed_pair(packed, [&](uint32_t pair, int row, int column) {
+      *reinterpret_cast<uint32_t*>(scores + offset(row0 + row, column)) = pair;
+    });
+  }
+  // Waits for every product started, as finish() does.
+  template <int N>
+  static __device__ void multiply_transposed(float (&acc)[N / 8][4], const T* scores, const T* tile, int column0) {
+    warpgroup_fence();
+#pragma unroll
+    for (int step = 0; step < kTileRows / 16; ++step)  // k = S's rows and the tile's [16 step, 16 step + 16)
+      warpgroup_multiply<T, N, true, true>(acc, rows(scores, step), rows(tile, step, column0), step > 0);
+    warpgroup_commit();
+    finish(acc);
   }
 };
 

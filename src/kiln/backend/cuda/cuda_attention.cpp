@@ -117,9 +117,15 @@ void CudaBackend::attention_forward(const AttentionForward& a) {
 }
 
 namespace {
+// How the tensor-core kernels run (flash_attention.h): on wgmma; deterministic (else adding dQ
+// atomically).
+struct TiledKernels {
+  bool warpgroup, deterministic;
+};
+
 // dqkv in the compute dtype, on `path`, with the path's scratch (attention_workspace.h) at
-// `scratch`; `lt` and `tf32` for the materialised path's products, `warpgroup` for the tiled one's.
-void attention_gradient(cuda::LtMatmul& lt, bool tf32, bool warpgroup, const AttentionBackward& a,
+// `scratch`; `lt` and `tf32` for the materialised path's products, `tiled` for the tiled one's.
+void attention_gradient(cuda::LtMatmul& lt, bool tf32, TiledKernels tiled, const AttentionBackward& a,
                         const checks::AttentionShape& shape, AttentionPath path, void* scratch) {
   const auto [B, T, C, NH, HS] = shape;
   const DType dtype = a.qkv.dtype;
@@ -128,9 +134,9 @@ void attention_gradient(cuda::LtMatmul& lt, bool tf32, bool warpgroup, const Att
     case AttentionPath::Tiled:
       check_cuda(cuda::flash_attention_backward(a.dqkv.data, a.dout.data, a.qkv.data, a.out.data, a.lse.as<float>(),
                                                 key_mask, element_kind(dtype), B, T, NH, HS, causal, scale, scratch,
-                                                warpgroup),
-                 warpgroup ? "attention_backward (fused, tensor cores, wgmma)"
-                           : "attention_backward (fused, tensor cores)");
+                                                tiled.warpgroup, tiled.deterministic),
+                 tiled.warpgroup ? "attention_backward (fused, tensor cores, wgmma)"
+                                 : "attention_backward (fused, tensor cores)");
       return;
     case AttentionPath::General:
       check_cuda(cuda::general_attention_backward(a.dqkv.data, a.dout.data, a.qkv.data, a.out.data, a.lse.as<float>(),
@@ -181,8 +187,15 @@ void CudaBackend::attention_backward(const AttentionBackward& a) {
                                              a.dqkv_fp8_t.data});
   const bool fused = path != AttentionPath::Materialized;
   const AttentionFp8Gradient fp8{a.fp8 ? 3 * C : 0, a.fp8 && path != AttentionPath::Tiled};
-  auto* scratch = static_cast<uint8_t*>(workspace(attention_workspace_bytes(B, NH, T, dtype, fused, fp8)));
-  const size_t own_bytes = (attention_scratch_bytes(B, NH, T, dtype, fused) + 255) / 256 * 256;
+  const TiledKernels tiled{handles_->warpgroup_attention, handles_->deterministic_attention};
+  if (path == AttentionPath::Tiled) {
+    ++handles_->tiled_backward_calls;
+    handles_->atomic_backward_calls += !tiled.deterministic;
+  }
+  const int64_t query_sum_columns = path == AttentionPath::Tiled && !tiled.deterministic ? C : 0;
+  auto* scratch = static_cast<uint8_t*>(
+      workspace(attention_workspace_bytes(B, NH, T, dtype, fused, fp8, query_sum_columns)));
+  const size_t own_bytes = (attention_scratch_bytes(B, NH, T, dtype, fused, query_sum_columns) + 255) / 256 * 256;
   void* staged = scratch + own_bytes;  // dqkv, cast after (attention_workspace.h)
   auto* partials = reinterpret_cast<float*>(scratch + own_bytes + attention_staged_gradient_bytes(B, T, dtype, fp8));
   const bool write = a.param_store == GradStore::Write;
@@ -192,7 +205,7 @@ void CudaBackend::attention_backward(const AttentionBackward& a) {
                                              a.dqkv_fp8_t.as<uint8_t>(), a.dbias.empty() ? nullptr : partials};
     check_cuda(cuda::flash_attention_backward(nullptr, a.dout.data, a.qkv.data, a.out.data, a.lse.as<float>(),
                                               key_mask, element_kind(dtype), B, T, NH, HS, causal, scale, scratch,
-                                              handles_->warpgroup_attention, &codes),
+                                              tiled.warpgroup, tiled.deterministic, &codes),
                "attention_backward (fused, tensor cores, fp8 gradient)");
     if (!a.dbias.empty())
       check_cuda(cuda::sum_column_partials(a.dbias.as<float>(), partials, attention_gradient_partial_rows(B, T), 3 * C,
@@ -202,7 +215,7 @@ void CudaBackend::attention_backward(const AttentionBackward& a) {
   }
   AttentionBackward into = a;
   if (a.fp8) into.dqkv = Tensor{staged, Shape{B, T, 3 * C}, dtype, kCuda};
-  attention_gradient(*handles_->matmul, handles_->tf32, handles_->warpgroup_attention, into, shape, path, scratch);
+  attention_gradient(*handles_->matmul, handles_->tf32, tiled, into, shape, path, scratch);
   if (!a.fp8) return;
   const int64_t M = B * T, N = 3 * C;
   check_cuda(cuda::cast_fp8(staged, element_kind(dtype), M, N, a.fp8->dout.scale.as<float>(),

@@ -57,6 +57,7 @@ CudaBackend::CudaBackend(const BackendOptions& options) : handles_(std::make_uni
   handles_->tf32 = options.tf32;
   handles_->fused_attention = options.fused_attention;
   handles_->matmul_epilogues = options.matmul_epilogues;
+  handles_->deterministic_attention = options.deterministic_attention;
   int device = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   check_cuda(cudaDeviceGetAttribute(&handles_->compute_major, cudaDevAttrComputeCapabilityMajor, device),
@@ -90,9 +91,12 @@ size_t CudaBackend::workspace_bytes(const WorkspaceNeeds& needs) const {
   const bool fp8 = needs.fp8_cast_bytes > 0;
   const AttentionFp8Gradient fp8_gradient{fp8 ? 3 * needs.heads * needs.head_size : 0,
                                           fp8 && path != AttentionPath::Tiled};
+  // The tensor-core kernels' dQ sums, when they add dQ atomically.
+  const bool atomic = path == AttentionPath::Tiled && !handles_->deterministic_attention;
+  const int64_t query_sum_columns = atomic ? needs.heads * needs.head_size : 0;
   return std::max({cuda::embedding_backward_workspace_bytes(positions),
                    attention_workspace_bytes(needs.batch, needs.heads, needs.seq, needs.dtype,
-                                             path != AttentionPath::Materialized, fp8_gradient),
+                                             path != AttentionPath::Materialized, fp8_gradient, query_sum_columns),
                    cuda::column_sums_workspace_bytes(positions, needs.widest_row),
                    layernorm_backward_scratch_bytes(positions, needs.widest_layernorm, fp8),
                    fp8_scratch_bytes(needs.fp8_cast_bytes, positions, needs.widest_row)}) +
@@ -125,8 +129,10 @@ std::string CudaBackend::run_notes() const {
           : "cuBLASLt epilogues off (--no-matmul-epilogues): bias and GELU in kernels";
   const auto& calls = handles_->attention_forward_calls;
   std::string notes = fmt::format(
-      "{}; attention forward calls: {} fused on tensor cores ({} on wgmma), {} fused general, {} materialised",
-      products, calls[0], handles_->warpgroup_forward_calls, calls[1], calls[2]);
+      "{}; attention forward calls: {} fused on tensor cores ({} on wgmma), {} fused general, {} materialised; "
+      "backward calls on tensor cores: {}, {} of them adding dQ atomically",
+      products, calls[0], handles_->warpgroup_forward_calls, calls[1], calls[2], handles_->tiled_backward_calls,
+      handles_->atomic_backward_calls);
   if (graph_counts_->captures > 0)  // a recorded call is counted once, however often it is replayed
     notes += fmt::format("; CUDA graphs: {} captured, {} replays (calls inside them counted once)",
                          graph_counts_->captures, graph_counts_->replays);

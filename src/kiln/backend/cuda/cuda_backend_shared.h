@@ -22,9 +22,11 @@ struct CudaBackend::Handles {
   bool matmul_epilogues = true;
   bool fused_attention = true;
   bool warpgroup_attention = false;  // asked for, and the device and build have it
+  bool deterministic_attention = true;
   int compute_major = 0, compute_minor = 0;  // the device's compute capability, read once
   std::array<int64_t, 3> attention_forward_calls{};  // by AttentionPath (cuda_attention.cpp), for run_notes()
   int64_t warpgroup_forward_calls = 0;               // of the Tiled ones, on wgmma
+  int64_t tiled_backward_calls = 0, atomic_backward_calls = 0;  // of those, adding dQ atomically
   std::unique_ptr<DeviceBuffer> sum_scratch;  // kSumBlocks partials + the result
   // Scratch of the ops that need it, one at a time on the stream: embedding backward's sort,
   // attention's two B x NH x T x T matrices, the partial column sums of a parameter gradient, or a

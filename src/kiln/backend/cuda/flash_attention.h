@@ -9,8 +9,10 @@
 // every fragment in registers, fp32 accumulation and softmax statistics; streamed tiles
 // double-buffered by cp.async (flash_tiles.cuh). Forward: flash_forward.cu. On an H100/H200 built
 // with sm_90a code the products of both are wgmma instead of mma.sync (core_matrix_tiles.cuh). Backward
-// (flash_backward.cu): two kernels, one per key tile (dK, dV) and one per query tile (dQ), so every
-// gradient element is written by one block in a fixed order: deterministic, no atomics.
+// (flash_backward.cu), deterministic: two kernels, one per key tile (dK, dV) and one per query tile
+// (dQ), so every gradient element is written by one block in a fixed order, no atomics; or not
+// deterministic: one kernel per key tile that also adds dQ into fp32 sums with atomic adds (two
+// fewer products per pair of tiles), then a pass rounding the sums into dqkv.
 #pragma once
 
 #include <cstddef>
@@ -54,10 +56,13 @@ struct AttentionCodes {
 int flash_attention_forward(void* out, float* lse, const void* qkv, const int32_t* key_mask, int kind, int64_t B,
                             int64_t T, int64_t NH, int64_t HS, bool causal, float scale, bool warpgroup,
                             const AttentionCodes* codes = nullptr);
-// With `codes` (else null), dqkv is not written: its codes are (above).
+// With `codes` (else null), dqkv is not written: its codes are (above). workspace: D, B * NH * T
+// floats; unless `deterministic`, then dQ's sums at attention_query_sums_offset (B * T * NH * HS
+// floats; attention_workspace.h). Deterministic: the same bits on every run; else dqkv's q part may
+// differ in the last bits from run to run (the order of the atomic additions).
 int flash_attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
                              const int32_t* key_mask, int kind, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                             bool causal, float scale, void* workspace,  // B * NH * T floats (D)
-                             bool warpgroup, const AttentionCodes* codes = nullptr);
+                             bool causal, float scale, void* workspace, bool warpgroup, bool deterministic,
+                             const AttentionCodes* codes = nullptr);
 
 }  // namespace kiln::cuda

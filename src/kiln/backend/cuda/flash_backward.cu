@@ -1,10 +1,11 @@
 // Fused attention backward on tensor cores (flash_attention.h; the forward is flash_forward.cu),
 // with every product's fragments in registers (mma.sync, flash_tiles.cuh; on Hopper wgmma,
 // core_matrix_tiles.cuh, which reads a block's own tiles from shared memory instead). D = rowsum(dout * out)
-// first (general_attention.h), then two kernels (Dao 2023 Algorithm 2, split so that no two blocks
-// write one gradient row: deterministic, no atomics). Both recompute P = exp(s - lse) from the
-// saved log-sum-exp, in base 2 with the scale folded in, and round P to 16 bits as the forward's
-// P V product did.
+// first (general_attention.h), then, deterministic (the default), two kernels (Dao 2023 Algorithm
+// 2, split so that no two blocks write one gradient row: no atomics, 7 products per pair of tiles),
+// or else one kernel that also adds dQ (5 products per pair, Algorithm 2 as written). All recompute
+// P = exp(s - lse) from the saved log-sum-exp, in base 2 with the scale folded in, and round P to
+// 16 bits as the forward's P V product did.
 //
 // Key kernel, one block per 64 keys, warp w owning keys [16w, 16w + 16), looping over the query
 // tiles that see them: S^T = K Q^T, P^T, dV += P^T dO; dP^T = V dO^T, dS^T = P^T (dP^T - D) scale,
@@ -13,6 +14,12 @@
 // per-query lse and D are read from shared memory by column.
 // Query kernel, one block per 64 queries, warp w owning queries [16w, 16w + 16), looping over the
 // key tiles they see: S = Q K^T, P, dP = dO V^T, dS = P (dP - D) scale, dQ += dS K.
+// Not deterministic: the key kernel also writes each pair's dS^T into shared memory and forms
+// dQ_tile = dS K from it (dS read transposed: ldmatrix.trans, or wgmma's M-major A), added into fp32
+// sums [B*T, C] with atomic adds (so the order, and the sums' rounding, varies from run to run);
+// the sums are zeroed before and rounded into dqkv after (query_gradient_from_sums_kernel). This
+// saves the query kernel's two products and exponentials per pair (its S and dP again) for a pass
+// over the sums: zeroed, added to in L2, read once.
 // The tiles a kernel streams (Q and dO, or K and V) are double-buffered by cp.async, with one
 // __syncthreads per tile; its own tiles stay in shared memory and their A fragments are read from
 // there per product, which keeps the head-128 kernels within the register file.
@@ -41,9 +48,11 @@ namespace {
 template <typename T, typename Tiles>
 using BackwardTiles = SharedTiles<T, Tiles, 2>;
 
-template <typename T, typename Tiles>
+// The key kernel that adds dQ also keeps a score tile for dS^T after the statistics.
+template <typename T, typename Tiles, bool AddsQueryGradient = false>
 constexpr size_t backward_shared_bytes() {
-  return BackwardTiles<T, Tiles>::kBytes + 4 * kTileRows * sizeof(float);
+  return BackwardTiles<T, Tiles>::kBytes + 4 * kTileRows * sizeof(float) +
+         (AddsQueryGradient ? Tiles::kScoreTile * sizeof(T) : 0);
 }
 static_assert(kTileRows == kAttentionGradientTileRows);  // the column sums' partial rows
 // The key kernel's two tiles of codes (dk, dv) fit in its tiles' memory, as does the query kernel's one.
@@ -56,9 +65,11 @@ static_assert(kCodesFitInTiles<64> && kCodesFitInTiles<128>);
 // At head 64, ptxas left to itself aims at three blocks per SM and spills; two blocks is what its
 // registers allow anyway (about 170 a thread), so it is told two. At head 128 (0: no minimum) its
 // own choice has no spills; a minimum there made it spill.
-template <typename T, int HS, typename Tiles>
+// With AddsQueryGradient the kernel also adds each pair's dS K into dq_sums (dqkv's q part is left
+// to query_gradient_from_sums_kernel); else dq_sums is unused.
+template <typename T, int HS, typename Tiles, bool AddsQueryGradient>
 __global__ void __launch_bounds__(kThreads, HS == 64 ? 2 : 0)
-    key_gradients_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
+    key_gradients_kernel(T* dqkv, [[maybe_unused]] float* dq_sums, const T* dout, const T* qkv, const float* lse,
                          const float* row_dots, const int32_t* key_mask, int NH, int T_, int hs,
                          bool causal, float scale, AttentionCodes codes) {
 #if KILN_TENSOR_CORE_BODIES
@@ -70,6 +81,7 @@ __global__ void __launch_bounds__(kThreads, HS == 64 ? 2 : 0)
   const auto gradients = [&](int buffer) { return tiles_at.second(buffer); };
   // Per buffer: the tile's 64 lse values (base-2 units), then its 64 D values.
   float* const statistics = static_cast<float*>(tiles_at.end());
+  [[maybe_unused]] T* const score_gradients = reinterpret_cast<T*>(statistics + 4 * kTileRows);  // dS^T
 
   const Head head(NH, T_, hs);
   const int k0 = static_cast<int>(blockIdx.x) * kTileRows;
@@ -77,6 +89,7 @@ __global__ void __launch_bounds__(kThreads, HS == 64 ? 2 : 0)
   const int in_group = lane % 4;
   const T* sequence = qkv + head.qkv_offset;
   const T* gradient = dout + head.output_offset;
+  [[maybe_unused]] float* const dq_rows = AddsQueryGradient ? dq_sums + head.output_offset : nullptr;
   const Visibility visible{T_, causal, key_mask ? key_mask + head.key_mask_offset : nullptr};
   const float scale_log2 = scale * kLog2E;
   // Thread i < 64 stages lse of query q0 + i (in base-2 units), thread 64 + i its D.
@@ -148,7 +161,21 @@ __global__ void __launch_bounds__(kThreads, HS == 64 ? 2 : 0)
                    (dp[n][i] - tile_dots[n * 8 + 2 * in_group + i % 2]) * scale;
     uint32_t ds[kTileRows / 16][4];
     pack_fragments<T>(ds, dp);
-    Tiles::accumulate(dk, ds, queries(buffer));  // dK += dS^T Q
+    if constexpr (AddsQueryGradient) {  // dS^T stored before the product that reads ds is issued
+      Tiles::store_packed(score_gradients, ds);
+      Tiles::landed();
+    }
+    Tiles::start_accumulate(dk, ds, queries(buffer));  // dK += dS^T Q
+    if constexpr (AddsQueryGradient) {
+      __syncthreads();  // every warp's rows of dS^T are in place
+      constexpr int kColumns = Tiles::kTransposedColumns;
+      for (int column0 = 0; column0 < hs; column0 += kColumns) {  // dQ += dS K, kColumns channels at a time
+        float dq[kColumns / 8][4];
+        Tiles::template multiply_transposed<kColumns>(dq, score_gradients, k, column0);
+        add_rows_atomically<kColumns>(dq_rows, head.C, T_, hs, q0 + warp * 16, column0, dq);
+      }
+    }
+    Tiles::finish(dk);
     if (tile + 1 < tiles) statistics[(1 - buffer) * 2 * kTileRows + threadIdx.x] = next_statistic;
   }
 
@@ -173,6 +200,20 @@ __global__ void __launch_bounds__(kThreads, HS == 64 ? 2 : 0)
   store_rows<T, HS>(rows + head.C, head.stride, T_, hs, k0 + warp * 16, dk, unscaled);
   store_rows<T, HS>(rows + 2 * head.C, head.stride, T_, hs, k0 + warp * 16, dv, unscaled);
 #endif
+}
+
+// A block's dQ tile, every warp's 16 rows final: stored into dqkv's q part, or with fp8 codes
+// written only as codes (attention_tile_codes.cuh, in `shared`: kTileCodesSharedBytes<T, HS>).
+template <typename T, int HS>
+__device__ void store_query_gradient(const float (&dq)[HS / 8][4], T* dqkv, const Head& head, int NH, int T_, int hs,
+                                     int q0, const AttentionCodes& codes, unsigned char* shared) {
+  const float unscaled[2] = {1.0f, 1.0f};
+  if (codes.rows) {
+    write_tile_codes<T, HS>(dq, unscaled, codes, NH, T_, hs, q0, 0, 3, shared);
+    return;
+  }
+  store_rows<T, HS>(dqkv + head.qkv_offset, head.stride, T_, hs, q0 + static_cast<int>(threadIdx.x) / 32 * 16, dq,
+                    unscaled);
 }
 
 template <typename T, int HS, typename Tiles>
@@ -245,46 +286,78 @@ __global__ void __launch_bounds__(kThreads)
     pack_fragments<T>(ds, dp);
     Tiles::accumulate(dq, ds, keys(buffer));  // dQ += dS K
   }
-
-  const float unscaled[2] = {1.0f, 1.0f};
-  if (codes.rows) {
-    write_tile_codes<T, HS>(dq, unscaled, codes, NH, T_, hs, q0, 0, 3, shared);
-    return;
-  }
-  store_rows<T, HS>(dqkv + head.qkv_offset, head.stride, T_, hs, q0 + warp * 16, dq, unscaled);
+  store_query_gradient<T, HS>(dq, dqkv, head, NH, T_, hs, q0, codes, shared);
 #endif
+}
+
+// dQ from the fp32 sums the key kernel added (when not deterministic): one block per (batch, head)
+// and 64 queries, as the query kernel, each warp loading its 16 rows into accumulators and ending as
+// the query kernel does. Its shared memory: the codes' staging, with fp8 codes only.
+template <typename T, int HS>
+__global__ void __launch_bounds__(kThreads)
+    query_gradient_from_sums_kernel(T* dqkv, const float* dq_sums, int NH, int T_, int hs, AttentionCodes codes) {
+#if KILN_TENSOR_CORE_BODIES
+  KILN_DYNAMIC_SHARED_MEMORY(shared);
+  const Head head(NH, T_, hs);
+  const int q0 = static_cast<int>(blockIdx.x) * kTileRows;
+  float dq[HS / 8][4];
+  load_rows<HS>(dq, dq_sums + head.output_offset, head.C, T_, hs, q0 + static_cast<int>(threadIdx.x) / 32 * 16);
+  store_query_gradient<T, HS>(dq, dqkv, head, NH, T_, hs, q0, codes, shared);
+#endif
+}
+
+template <typename Kernel>
+int allow_shared_bytes(Kernel kernel, size_t bytes) {
+  return static_cast<int>(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
 template <typename T, int HS, typename Tiles>
 int backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
              const int32_t* key_mask, int kind, int64_t B, int64_t seq, int64_t NH, int64_t hs, bool causal,
-             float scale, void* workspace, const AttentionCodes& codes) {
+             float scale, void* workspace, bool deterministic, const AttentionCodes& codes) {
   auto* row_dots = static_cast<float*>(workspace);
   if (const int status = attention_row_dots(row_dots, dout, out, kind, B, seq, NH, hs)) return status;
-  constexpr size_t bytes = backward_shared_bytes<T, Tiles>();
-  const auto key_kernel = key_gradients_kernel<T, HS, Tiles>;
-  const auto query_kernel = query_gradients_kernel<T, HS, Tiles>;
-  for (const void* kernel :
-       {reinterpret_cast<const void*>(key_kernel), reinterpret_cast<const void*>(query_kernel)})
-    if (const cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes))
-      return static_cast<int>(status);
   const dim3 grid(static_cast<unsigned>((seq + kTileRows - 1) / kTileRows),
                   static_cast<unsigned>(B * NH));
-  for (const auto kernel : {key_kernel, query_kernel})
-    launch(kernel, grid, kThreads, bytes, static_cast<T*>(dqkv), static_cast<const T*>(dout),
-           static_cast<const T*>(qkv), lse, row_dots, key_mask, static_cast<int>(NH),
-           static_cast<int>(seq), static_cast<int>(hs), causal, scale, codes);
+  const auto launch_key_kernel = [&](auto kernel, size_t bytes, float* dq_sums) {
+    launch(kernel, grid, kThreads, bytes, static_cast<T*>(dqkv), dq_sums, static_cast<const T*>(dout),
+           static_cast<const T*>(qkv), lse, row_dots, key_mask, static_cast<int>(NH), static_cast<int>(seq),
+           static_cast<int>(hs), causal, scale, codes);
+  };
+  if (deterministic) {
+    constexpr size_t bytes = backward_shared_bytes<T, Tiles>();
+    const auto key_kernel = key_gradients_kernel<T, HS, Tiles, false>;
+    const auto query_kernel = query_gradients_kernel<T, HS, Tiles>;
+    if (const int status = allow_shared_bytes(key_kernel, bytes)) return status;
+    if (const int status = allow_shared_bytes(query_kernel, bytes)) return status;
+    launch_key_kernel(key_kernel, bytes, nullptr);
+    launch(query_kernel, grid, kThreads, bytes, static_cast<T*>(dqkv), static_cast<const T*>(dout),
+           static_cast<const T*>(qkv), lse, row_dots, key_mask, static_cast<int>(NH), static_cast<int>(seq),
+           static_cast<int>(hs), causal, scale, codes);
+    return static_cast<int>(cudaGetLastError());
+  }
+  auto* dq_sums =
+      reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + attention_query_sums_offset(B, NH, seq));
+  if (const int status = fill(dq_sums, kFp32, 0.0f, B * seq * NH * hs)) return status;
+  constexpr size_t bytes = backward_shared_bytes<T, Tiles, true>();
+  const auto key_kernel = key_gradients_kernel<T, HS, Tiles, true>;
+  if (const int status = allow_shared_bytes(key_kernel, bytes)) return status;
+  launch_key_kernel(key_kernel, bytes, dq_sums);
+  const size_t codes_bytes = codes.rows ? kTileCodesSharedBytes<T, HS> : 0;
+  launch(query_gradient_from_sums_kernel<T, HS>, grid, kThreads, codes_bytes, static_cast<T*>(dqkv),
+         static_cast<const float*>(dq_sums), static_cast<int>(NH), static_cast<int>(seq), static_cast<int>(hs), codes);
   return static_cast<int>(cudaGetLastError());
 }
 
 template <typename T, int HS>
 int backward_on(bool warpgroup, void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
                 const int32_t* key_mask, int kind, int64_t B, int64_t seq, int64_t NH, int64_t hs, bool causal,
-                float scale, void* workspace, const AttentionCodes& codes) {
+                float scale, void* workspace, bool deterministic, const AttentionCodes& codes) {
   return warpgroup ? backward<T, HS, CoreMatrixTiles<T, HS>>(dqkv, dout, qkv, out, lse, key_mask, kind, B, seq,
-                                                             NH, hs, causal, scale, workspace, codes)
+                                                             NH, hs, causal, scale, workspace, deterministic, codes)
                    : backward<T, HS, PaddedTiles<T, HS>>(dqkv, dout, qkv, out, lse, key_mask, kind, B, seq, NH,
-                                                         hs, causal, scale, workspace, codes);
+                                                         hs, causal, scale, workspace, deterministic, codes);
 }
 
 }  // namespace
@@ -302,7 +375,7 @@ bool tiled_attention_applies(int kind, int64_t head_size, int compute_major) {
 
 int flash_attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
                              const int32_t* key_mask, int kind, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                             bool causal, float scale, void* workspace, bool warpgroup,
+                             bool causal, float scale, void* workspace, bool warpgroup, bool deterministic,
                              const AttentionCodes* codes) {
   if (B * NH * T == 0) return 0;
   if (!tiled_attention_shape(kind, HS)) return static_cast<int>(cudaErrorInvalidValue);
@@ -310,7 +383,7 @@ int flash_attention_backward(void* dqkv, const void* dout, const void* qkv, cons
   const AttentionCodes plain{};
   const auto run = [&](auto instance) {
     return instance(warpgroup, dqkv, dout, qkv, out, lse, key_mask, kind, B, T, NH, HS, causal, scale,
-                    workspace, codes ? *codes : plain);
+                    workspace, deterministic, codes ? *codes : plain);
   };
   if (kind == kBf16)
     return HS <= 64 ? run(flash::backward_on<__nv_bfloat16, 64>)

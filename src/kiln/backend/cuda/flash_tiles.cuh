@@ -134,24 +134,30 @@ __device__ __forceinline__ void multiply_by_rows_transposed(float (&acc)[kTileRo
   }
 }
 
-// acc [16 x HS] += A Y: A [16 x 64] as fragments (pack_fragments), Y the [64 x HS] `tile` (B[k][n]
-// = Y[k][n], ldmatrix's transposed layout of Y's rows).
-template <typename T, int HS>
-__device__ __forceinline__ void accumulate_by_rows(float (&acc)[HS / 8][4],
-                                                   const uint32_t (&a)[kTileRows / 16][4],
-                                                   const T* tile) {
+// acc [16 x N] += A Y: A [16 x 64] as fragments (pack_fragments), Y columns [column0, column0 + N)
+// of the [64 x HS] `tile` (B[k][n] = Y[k][column0 + n], ldmatrix's transposed layout of Y's rows);
+// accumulate_step_by_rows adds one k-step's: A's columns and Y's rows [16 step, 16 step + 16).
+template <typename T, int HS, int N = HS>
+__device__ __forceinline__ void accumulate_step_by_rows(float (&acc)[N / 8][4], const uint32_t (&a)[4],
+                                                        const T* tile, int step, int column0) {
   const int lane = static_cast<int>(threadIdx.x) % 32;
 #pragma unroll
-  for (int step = 0; step < kTileRows / 16; ++step)
+  for (int pair = 0; pair < N / 16; ++pair) {
+    uint32_t b[4];  // b0, b1 of output tiles 2 pair and 2 pair + 1
+    load_matrices_transposed(b, tile + (step * 16 + lane % 8 + lane / 8 % 2 * 8) * kPitch<HS> + column0 +
+                                    pair * 16 + lane / 16 * 8);
+    const uint32_t first[2] = {b[0], b[1]}, second[2] = {b[2], b[3]};
+    mma_16x8x16<T>(acc[2 * pair], a, first);
+    mma_16x8x16<T>(acc[2 * pair + 1], a, second);
+  }
+}
+template <typename T, int HS, int N = HS>
+__device__ __forceinline__ void accumulate_by_rows(float (&acc)[N / 8][4],
+                                                   const uint32_t (&a)[kTileRows / 16][4],
+                                                   const T* tile, int column0 = 0) {
 #pragma unroll
-    for (int pair = 0; pair < HS / 16; ++pair) {
-      uint32_t b[4];  // b0, b1 of output tiles 2 pair and 2 pair + 1
-      load_matrices_transposed(b, tile + (step * 16 + lane % 8 + lane / 8 % 2 * 8) * kPitch<HS> +
-                                      pair * 16 + lane / 16 * 8);
-      const uint32_t first[2] = {b[0], b[1]}, second[2] = {b[2], b[3]};
-      mma_16x8x16<T>(acc[2 * pair], a[step], first);
-      mma_16x8x16<T>(acc[2 * pair + 1], a[step], second);
-    }
+  for (int step = 0; step < kTileRows / 16; ++step)
+    accumulate_step_by_rows<T, HS, N>(acc, a[step], tile, step, column0);
 }
 
 // The accumulators of a [16 x 64] product rounded to T as the A fragments of the next product over
@@ -201,23 +207,89 @@ __device__ __forceinline__ float packed_element(const uint32_t (&a)[kTileRows / 
   return to_float(T(raw));
 }
 
-// Writes rows row0 + g and row0 + g + 8 (those below `rows`) of a warp's [16 x HS] accumulators,
-// times `factor[0]` and `factor[1]`, to `out` (rows `stride` elements apart), columns below hs.
-template <typename T, int HS>
-__device__ __forceinline__ void store_rows(T* out, int64_t stride, int rows, int hs, int row0,
-                                           const float (&acc)[HS / 8][4],
-                                           const float (&factor)[2]) {
+// Visits this lane's pairs of a warp's [16 x 64] product as pack_fragments packed them, as
+// visit(pair, row, column): row in [0, 16), column even (the pair's first).
+template <typename Visit>
+__device__ __forceinline__ void for_each_packed_pair(const uint32_t (&packed)[kTileRows / 16][4], Visit visit) {
+  const int lane = static_cast<int>(threadIdx.x % 32u);
+#pragma unroll
+  for (int step = 0; step < kTileRows / 16; ++step)
+#pragma unroll
+    for (int i = 0; i < 4; ++i)  // column tile 2 step + i / 2, row g + 8 (i % 2)
+      visit(packed[step][i], lane / 4 + i % 2 * 8, (2 * step + i / 2) * 8 + lane % 4 * 2);
+}
+
+// Visits this lane's pairs of a warp's [16 x N] accumulators that fall in rows row0 + g and
+// row0 + g + 8 below `rows` and in columns column0 + [0, N) below hs, as visit(row, column, n, r):
+// the pair is acc[n][2r], acc[n][2r + 1], at columns `column` and `column` + 1 (hs is a multiple
+// of 8: both or neither).
+template <int N, typename Visit>
+__device__ __forceinline__ void for_each_stored_pair(int rows, int hs, int row0, int column0, Visit visit) {
   const int lane = static_cast<int>(threadIdx.x) % 32, group = lane / 4, in_group = lane % 4;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = row0 + group + r * 8;
     if (row >= rows) continue;
 #pragma unroll
+    for (int n = 0; n < N / 8; ++n) {
+      const int column = column0 + n * 8 + 2 * in_group;
+      if (column < hs) visit(row, column, n, r);
+    }
+  }
+}
+
+// Writes rows row0 + g and row0 + g + 8 (those below `rows`) of a warp's [16 x HS] accumulators,
+// times `factor[0]` and `factor[1]`, to `out` (rows `stride` elements apart), columns below hs.
+template <typename T, int HS>
+__device__ __forceinline__ void store_rows(T* out, int64_t stride, int rows, int hs, int row0,
+                                           const float (&acc)[HS / 8][4],
+                                           const float (&factor)[2]) {
+  for_each_stored_pair<HS>(rows, hs, row0, 0, [&](int row, int column, int n, int r) {
+    *reinterpret_cast<uint32_t*>(out + row * stride + column) =
+        pack_pair<T>(acc[n][2 * r] * factor[r], acc[n][2 * r + 1] * factor[r]);
+  });
+}
+
+// sums[0] += low and sums[1] += high, each atomically (sums 8-byte aligned in global memory): one
+// vector reduction on sm_90 and newer, two scalar ones before.
+__device__ __forceinline__ void add_pair_atomically(float* sums, float low, float high) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(sums), make_float2(low, high));
+#else
+  atomicAdd(sums, low);
+  atomicAdd(sums + 1, high);
+#endif
+}
+
+// Adds rows row0 + g and row0 + g + 8 (those below `rows`) of a warp's [16 x N] accumulators to the
+// fp32 `sums` (rows `stride` floats apart) at columns [column0, column0 + N) below hs, atomically:
+// blocks that add to the same rows may run at once (the order of their additions, and so the
+// rounding of the sums, is not fixed).
+template <int N>
+__device__ __forceinline__ void add_rows_atomically(float* sums, int64_t stride, int rows, int hs, int row0,
+                                                    int column0, const float (&acc)[N / 8][4]) {
+  for_each_stored_pair<N>(rows, hs, row0, column0, [sums, stride, &acc](int row, int column, int n, int r) {
+    add_pair_atomically(sums + row * stride + column, acc[n][2 * r], acc[n][2 * r + 1]);
+  });
+}
+
+// The inverse of store_rows for fp32 rows: a warp's [16 x HS] accumulators from rows row0 + g and
+// row0 + g + 8 of `rows_in` (rows `stride` floats apart), zeros for rows past `rows` and columns
+// past hs.
+template <int HS>
+__device__ __forceinline__ void load_rows(float (&acc)[HS / 8][4], const float* rows_in, int64_t stride, int rows,
+                                          int hs, int row0) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, group = lane / 4, in_group = lane % 4;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + group + r * 8;
+#pragma unroll
     for (int n = 0; n < HS / 8; ++n) {
-      const int column = n * 8 + 2 * in_group;  // hs is a multiple of 8: both columns or neither
-      if (column < hs)
-        *reinterpret_cast<uint32_t*>(out + row * stride + column) =
-            pack_pair<T>(acc[n][2 * r] * factor[r], acc[n][2 * r + 1] * factor[r]);
+      const int column = n * 8 + 2 * in_group;
+      float2 pair = make_float2(0.0f, 0.0f);
+      if (row < rows && column < hs) pair = *reinterpret_cast<const float2*>(rows_in + row * stride + column);
+      acc[n][2 * r] = pair.x;
+      acc[n][2 * r + 1] = pair.y;
     }
   }
 }
@@ -225,10 +297,14 @@ __device__ __forceinline__ void store_rows(T* out, int64_t stride, int rows, int
 // The products of the attention kernels on this file's tiles, as one interface that
 // core_matrix_tiles.cuh also offers (the kernels take either as their Tiles parameter): tiles of
 // kTile elements; copy() queues a tile's cp.async (copy_tile); landed() is what a thread does
-// after its copies landed and before the barrier; load_a() reads an A fragment; scores() and
-// scores_from_tile() form a warp's 16 rows of A Y^T (A as fragments, or the warp's rows of a
-// tile), accumulate() adds P Y; start_scores_from_tile() and start_accumulate() may return before
-// their products are done (here they are done), finish() waits for every product started.
+// after its copies landed, or after its stores into a tile, and before the barrier that lets
+// products read the tile; load_a() reads an A fragment; scores() and scores_from_tile() form a
+// warp's 16 rows of A Y^T (A as fragments, or the warp's rows of a tile), accumulate() adds P Y;
+// start_scores_from_tile() and start_accumulate() may return before their products are done (here
+// they are done), finish() waits for every product started. store_packed() writes a warp's rows of
+// a packed [64 x 64] product into a score tile (kScoreTile elements), which multiply_transposed()
+// reads transposed: a warp's 16 rows of S^T Y over a window of kTransposedColumns columns of a
+// tile Y.
 template <typename T, int HS>
 struct PaddedTiles {
   static constexpr int kTile = kTileRows * kPitch<HS>;
@@ -262,6 +338,32 @@ struct PaddedTiles {
   }
   template <typename... Accumulators>
   static __device__ void finish(Accumulators&...) {}
+
+  static constexpr int kScoreTile = kTileRows * kPitch<kTileRows>;
+  // The columns a multiply_transposed() takes at a time: at head 128 half of 64, since its caller
+  // holds dK and dV too (ptxas, sm_80: 36 bytes spilled with 64, 4-8 with 32 or 16).
+  static constexpr int kTransposedColumns = HS == 128 ? 32 : 64;
+  // This warp's 16 rows of a [64 x 64] product, packed (pack_fragments), into `scores`.
+  static __device__ void store_packed(T* scores, const uint32_t (&packed)[kTileRows / 16][4]) {
+    T* const rows = scores + static_cast<int>(threadIdx.x) / 32 * 16 * kPitch<kTileRows>;
+    for_each_packed_pair(packed, [&](uint32_t pair, int row, int column) {
+      *reinterpret_cast<uint32_t*>(rows + row * kPitch<kTileRows> + column) = pair;
+    });
+  }
+  // acc [16 x N] = S^T Y for this warp's 16 rows: S the [64 x 64] `scores` (its columns [16w,
+  // 16w + 16) are this warp's rows), Y columns [column0, column0 + N) of `tile`.
+  template <int N>
+  static __device__ void multiply_transposed(float (&acc)[N / 8][4], const T* scores, const T* tile, int column0) {
+    const int lane = static_cast<int>(threadIdx.x) % 32, row0 = static_cast<int>(threadIdx.x) / 32 * 16;
+    zero(acc);
+#pragma unroll
+    for (int step = 0; step < kTileRows / 16; ++step) {  // S's rows [16 step, 16 step + 16), transposed
+      uint32_t a[4];  // one k-step's fragment at a time: the head-128 key kernel is at the register limit
+      load_matrices_transposed(a, scores + (step * 16 + lane / 16 * 8 + lane % 8) * kPitch<kTileRows> + row0 +
+                                      lane / 8 % 2 * 8);
+      accumulate_step_by_rows<T, HS, N>(acc, a, tile, step, column0);
+    }
+  }
 };
 
 // A kernel's shared memory in tiles of `Tiles` (PaddedTiles or CoreMatrixTiles): `Own` tiles it

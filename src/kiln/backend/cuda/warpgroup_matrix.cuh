@@ -4,7 +4,8 @@
 // with groupID g = lane / 4 and t = lane % 4 of warp w:
 //   A (64 x 16, registers): warp w holds rows [16w, 16w + 16) in the mma.sync m16n8k16 A layout
 //     (warp_matrix.cuh), so the fragments kernels build for mma.sync serve here unchanged. Or A
-//     from shared memory by descriptor, K-major: element (m, k) as B's K-major (k, n) with m for n.
+//     from shared memory by descriptor, K-major or M-major (transposed): element (m, k) as B's
+//     K-major or MN-major (k, n) with m for n.
 //   D (64 x N, fp32): warp w holds rows [16w, 16w + 16) as N / 8 m16n8 accumulators, d[j][i] at
 //     row g + 8 (i / 2), column 8j + 2t + i % 2: the layout of N / 8 mma.sync products side by side.
 //   B (16 x N, shared memory), by a matrix descriptor, without swizzle: 8 x 8 core matrices of 8
@@ -136,19 +137,19 @@ __device__ __forceinline__ void shared_fence_for_async() {
 #define KILN_WGMMA_SHARED_A_64_BF16 \
   "{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, %34, 0;\n" \
   "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, " \
-  "%32, %33, accumulate, 1, 1, 0, %35;\n}\n"
+  "%32, %33, accumulate, 1, 1, %36, %35;\n}\n"
 #define KILN_WGMMA_SHARED_A_64_F16 \
   "{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, %34, 0;\n" \
   "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, " \
-  "%32, %33, accumulate, 1, 1, 0, %35;\n}\n"
+  "%32, %33, accumulate, 1, 1, %36, %35;\n}\n"
 #define KILN_WGMMA_SHARED_A_128_BF16 \
   "{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, %66, 0;\n" \
   "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, " \
-  "%64, %65, accumulate, 1, 1, 0, %67;\n}\n"
+  "%64, %65, accumulate, 1, 1, %68, %67;\n}\n"
 #define KILN_WGMMA_SHARED_A_128_F16 \
   "{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, %66, 0;\n" \
   "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, " \
-  "%64, %65, accumulate, 1, 1, 0, %67;\n}\n"
+  "%64, %65, accumulate, 1, 1, %68, %67;\n}\n"
 
 // d (+)= a b for this warpgroup's 64 rows: a [64 x 16] in registers, b [16 x N] by descriptor;
 // `accumulate` false overwrites d. Issues the product; see the header comment for the ordering.
@@ -177,9 +178,10 @@ __device__ __forceinline__ void warpgroup_multiply(float (&d)[N / 8][4], const u
 #endif
 }
 
-// The same with a [64 x 16] from shared memory too, K-major, by descriptor (the B layouts' K-major
-// formula with m for n: row m of a core matrix is 16 bytes of k).
-template <typename T, int N, bool TransposeB>
+// The same with a [64 x 16] from shared memory too, by descriptor: K-major (the B layouts' K-major
+// formula with m for n: row m of a core matrix is 16 bytes of k), or M-major when TransposeA (the
+// MN-major formula with m for n: row k of a core matrix is 16 bytes of m).
+template <typename T, int N, bool TransposeA, bool TransposeB>
 __device__ __forceinline__ void warpgroup_multiply(float (&d)[N / 8][4], uint64_t a, uint64_t b,
                                                    bool accumulate) {
   check_warpgroup_operands<T, N>();
@@ -188,16 +190,16 @@ __device__ __forceinline__ void warpgroup_multiply(float (&d)[N / 8][4], uint64_
   const uint32_t scale_d = accumulate ? 1u : 0u;
   if constexpr (N == 64 && bf16)
     asm volatile(KILN_WGMMA_SHARED_A_64_BF16 : KILN_WGMMA_ACCUMULATORS_64
-                 : "l"(a), "l"(b), "r"(scale_d), "n"(TransposeB ? 1 : 0));
+                 : "l"(a), "l"(b), "r"(scale_d), "n"(TransposeB ? 1 : 0), "n"(TransposeA ? 1 : 0));
   else if constexpr (N == 64)
     asm volatile(KILN_WGMMA_SHARED_A_64_F16 : KILN_WGMMA_ACCUMULATORS_64
-                 : "l"(a), "l"(b), "r"(scale_d), "n"(TransposeB ? 1 : 0));
+                 : "l"(a), "l"(b), "r"(scale_d), "n"(TransposeB ? 1 : 0), "n"(TransposeA ? 1 : 0));
   else if constexpr (bf16)
     asm volatile(KILN_WGMMA_SHARED_A_128_BF16 : KILN_WGMMA_ACCUMULATORS_128
-                 : "l"(a), "l"(b), "r"(scale_d), "n"(TransposeB ? 1 : 0));
+                 : "l"(a), "l"(b), "r"(scale_d), "n"(TransposeB ? 1 : 0), "n"(TransposeA ? 1 : 0));
   else
     asm volatile(KILN_WGMMA_SHARED_A_128_F16 : KILN_WGMMA_ACCUMULATORS_128
-                 : "l"(a), "l"(b), "r"(scale_d), "n"(TransposeB ? 1 : 0));
+                 : "l"(a), "l"(b), "r"(scale_d), "n"(TransposeB ? 1 : 0), "n"(TransposeA ? 1 : 0));
 #elif defined(__CUDA_ARCH__)
   (void)d, (void)a, (void)b, (void)accumulate;
   __trap();  // not sm_90a code: the host should not have launched this kernel
@@ -222,11 +224,11 @@ void warpgroup_multiply(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t b
   ::cuda_emulator::warpgroup_multiply(&d[0][0], N, a, b, TransposeB, std::is_same_v<T, __nv_bfloat16>,
                                       accumulate);
 }
-template <typename T, int N, bool TransposeB>
+template <typename T, int N, bool TransposeA, bool TransposeB>
 void warpgroup_multiply(float (&d)[N / 8][4], uint64_t a, uint64_t b, bool accumulate) {
   check_warpgroup_operands<T, N>();
-  ::cuda_emulator::warpgroup_multiply_shared_a(&d[0][0], N, a, b, TransposeB, std::is_same_v<T, __nv_bfloat16>,
-                                               accumulate);
+  ::cuda_emulator::warpgroup_multiply_shared_a(&d[0][0], N, a, b, TransposeA, TransposeB,
+                                               std::is_same_v<T, __nv_bfloat16>, accumulate);
 }
 
 #endif
