@@ -9,8 +9,8 @@
 #                                        machine that cannot build kiln: no -dev packages)
 #   ... --stages tests,table,levers      which stages run (default tests,table); `levers`: on
 #                                        124M/64, what each switch buys (CUDA graphs, fused attention,
-#                                        on wgmma or mma.sync, matmul epilogues, selective recomputation,
-#                                        fp8 products; fp8
+#                                        on wgmma or mma.sync, its backward adding dQ atomically, matmul
+#                                        epilogues, selective recomputation, fp8 products; fp8
 #                                        also on 774M/16), the attention core
 #                                        alone against PyTorch's SDPA, and the time split by op
 #                                        (--profile-ops, without and with fp8 products); not part
@@ -166,8 +166,9 @@ if runs levers; then
   echo "== levers on ${lever_shape%% *} micro-batch $micro (each row one kiln bench train; the first is the table's setting)"
   levers=$out/levers.jsonl
   : > "$levers"
-  for switch in "" "--cuda-graph" "--no-fused-attention" "--no-warpgroup-attention" "--no-matmul-epilogues" \
-                "--recompute-granularity selective" "--fp8-format hybrid" "--fp8-format hybrid --cuda-graph"; do
+  for switch in "" "--cuda-graph" "--no-fused-attention" "--no-warpgroup-attention" "--no-deterministic-attention" \
+                "--no-matmul-epilogues" "--recompute-granularity selective" "--fp8-format hybrid" \
+                "--fp8-format hybrid --cuda-graph"; do
     measure "$levers" "\"switch\":\"${switch:-(defaults)}\"" \
       "$kiln" bench train --device cuda --bf16 $model --vocab-size $vocab --skip-gemm-ceiling --json $timing $datasheet $switch
   done
@@ -189,7 +190,8 @@ for r in rows:
     print(f"{r['switch']:>34} {r['median_ms_per_iteration']:>8.1f} {r['tokens_per_second']:>9.0f}"
           f" {r['peak_memory_gib']:>6.1f} {r['roofline_ms_per_iteration']:>11.3g}  {r['backend_notes']}")
 PY
-  echo "== attention core alone, bf16 causal: kiln (fused: on wgmma where it runs, and on mma.sync; materialised) and PyTorch SDPA"
+  echo "== attention core alone, bf16 causal: kiln (fused: on wgmma where it runs, and on mma.sync, each with" \
+       "the backward deterministic and adding dQ atomically; materialised) and PyTorch SDPA"
   attention=$out/attention.jsonl
   : > "$attention"
   for shape in "${attention_shapes[@]}"; do
@@ -199,8 +201,13 @@ PY
     attention_timing=${timing:+--warmup 1 --iters 1}
     measure "$attention" "$shape_fields,\"row\":\"kiln fused\"" \
       "$kiln" bench attention --device cuda $args --json $attention_timing
+    measure "$attention" "$shape_fields,\"row\":\"kiln fused atomic dQ\"" \
+      "$kiln" bench attention --device cuda $args --no-deterministic-attention --json $attention_timing
     measure "$attention" "$shape_fields,\"row\":\"kiln fused mma.sync\"" \
       "$kiln" bench attention --device cuda $args --no-warpgroup-attention --json $attention_timing
+    measure "$attention" "$shape_fields,\"row\":\"kiln mma.sync atomic dQ\"" \
+      "$kiln" bench attention --device cuda $args --no-warpgroup-attention --no-deterministic-attention --json \
+      $attention_timing
     measure "$attention" "$shape_fields,\"row\":\"kiln materialised\"" \
       "$kiln" bench attention --device cuda $args --no-fused-attention --json $attention_timing
     measure "$attention" "$shape_fields,\"row\":\"pytorch\"" "${peer_attention[@]}" $args $attention_timing
