@@ -18,6 +18,8 @@
 #include "kiln/data/preprocess.h"
 #include "kiln/data/token_dataset.h"
 #include "kiln/data/token_shard.h"
+#include "kiln/storage/chunk_cache.h"
+#include "kiln/storage/local_file.h"
 #include "kiln/train/config.h"
 #include "kiln/train/safetensors.h"
 #include "kiln/train/trainer.h"
@@ -177,6 +179,45 @@ TEST(CorruptedFiles, DamagedIndexCachesAreRebuilt) {
                                                            [&] { EXPECT_EQ(all_samples(prefix), expected); });
     EXPECT_EQ(tally.rejected, 0);
   }
+}
+
+// A chunk file of the data cache (S3 data behind --cache-dir, storage/chunk_cache.h) damaged on
+// disk is never served: after every corruption of one, a fresh reader returns the object's own
+// bytes, fetches that chunk again exactly when the file's bytes changed, and rewrites it whole.
+TEST(CorruptedFiles, DamagedDataCacheChunksAreFetchedAgain) {
+  TempDir dir;
+  constexpr uint64_t kChunk = 4096;
+  Rng rng(7);
+  std::string object(3 * kChunk + 100, '\0');  // four chunks, the last one short
+  for (char& c : object) c = static_cast<char>(rng.below(256));
+  testing::write_file_bytes(dir / "remote.bin", object);
+  const auto read_all = [&] {  // a new reader each time, as a new process would make
+    const ChunkCachedFile file(open_pread_file(dir / "remote.bin"), dir / "cache", "remote.bin v1", kChunk);
+    std::vector<uint8_t> all(object.size());
+    file.read(0, all);
+    EXPECT_EQ(std::string(all.begin(), all.end()), object);
+    return std::pair{file.stats(), file.folder()};
+  };
+  const auto [filled, folder] = read_all();
+  ASSERT_EQ(filled.chunks_fetched, 4u);
+  const std::string chunk_file = folder + "/chunk-00000001";
+  const std::string valid = read_file_bytes(chunk_file);
+  ASSERT_EQ(valid.size(), kChunk + 8);  // the chunk, then its hash
+  CorruptionOptions options;
+  options.header_bytes = 16;
+  int damaged = 0;
+  const auto tally = expect_rejected_by_name_or_accepted(chunk_file, corruptions_of(valid, options), "", [&] {
+    const bool changed = read_file_bytes(chunk_file) != valid;
+    const ChunkCacheStats stats = read_all().first;
+    EXPECT_EQ(stats.chunks_fetched, changed ? 1u : 0u);
+    EXPECT_EQ(read_file_bytes(chunk_file), valid);
+    damaged += static_cast<int>(stats.damaged_chunks);
+  });
+  EXPECT_EQ(tally.rejected, 0);
+  EXPECT_GT(damaged, 0);  // some corruptions kept the size: their hash found them
+  // A file of the older layout (the chunk without its hash) has the wrong size: fetched again.
+  testing::write_file_bytes(chunk_file, object.substr(kChunk, kChunk));
+  EXPECT_EQ(read_all().first.chunks_fetched, 1u);
 }
 
 TEST(CorruptedFiles, TokenShardsAndTheirMetadataAreRefusedByName) {

@@ -20,21 +20,44 @@
 namespace kiln {
 namespace {
 
-// Reads out.size() bytes at `within` of a chunk file, if the file exists and has exactly
-// `chunk_bytes` bytes (a shorter one is a torn write).
-bool read_from_chunk_file(const std::string& path, uint64_t chunk_bytes, uint64_t within, std::span<uint8_t> out) {
+constexpr uint64_t kHashBytes = sizeof(uint64_t);  // the trailer after a chunk's bytes
+
+// What a chunk file holds: the chunk, then its hash.
+enum class ChunkFile { Missing, Whole, Damaged };
+
+// Reads out.size() bytes at `within` of a chunk file whose chunk has `chunk_bytes` bytes: Missing
+// when the file is absent or not chunk_bytes + 8 long (torn, or an older layout), and with
+// `verify` the whole file is read first and Damaged when the chunk fails its hash.
+ChunkFile read_from_chunk_file(const std::string& path, uint64_t chunk_bytes, bool verify, uint64_t within,
+                               std::span<uint8_t> out) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
+  if (fd < 0) return ChunkFile::Missing;
   struct stat info {};
-  const bool ok = ::fstat(fd, &info) == 0 && static_cast<uint64_t>(info.st_size) == chunk_bytes &&
-                  pread_fully(fd, out, within);
+  ChunkFile result = ChunkFile::Missing;
+  if (::fstat(fd, &info) == 0 && static_cast<uint64_t>(info.st_size) == chunk_bytes + kHashBytes) {
+    if (!verify) {
+      result = pread_fully(fd, out, within) ? ChunkFile::Whole : ChunkFile::Missing;
+    } else {
+      std::vector<uint8_t> file(chunk_bytes + kHashBytes);
+      if (pread_fully(fd, file, 0)) {
+        uint64_t stored = 0;
+        std::memcpy(&stored, file.data() + chunk_bytes, kHashBytes);
+        result = stored == hash_bytes(file.data(), chunk_bytes) ? ChunkFile::Whole : ChunkFile::Damaged;
+        if (result == ChunkFile::Whole) std::memcpy(out.data(), file.data() + within, out.size());
+      }
+    }
+  }
   ::close(fd);
-  return ok;
+  return result;
 }
 
-// Writes a chunk under a temporary name, then renames it into place. No fsync: a chunk lost or
-// torn by a crash is detected by its size and fetched again.
-void write_chunk_file(const std::string& path, std::span<const uint8_t> bytes) {
+// Writes a chunk and its hash under a temporary name, then renames it into place. No fsync: a
+// chunk lost or torn by a crash is detected by its size, or its hash, and fetched again.
+void write_chunk_file(const std::string& path, std::span<const uint8_t> chunk) {
+  std::vector<uint8_t> bytes(chunk.begin(), chunk.end());
+  const uint64_t hash = hash_bytes(chunk.data(), chunk.size());
+  bytes.resize(chunk.size() + kHashBytes);
+  std::memcpy(bytes.data() + chunk.size(), &hash, kHashBytes);
   const std::string temp = fmt::format("{}.tmp-{}-{:x}", path, ::getpid(),
                                        std::hash<std::thread::id>{}(std::this_thread::get_id()));
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -65,6 +88,7 @@ ChunkCachedFile::ChunkCachedFile(std::unique_ptr<RandomAccessFile> remote, const
                                  const std::string& identity, uint64_t chunk_bytes)
     : remote_(std::move(remote)), chunk_bytes_(chunk_bytes) {
   KILN_CHECK(chunk_bytes_ > 0, "data cache: chunk size must be positive");
+  verified_ = std::make_unique<std::atomic<bool>[]>((size() + chunk_bytes_ - 1) / chunk_bytes_);
   folder_ = fmt::format("{}/objects/{:016x}", cache_dir, hash_string(identity));
   std::error_code error;
   std::filesystem::create_directories(folder_, error);
@@ -77,6 +101,18 @@ std::string ChunkCachedFile::chunk_path(uint64_t chunk) const { return fmt::form
 
 uint64_t ChunkCachedFile::chunk_size(uint64_t chunk) const {
   return std::min(chunk_bytes_, size() - chunk * chunk_bytes_);
+}
+
+bool ChunkCachedFile::read_local(uint64_t chunk, uint64_t within, std::span<uint8_t> out) const {
+  const bool verify = !verified_[chunk].load();
+  switch (read_from_chunk_file(chunk_path(chunk), chunk_size(chunk), verify, within, out)) {
+    case ChunkFile::Whole:
+      verified_[chunk] = true;
+      return true;
+    case ChunkFile::Damaged: ++damaged_; return false;
+    case ChunkFile::Missing: return false;
+  }
+  return false;
 }
 
 void ChunkCachedFile::read(uint64_t offset, std::span<uint8_t> out) const {
@@ -101,8 +137,7 @@ void ChunkCachedFile::read_many(std::span<const ReadRange> ranges) const {
                         range.out.subspan(done, std::min<uint64_t>(chunk_bytes_ - position % chunk_bytes_,
                                                                    range.out.size() - done))};
       done += piece.out.size();
-      if (!fetched.contains(piece.chunk) &&
-          read_from_chunk_file(chunk_path(piece.chunk), chunk_size(piece.chunk), piece.within, piece.out)) {
+      if (!fetched.contains(piece.chunk) && read_local(piece.chunk, piece.within, piece.out)) {
         ++hits_;
         continue;
       }
@@ -119,6 +154,7 @@ void ChunkCachedFile::read_many(std::span<const ReadRange> ranges) const {
   remote_->read_many(missing);
   for (const ReadRange& chunk : missing) {
     write_chunk_file(chunk_path(chunk.offset / chunk_bytes_), chunk.out);
+    verified_[chunk.offset / chunk_bytes_] = true;  // the file now holds what was just fetched
     fetched_ += chunk.out.size();
     ++misses_;
   }
@@ -128,6 +164,8 @@ void ChunkCachedFile::read_many(std::span<const ReadRange> ranges) const {
   }
 }
 
-ChunkCacheStats ChunkCachedFile::stats() const { return {hits_.load(), misses_.load(), fetched_.load()}; }
+ChunkCacheStats ChunkCachedFile::stats() const {
+  return {hits_.load(), misses_.load(), fetched_.load(), damaged_.load()};
+}
 
 }  // namespace kiln

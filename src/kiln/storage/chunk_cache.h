@@ -5,9 +5,12 @@
 //
 // Layout: <cache_dir>/objects/<16 hex digits>/chunk-<8 digits>, where the hex digits hash the
 // remote name, size and ETag, so a changed object never serves stale chunks; `source.txt` in the
-// folder names the object. A chunk file of the wrong size (a crash mid-write) is fetched again.
-// The cache is not bounded: it grows to the bytes read. Thread-safe; concurrent misses of one
-// chunk both fetch it and the second rename wins harmlessly.
+// folder names the object. A chunk file holds the chunk's bytes, then their 64-bit hash
+// (hash_bytes, little-endian). A chunk file of the wrong size (a crash mid-write, or an older
+// layout without the hash) or whose bytes fail their hash (damaged on disk) is never served: it is
+// fetched again and rewritten. Each chunk file is verified in full the first time this object reads
+// it, then read piece by piece. The cache is not bounded: it grows to the bytes read. Thread-safe;
+// concurrent misses of one chunk both fetch it and the second rename wins harmlessly.
 #pragma once
 
 #include <atomic>
@@ -22,6 +25,7 @@ struct ChunkCacheStats {
   uint64_t local_reads = 0;     // pieces of reads served from chunk files on disk
   uint64_t chunks_fetched = 0;  // chunks fetched from the remote file (and written to disk)
   uint64_t bytes_fetched = 0;
+  uint64_t damaged_chunks = 0;  // chunk files of the right size that failed their hash (fetched again)
 };
 
 class ChunkCachedFile final : public RandomAccessFile {
@@ -40,11 +44,15 @@ class ChunkCachedFile final : public RandomAccessFile {
  private:
   std::string chunk_path(uint64_t chunk) const;
   uint64_t chunk_size(uint64_t chunk) const;
+  // Copies `out` from `within` the chunk's file if it is there, whole and (the first time) passes
+  // its hash; false when the chunk must be fetched.
+  bool read_local(uint64_t chunk, uint64_t within, std::span<uint8_t> out) const;
 
   std::unique_ptr<RandomAccessFile> remote_;
   std::string folder_;
   uint64_t chunk_bytes_;
-  mutable std::atomic<uint64_t> hits_{0}, misses_{0}, fetched_{0};
+  std::unique_ptr<std::atomic<bool>[]> verified_;  // per chunk: its file passed its hash
+  mutable std::atomic<uint64_t> hits_{0}, misses_{0}, fetched_{0}, damaged_{0};
 };
 
 }  // namespace kiln
