@@ -79,6 +79,20 @@ TEST(Cli, PrepareTrainGenerateEndToEnd) {
   const Result generated = run_kiln("generate --load " + (dir / "ckpt") + " --prompt Hello --max-new-tokens 8");
   ASSERT_EQ(generated.exit_code, 0) << generated.output;
   EXPECT_EQ(generated.output.rfind("Hello", 0), 0u) << generated.output;
+  // Sampling settings that mean nothing are refused by flag, before the checkpoint is read.
+  const std::string load = "generate --load " + (dir / "ckpt");
+  for (const auto& [flags, fragment] :
+       {std::pair{" --top-k -3", "--top-k must be >= 0"}, {" --temperature -1", "--temperature must be a finite"},
+        {" --temperature nan", "--temperature must be a finite"}, {" --temperature inf", "--temperature must be"},
+        {" --max-new-tokens 0", "--max-new-tokens must be positive"}, {" --prompt ''", "--prompt must not be empty"}}) {
+    const Result refused = run_kiln(load + flags);
+    EXPECT_NE(refused.exit_code, 0) << flags;
+    EXPECT_NE(refused.output.find(fragment), std::string::npos) << flags << ": " << refused.output;
+  }
+  // A prompt longer than the model's window is continued from its last window of bytes.
+  const Result long_prompt = run_kiln(load + " --prompt " + std::string(200, 'a') + " --max-new-tokens 4");
+  ASSERT_EQ(long_prompt.exit_code, 0) << long_prompt.output;
+  EXPECT_EQ(long_prompt.output.rfind(std::string(200, 'a'), 0), 0u) << long_prompt.output;
 }
 
 TEST(Cli, PrintConfigShowsResolvedYaml) {

@@ -1,6 +1,7 @@
 // `kiln generate`: load a checkpoint and continue a prompt, byte by byte.
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdio>
 #include <memory>
 
@@ -28,6 +29,10 @@ struct GenerateOptions {
 
 void generate(const GenerateOptions& options) {
   KILN_CHECK(options.max_new_tokens > 0, "--max-new-tokens must be positive, got {}", options.max_new_tokens);
+  KILN_CHECK(std::isfinite(options.temperature) && options.temperature >= 0.0f,
+             "--temperature must be a finite number >= 0 (0: greedy), got {}", options.temperature);
+  KILN_CHECK(options.top_k >= 0, "--top-k must be >= 0 (0: all tokens), got {}", options.top_k);
+  KILN_CHECK(!options.prompt.empty(), "--prompt must not be empty");
   const std::string dir = resolve_checkpoint_dir(options.load);
   const Config config = read_checkpoint_config(dir);
   KILN_CHECK(config.vocab_size == kByteVocabSize,
@@ -41,7 +46,6 @@ void generate(const GenerateOptions& options) {
 
   std::vector<int32_t> context;
   for (unsigned char byte : options.prompt) context.push_back(byte);
-  KILN_CHECK(!context.empty(), "--prompt must not be empty");
   std::fwrite(options.prompt.data(), 1, options.prompt.size(), stdout);
   Rng rng(static_cast<uint64_t>(options.seed));
   for (int64_t step = 0; step < options.max_new_tokens; ++step) {
