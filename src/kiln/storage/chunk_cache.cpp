@@ -54,25 +54,25 @@ ChunkFile read_from_chunk_file(const std::string& path, uint64_t chunk_bytes, bo
 // Writes a chunk and its hash under a temporary name, then renames it into place. No fsync: a
 // chunk lost or torn by a crash is detected by its size, or its hash, and fetched again.
 void write_chunk_file(const std::string& path, std::span<const uint8_t> chunk) {
-  std::vector<uint8_t> bytes(chunk.begin(), chunk.end());
   const uint64_t hash = hash_bytes(chunk.data(), chunk.size());
-  bytes.resize(chunk.size() + kHashBytes);
-  std::memcpy(bytes.data() + chunk.size(), &hash, kHashBytes);
+  const std::span<const uint8_t> hash_part(reinterpret_cast<const uint8_t*>(&hash), kHashBytes);
   const std::string temp = fmt::format("{}.tmp-{}-{:x}", path, ::getpid(),
                                        std::hash<std::thread::id>{}(std::this_thread::get_id()));
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   KILN_CHECK(fd >= 0, "data cache: cannot create '{}': {}", temp, std::strerror(errno));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t wrote = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (wrote < 0 && errno == EINTR) continue;
-    if (wrote <= 0) {
-      const int saved = errno;
-      ::close(fd);
-      ::unlink(temp.c_str());
-      fail("data cache: cannot write '{}': {}", temp, std::strerror(saved));
+  for (const std::span<const uint8_t> bytes : {chunk, hash_part}) {
+    size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t wrote = ::write(fd, bytes.data() + done, bytes.size() - done);
+      if (wrote < 0 && errno == EINTR) continue;
+      if (wrote <= 0) {
+        const int saved = errno;
+        ::close(fd);
+        ::unlink(temp.c_str());
+        fail("data cache: cannot write '{}': {}", temp, std::strerror(saved));
+      }
+      done += static_cast<size_t>(wrote);
     }
-    done += static_cast<size_t>(wrote);
   }
   ::close(fd);
   if (::rename(temp.c_str(), path.c_str()) != 0) {
