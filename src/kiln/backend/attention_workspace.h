@@ -56,8 +56,13 @@ inline size_t attention_query_sums_offset(int64_t batch, int64_t heads, int64_t 
   return (static_cast<size_t>(batch * heads * seq) * sizeof(float) + 255) / 256 * 256;
 }
 
-// query_sum_columns: C = heads x head size where the tensor-core kernels add dQ atomically (not
-// deterministic), else 0.
+// The columns of dQ's fp32 sums a backward call needs: C (heads x head size) where the tensor-core
+// kernels take it (`tiled`) and add dQ atomically (not `deterministic`), else 0.
+inline int64_t attention_query_sum_columns(bool tiled, bool deterministic, int64_t C) {
+  return tiled && !deterministic ? C : 0;
+}
+
+// query_sum_columns: attention_query_sum_columns'.
 inline size_t attention_scratch_bytes(int64_t batch, int64_t heads, int64_t seq, DType dtype, bool fused,
                                       int64_t query_sum_columns = 0) {
   if (!fused) return 2 * attention_matrix_bytes(batch, heads, seq, dtype);

@@ -142,7 +142,7 @@ Estimate estimate(const EstimateInput& in) {
   const auto workspace = [&](int64_t micro) {
     const int64_t positions = micro * in.seq_length;
     const AttentionFp8Gradient fp8_gradient{fp8 ? 3 * in.hidden_size : 0, fp8 && !tiled};
-    const int64_t query_sum_columns = tiled && !in.deterministic_attention ? in.hidden_size : 0;
+    const int64_t query_sum_columns = attention_query_sum_columns(tiled, in.deterministic_attention, in.hidden_size);
     const size_t attention = attention_workspace_bytes(micro, in.num_attention_heads, in.seq_length, dtype, fused,
                                                        fp8_gradient, query_sum_columns);
     const Backend::WorkspaceNeeds needs = Gpt::workspace_needs(shape, micro, in.seq_length, dtype, fp8);

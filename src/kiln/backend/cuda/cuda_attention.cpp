@@ -192,7 +192,7 @@ void CudaBackend::attention_backward(const AttentionBackward& a) {
     ++handles_->tiled_backward_calls;
     handles_->atomic_backward_calls += !tiled.deterministic;
   }
-  const int64_t query_sum_columns = path == AttentionPath::Tiled && !tiled.deterministic ? C : 0;
+  const int64_t query_sum_columns = attention_query_sum_columns(path == AttentionPath::Tiled, tiled.deterministic, C);
   auto* scratch = static_cast<uint8_t*>(
       workspace(attention_workspace_bytes(B, NH, T, dtype, fused, fp8, query_sum_columns)));
   const size_t own_bytes = (attention_scratch_bytes(B, NH, T, dtype, fused, query_sum_columns) + 255) / 256 * 256;

@@ -91,9 +91,8 @@ size_t CudaBackend::workspace_bytes(const WorkspaceNeeds& needs) const {
   const bool fp8 = needs.fp8_cast_bytes > 0;
   const AttentionFp8Gradient fp8_gradient{fp8 ? 3 * needs.heads * needs.head_size : 0,
                                           fp8 && path != AttentionPath::Tiled};
-  // The tensor-core kernels' dQ sums, when they add dQ atomically.
-  const bool atomic = path == AttentionPath::Tiled && !handles_->deterministic_attention;
-  const int64_t query_sum_columns = atomic ? needs.heads * needs.head_size : 0;
+  const int64_t query_sum_columns = attention_query_sum_columns(
+      path == AttentionPath::Tiled, handles_->deterministic_attention, needs.heads * needs.head_size);
   return std::max({cuda::embedding_backward_workspace_bytes(positions),
                    attention_workspace_bytes(needs.batch, needs.heads, needs.seq, needs.dtype,
                                              path != AttentionPath::Materialized, fp8_gradient, query_sum_columns),
