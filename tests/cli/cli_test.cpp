@@ -201,6 +201,12 @@ TEST(Cli, EstimateGpt3) {
   ASSERT_EQ(memory.exit_code, 0) << memory.output;
   EXPECT_NE(memory.output.find("gradients 0.46 GiB"), std::string::npos) << memory.output;  // fp32
   EXPECT_EQ(memory.output.find("time per iteration"), std::string::npos) << memory.output;
+  // The attention backward adding dQ atomically keeps fp32 sums of dQ in the op scratch (64 x 1024
+  // x 768 floats: 0.19 GiB instead of the LayerNorm backward's 0.01).
+  EXPECT_NE(memory.output.find("op scratch 0.01 GiB"), std::string::npos) << memory.output;
+  const Result atomic = run_kiln(gpt2 + " --no-deterministic-attention memory");
+  ASSERT_EQ(atomic.exit_code, 0) << atomic.output;
+  EXPECT_NE(atomic.output.find("op scratch 0.19 GiB"), std::string::npos) << atomic.output;
   // fp8 products: the largest product's casts and bias partial sums (0.40 GiB, mlp.c_fc's backward)
   // outgrow attention's scratch; the products' kept input codes take less than the 16-bit inputs
   // they replace (18.81 GiB of activations in bf16), and the residual gradient's codes in both
