@@ -33,10 +33,6 @@ struct CoreMatrixTiles {
     }
   }
   static __device__ void landed() { shared_fence_for_async(); }
-  static __device__ void load_a(uint32_t (&a)[4], const T* tile, int row0, int step) {
-    const int lane = static_cast<int>(threadIdx.x) % 32;
-    load_matrices(a, tile + offset(row0 + lane % 16, step * 16 + lane / 16 * 8));
-  }
   // Columns [16 step, 16 step + 16) of a tile, K-major (as B = Y^T, or as A).
   static __device__ uint64_t columns(const T* tile, int step) {
     return matrix_descriptor(tile + offset(0, 16 * step), kColumnGroupBytes, kRowGroupBytes);
@@ -45,16 +41,6 @@ struct CoreMatrixTiles {
   // B = Y, or as an M-major A = Y^T).
   static __device__ uint64_t rows(const T* tile, int step, int column0 = 0) {
     return matrix_descriptor(tile + offset(16 * step, column0), kRowGroupBytes, kColumnGroupBytes);
-  }
-  static __device__ void scores(float (&s)[kTileRows / 8][4], const uint32_t (&a)[HS / 16][4],
-                                const T* tile) {
-    warpgroup_fence();  // the A fragments were written by ldmatrix
-#pragma unroll
-    for (int step = 0; step < HS / 16; ++step)
-      warpgroup_multiply<T, kTileRows, false>(s, a[step], columns(tile, step), step > 0);
-    warpgroup_commit();
-    warpgroup_wait<0>();
-    fence_operands(s);
   }
   static __device__ void scores_from_tile(float (&s)[kTileRows / 8][4], const T* rows_tile, const T* tile) {
     start_scores_from_tile(s, rows_tile, tile);

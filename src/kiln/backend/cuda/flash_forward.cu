@@ -70,7 +70,6 @@ __global__ void __launch_bounds__(kThreads)
   Tiles::copy(values(0), sequence + 2 * C, T_, stride, hs);
   copy_commit();
 
-  uint32_t q_fragments[HS / 16][4];  // this warp's 16 rows of Q, kept for every tile
   float o[HS / 8][4];
   zero(o);
   // Rows `group` and `group + 8` of this warp's 16: maxima (base-2 units), and this lane's part of
@@ -89,14 +88,13 @@ __global__ void __launch_bounds__(kThreads)
       Tiles::copy(values((tile + 1) % 2), sequence + 2 * C + next, T_ - k0 - kTileRows, stride, hs);
       copy_commit();
     }
-    if (tile == 0) {
-#pragma unroll
-      for (int step = 0; step < HS / 16; ++step)
-        Tiles::load_a(q_fragments[step], q, warp * 16, step);
-    }
 
-    float s[kTileRows / 8][4];  // S = Q K^T
-    Tiles::scores(s, q_fragments, keys(tile % 2));
+    // S = Q K^T, Q's A operand read from its tile for every key tile. Held in registers across key
+    // tiles instead, on the H100 (wgmma, nvcc 13.0) every product after the first key tile came out
+    // wrong at head 64 (normalised error 0.35 at T = 150 against 0.0024 on mma.sync), although each
+    // product alone is exact (bench/NOTES.md, 2026-11-25): the operand is not kept across the loop.
+    float s[kTileRows / 8][4];
+    Tiles::scores_from_tile(s, q, keys(tile % 2));
 
     // Scale into base-2 units; keys a query does not see become -inf (only tiles that have any).
     const bool masked = tile_hides_keys(key_mask != nullptr, causal, q0, k0, T_);

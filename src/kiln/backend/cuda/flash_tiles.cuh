@@ -108,19 +108,8 @@ __device__ __forceinline__ void zero(float (&acc)[N][4]) {
   for (int n = 0; n < N; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 }
 
-// acc [16 x 64] = A Y^T: A [16 x HS] as fragments held in registers, Y the 64 rows of `tile`.
-template <typename T, int HS>
-__device__ __forceinline__ void multiply_by_rows_transposed(float (&acc)[kTileRows / 8][4],
-                                                            const uint32_t (&a)[HS / 16][4],
-                                                            const T* tile) {
-  zero(acc);
-#pragma unroll
-  for (int step = 0; step < HS / 16; ++step)
-    add_step_by_rows_transposed<T, HS>(acc, a[step], tile, step);
-}
-
-// The same with A read from rows [row0, row0 + 16) of `a_tile` one k-step at a time, so that only
-// one of its fragments occupies registers.
+// acc [16 x 64] = A Y^T: A rows [row0, row0 + 16) of `a_tile`, read one k-step's fragment at a
+// time (so that only one occupies registers), Y the 64 rows of `tile`.
 template <typename T, int HS>
 __device__ __forceinline__ void multiply_by_rows_transposed(float (&acc)[kTileRows / 8][4],
                                                             const T* a_tile, int row0,
@@ -300,8 +289,8 @@ __device__ __forceinline__ void load_rows(float (&acc)[HS / 8][4], const float* 
 // core_matrix_tiles.cuh also offers (the kernels take either as their Tiles parameter): tiles of
 // kTile elements; copy() queues a tile's cp.async (copy_tile); landed() is what a thread does
 // after its copies landed, or after its stores into a tile, and before the barrier that lets
-// products read the tile; load_a() reads an A fragment; scores() and scores_from_tile() form a
-// warp's 16 rows of A Y^T (A as fragments, or the warp's rows of a tile), accumulate() adds P Y;
+// products read the tile; scores_from_tile() forms a warp's 16 rows of X Y^T
+// (X the warp's rows of a tile), accumulate() adds P Y;
 // start_scores_from_tile() and start_accumulate() may return before their products are done (here
 // they are done), finish() waits for every product started. store_packed() writes a warp's rows of
 // a packed [64 x 64] product into a score tile (kScoreTile elements), which multiply_transposed()
@@ -314,14 +303,6 @@ struct PaddedTiles {
     copy_tile<T, HS>(tile, source, rows, stride, hs);
   }
   static __device__ void landed() {}
-  static __device__ void load_a(uint32_t (&a)[4], const T* tile, int row0, int step) {
-    load_row_fragment<T, HS>(a, tile, row0, step);
-  }
-  // s = A Y^T, Y the 64 rows of `tile`.
-  static __device__ void scores(float (&s)[kTileRows / 8][4], const uint32_t (&a)[HS / 16][4],
-                                const T* tile) {
-    multiply_by_rows_transposed<T, HS>(s, a, tile);
-  }
   // s = X Y^T for this warp's 16 rows of X, the `rows` tile.
   static __device__ void scores_from_tile(float (&s)[kTileRows / 8][4], const T* rows, const T* tile) {
     multiply_by_rows_transposed<T, HS>(s, rows, static_cast<int>(threadIdx.x) / 32 * 16, tile);

@@ -198,7 +198,14 @@ bool LtMatmul::run(const Gemm& g) {
     plan.supported = false;  // the heuristic offered an algorithm the call then refused: fall back from now on
     return false;
   }
-  check_lt(status, "cublasLtMatmul");
+  KILN_CHECK(status == CUBLAS_STATUS_SUCCESS,
+             "cuBLASLt error in cublasLtMatmul: {}, for the {} x {} x {} product (trans_a {}, trans_b {}, lda {}, "
+             "ldb {}, ldc {}, batch {}; {} x {} inputs, {} output; epilogue {}; beta {}{}; A, B, C aligned to {}, "
+             "{}, {} bytes; scales {}/{})",
+             cublasLtGetStatusString(status), g.M, g.N, g.K, g.trans_a, g.trans_b, g.lda, g.ldb, g.ldc, g.batch,
+             dtype_name(g.types.inputs), dtype_name(g.types.b()), dtype_name(g.types.output),
+             static_cast<int>(g.epilogue), g.beta, g.addend ? " with an addend" : "", alignment(g.A), alignment(g.B),
+             alignment(g.C), g.a_scale != nullptr, g.b_scale != nullptr);
   return true;
 }
 
