@@ -166,7 +166,7 @@ if runs levers; then
   echo "== levers on ${lever_shape%% *} micro-batch $micro (each row one kiln bench train; the first is the table's setting)"
   levers=$out/levers.jsonl
   : > "$levers"
-  for switch in "" "--cuda-graph" "--no-fused-attention" "--no-warpgroup-attention" "--no-deterministic-attention" \
+  for switch in "" "--cuda-graph" "--no-fused-attention" "--warpgroup-attention" "--no-deterministic-attention" \
                 "--no-matmul-epilogues" "--recompute-granularity selective" "--fp8-format hybrid" \
                 "--fp8-format hybrid --cuda-graph"; do
     measure "$levers" "\"switch\":\"${switch:-(defaults)}\"" \
@@ -190,7 +190,7 @@ for r in rows:
     print(f"{r['switch']:>34} {r['median_ms_per_iteration']:>8.1f} {r['tokens_per_second']:>9.0f}"
           f" {r['peak_memory_gib']:>6.1f} {r['roofline_ms_per_iteration']:>11.3g}  {r['backend_notes']}")
 PY
-  echo "== attention core alone, bf16 causal: kiln (fused: on wgmma where it runs, and on mma.sync, each with" \
+  echo "== attention core alone, bf16 causal: kiln (fused: on mma.sync, the default, and on wgmma where it runs, each with" \
        "the backward deterministic and adding dQ atomically; materialised) and PyTorch SDPA"
   attention=$out/attention.jsonl
   : > "$attention"
@@ -203,10 +203,10 @@ PY
       "$kiln" bench attention --device cuda $args --json $attention_timing
     measure "$attention" "$shape_fields,\"row\":\"kiln fused atomic dQ\"" \
       "$kiln" bench attention --device cuda $args --no-deterministic-attention --json $attention_timing
-    measure "$attention" "$shape_fields,\"row\":\"kiln fused mma.sync\"" \
-      "$kiln" bench attention --device cuda $args --no-warpgroup-attention --json $attention_timing
-    measure "$attention" "$shape_fields,\"row\":\"kiln mma.sync atomic dQ\"" \
-      "$kiln" bench attention --device cuda $args --no-warpgroup-attention --no-deterministic-attention --json \
+    measure "$attention" "$shape_fields,\"row\":\"kiln fused wgmma\"" \
+      "$kiln" bench attention --device cuda $args --warpgroup-attention --json $attention_timing
+    measure "$attention" "$shape_fields,\"row\":\"kiln wgmma atomic dQ\"" \
+      "$kiln" bench attention --device cuda $args --warpgroup-attention --no-deterministic-attention --json \
       $attention_timing
     measure "$attention" "$shape_fields,\"row\":\"kiln materialised\"" \
       "$kiln" bench attention --device cuda $args --no-fused-attention --json $attention_timing

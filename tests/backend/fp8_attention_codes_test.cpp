@@ -139,18 +139,21 @@ TEST_P(Fp8AttentionGradient, TheBiasGradientIsWrittenWhenAsked) {
   for (size_t n = 0; n < added.dbias.size(); ++n) EXPECT_FLOAT_EQ(written.dbias[n] + kBiasBefore, added.dbias[n]);
 }
 
-// With the attention backward deterministic (the default) and adding dQ atomically, whose codes a
-// pass after the kernel writes (its rounding may differ run to run on a GPU: compared by tolerance).
+// With the default back-end (mma.sync, the backward deterministic), on wgmma where the GPU has it,
+// and on wgmma adding dQ atomically, whose codes a pass after the kernel writes (its rounding may
+// differ run to run on a GPU: compared by tolerance).
 TEST_P(Fp8AttentionGradient, CudaCastsAsTheCpuDoes) {
   if (GetParam() == "cpu") GTEST_SKIP() << "compares another back-end with the CPU";
   const std::unique_ptr<Backend> cpu = make_backend("cpu");
-  BackendOptions atomic;
-  atomic.deterministic_attention = false;
-  const std::unique_ptr<Backend> adding_atomically = make_backend(GetParam(), atomic);
-  for (Backend* backend : {backend_.get(), adding_atomically.get()})
+  BackendOptions wgmma, wgmma_atomic;
+  wgmma.warpgroup_attention = wgmma_atomic.warpgroup_attention = true;
+  wgmma_atomic.deterministic_attention = false;
+  const std::unique_ptr<Backend> on_wgmma = make_backend(GetParam(), wgmma);
+  const std::unique_ptr<Backend> adding_atomically = make_backend(GetParam(), wgmma_atomic);
+  for (Backend* backend : {backend_.get(), on_wgmma.get(), adding_atomically.get()})
   for (const Shape3 s : kShapes) {
     SCOPED_TRACE("T " + std::to_string(s.T) + ", heads of " + std::to_string(s.hs) +
-                 (backend == backend_.get() ? "" : ", dQ added atomically"));
+                 (backend == backend_.get() ? "" : backend == on_wgmma.get() ? ", wgmma" : ", wgmma, dQ added atomically"));
     const Outcome expected = run(*cpu, s, DType::F8E5M2, true), actual = run(*backend, s, DType::F8E5M2, true);
     // E5M2 keeps 2 mantissa bits: a gradient element that rounds differently moves one code.
     EXPECT_LT(normalized_error(actual.codes, expected.codes), 5e-2);

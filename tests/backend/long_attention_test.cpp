@@ -3,7 +3,7 @@
 // double-precision finite differences are O(T^4)), so this is where the fused kernels' multi-tile
 // paths (online softmax across key tiles, causal tiles skipped, the backward's loops over query
 // and key tiles, a partial last tile) are checked, on wgmma where the GPU has it (H100/H200) and
-// on mma.sync (--no-warpgroup-attention), each with the backward deterministic and adding dQ
+// on mma.sync (the default), each with the backward deterministic and adding dQ
 // atomically (--no-deterministic-attention), and the cuBLAS path the fused kernels replace
 // (--no-fused-attention) too. Same inputs on both back-ends; out, lse
 // and dqkv compared by normalised error. Skips without a GPU.

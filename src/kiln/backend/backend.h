@@ -26,8 +26,9 @@ struct BackendOptions {
                                 // size up to 256); off: T x T scores through cuBLASLt
   bool matmul_epilogues = true; // CUDA: bias, GELU and bias gradients inside the cuBLASLt products
                                 // where it has algorithms for them; off: separate kernels
-  bool warpgroup_attention = true;  // CUDA: the tensor-core attention kernels on wgmma where the
-                                    // GPU and build have it (H100/H200, sm_90a); off: mma.sync
+  bool warpgroup_attention = false;  // CUDA: the tensor-core attention kernels on wgmma where the
+                                     // GPU and build have it (H100/H200, sm_90a); off: mma.sync,
+                                     // which measured faster on the H100 (bench/NOTES.md, 2026-11-25)
   bool deterministic_attention = true;  // CUDA: the tensor-core attention backward in two kernels,
                                         // each gradient written by one block (the same bits every
                                         // run); off: one kernel adding dQ in fp32 atomics (fewer

@@ -3,7 +3,7 @@
 // papers' count (perf/flops.h). The kernel that decides most of a step's attention time can be
 // compared with PyTorch's scaled_dot_product_attention on the same shapes
 // (bench/peers/pytorch_attention.py prints the same fields) and between kiln's own paths
-// (--no-fused-attention, --no-warpgroup-attention, --no-deterministic-attention).
+// (--no-fused-attention, --warpgroup-attention, --no-deterministic-attention).
 #include <fmt/format.h>
 
 #include <chrono>
@@ -24,7 +24,7 @@ struct BenchAttentionOptions {
   std::string device = "cuda", dtype = "bf16", mask = "causal";
   int64_t batch = 64, seq = 1024, heads = 12, head_size = 64;
   int warmup = 3, iterations = 20;
-  bool no_fused_attention = false, no_warpgroup_attention = false, no_deterministic_attention = false, json = false;
+  bool no_fused_attention = false, warpgroup_attention = false, no_deterministic_attention = false, json = false;
 };
 
 // A device tensor of `shape` in `dtype` holding uniform values in [-1, 1) (or zeros).
@@ -74,7 +74,7 @@ void bench_attention(const BenchAttentionOptions& o) {
                                                    : AttentionMask::CausalKeyPadding;
   BackendOptions backend_options;
   backend_options.fused_attention = !o.no_fused_attention;
-  backend_options.warpgroup_attention = !o.no_warpgroup_attention;
+  backend_options.warpgroup_attention = o.warpgroup_attention;
   backend_options.deterministic_attention = !o.no_deterministic_attention;
   auto backend = make_backend(o.device, backend_options);
   const int64_t B = o.batch, T = o.seq, NH = o.heads, C = o.heads * o.head_size;
@@ -116,7 +116,7 @@ void bench_attention(const BenchAttentionOptions& o) {
     fmt::print("{}\n", nlohmann::json{{"who", "kiln"}, {"device", device}, {"dtype", o.dtype}, {"mask", o.mask},
                                       {"batch", B}, {"seq_length", T}, {"heads", NH}, {"head_size", o.head_size},
                                       {"fused_attention", !o.no_fused_attention},
-                                      {"warpgroup_attention", !o.no_warpgroup_attention},
+                                      {"warpgroup_attention", o.warpgroup_attention},
                                       {"deterministic_attention", !o.no_deterministic_attention},
                                       {"forward_ms", forward_ms},
                                       {"backward_ms", backward_ms}, {"forward_tflops", forward_tflops},
@@ -148,8 +148,8 @@ void add_bench_attention_command(CLI::App& bench) {
   command->add_option("--warmup", options->warmup, "untimed calls first");
   command->add_option("--iters", options->iterations, "timed calls (mean reported)");
   command->add_flag("--no-fused-attention", options->no_fused_attention, "the materialised cuBLASLt path");
-  command->add_flag("--no-warpgroup-attention", options->no_warpgroup_attention,
-                    "the tensor-core kernels on mma.sync where they would take wgmma (H100/H200)");
+  command->add_flag("--warpgroup-attention", options->warpgroup_attention,
+                    "the tensor-core kernels on wgmma where the GPU has it (H100/H200), not mma.sync");
   command->add_flag("--no-deterministic-attention", options->no_deterministic_attention,
                     "the tensor-core backward in one kernel adding dQ in fp32 atomics");
   command->add_flag("--json", options->json, "one JSON object instead of the table");

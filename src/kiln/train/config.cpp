@@ -67,7 +67,8 @@ const std::vector<ConfigField>& config_fields() {
        "--no-matmul-epilogues: separate kernels)"},
       {"warpgroup_attention", &Config::warpgroup_attention,
        "the tensor-core attention kernels on Hopper's warpgroup products (wgmma) where the GPU and the build "
-       "have them: H100/H200, sm_90a (CUDA; --no-warpgroup-attention: mma.sync, as on sm_80)"},
+       "have them: H100/H200, sm_90a (CUDA; off by default: their mma.sync twins, as on sm_80, measured faster "
+       "on the H100)"},
       {"deterministic_attention", &Config::deterministic_attention,
        "the tensor-core attention backward in two kernels, each gradient written by one block: the same bits "
        "every run (CUDA; --no-deterministic-attention: one kernel that adds dQ in fp32 atomics, two products "

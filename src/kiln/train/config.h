@@ -67,7 +67,7 @@ struct Config {
   bool tf32 = false;        // fp32 matrix products on TF32 tensor cores (CUDA only)
   bool fused_attention = true;  // fused attention kernels where they apply (CUDA)
   bool matmul_epilogues = true; // bias/GELU/bias-gradient epilogues in the cuBLASLt products (CUDA)
-  bool warpgroup_attention = true;  // the tensor-core attention kernels on wgmma (CUDA, H100/H200)
+  bool warpgroup_attention = false;  // the tensor-core attention kernels on wgmma (CUDA, H100/H200)
   bool deterministic_attention = true;  // the tensor-core attention backward bit-reproducible (CUDA)
   bool profile_ops = false;     // time every back-end op, waiting for the device after each
   bool cuda_graph = false;      // replay each micro-batch's forward and backward from a CUDA graph
