@@ -1,10 +1,12 @@
 #include "kiln/backend/cuda/lt_matmul.h"
 
 #include <cublasLt.h>
+#include <cuda_runtime.h>
 
 #include <algorithm>
 #include <bit>
 
+#include "kiln/backend/cuda/cuda_check.h"
 #include "kiln/backend/cuda/stream.h"
 #include "kiln/core/error.h"
 
@@ -101,7 +103,12 @@ struct LtMatmul::Plan {
   }
 };
 
-LtMatmul::LtMatmul(void* workspace, size_t workspace_bytes) : workspace_(workspace), workspace_bytes_(workspace_bytes) {
+LtMatmul::LtMatmul(void* workspace, size_t workspace_bytes)
+    : scale_slots_(static_cast<float*>(workspace)),
+      workspace_(static_cast<unsigned char*>(workspace) + kScaleSlotsBytes),
+      workspace_bytes_(workspace_bytes - kScaleSlotsBytes) {
+  KILN_CHECK(workspace_bytes > kScaleSlotsBytes && alignment(workspace) >= 256,
+             "the products' workspace needs more than {} bytes, 256-byte aligned", kScaleSlotsBytes);
   cublasLtHandle_t handle = nullptr;
   check_lt(cublasLtCreate(&handle), "cublasLtCreate");
   handle_ = handle;
@@ -184,11 +191,23 @@ LtMatmul::PlanCounts LtMatmul::plan_counts() const {
   return counts;
 }
 
-bool LtMatmul::run(const Gemm& g) {
-  KILN_CHECK(g.epilogue != GemmEpilogue::Dgelu || g.beta == 0.0f, "the GELU-gradient epilogue writes its output");
-  if (g.M == 0 || g.N == 0) return true;
-  Plan& plan = plan_for(g);
+const float* LtMatmul::aligned_factor(const float* factor, int slot) {
+  if (!factor || alignment(factor) >= 16) return factor;
+  float* const copy = scale_slots_ + 4 * slot;
+  check_cuda(cudaMemcpyAsync(copy, factor, sizeof(float), cudaMemcpyDeviceToDevice, compute_stream()),
+             "copying an fp8 factor to an aligned slot");
+  return copy;
+}
+
+bool LtMatmul::run(const Gemm& product) {
+  KILN_CHECK(product.epilogue != GemmEpilogue::Dgelu || product.beta == 0.0f,
+             "the GELU-gradient epilogue writes its output");
+  if (product.M == 0 || product.N == 0) return true;
+  Plan& plan = plan_for(product);
   if (!plan.supported) return false;
+  Gemm g = product;  // the factors cuBLASLt reads: 16-byte aligned (kScaleSlotsBytes)
+  g.a_scale = aligned_factor(product.a_scale, 0);
+  g.b_scale = aligned_factor(product.b_scale, 1);
   set_pointers(plan.desc, g);  // the plan was made with this call's pointers' alignments
   const cublasStatus_t status =
       cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), plan.desc, &g.alpha, g.B, plan.a, g.A,

@@ -64,7 +64,8 @@ struct Gemm {
   void* aux = nullptr;         // GeluAuxBias (written), Dgelu (read)
   int64_t aux_ld = 0;
   // fp8 inputs: device pointers to fp32 factors the product of A (and of B) is multiplied by, the
-  // inverse of the scale each was cast with; null: 1.
+  // inverse of the scale each was cast with; null: 1. Any 4-byte alignment: run() copies a factor
+  // less than 16-byte aligned into a slot that is (see kScaleSlotsBytes).
   const float* a_scale = nullptr;
   const float* b_scale = nullptr;
   const void* addend = nullptr;  // the C beta multiplies, when it is not the output; null: C
@@ -89,16 +90,25 @@ class LtMatmul {
   };
   PlanCounts plan_counts() const;
 
-  // The workspace cuBLASLt gets: 32 MiB, the size the cuBLAS documentation recommends for Hopper
-  // (cublasSetWorkspace()).
-  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+  // The workspace: 32 MiB for cuBLASLt, the size the cuBLAS documentation recommends for Hopper
+  // (cublasSetWorkspace()), after kScaleSlotsBytes for the fp8 factors run() copies. On an H100
+  // (cuBLAS 13.0, 2026-11-25) every fp8 product of a training step was refused when run
+  // (CUBLAS_STATUS_NOT_SUPPORTED) with its factors 4 bytes into 16 (Fp8Scaling's rows), while the
+  // same forms with factors in allocations of their own ran: inferred, not documented, so the
+  // factors reach cuBLASLt 16-byte aligned.
+  static constexpr size_t kScaleSlotsBytes = 256;
+  static constexpr size_t kWorkspaceBytes = (size_t{32} << 20) + kScaleSlotsBytes;
 
  private:
   struct Plan;
   using PlanKey = std::vector<int64_t>;
   Plan& plan_for(const Gemm& gemm);
+  // `factor` itself where it is 16-byte aligned (or null); else a copy in scale slot `slot`, queued
+  // on the compute stream.
+  const float* aligned_factor(const float* factor, int slot);
   void* handle_ = nullptr;  // cublasLtHandle_t
-  void* workspace_ = nullptr;
+  float* scale_slots_ = nullptr;  // the workspace's first kScaleSlotsBytes: A's factor, then B's 16 bytes on
+  void* workspace_ = nullptr;     // the rest, cuBLASLt's
   size_t workspace_bytes_ = 0;
   std::map<PlanKey, std::unique_ptr<Plan>> plans_;
 };
