@@ -1,5 +1,5 @@
 // Mixed precision end to end, on every back-end: bf16 and fp16 runs follow the fp32 loss curve (on
-// CUDA bf16 also with the attention backward adding dQ atomically),
+// CUDA bf16 also with the attention backward adding dQ atomically), and on CUDA so does TF32,
 // fp16 with a far too large loss scale skips the overflowing steps, backs the scale off and then
 // trains, and a bf16 run resumes bit for bit (the fp32 master weights come from the checkpoint).
 #include <gtest/gtest.h>
@@ -44,6 +44,20 @@ TEST_P(MixedPrecision, Bf16AndFp16FollowTheFp32LossCurve) {
     EXPECT_NE(mixed.back().lm_loss, fp32.back().lm_loss) << config.precision_name() << " really ran in fp32";
   }
   EXPECT_LT(fp32.back().lm_loss, fp32.front().lm_loss - 0.5);
+}
+
+// TF32 (CUDA only): fp32 training whose matrix products round their inputs to 10 mantissa bits.
+TEST_P(MixedPrecision, Tf32FollowsTheFp32LossCurve) {
+  if (GetParam() == "cpu") GTEST_SKIP() << "TF32 is a CUDA mode";
+  const std::vector<IterationStats> fp32 = train_and_record(small_gpt(dir_.path(), GetParam(), "fp32"));
+  Config config = small_gpt(dir_.path(), GetParam(), "fp32");
+  config.tf32 = true;
+  const std::vector<IterationStats> tf32 = train_and_record(config);
+  ASSERT_EQ(tf32.size(), fp32.size());
+  // About fp16's input rounding (11 significant bits), on the products alone: fp16's bound.
+  EXPECT_LT(largest_loss_difference(tf32, fp32), 0.005);
+  EXPECT_NE(tf32.back().lm_loss, fp32.back().lm_loss) << "the products really ran in TF32";
+  EXPECT_LT(tf32.back().lm_loss, tf32.front().lm_loss - 0.5);
 }
 
 TEST_P(MixedPrecision, Fp16WithAHugeLossScaleSkipsOverflowsBacksOffAndRecovers) {
