@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kiln/backend/cuda/lt_matmul.h"
@@ -88,6 +89,38 @@ TEST_F(EmulatedFp8Matmul, OtherLayoutsAreRefusedByName) {
   cuda::Gemm fp8_out = tn_product();
   fp8_out.types.output = DType::F8E4M3;
   EXPECT_NE(error_of([&] { lt.run(fp8_out); }).find("output fp8_e4m3"), std::string::npos);
+}
+
+// A product cuBLASLt has no algorithm for is named whole in the error: rows of 24 fp8 bytes are not
+// 16-byte multiples, which the emulator's heuristic refuses as cuBLASLt's does.
+TEST_F(EmulatedFp8Matmul, AProductWithoutAnAlgorithmIsNamed) {
+  cuda::Gemm narrow = tn_product();
+  narrow.K = 24, narrow.lda = 24, narrow.ldb = 24;
+  const std::string error = error_of([&] { lt.run(narrow); });
+  EXPECT_NE(error.find("cuBLASLt has no algorithm for the 32 x 48 x 24 product (trans_a false, trans_b true, "
+                       "lda 24, ldb 24, ldc 48, batch 1; fp8_e4m3 x fp8_e4m3 inputs, bf16 output"),
+            std::string::npos)
+      << error;
+}
+
+// Factors 4 bytes into 16 (as Fp8Scaling's rows hold them) reach cuBLASLt through aligned copies:
+// the product is scaled by them.
+TEST_F(EmulatedFp8Matmul, MisalignedScaleFactorsAreApplied) {
+  ASSERT_TRUE(lt.run(tn_product()));
+  std::vector<uint16_t> plain(M * N), scaled(M * N);
+  ASSERT_EQ(cudaStreamSynchronize(cuda::compute_stream()), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(plain.data(), c_device.data, plain.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+  DeviceMemory factors{64};
+  const float values[8] = {0.0f, 0.5f, 0.0f, 0.0f, 0.0f, 0.25f, 0.0f, 0.0f};  // at bytes 4 and 20
+  ASSERT_EQ(cudaMemcpy(factors.data, values, sizeof(values), cudaMemcpyHostToDevice), cudaSuccess);
+  cuda::Gemm product = tn_product();
+  product.a_scale = static_cast<const float*>(factors.data) + 1;
+  product.b_scale = static_cast<const float*>(factors.data) + 5;
+  ASSERT_TRUE(lt.run(product));
+  ASSERT_EQ(cudaStreamSynchronize(cuda::compute_stream()), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(scaled.data(), c_device.data, scaled.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (size_t i = 0; i < plain.size(); ++i)  // x 1/8: exact in bf16
+    EXPECT_EQ(bf16_to_float(scaled[i]), bf16_to_float(plain[i]) / 8) << "C element " << i;
 }
 
 }  // namespace

@@ -2,9 +2,11 @@
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <bit>
+#include <string>
 
 #include "kiln/backend/cuda/cuda_check.h"
 #include "kiln/backend/cuda/stream.h"
@@ -54,6 +56,17 @@ int64_t alignment(const void* pointer) {
 
 // The C beta multiplies: the addend where one is given, else the output itself.
 const void* addend_of(const Gemm& g) { return g.addend ? g.addend : g.C; }
+
+// A product as the errors name it: "the M x N x K product (...)".
+std::string describe(const Gemm& g) {
+  return fmt::format(
+      "the {} x {} x {} product (trans_a {}, trans_b {}, lda {}, ldb {}, ldc {}, batch {}; {} x {} inputs, {} "
+      "output; epilogue {}; beta {}{}; A, B, C aligned to {}, {}, {} bytes; scales {}/{})",
+      g.M, g.N, g.K, g.trans_a, g.trans_b, g.lda, g.ldb, g.ldc, g.batch, dtype_name(g.types.inputs),
+      dtype_name(g.types.b()), dtype_name(g.types.output), static_cast<int>(g.epilogue), g.beta,
+      g.addend ? " with an addend" : "", alignment(g.A), alignment(g.B), alignment(g.C), g.a_scale != nullptr,
+      g.b_scale != nullptr);
+}
 
 template <typename T>
 void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const T& value) {
@@ -175,8 +188,7 @@ LtMatmul::Plan& LtMatmul::plan_for(const Gemm& g) {
   plan->supported = status == CUBLAS_STATUS_SUCCESS && found_count > 0 && result.state == CUBLAS_STATUS_SUCCESS;
   plan->algo = result.algo;
   KILN_CHECK(plan->supported || g.epilogue != GemmEpilogue::None,
-             "cuBLASLt has no algorithm for the {} x {} x {} product ({} inputs, {} output, batch {}): {}", g.M, g.N,
-             g.K, dtype_name(t.inputs), dtype_name(t.output), g.batch,
+             "cuBLASLt has no algorithm for {}: {}", describe(g),
              status == CUBLAS_STATUS_SUCCESS ? "no heuristic result" : cublasLtGetStatusString(status));
   return *plans_.emplace(std::move(key), std::move(plan)).first->second;
 }
@@ -217,14 +229,8 @@ bool LtMatmul::run(const Gemm& product) {
     plan.supported = false;  // the heuristic offered an algorithm the call then refused: fall back from now on
     return false;
   }
-  KILN_CHECK(status == CUBLAS_STATUS_SUCCESS,
-             "cuBLASLt error in cublasLtMatmul: {}, for the {} x {} x {} product (trans_a {}, trans_b {}, lda {}, "
-             "ldb {}, ldc {}, batch {}; {} x {} inputs, {} output; epilogue {}; beta {}{}; A, B, C aligned to {}, "
-             "{}, {} bytes; scales {}/{})",
-             cublasLtGetStatusString(status), g.M, g.N, g.K, g.trans_a, g.trans_b, g.lda, g.ldb, g.ldc, g.batch,
-             dtype_name(g.types.inputs), dtype_name(g.types.b()), dtype_name(g.types.output),
-             static_cast<int>(g.epilogue), g.beta, g.addend ? " with an addend" : "", alignment(g.A), alignment(g.B),
-             alignment(g.C), g.a_scale != nullptr, g.b_scale != nullptr);
+  KILN_CHECK(status == CUBLAS_STATUS_SUCCESS, "cuBLASLt error in cublasLtMatmul: {}, for {}",
+             cublasLtGetStatusString(status), describe(g));
   return true;
 }
 
