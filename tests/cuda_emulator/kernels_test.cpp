@@ -15,6 +15,8 @@
 #include <string>
 #include <tuple>
 
+#include <fmt/format.h>
+
 #include "host_tensor.h"
 #include "kiln/backend/cpu/cpu_backend.h"
 #include "kiln/backend/layernorm_workspace.h"
@@ -281,26 +283,34 @@ TEST_P(EmulatedKernels, GeluFillAndConvert) {
   }
 }
 
+// Rows of 1024 columns (less than one sweep of a 1024-thread block) and of GPT-2's padded
+// vocabulary (50,304: several sweeps, a pair of packs in flight and a lone one at the row's end).
 TEST_P(EmulatedKernels, SoftmaxCrossEntropyWithPaddingAndIgnoredRows) {
-  constexpr int64_t M = 37, V = 1000, Vp = 1024;
-  std::vector<int32_t> target_values(M);
-  Rng rng(5);
-  for (int32_t& target : target_values) target = static_cast<int32_t>(rng.below(V));
-  target_values[3] = target_values[20] = -100;
-  const HostTensor targets = HostTensor::ints({M}, target_values);
-  const float loss_scale = dtype() == DType::F16 ? 1024.0f : 0.5f;
-  for (const bool write_grad : {false, true}) {
-    const HostTensor logits = acts({M, Vp}, 1, 4.0f), expected_logits = copy_of(logits, dtype());
-    const HostTensor losses = HostTensor::poisoned(DType::F32, {M}),
-                     expected_losses = HostTensor::poisoned(DType::F32, {M});
-    cpu.softmax_cross_entropy({expected_logits.view(), expected_losses.view(), targets.view(), V,
-                               -100, loss_scale, write_grad});
-    ASSERT_TRUE(launched(cuda::softmax_cross_entropy(logits.data(), kind(), losses.as<float>(),
-                                                     targets.as<int32_t>(), M, V, Vp, -100,
-                                                     loss_scale, write_grad)));
-    const std::string what = write_grad ? "with gradient: " : "losses only: ";
-    expect_close(losses, expected_losses, 1e-5, what + "losses");
-    expect_close(logits, expected_logits, bound(dtype()), what + "logits");
+  struct Rows {
+    int64_t M, V, Vp;
+  };
+  for (const Rows rows : {Rows{37, 1000, 1024}, Rows{5, 50257, 50304}}) {
+    const auto [M, V, Vp] = rows;
+    std::vector<int32_t> target_values(static_cast<size_t>(M));
+    Rng rng(5);
+    for (int32_t& target : target_values) target = static_cast<int32_t>(rng.below(static_cast<uint64_t>(V)));
+    target_values[3] = -100;
+    target_values[static_cast<size_t>(M) - 1] = static_cast<int32_t>(V - 1);  // the last real column
+    const HostTensor targets = HostTensor::ints({M}, target_values);
+    const float loss_scale = dtype() == DType::F16 ? 1024.0f : 0.5f;
+    for (const bool write_grad : {false, true}) {
+      const HostTensor logits = acts({M, Vp}, 1, 4.0f), expected_logits = copy_of(logits, dtype());
+      const HostTensor losses = HostTensor::poisoned(DType::F32, {M}),
+                       expected_losses = HostTensor::poisoned(DType::F32, {M});
+      cpu.softmax_cross_entropy({expected_logits.view(), expected_losses.view(), targets.view(), V,
+                                 -100, loss_scale, write_grad});
+      ASSERT_TRUE(launched(cuda::softmax_cross_entropy(logits.data(), kind(), losses.as<float>(),
+                                                       targets.as<int32_t>(), M, V, Vp, -100,
+                                                       loss_scale, write_grad)));
+      const std::string what = fmt::format("V {}, {}", V, write_grad ? "with gradient: " : "losses only: ");
+      expect_close(losses, expected_losses, 1e-5, what + "losses");
+      expect_close(logits, expected_logits, bound(dtype()), what + "logits");
+    }
   }
 }
 

@@ -1,6 +1,8 @@
 // Softmax + cross-entropy over the (padded) vocabulary, writing the logits' gradient in place;
 // one block per row, two passes over it (online softmax, then the gradient) instead of three,
-// 16 bytes at a time where the padded row allows.
+// 16 bytes at a time where the padded row allows. Exponentials are base 2 (exp(x) = 2^(x log2 e)):
+// one multiply-add and one ex2 an element, and the online softmax rescales its sum once a pack of
+// W elements, not once an element.
 #include "kiln/backend/cuda/kernel_common.cuh"
 
 namespace kiln::cuda {
@@ -11,23 +13,31 @@ namespace {
 // again from L2, not DRAM. With 256-thread blocks, eight an SM, the 1,056 rows in flight (105 MB)
 // did not fit, and much of the second pass went to DRAM.
 constexpr int kRowThreads = 1024;
+constexpr float kLog2E = 1.44269504088896341f;
 
-// The running (max, sum of exp(x - max)) of an online softmax (Milakov & Gimelshein 2018), so one
-// read of the row gives both; merging two states rescales the smaller maximum's sum.
+// The running (max, sum of exp(x - max)) of an online softmax (Milakov & Gimelshein 2018), so
+// one read of the row gives both; merging two states rescales the smaller maximum's sum.
 struct SoftmaxState {
   float max = -INFINITY, sum = 0.0f;
-  __device__ void add(float x) {
-    if (x > max) {
-      sum = sum * expf(max - x) + 1.0f;
-      max = x;
-    } else if (x != -INFINITY) {
-      sum += expf(x - max);
-    }
+  // Adds the first `valid` values of a pack (all W where valid >= W; the rest are columns past the
+  // vocabulary), rescaling the sum once for the pack; without branches, so that a thread's loads
+  // are not held up behind them.
+  template <typename T, int W>
+  __device__ void add(const Pack<T, W>& values, int valid) {
+    float new_max = max;
+#pragma unroll
+    for (int w = 0; w < W; ++w) new_max = fmaxf(new_max, w < valid ? values[w] : -INFINITY);
+    const float base = new_max == -INFINITY ? 0.0f : new_max * kLog2E;  // nothing seen yet: no -inf - -inf
+    float pack_sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < W; ++w) pack_sum += w < valid ? exp2f(fmaf(values[w], kLog2E, -base)) : 0.0f;
+    sum = sum * exp2f(fmaf(max, kLog2E, -base)) + pack_sum;
+    max = new_max;
   }
   __device__ void merge(float other_max, float other_sum) {
     const float merged = fmaxf(max, other_max);
     if (merged == -INFINITY) return;  // both empty
-    sum = sum * expf(max - merged) + other_sum * expf(other_max - merged);
+    sum = sum * exp2f((max - merged) * kLog2E) + other_sum * exp2f((other_max - merged) * kLog2E);
     max = merged;
   }
 };
@@ -50,39 +60,58 @@ __device__ SoftmaxState block_merge(SoftmaxState state) {
 
 // Two passes over the row: the online softmax state, then (with write_grad) the gradient. W
 // elements at a time (Pack, element.cuh; Vp is a multiple of W, so a pack never leaves the row).
+// The first pass, from DRAM, loads kPacksInFlight packs a thread before using any, so that a
+// thread keeps 32 bytes of loads in flight rather than waiting on each pack's exponentials; the
+// gradient pass (its row mostly in L2) one: more spilled registers at the 32 a thread that two
+// blocks of 1024 an SM allow (ptxas, sm_90a: 24 bytes with two, 8 with four in the first pass).
+constexpr int kPacksInFlight = 2;
+
+// Columns are ints (V and Vp below 2^31: the targets are int32).
 template <typename T, int W>
-__global__ void __launch_bounds__(kRowThreads) cross_entropy_kernel(T* logits, float* losses, const int32_t* targets, int64_t V,
-                                     int64_t Vp, int32_t ignore_index, float loss_scale,
-                                     bool write_grad) {
+__global__ void __launch_bounds__(kRowThreads, 2) cross_entropy_kernel(T* logits, float* losses, const int32_t* targets, int V,
+                                     int Vp, int32_t ignore_index, float loss_scale, bool write_grad) {
   using P = Pack<T, W>;
+  constexpr int kStride = kRowThreads * W;  // between a thread's packs
   const int64_t row = blockIdx.x;
   T* x = logits + row * Vp;
   const int32_t target = targets[row];
   const bool ignored = target == ignore_index;
-  SoftmaxState state;
-  for (int64_t v = threadIdx.x * W; v < V; v += blockDim.x * W) {
-    const P values = P::load(x + v);
+  // Calls visit(pack, v) for each of this thread's packs (v its first column), after loading up to
+  // `in_flight` of them.
+  const auto for_each_pack = [&](auto in_flight, auto visit) {
+    constexpr int kInFlight = decltype(in_flight)::value;
+    for (int first = static_cast<int>(threadIdx.x) * W; first < Vp; first += kInFlight * kStride) {
+      P packs[kInFlight];
 #pragma unroll
-    for (int w = 0; w < W; ++w)
-      if (v + w < V) state.add(values[w]);
-  }
+      for (int i = 0; i < kInFlight; ++i)
+        if (first + i * kStride < Vp) packs[i] = P::load(x + first + i * kStride);
+#pragma unroll
+      for (int i = 0; i < kInFlight; ++i)
+        if (first + i * kStride < Vp) visit(packs[i], first + i * kStride);
+    }
+  };
+
+  SoftmaxState state;
+  for_each_pack(std::integral_constant<int, kPacksInFlight>{}, [&](const P& values, int v) {
+    state.add(values, V - v);
+  });
   state = block_merge(state);
-  const float log_sum = logf(state.sum) + state.max;
+  const float log_sum = state.max + logf(state.sum);  // ln of the row's sum of exp(x)
+  const float log2_sum = fmaf(state.max, kLog2E, log2f(state.sum));  // and log2
   if (threadIdx.x == 0) losses[row] = ignored ? 0.0f : log_sum - to_float(x[target]);
   if (!write_grad) return;
   __syncthreads();  // the loss read x[target] before it is overwritten
-  for (int64_t v = threadIdx.x * W; v < Vp; v += blockDim.x * W) {
-    const P values = P::load(x + v);
+  for_each_pack(std::integral_constant<int, 1>{}, [&](const P& values, int v) {
     P gradients;
 #pragma unroll
     for (int w = 0; w < W; ++w) {
       float grad = 0.0f;
       if (!ignored && v + w < V)
-        grad = (expf(values[w] - log_sum) - (v + w == target ? 1.0f : 0.0f)) * loss_scale;
+        grad = (exp2f(fmaf(values[w], kLog2E, -log2_sum)) - (v + w == target ? 1.0f : 0.0f)) * loss_scale;
       gradients.set(w, grad);
     }
     gradients.store(x + v);
-  }
+  });
 }
 
 }  // namespace
@@ -90,11 +119,12 @@ __global__ void __launch_bounds__(kRowThreads) cross_entropy_kernel(T* logits, f
 int softmax_cross_entropy(void* logits, int kind, float* losses, const int32_t* targets, int64_t M, int64_t V,
                           int64_t Vp, int32_t ignore_index, float loss_scale, bool write_grad) {
   if (M == 0) return 0;
+  if (Vp >= (int64_t{1} << 30)) return static_cast<int>(cudaErrorInvalidValue);  // int columns (above)
   return dispatch(kind, [&](auto tag) {
     using E = decltype(tag);
     return with_pack_width<E>(Vp, {logits}, [&](auto width) {
       launch(cross_entropy_kernel<E, decltype(width)::value>, static_cast<unsigned>(M), kRowThreads, 0,
-             static_cast<E*>(logits), losses, targets, V, Vp, ignore_index, loss_scale, write_grad);
+             static_cast<E*>(logits), losses, targets, static_cast<int>(V), static_cast<int>(Vp), ignore_index, loss_scale, write_grad);
       return launch_status();
     });
   });
