@@ -1,6 +1,7 @@
 // Fused attention forward on tensor cores (flash_attention.h) with every matrix fragment in
 // registers: the FlashAttention-2 forward (Dao 2023, Algorithm 1). One block of four warps per
-// (batch, head) and 64 queries; warp w owns queries [16w, 16w + 16). Per 64-key tile:
+// (batch, head) and R tiles of 64 queries (Tiles::kForwardQueryTiles); warp w owns queries
+// [16w, 16w + 16) of each tile. Per 64-key tile:
 //   S = Q K^T (fp32 accumulators: this warp's 16 x 64 scores, 32 per lane);
 //   online softmax on those registers: running maximum m and sum l per row (Milakov & Gimelshein
 //   2018), in base 2 (exp(x) = 2^(x log2 e), the scale folded in), a row's four lanes combining
@@ -33,28 +34,28 @@ namespace kiln::cuda {
 namespace flash {
 namespace {
 
-// Q, then K and V twice.
-template <typename T, typename Tiles>
-using ForwardTiles = SharedTiles<T, Tiles, 1>;
+// R query tiles, then K and V twice.
+template <typename T, typename Tiles, int R>
+using ForwardTiles = SharedTiles<T, Tiles, R>;
 template <int HS>
 constexpr bool kCodesFitInTiles =
-    ForwardTiles<__half, PaddedTiles<__half, HS>>::kBytes >= kTileCodesSharedBytes<__half, HS> &&
-    ForwardTiles<__half, CoreMatrixTiles<__half, HS>>::kBytes >= kTileCodesSharedBytes<__half, HS>;
+    ForwardTiles<__half, PaddedTiles<__half, HS>, 1>::kBytes >= kTileCodesSharedBytes<__half, HS> &&
+    ForwardTiles<__half, CoreMatrixTiles<__half, HS>, 1>::kBytes >= kTileCodesSharedBytes<__half, HS>;
 static_assert(kCodesFitInTiles<64> && kCodesFitInTiles<128>, "the output's codes stage in the tiles' memory");
 
-template <typename T, int HS, typename Tiles>
+template <typename T, int HS, typename Tiles, int R>
 __global__ void __launch_bounds__(kThreads)
     forward_kernel(T* out, float* lse, const T* qkv, const int32_t* key_mask, int NH, int T_,
                    int hs, bool causal, float scale, AttentionCodes codes) {
 #if KILN_TENSOR_CORE_BODIES
   KILN_DYNAMIC_SHARED_MEMORY(shared);
-  const ForwardTiles<T, Tiles> tiles_at{reinterpret_cast<T*>(shared)};
-  T* const q = tiles_at.own(0);
+  const ForwardTiles<T, Tiles, R> tiles_at{reinterpret_cast<T*>(shared)};
+  T* const q = tiles_at.own(0);  // the R query tiles, one after another
   const auto keys = [&](int buffer) { return tiles_at.first(buffer); };
   const auto values = [&](int buffer) { return tiles_at.second(buffer); };
 
   const Head head(NH, T_, hs);
-  const int q0 = static_cast<int>(blockIdx.x) * kTileRows;
+  const int q0 = static_cast<int>(blockIdx.x) * R * kTileRows;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   // The PTX fragment layouts' groupID and threadID_in_group (flash_tiles.cuh).
   const int group = lane / 4, in_group = lane % 4;
@@ -62,19 +63,33 @@ __global__ void __launch_bounds__(kThreads)
   const T* sequence = qkv + head.qkv_offset;
   const Visibility visible{T_, causal, key_mask ? key_mask + head.key_mask_offset : nullptr};
   const float scale_log2 = scale * kLog2E;
+  // Query tile r holds queries [first(r), first(r) + 64); it is present where some are in the
+  // sequence (the first always is; a block's later ones may not be). Warp w owns rows
+  // [16w, 16w + 16) of each. (Conditions the compiler can fold at R = 1 are written so that it
+  // does: with them at run time, ptxas spilled at head 128.)
+  const auto first = [&](int r) { return q0 + r * kTileRows; };
+  bool present[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) present[r] = r == 0 || first(r) < T_;
 
-  const int key_end = causal ? min(T_, q0 + kTileRows) : T_;
+  const int key_end = causal ? min(T_, q0 + R * kTileRows) : T_;
   const int tiles = (key_end + kTileRows - 1) / kTileRows;
-  Tiles::copy(q, sequence + static_cast<int64_t>(q0) * stride, T_ - q0, stride, hs);
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    if (present[r])
+      Tiles::copy(tiles_at.own(r), sequence + static_cast<int64_t>(first(r)) * stride, T_ - first(r), stride, hs);
   Tiles::copy(keys(0), sequence + C, T_, stride, hs);
   Tiles::copy(values(0), sequence + 2 * C, T_, stride, hs);
   copy_commit();
 
-  float o[HS / 8][4];
-  zero(o);
-  // Rows `group` and `group + 8` of this warp's 16: maxima (base-2 units), and this lane's part of
-  // the sums (its columns only: the four lanes of a row add theirs at the end).
-  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+  float o[R][HS / 8][4];
+#pragma unroll
+  for (int r = 0; r < R; ++r) zero(o[r]);
+  // Rows `group` and `group + 8` of this warp's 16 in each tile: maxima (base-2 units), and this
+  // lane's part of the sums (its columns only: the four lanes of a row add theirs at the end).
+  float row_max[R][2], row_sum[R][2];
+#pragma unroll
+  for (int r = 0; r < R; ++r) row_max[r][0] = row_max[r][1] = -INFINITY, row_sum[r][0] = row_sum[r][1] = 0.0f;
 
   for (int tile = 0; tile < tiles; ++tile) {
     const int k0 = tile * kTileRows;
@@ -88,88 +103,107 @@ __global__ void __launch_bounds__(kThreads)
       Tiles::copy(values((tile + 1) % 2), sequence + 2 * C + next, T_ - k0 - kTileRows, stride, hs);
       copy_commit();
     }
+    // Query tiles that see some key of this one (causal: not those wholly before it; the last
+    // tile sees every key tile the block reads).
+    bool active[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      active[r] = present[r] && (r == R - 1 || !causal || k0 <= first(r) + kTileRows - 1);
 
     // S = Q K^T, Q's A operand read from its tile for every key tile. Held in registers across key
     // tiles instead, on the H100 (wgmma, nvcc 13.0) every product after the first key tile came out
     // wrong at head 64 (normalised error 0.35 at T = 150 against 0.0024 on mma.sync), although each
     // product alone is exact (bench/NOTES.md, 2026-11-25): the operand is not kept across the loop.
-    float s[kTileRows / 8][4];
-    Tiles::scores_from_tile(s, q, keys(tile % 2));
+    float s[R][kTileRows / 8][4];
+    Tiles::scores_from_tiles(s, q, keys(tile % 2), active);
 
-    // Scale into base-2 units; keys a query does not see become -inf (only tiles that have any).
-    const bool masked = tile_hides_keys(key_mask != nullptr, causal, q0, k0, T_);
-    for_each_element(s, [&](float& score, int row, int column) {
-      const bool seen = !masked || visible(q0 + warp * 16 + row, k0 + column);
-      score = seen ? score * scale_log2 : -INFINITY;
-    });
+    uint32_t p[R][kTileRows / 16][4];  // O += P V, P straight from the score accumulators
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (!active[r]) continue;
+      // Scale into base-2 units; keys a query does not see become -inf (only tiles that have any).
+      const bool masked = tile_hides_keys(key_mask != nullptr, causal, first(r), k0, T_);
+      for_each_element(s[r], [&](float& score, int row, int column) {
+        const bool seen = !masked || visible(first(r) + warp * 16 + row, k0 + column);
+        score = seen ? score * scale_log2 : -INFINITY;
+      });
 
-    // Online softmax; s becomes P = 2^(s - m_new).
-    float rescale[2];
+      // Online softmax; s becomes P = 2^(s - m_new).
+      float rescale[2];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float tile_max = -INFINITY;
+      for (int half = 0; half < 2; ++half) {
+        float tile_max = -INFINITY;
 #pragma unroll
-      for (int n = 0; n < kTileRows / 8; ++n)
-        tile_max = fmaxf(tile_max, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarp, tile_max, 1));
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarp, tile_max, 2));
-      const float new_max = fmaxf(row_max[r], tile_max);
-      // A row that sees no key yet keeps base 0: no -inf - -inf.
-      const float base = new_max == -INFINITY ? 0.0f : new_max;
-      rescale[r] = exp2f(row_max[r] - base);
-      row_max[r] = new_max;
-      float tile_sum = 0.0f;
+        for (int n = 0; n < kTileRows / 8; ++n)
+          tile_max = fmaxf(tile_max, fmaxf(s[r][n][2 * half], s[r][n][2 * half + 1]));
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarp, tile_max, 1));
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarp, tile_max, 2));
+        const float new_max = fmaxf(row_max[r][half], tile_max);
+        // A row that sees no key yet keeps base 0: no -inf - -inf.
+        const float base = new_max == -INFINITY ? 0.0f : new_max;
+        rescale[half] = exp2f(row_max[r][half] - base);
+        row_max[r][half] = new_max;
+        float tile_sum = 0.0f;
 #pragma unroll
-      for (int n = 0; n < kTileRows / 8; ++n)
+        for (int n = 0; n < kTileRows / 8; ++n)
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          s[n][2 * r + c] = exp2f(s[n][2 * r + c] - base);
-          tile_sum += s[n][2 * r + c];
-        }
-      row_sum[r] = row_sum[r] * rescale[r] + tile_sum;
+          for (int c = 0; c < 2; ++c) {
+            s[r][n][2 * half + c] = exp2f(s[r][n][2 * half + c] - base);
+            tile_sum += s[r][n][2 * half + c];
+          }
+        row_sum[r][half] = row_sum[r][half] * rescale[half] + tile_sum;
+      }
+#pragma unroll
+      for (int n = 0; n < HS / 8; ++n) {
+        o[r][n][0] *= rescale[0];
+        o[r][n][1] *= rescale[0];
+        o[r][n][2] *= rescale[1];
+        o[r][n][3] *= rescale[1];
+      }
+      pack_fragments<T>(p[r], s[r]);
     }
+    Tiles::accumulate_tiles(o, p, values(tile % 2), active);
+  }
+
+  float inverse[R][2];
 #pragma unroll
-    for (int n = 0; n < HS / 8; ++n) {
-      o[n][0] *= rescale[0];
-      o[n][1] *= rescale[0];
-      o[n][2] *= rescale[1];
-      o[n][3] *= rescale[1];
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float& sum = row_sum[r][half];
+      sum += __shfl_xor_sync(kFullWarp, sum, 1);
+      sum += __shfl_xor_sync(kFullWarp, sum, 2);
+      inverse[r][half] = sum > 0.0f ? 1.0f / sum : 0.0f;  // a row that sees no key: zeros
     }
-
-    uint32_t p[kTileRows / 16][4];  // O += P V, P straight from the score accumulators
-    pack_fragments<T>(p, s);
-    Tiles::accumulate(o, p, values(tile % 2));
-  }
-
-  float inverse[2];
+    if (!present[r]) continue;
+    store_rows<T, HS>(out + head.output_offset, C, T_, hs, first(r) + warp * 16, o[r], inverse[r]);
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    row_sum[r] += __shfl_xor_sync(kFullWarp, row_sum[r], 1);
-    row_sum[r] += __shfl_xor_sync(kFullWarp, row_sum[r], 2);
-    inverse[r] = row_sum[r] > 0.0f ? 1.0f / row_sum[r] : 0.0f;  // a row that sees no key: zeros
+    for (int half = 0; half < 2; ++half) {
+      const int query = first(r) + warp * 16 + group + half * 8;
+      if (in_group == 0 && query < T_)
+        lse[head.statistics_offset + query] =
+            row_sum[r][half] > 0.0f ? (row_max[r][half] + log2f(row_sum[r][half])) / kLog2E : -INFINITY;
+    }
   }
-  store_rows<T, HS>(out + head.output_offset, C, T_, hs, q0 + warp * 16, o, inverse);
+  if (codes.rows)  // the output cast too (attention_tile_codes.cuh), a tile at a time
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int query = q0 + warp * 16 + group + r * 8;
-    if (in_group == 0 && query < T_)
-      lse[head.statistics_offset + query] =
-          row_sum[r] > 0.0f ? (row_max[r] + log2f(row_sum[r])) / kLog2E : -INFINITY;
-  }
-  if (codes.rows)  // the output cast too (attention_tile_codes.cuh)
-    write_tile_codes<T, HS>(o, inverse, codes, NH, T_, hs, q0, 0, 1, reinterpret_cast<unsigned char*>(shared));
+    for (int r = 0; r < R; ++r)
+      if (present[r])
+        write_tile_codes<T, HS>(o[r], inverse[r], codes, NH, T_, hs, first(r), 0, 1,
+                                reinterpret_cast<unsigned char*>(shared));
 #endif
 }
 
 template <typename T, int HS, typename Tiles>
 int forward(void* out, float* lse, const void* qkv, const int32_t* key_mask, int64_t B, int64_t seq,
             int64_t NH, int64_t hs, bool causal, float scale, const AttentionCodes& codes) {
-  constexpr size_t bytes = ForwardTiles<T, Tiles>::kBytes;
-  const auto kernel = forward_kernel<T, HS, Tiles>;
+  constexpr int R = Tiles::kForwardQueryTiles;
+  constexpr size_t bytes = ForwardTiles<T, Tiles, R>::kBytes;
+  const auto kernel = forward_kernel<T, HS, Tiles, R>;
   if (const cudaError_t status =
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes))
     return static_cast<int>(status);
-  const dim3 grid(static_cast<unsigned>((seq + kTileRows - 1) / kTileRows),
+  const dim3 grid(static_cast<unsigned>((seq + R * kTileRows - 1) / (R * kTileRows)),
                   static_cast<unsigned>(B * NH));
   launch(kernel, grid, kThreads, bytes, static_cast<T*>(out), lse, static_cast<const T*>(qkv),
          key_mask, static_cast<int>(NH), static_cast<int>(seq), static_cast<int>(hs), causal,
