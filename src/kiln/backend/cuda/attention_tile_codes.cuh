@@ -35,12 +35,14 @@ struct CodesTile {
 };
 
 // The tile of the block's (batch, head) = blockIdx.y, positions from `first` (a multiple of 64) of
-// part `part` of `parts` C-wide parts (the output: 0 of 1; dqkv: 0 q, 1 k, 2 v of 3).
+// part `part` of `parts` C-wide parts (the output: 0 of 1; dqkv: 0 q, 1 k, 2 v of 3); its partial
+// row is the sequence's tile first / 64 (a block may take more than one).
 __device__ inline CodesTile codes_tile(int NH, int T_, int hs, int first, int part, int parts) {
   const int b = static_cast<int>(blockIdx.y) / NH, h = static_cast<int>(blockIdx.y) % NH;
   const int64_t C = static_cast<int64_t>(NH) * hs;
+  const int64_t tiles_per_sequence = (T_ + kTileRows - 1) / kTileRows;
   return {static_cast<int64_t>(gridDim.y) / NH * T_, parts * C, static_cast<int64_t>(b) * T_ + first,
-          part * C + static_cast<int64_t>(h) * hs, static_cast<int64_t>(b) * gridDim.x + blockIdx.x,
+          part * C + static_cast<int64_t>(h) * hs, b * tiles_per_sequence + first / kTileRows,
           min(kTileRows, T_ - first), hs};
 }
 
