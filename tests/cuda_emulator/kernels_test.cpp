@@ -314,6 +314,14 @@ TEST_P(EmulatedKernels, SoftmaxCrossEntropyWithPaddingAndIgnoredRows) {
   }
 }
 
+// Rows of 2^30 columns or more are refused before anything is read (the kernel's column indices
+// are ints, stepping past Vp by up to a sweep of the block).
+TEST_P(EmulatedKernels, SoftmaxCrossEntropyRefusesRowsTooLongForItsIndices) {
+  constexpr int64_t kTooLong = int64_t{1} << 30;
+  EXPECT_FALSE(launched(cuda::softmax_cross_entropy(nullptr, kind(), nullptr, nullptr, 1, kTooLong - 8, kTooLong,
+                                                    -100, 1.0f, true)));
+}
+
 TEST_P(EmulatedKernels, AdamwAndTheSumOfSquares) {
   constexpr int64_t P = 3000;
   const std::vector<AdamwSegment> segments = {{0, 1000, 0.1f}, {1000, 2000, 0.0f}};
