@@ -19,16 +19,19 @@
 //
 // Not known here, so not checked: which algorithms real cuBLASLt offers for an epilogue (here every
 // one, unless a test refuses them with cuda_emulator::set_cublaslt_epilogues to run kiln's
-// fallbacks), and which GELU its epilogues compute (the documentation does not say; this uses the
+// fallbacks), how many algorithms it offers and how fast each is (here one, unless a test sets
+// several with cuda_emulator::set_cublaslt_algorithms to see kiln choose by timing), and which GELU its epilogues compute (the documentation does not say; this uses the
 // tanh form kiln's ops use).
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "cuda_emulator.h"
@@ -37,6 +40,8 @@
 namespace {
 
 cuda_emulator::Epilogues epilogues_offered = cuda_emulator::Epilogues::Offered;
+std::vector<double> algorithm_ms = {0.0};      // cuda_emulator::set_cublaslt_algorithms
+std::vector<int64_t> algorithm_runs = {0};
 
 bool has_epilogue(uint32_t epilogue) { return epilogue != CUBLASLT_EPILOGUE_DEFAULT; }
 
@@ -276,11 +281,15 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
     for (const Layout* x : {&layout(a), &layout(b)})
       if (x->ld % 16 != 0) return CUBLAS_STATUS_NOT_SUPPORTED;
   }
-  results[0] = cublasLtMatmulHeuristicResult_t{};
-  std::memcpy(results[0].algo.data, p.alignment, sizeof(p.alignment));
-  results[0].state = CUBLAS_STATUS_SUCCESS;
-  results[0].wavesCount = 1.0f;
-  *count = 1;
+  // An algorithm: the alignments promised (16 bytes), then its index among algorithm_ms.
+  *count = std::min(requested, static_cast<int>(algorithm_ms.size()));
+  for (int i = 0; i < *count; ++i) {
+    results[i] = cublasLtMatmulHeuristicResult_t{};
+    std::memcpy(results[i].algo.data, p.alignment, sizeof(p.alignment));
+    results[i].algo.data[2] = static_cast<uint64_t>(i);
+    results[i].state = CUBLAS_STATUS_SUCCESS;
+    results[i].wavesCount = 1.0f;
+  }
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -313,10 +322,17 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t operation,
   if ((bias || bias_grad) && !op.bias) return CUBLAS_STATUS_INVALID_VALUE;
   if (aux && !op.aux) return CUBLAS_STATUS_INVALID_VALUE;
   if (out.batch > 1 && (bias || aux || bias_grad)) return CUBLAS_STATUS_NOT_SUPPORTED;
+  const auto index = static_cast<size_t>(algo->data[2]);
+  if (index >= algorithm_ms.size()) return CUBLAS_STATUS_INVALID_VALUE;
+  if (algorithm_ms[index] < 0.0) return CUBLAS_STATUS_NOT_SUPPORTED;
+  ++algorithm_runs[index];
 
   const float alpha = *static_cast<const float*>(alpha_pointer), beta = *static_cast<const float*>(beta_pointer);
-  cuda_emulator::submit(
-      stream, [=] { multiply(op, a, a_data, b, b_data, alpha, beta, c, c_data, out, d_data); });
+  const auto extra = std::chrono::duration<double, std::milli>(algorithm_ms[index]);
+  cuda_emulator::submit(stream, [=] {
+    multiply(op, a, a_data, b, b_data, alpha, beta, c, c_data, out, d_data);
+    if (extra.count() > 0.0) std::this_thread::sleep_for(extra);
+  });
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -387,3 +403,10 @@ void multiply(const Desc& op, const Layout& a, const void* a_data, const Layout&
 }  // namespace
 
 void cuda_emulator::set_cublaslt_epilogues(Epilogues epilogues) { epilogues_offered = epilogues; }
+
+void cuda_emulator::set_cublaslt_algorithms(std::vector<double> milliseconds) {
+  algorithm_ms = milliseconds.empty() ? std::vector<double>{0.0} : std::move(milliseconds);
+  algorithm_runs.assign(algorithm_ms.size(), 0);
+}
+
+std::vector<int64_t> cuda_emulator::cublaslt_runs_by_algorithm() { return algorithm_runs; }

@@ -407,6 +407,13 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
   *graph = reinterpret_cast<cudaGraph_t>(captured.release());
   return cudaSuccess;
 }
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
+  const Stream* queue = stream_of(stream);
+  *status = queue && queue->capture ? (queue->capture_invalidated ? cudaStreamCaptureStatusInvalidated
+                                                                   : cudaStreamCaptureStatusActive)
+                                    : cudaStreamCaptureStatusNone;
+  return cudaSuccess;
+}
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* executable, cudaGraph_t graph,
                                  unsigned long long) {
   if (!graph) return cudaErrorInvalidValue;

@@ -43,6 +43,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace cuda_emulator {
 
@@ -99,6 +100,14 @@ int set_max_dynamic_shared_bytes(const void* kernel, int bytes);
 // epilogue's work in its own kernels.
 enum class Epilogues { Offered, NoAlgorithm, RefusedWhenRun };
 void set_cublaslt_epilogues(Epilogues epilogues);
+
+// The algorithms the cuBLASLt stand-in's heuristic offers for every product, best first: all compute
+// the same result, and algorithm i takes `milliseconds[i]` of wall time more when its stream runs
+// it (a negative value: refused when run, CUBLAS_STATUS_NOT_SUPPORTED), so that a choice by timing
+// can be seen. The default, and what an empty list restores: one algorithm, costing nothing extra.
+void set_cublaslt_algorithms(std::vector<double> milliseconds);
+// How many products each algorithm has been issued for since the last set_cublaslt_algorithms.
+std::vector<int64_t> cublaslt_runs_by_algorithm();
 
 // Inside a kernel (the calling fiber's thread).
 const uint3& thread_index();
