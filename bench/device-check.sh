@@ -167,7 +167,7 @@ if runs levers; then
   levers=$out/levers.jsonl
   : > "$levers"
   for switch in "" "--cuda-graph" "--no-fused-attention" "--warpgroup-attention" "--no-deterministic-attention" \
-                "--no-matmul-epilogues" "--recompute-granularity selective" "--fp8-format hybrid" \
+                "--no-matmul-epilogues" "--matmul-autotune" "--recompute-granularity selective" "--fp8-format hybrid" \
                 "--fp8-format hybrid --cuda-graph"; do
     measure "$levers" "\"switch\":\"${switch:-(defaults)}\"" \
       "$kiln" bench train --device cuda --bf16 $model --vocab-size $vocab --skip-gemm-ceiling --json $timing $datasheet $switch

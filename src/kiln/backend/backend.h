@@ -4,7 +4,7 @@
 // Contract for implementers: validate shapes and dtypes of the arguments and throw kiln::Error
 // on a mismatch; never allocate inside an op (scratch comes in the arguments); be deterministic
 // for a given thread count, unless an option says otherwise (BackendOptions::deterministic_attention
-// off). The CPU back-end is the reference every other one is tested against.
+// off, matmul_autotune on). The CPU back-end is the reference every other one is tested against.
 // A Backend is used from one host thread at a time.
 #pragma once
 
@@ -33,6 +33,9 @@ struct BackendOptions {
                                         // each gradient written by one block (the same bits every
                                         // run); off: one kernel adding dQ in fp32 atomics (fewer
                                         // products, run-to-run rounding differences in dQ)
+  bool matmul_autotune = false;  // CUDA: each product shape's cuBLASLt algorithm the fastest of the
+                                 // heuristic's first few, timed at its first call (the algorithm,
+                                 // and so the rounding, can differ between runs); off: the heuristic's first
 };
 
 // Ops recorded by Backend::capture, replayed as one unit: replay() issues exactly the work the ops

@@ -131,6 +131,7 @@ void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
         {"fused_attention", resolved.fused_attention}, {"matmul_epilogues", resolved.matmul_epilogues},
         {"warpgroup_attention", resolved.warpgroup_attention},
         {"deterministic_attention", resolved.deterministic_attention},
+        {"matmul_autotune", resolved.matmul_autotune},
         {"cuda_graph", resolved.cuda_graph}, {"fp8_format", resolved.fp8_format},
         {"backend_notes", backend.run_notes()},
         {"recompute", resolved.recompute_policy().describe()}};
@@ -174,11 +175,12 @@ struct BenchGemmOptions {
   int64_t m = kCeilingSize, n = kCeilingSize, k = kCeilingSize;
   int iterations = 20;
   bool json = false;
+  bool autotune = false;
 };
 
 void bench_gemm(const BenchGemmOptions& options) {
   std::vector<std::string> precisions = options.precisions;
-  auto backend = make_backend(options.device);
+  auto backend = make_backend(options.device, BackendOptions{.matmul_autotune = options.autotune});
   const std::string device = backend->description();
   const auto spec = find_gpu_by_device_name(device);
   if (precisions.empty()) {
@@ -188,8 +190,9 @@ void bench_gemm(const BenchGemmOptions& options) {
   }
   if (!options.json) {
     fmt::print("# kiln bench gemm | {} | C[M,N] = A[M,K] B[K,N], random inputs, median of {} after 1 warm-up "
-               "(fp8: E4M3 inputs, B stored [N,K], bf16 C)\n",
-               device, options.iterations);
+               "(fp8: E4M3 inputs, B stored [N,K], bf16 C); cuBLASLt algorithm: {}\n",
+               device, options.iterations,
+               options.autotune ? "the fastest of the heuristic's first 8, timed in the warm-up" : "the heuristic's first");
     fmt::print("#{:>7} {:>7} {:>7} {:>7} {:>10} {:>10} {:>12}\n", "dtype", "M", "N", "K", "ms", "TFLOP/s",
                "of datasheet");
   }
@@ -204,7 +207,7 @@ void bench_gemm(const BenchGemmOptions& options) {
     if (options.json) {
       fmt::print("{}\n", nlohmann::json{{"device", device}, {"dtype", precision}, {"m", options.m}, {"n", options.n},
                                         {"k", options.k}, {"median_ms", ms}, {"tflops", tflops},
-                                        {"datasheet_peak_tflops", datasheet}}
+                                        {"datasheet_peak_tflops", datasheet}, {"matmul_autotune", options.autotune}}
                              .dump());
     } else {
       const std::string share = datasheet > 0 ? fmt::format("{:.1f}%", 100 * tflops / datasheet) : "n/a";
@@ -212,6 +215,8 @@ void bench_gemm(const BenchGemmOptions& options) {
                  ms, tflops, share);
     }
   }
+  if (const std::string notes = backend->run_notes(); !options.json && options.autotune && !notes.empty())
+    fmt::print("# {}\n", notes);
 }
 
 }  // namespace
@@ -243,6 +248,8 @@ void add_bench_command(CLI::App& root) {
   gemm->add_option("--k", gemm_options->k, "inner dimension");
   gemm->add_option("--iters", gemm_options->iterations, "timed repetitions");
   gemm->add_flag("--json", gemm_options->json, "JSON lines instead of the table");
+  gemm->add_flag("--matmul-autotune", gemm_options->autotune,
+                 "time the cuBLASLt heuristic's first 8 algorithms in the warm-up and keep the fastest");
   gemm->callback([gemm_options] { bench_gemm(*gemm_options); });
 
   add_bench_loader_command(*bench);

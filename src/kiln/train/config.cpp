@@ -73,6 +73,10 @@ const std::vector<ConfigField>& config_fields() {
        "the tensor-core attention backward in two kernels, each gradient written by one block: the same bits "
        "every run (CUDA; --no-deterministic-attention: one kernel that adds dQ in fp32 atomics, two products "
        "fewer per pair of tiles, FlashAttention-2's backward, rounding that varies from run to run)"},
+      {"matmul_autotune", &Config::matmul_autotune,
+       "each product shape's cuBLASLt algorithm the fastest of the heuristic's first 8, timed on the product's "
+       "own operands at its first call (CUDA; about 32 runs of each shape's product once per run; the "
+       "algorithm, and with it the rounding, can differ from run to run); off: the heuristic's first"},
       {"loss_scale", &Config::loss_scale, "static loss scale (0: dynamic under fp16)"},
       {"initial_loss_scale", &Config::initial_loss_scale, "initial dynamic loss scale"},
       {"min_loss_scale", &Config::min_loss_scale, "smallest dynamic loss scale"},

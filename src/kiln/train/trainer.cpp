@@ -54,7 +54,8 @@ Trainer::Trainer(const Config& config)
              config_.data_parallel_size);
   backend_ = make_backend(config_.device,
                           BackendOptions{config_.tf32, config_.fused_attention, config_.matmul_epilogues,
-                                         config_.warpgroup_attention, config_.deterministic_attention});
+                                         config_.warpgroup_attention, config_.deterministic_attention,
+                                         config_.matmul_autotune});
   if (config_.profile_ops) backend_ = std::make_unique<OpTimingBackend>(std::move(backend_));
   const GptConfig gpt = config_.gpt();
   const auto seed = static_cast<uint64_t>(config_.seed);

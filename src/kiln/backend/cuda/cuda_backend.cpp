@@ -67,7 +67,8 @@ CudaBackend::CudaBackend(const BackendOptions& options) : handles_(std::make_uni
   handles_->warpgroup_attention = options.warpgroup_attention &&
                                   cuda::warpgroup_attention_applies(handles_->compute_major, handles_->compute_minor);
   handles_->matmul_workspace = allocate(cuda::LtMatmul::kWorkspaceBytes);
-  handles_->matmul = std::make_unique<cuda::LtMatmul>(handles_->matmul_workspace->data(), cuda::LtMatmul::kWorkspaceBytes);
+  handles_->matmul = std::make_unique<cuda::LtMatmul>(handles_->matmul_workspace->data(),
+                                                      cuda::LtMatmul::kWorkspaceBytes, options.matmul_autotune);
   handles_->sum_scratch = allocate((cuda::kSumBlocks + 1) * sizeof(double));
 }
 
@@ -126,11 +127,16 @@ std::string CudaBackend::run_notes() const {
           ? fmt::format("cuBLASLt products: {} shapes with an epilogue, {} fell back to kernels (no algorithm), {} plain",
                         counts.fused, counts.fell_back, counts.plain)
           : "cuBLASLt epilogues off (--no-matmul-epilogues): bias and GELU in kernels";
+  std::string notes_on_timing;
   const auto& calls = handles_->attention_forward_calls;
+  if (counts.timed > 0)
+    notes_on_timing = fmt::format("; algorithms timed for {} shapes, {} of them faster on another than the heuristic's "
+                                  "first (up to {:.2f}x)",
+                                  counts.timed, counts.changed, counts.best_speedup);
   std::string notes = fmt::format(
-      "{}; attention forward calls: {} fused on tensor cores ({} on wgmma), {} fused general, {} materialised; "
+      "{}{}; attention forward calls: {} fused on tensor cores ({} on wgmma), {} fused general, {} materialised; "
       "backward calls on tensor cores: {}, {} of them adding dQ atomically",
-      products, calls[0], handles_->warpgroup_forward_calls, calls[1], calls[2], handles_->tiled_backward_calls,
+      products, notes_on_timing, calls[0], handles_->warpgroup_forward_calls, calls[1], calls[2], handles_->tiled_backward_calls,
       handles_->atomic_backward_calls);
   if (graph_counts_->captures > 0)  // a recorded call is counted once, however often it is replayed
     notes += fmt::format("; CUDA graphs: {} captured, {} replays (calls inside them counted once)",

@@ -6,9 +6,12 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <string>
+#include <vector>
 
 #include "kiln/backend/cuda/cuda_check.h"
+#include "kiln/backend/cuda/lt_matmul_tuning.h"
 #include "kiln/backend/cuda/stream.h"
 #include "kiln/core/error.h"
 
@@ -101,12 +104,22 @@ cublasLtMatrixLayout_t layout(DType dtype, int64_t rows, int64_t cols, int64_t l
   return result;
 }
 
+// A wait inside a CUDA graph's capture would invalidate it: plans first met there are timed later.
+bool compute_stream_capturing() {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  check_cuda(cudaStreamIsCapturing(compute_stream(), &status), "cudaStreamIsCapturing");
+  return status != cudaStreamCaptureStatusNone;
+}
+
 }  // namespace
 
 struct LtMatmul::Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;  // cuBLASLt's A (our B), B (our A), C = D
-  cublasLtMatmulAlgo_t algo{};
+  std::vector<cublasLtMatmulAlgo_t> algorithms;  // the heuristic's, best first (one without autotune)
+  size_t chosen = 0;                             // the one every call runs
+  bool awaiting_timing = false;                  // autotune: more than one, not timed yet
+  float first_ms = 0.0f, chosen_ms = 0.0f;       // once timed: the heuristic's first, the chosen
   GemmEpilogue epilogue = GemmEpilogue::None;
   bool supported = false;
   ~Plan() {
@@ -116,8 +129,9 @@ struct LtMatmul::Plan {
   }
 };
 
-LtMatmul::LtMatmul(void* workspace, size_t workspace_bytes)
-    : scale_slots_(static_cast<float*>(workspace)),
+LtMatmul::LtMatmul(void* workspace, size_t workspace_bytes, bool autotune)
+    : autotune_(autotune),
+      scale_slots_(static_cast<float*>(workspace)),
       workspace_(static_cast<unsigned char*>(workspace) + kScaleSlotsBytes),
       workspace_bytes_(workspace_bytes - kScaleSlotsBytes) {
   KILN_CHECK(workspace_bytes > kScaleSlotsBytes && alignment(workspace) >= 256,
@@ -179,14 +193,18 @@ LtMatmul::Plan& LtMatmul::plan_for(const Gemm& g) {
   set_preference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, static_cast<uint32_t>(alignment(g.A)));
   set_preference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, static_cast<uint32_t>(alignment(addend_of(g))));
   set_preference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, static_cast<uint32_t>(alignment(g.C)));
-  cublasLtMatmulHeuristicResult_t result{};
+  std::vector<cublasLtMatmulHeuristicResult_t> results(autotune_ ? kTuningCandidates : 1);
   int found_count = 0;
-  const cublasStatus_t status =
-      cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), plan->desc, plan->a, plan->b, plan->c,
-                                     plan->c, preference, 1, &result, &found_count);
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+      static_cast<cublasLtHandle_t>(handle_), plan->desc, plan->a, plan->b, plan->c, plan->c, preference,
+      static_cast<int>(results.size()), results.data(), &found_count);
   cublasLtMatmulPreferenceDestroy(preference);
-  plan->supported = status == CUBLAS_STATUS_SUCCESS && found_count > 0 && result.state == CUBLAS_STATUS_SUCCESS;
-  plan->algo = result.algo;
+  if (status == CUBLAS_STATUS_SUCCESS)
+    for (int i = 0; i < std::min(found_count, static_cast<int>(results.size())); ++i)
+      if (results[static_cast<size_t>(i)].state == CUBLAS_STATUS_SUCCESS)
+        plan->algorithms.push_back(results[static_cast<size_t>(i)].algo);
+  plan->supported = !plan->algorithms.empty();
+  plan->awaiting_timing = plan->algorithms.size() > 1;
   KILN_CHECK(plan->supported || g.epilogue != GemmEpilogue::None,
              "cuBLASLt has no algorithm for {}: {}", describe(g),
              status == CUBLAS_STATUS_SUCCESS ? "no heuristic result" : cublasLtGetStatusString(status));
@@ -199,6 +217,12 @@ LtMatmul::PlanCounts LtMatmul::plan_counts() const {
     if (plan->epilogue == GemmEpilogue::None) ++counts.plain;
     else if (plan->supported) ++counts.fused;
     else ++counts.fell_back;
+    if (plan->algorithms.size() > 1 && !plan->awaiting_timing) {
+      ++counts.timed;
+      if (plan->chosen != 0) ++counts.changed;
+      if (std::isfinite(plan->first_ms) && plan->chosen_ms > 0.0f && plan->first_ms > plan->chosen_ms)
+        counts.best_speedup = std::max(counts.best_speedup, static_cast<double>(plan->first_ms / plan->chosen_ms));
+    }
   }
   return counts;
 }
@@ -211,6 +235,24 @@ const float* LtMatmul::aligned_factor(const float* factor, int slot) {
   return copy;
 }
 
+int LtMatmul::launch(const Plan& plan, size_t index, const Gemm& g) {
+  return cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), plan.desc, &g.alpha, g.B, plan.a, g.A, plan.b, &g.beta,
+                        addend_of(g), plan.c, g.C, plan.c, &plan.algorithms[index], workspace_, workspace_bytes_,
+                        compute_stream());
+}
+
+void LtMatmul::choose_by_timing(Plan& plan, const Gemm& g) {
+  plan.awaiting_timing = false;
+  const std::vector<float> times = time_candidates(plan.algorithms.size(), kTuningRounds, [&](size_t index) {
+    return launch(plan, index, g) == CUBLAS_STATUS_SUCCESS;
+  });
+  // None ran: the call keeps the heuristic's first, whose refusal it then handles as without timing.
+  const size_t chosen = chosen_candidate(times, kTuningMargin).value_or(0);
+  plan.chosen = chosen;
+  plan.first_ms = times[0];
+  plan.chosen_ms = times[chosen];
+}
+
 bool LtMatmul::run(const Gemm& product) {
   KILN_CHECK(product.epilogue != GemmEpilogue::Dgelu || product.beta == 0.0f,
              "the GELU-gradient epilogue writes its output");
@@ -221,10 +263,9 @@ bool LtMatmul::run(const Gemm& product) {
   g.a_scale = aligned_factor(product.a_scale, 0);
   g.b_scale = aligned_factor(product.b_scale, 1);
   set_pointers(plan.desc, g);  // the plan was made with this call's pointers' alignments
-  const cublasStatus_t status =
-      cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), plan.desc, &g.alpha, g.B, plan.a, g.A,
-                     plan.b, &g.beta, addend_of(g), plan.c, g.C, plan.c, &plan.algo, workspace_,
-                     workspace_bytes_, compute_stream());
+  // Timed in place, so only on a call that running again does not change (an accumulating one is not).
+  if (plan.awaiting_timing && product_repeats_exactly(g) && !compute_stream_capturing()) choose_by_timing(plan, g);
+  const auto status = static_cast<cublasStatus_t>(launch(plan, plan.chosen, g));
   if (status == CUBLAS_STATUS_NOT_SUPPORTED && g.epilogue != GemmEpilogue::None) {
     plan.supported = false;  // the heuristic offered an algorithm the call then refused: fall back from now on
     return false;

@@ -6,8 +6,11 @@
 // the bias gradient.
 //
 // Determinism: one plan per (shapes, types, epilogue, pointer alignments), so a product that
-// recurs on the same buffers runs the same algorithm and gives the same bits. The activation
-// arena aligns to 256 bytes (core/arena.h), the most any cuBLASLt kernel asks for.
+// recurs on the same buffers runs the same algorithm and gives the same bits. With autotune, the
+// plan's algorithm is the fastest of the heuristic's first kTuningCandidates as timed at the plan's
+// first repeatable call (lt_matmul_tuning.h): each run still uses one algorithm throughout, but
+// which one can differ between runs, and so can the rounding. The activation arena aligns to 256
+// bytes (core/arena.h), the most any cuBLASLt kernel asks for.
 #pragma once
 
 #include <cstdint>
@@ -74,7 +77,8 @@ struct Gemm {
 class LtMatmul {
  public:
   // `workspace` is device memory the products may use, owned by the caller for this object's life.
-  LtMatmul(void* workspace, size_t workspace_bytes);
+  // `autotune`: choose each plan's algorithm by timing (above) instead of taking the heuristic's first.
+  LtMatmul(void* workspace, size_t workspace_bytes, bool autotune = false);
   ~LtMatmul();
   LtMatmul(const LtMatmul&) = delete;
   LtMatmul& operator=(const LtMatmul&) = delete;
@@ -84,11 +88,21 @@ class LtMatmul {
   // then does the epilogue's work itself); throws kiln::Error when even the plain product has none.
   bool run(const Gemm& gemm);
 
-  // Plans made so far: with an epilogue that cuBLASLt took, with one it had no algorithm for.
+  // Plans made so far: with an epilogue that cuBLASLt took, with one it had no algorithm for; with
+  // autotune, those whose candidates were timed, those that took another algorithm than the
+  // heuristic's first, and the largest gain that brought (the first's time over the kept one's).
   struct PlanCounts {
     int64_t fused = 0, fell_back = 0, plain = 0;
+    int64_t timed = 0, changed = 0;
+    double best_speedup = 1.0;
   };
   PlanCounts plan_counts() const;
+
+  // With autotune: how many of the heuristic's algorithms are timed, the rounds each is timed for
+  // after its warm-up, and by how much (a fraction) one must beat the heuristic's first to replace it.
+  static constexpr int kTuningCandidates = 8;
+  static constexpr int kTuningRounds = 3;
+  static constexpr float kTuningMargin = 0.02f;
 
   // The workspace: 32 MiB for cuBLASLt, the size the cuBLAS documentation recommends for Hopper
   // (cublasSetWorkspace()), after kScaleSlotsBytes for the fp8 factors run() copies. On an H100
@@ -103,9 +117,15 @@ class LtMatmul {
   struct Plan;
   using PlanKey = std::vector<int64_t>;
   Plan& plan_for(const Gemm& gemm);
+  // Issues `g` with the plan's algorithm `index` (the heuristic's order) on the compute stream, the
+  // plan's descriptor carrying g's pointers; returns the cublasStatus_t.
+  int launch(const Plan& plan, size_t index, const Gemm& g);
+  // Times the plan's candidates on `g` (which must repeat exactly) and keeps the fastest.
+  void choose_by_timing(Plan& plan, const Gemm& g);
   // `factor` itself where it is 16-byte aligned (or null); else a copy in scale slot `slot`, queued
   // on the compute stream.
   const float* aligned_factor(const float* factor, int slot);
+  bool autotune_ = false;
   void* handle_ = nullptr;  // cublasLtHandle_t
   float* scale_slots_ = nullptr;  // the workspace's first kScaleSlotsBytes: A's factor, then B's 16 bytes on
   void* workspace_ = nullptr;     // the rest, cuBLASLt's
