@@ -10,10 +10,12 @@
 #   ... --stages tests,table,levers      which stages run (default tests,table); `levers`: on
 #                                        124M/64, what each switch buys (CUDA graphs, fused attention,
 #                                        on wgmma or mma.sync, its backward adding dQ atomically, matmul
-#                                        epilogues, selective recomputation, fp8 products; fp8
+#                                        epilogues, products' algorithms timed, selective
+#                                        recomputation, fp8 products; fp8
 #                                        also on 774M/16), the attention core
 #                                        alone against PyTorch's SDPA, and the time split by op
-#                                        (--profile-ops, without and with fp8 products); not part
+#                                        (--profile-ops: bf16, with fp8 products, with
+#                                        --matmul-autotune); not part
 #                                        of the 10 minutes
 #   bench/device-check.sh --rehearse BUILD_DIR
 #                                        a dry run of the table and levers stages on a machine without
@@ -226,10 +228,13 @@ PY
   read -r _ layers hidden heads micro <<< "$lever_shape"
   profile_iters=5
   [[ -n $timing ]] && profile_iters=1
-  for switch in "" "--fp8-format hybrid"; do  # bf16, then with fp8 products (profile-fp8.txt)
+  # bf16 (profile.txt), with fp8 products (profile-fp8.txt), with the products' algorithms timed
+  # (profile-autotune.txt: which product shapes --matmul-autotune moves)
+  for switch in "" "--fp8-format hybrid" "--matmul-autotune"; do
+    case $switch in "") name=profile ;; --fp8*) name=profile-fp8 ;; *) name=profile-autotune ;; esac
     echo "== time by op, ${lever_shape%% *} micro-batch $micro${switch:+ $switch} (--profile-ops: a device wait after every op)"
     "$kiln" bench train --device cuda --bf16 $model --vocab-size $vocab --skip-gemm-ceiling --warmup-iters 2 \
-      --timed-iters $profile_iters --profile-ops $datasheet $switch | tee "$out/profile${switch:+-fp8}.txt" ||
+      --timed-iters $profile_iters --profile-ops $datasheet $switch | tee "$out/$name.txt" ||
       failures+=("kiln bench train --profile-ops $switch")
   done
 fi
