@@ -20,8 +20,9 @@
 // Not known here, so not checked: which algorithms real cuBLASLt offers for an epilogue (here every
 // one, unless a test refuses them with cuda_emulator::set_cublaslt_epilogues to run kiln's
 // fallbacks), how many algorithms it offers and how fast each is (here one, unless a test sets
-// several with cuda_emulator::set_cublaslt_algorithms to see kiln choose by timing), and which GELU its epilogues compute (the documentation does not say; this uses the
-// tanh form kiln's ops use).
+// several with cuda_emulator::set_cublaslt_algorithms to see kiln choose by timing), and which
+// GELU its epilogues compute (the documentation does not say; this uses the tanh form kiln's ops
+// use).
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

@@ -136,8 +136,8 @@ std::string CudaBackend::run_notes() const {
   std::string notes = fmt::format(
       "{}{}; attention forward calls: {} fused on tensor cores ({} on wgmma), {} fused general, {} materialised; "
       "backward calls on tensor cores: {}, {} of them adding dQ atomically",
-      products, notes_on_timing, calls[0], handles_->warpgroup_forward_calls, calls[1], calls[2], handles_->tiled_backward_calls,
-      handles_->atomic_backward_calls);
+      products, notes_on_timing, calls[0], handles_->warpgroup_forward_calls, calls[1], calls[2],
+      handles_->tiled_backward_calls, handles_->atomic_backward_calls);
   if (graph_counts_->captures > 0)  // a recorded call is counted once, however often it is replayed
     notes += fmt::format("; CUDA graphs: {} captured, {} replays (calls inside them counted once)",
                          graph_counts_->captures, graph_counts_->replays);

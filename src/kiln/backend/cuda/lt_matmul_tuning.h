@@ -1,10 +1,11 @@
 // Choosing among cuBLASLt's algorithms for a product by timing them (LtMatmul with autotune on).
 // cuBLASLt's heuristic ranks algorithms from a model of the GPU; its first is the fastest "90+% of
-// the time" (an NVIDIA engineer in triton-lang/triton issue 3747), and NVIDIA's CUDALibrarySamples
-// (cuBLASLt/LtSgemmSimpleAutoTuning) time its top few on the real problem instead. LtMatmul does that once per plan: at the
-// plan's first call that can be repeated without changing what it computes, it runs each candidate
-// in place on that call's own operands (no scratch copies, so no extra memory), keeps the fastest,
-// and runs every later call of the plan with it. A plan only ever called accumulating into its
+// the time" (an NVIDIA engineer in triton-lang/triton issue 3747), and NVIDIA's
+// CUDALibrarySamples (cuBLASLt/LtSgemmSimpleAutoTuning) time its top few on the real problem
+// instead. LtMatmul does that once per plan: at the plan's first call that can be repeated without
+// changing what it computes, it runs each candidate in place on that call's own operands (no
+// scratch copies, so no extra memory), keeps the fastest, and runs every later call of the plan
+// with it. A plan only ever called accumulating into its
 // output (a parameter gradient added to over micro-batches, when its first call already adds)
 // keeps the heuristic's first: timing it in place would add its product again at every run.
 #pragma once
