@@ -128,6 +128,9 @@ TEST(Cli, BenchCommandsOnTheCpu) {
   const auto gemm_json = nlohmann::json::parse(gemm.output);
   EXPECT_EQ(gemm_json["dtype"], "fp32");
   EXPECT_GT(gemm_json["tflops"].get<double>(), 0.0);
+  const Result autotune = run_kiln("bench gemm --device cpu --matmul-autotune --iters 1");
+  EXPECT_EQ(autotune.exit_code, 1);
+  EXPECT_NE(autotune.output.find("--matmul-autotune needs --device cuda"), std::string::npos) << autotune.output;
 
   const Result train = run_kiln("bench train --device cpu --num-layers 1 --hidden-size 16 --num-attention-heads 2 "
                                 "--seq-length 8 --micro-batch-size 2 --vocab-size 64 --warmup-iters 1 --timed-iters 2 "

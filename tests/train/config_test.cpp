@@ -124,6 +124,7 @@ TEST(Config, InconsistentValuesAreErrors) {
   check([](Config& c) { c.lr_decay_style = "step"; }, "'step'");
   check([](Config& c) { c.device = "tpu"; }, "'device'");
   check([](Config& c) { c.cuda_graph = true; }, "'cuda_graph' needs --device cuda");
+  check([](Config& c) { c.matmul_autotune = true; }, "'matmul_autotune' needs --device cuda");
   check(
       [](Config& c) {
         c.device = "cuda";

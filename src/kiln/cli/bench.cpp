@@ -179,6 +179,8 @@ struct BenchGemmOptions {
 };
 
 void bench_gemm(const BenchGemmOptions& options) {
+  KILN_CHECK(!options.autotune || options.device == "cuda",
+             "--matmul-autotune needs --device cuda (it chooses among cuBLASLt's algorithms)");
   std::vector<std::string> precisions = options.precisions;
   auto backend = make_backend(options.device, BackendOptions{.matmul_autotune = options.autotune});
   const std::string device = backend->description();

@@ -267,6 +267,8 @@ void Config::validate() const {
   KILN_CHECK(!(fp16 && bf16), "config keys 'fp16' and 'bf16' are both set; choose one precision");
   KILN_CHECK(!tf32 || (!fp16 && !bf16), "config key 'tf32' applies to fp32 training, not to fp16/bf16");
   KILN_CHECK(!tf32 || device == "cuda", "config key 'tf32' needs --device cuda (the CPU has no TF32)");
+  KILN_CHECK(!matmul_autotune || device == "cuda",
+             "config key 'matmul_autotune' needs --device cuda (it chooses among cuBLASLt's algorithms)");
   KILN_CHECK(!cuda_graph || device == "cuda",
              "config key 'cuda_graph' needs --device cuda (the CPU back-end runs each op as it is called)");
   KILN_CHECK(!cuda_graph || !profile_ops,
