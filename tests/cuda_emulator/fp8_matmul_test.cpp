@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "device_memory.h"
 #include "kiln/backend/cuda/lt_matmul.h"
 #include "kiln/backend/cuda/stream.h"
 #include "kiln/core/dtype.h"
@@ -21,12 +22,6 @@ namespace kiln::testing {
 namespace {
 
 constexpr int64_t M = 32, N = 48, K = 64;
-
-struct DeviceMemory {
-  explicit DeviceMemory(size_t bytes) { EXPECT_EQ(cudaMalloc(&data, bytes), cudaSuccess); }
-  ~DeviceMemory() { cudaFree(data); }
-  void* data = nullptr;
-};
 
 std::vector<uint8_t> random_fp8(int64_t count, Rng& rng) {
   std::vector<uint8_t> codes(static_cast<size_t>(count));

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cuda_emulator.h"
+#include "device_memory.h"
 #include "kiln/backend/cuda/lt_matmul.h"
 #include "kiln/backend/cuda/lt_matmul_tuning.h"
 #include "kiln/backend/cuda/stream.h"
@@ -104,12 +105,6 @@ TEST(MatmulTuningRepeats, EpiloguesAndFactorsCountAsReadsOrWrites) {
   g.a_scale = static_cast<const float*>(g.C);  // an fp8 factor inside the output
   EXPECT_FALSE(cuda::product_repeats_exactly(g));
 }
-
-struct DeviceMemory {
-  explicit DeviceMemory(size_t bytes) { EXPECT_EQ(cudaMalloc(&data, bytes), cudaSuccess); }
-  ~DeviceMemory() { cudaFree(data); }
-  void* data = nullptr;
-};
 
 // fp32 C [M,N] = A [M,K] B [K,N] (+ C when accumulating) on real buffers, with small integers, so
 // every product is exact and a second accumulation would show.
