@@ -17,12 +17,19 @@
 #                                        (--profile-ops: bf16, with fp8 products, with
 #                                        --matmul-autotune); not part
 #                                        of the 10 minutes
+#   ... --stages counters                Nsight Compute's counters (ncu: speed of light, occupancy,
+#                                        warp stalls) of the attention kernels, kiln's and SDPA's,
+#                                        at 64x1024 12x64, of every kernel of a 2-layer 124M/64 step,
+#                                        and of PyTorch eager's products on it: NAME.txt (details),
+#                                        NAME.csv (every metric) and NAME.ncu-rep under $OUT; about
+#                                        5 minutes
 #   bench/device-check.sh --rehearse BUILD_DIR
 #                                        a dry run of the table and levers stages on a machine without
 #                                        a GPU (CI): BUILD_DIR/kiln_on_emulator (the CUDA back-end on
 #                                        the CPU emulator) on shapes 100s of times smaller, and
-#                                        tests/support/stand_in_peer.py for PyTorch. It checks the
-#                                        plumbing only: its numbers measure nothing.
+#                                        tests/support/stand_in_peer.py for PyTorch (and the
+#                                        counters stage with tests/support/stand_in_ncu.py). It checks
+#                                        the plumbing only: its numbers measure nothing.
 #
 # A failing test or measurement does not stop the run (device time is scarce): the failures are
 # printed, the row says "failed", the other rows are still measured, and the exit status is 1.
@@ -42,15 +49,15 @@ while (($#)); do
     --prebuilt) prebuilt=1 ;;
     --build) rebuild=1 ;;
     --stages) stages=${2:?--stages needs a list}; shift ;;
-    --rehearse) rehearse=${2:?--rehearse needs the build directory}; stages=table,levers; shift ;;
+    --rehearse) rehearse=${2:?--rehearse needs the build directory}; stages=table,levers,counters; shift ;;
     *) echo "device-check.sh: unknown argument '$1' (--build, --prebuilt, --stages LIST, --rehearse DIR)" >&2
        exit 2 ;;
   esac
   shift
 done
 for stage in ${stages//,/ }; do
-  [[ $stage == tests || $stage == table || $stage == levers ]] \
-    || { echo "device-check.sh: unknown stage '$stage' (tests, table, levers)" >&2; exit 2; }
+  [[ $stage == tests || $stage == table || $stage == levers || $stage == counters ]] \
+    || { echo "device-check.sh: unknown stage '$stage' (tests, table, levers, counters)" >&2; exit 2; }
 done
 runs() { [[ ",$stages," == *",$1,"* ]]; }
 
@@ -63,6 +70,7 @@ lever_shape=${shapes[0]} fp8_shape=${shapes[2]}
 attention_shapes=("64 12 64" "16 16 128" "16 32 80")
 peer_gpt=(python3 bench/peers/pytorch_gpt.py)
 peer_attention=(python3 bench/peers/pytorch_attention.py)
+ncu=(ncu)
 
 bin=build kiln=$PWD/build/kiln
 if [[ -n $rehearse ]]; then
@@ -75,6 +83,7 @@ if [[ -n $rehearse ]]; then
   attention_shapes=("1 2 64" "1 1 80")
   peer_gpt=(python3 tests/support/stand_in_peer.py gpt)
   peer_attention=(python3 tests/support/stand_in_peer.py attention)
+  ncu=(python3 tests/support/stand_in_ncu.py)
 elif ((prebuilt)); then
   bin=build-pack kiln=$PWD/build-pack/kiln
   mkdir -p build-pack/lib
@@ -237,6 +246,78 @@ PY
       --timed-iters $profile_iters --profile-ops $datasheet $switch | tee "$out/$name.txt" ||
       failures+=("kiln bench train --profile-ops $switch")
   done
+fi
+
+if runs counters; then
+  # counters NAME NCU-OPTIONS... -- COMMAND...: ncu's report of COMMAND's kernels (those the options
+  # pick) as $out/NAME.ncu-rep, its details as NAME.txt and NAME-details.csv, every metric as
+  # NAME.csv, and one line per kernel here. The clocks are left as they are (METHOD.md).
+  counters() {
+    local name=$1 options=()
+    shift
+    while [[ $1 != -- ]]; do options+=("$1"); shift; done
+    shift
+    echo "== counters: $name"
+    if timeout 300 "${ncu[@]}" --clock-control none -f -o "$out/$name" "${options[@]}" "$@" > "$out/$name.log" 2>&1 &&
+        "${ncu[@]}" --import "$out/$name.ncu-rep" > "$out/$name.txt" &&
+        "${ncu[@]}" --import "$out/$name.ncu-rep" --csv --page details > "$out/$name-details.csv" &&
+        "${ncu[@]}" --import "$out/$name.ncu-rep" --csv --page raw > "$out/$name.csv"; then
+      python3 - "$out/$name-details.csv" <<'PY'
+import collections, csv, re, sys
+# One line per profiled kernel: the details page's metrics by their display names (blank where a
+# section was not collected).
+kernels = collections.OrderedDict()
+for row in csv.DictReader(open(sys.argv[1])):
+    kernel = kernels.setdefault(row["ID"], {"name": row["Kernel Name"], "grid": row.get("Grid Size", ""),
+                                            "block": row.get("Block Size", "")})
+    kernel[row["Metric Name"]] = (row["Metric Value"].replace(",", ""), row["Metric Unit"])
+def microseconds(kernel):
+    value, unit = kernel.get("Duration", ("", ""))
+    scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}.get(unit)
+    return f"{float(value) * scale:.1f}" if value and scale else ""
+def short(name):  # the function's own name, without namespaces, template arguments or parameters
+    name = re.sub(r"\(.*$", "", re.sub(r"<.*>", "", name))
+    return name.split("::")[-1].split(" ")[-1][:44]
+def value(kernel, metric):
+    return kernel.get(metric, ("", ""))[0]
+print(f"{'kernel':>44} {'grid':>14} {'block':>12} {'us':>8} {'regs':>5} {'occup%':>7} {'SM%':>6} {'mem%':>6} {'dram%':>6}")
+for kernel in kernels.values():
+    print(f"{short(kernel['name']):>44} {kernel['grid']:>14} {kernel['block']:>12} {microseconds(kernel):>8}"
+          f" {value(kernel, 'Registers Per Thread'):>5} {value(kernel, 'Achieved Occupancy'):>7}"
+          f" {value(kernel, 'Compute (SM) Throughput'):>6} {value(kernel, 'Memory Throughput'):>6}"
+          f" {value(kernel, 'DRAM Throughput'):>6}")
+PY
+    else
+      failures+=("counters $name ($out/$name.log)")
+      echo "FAILED: counters $name" >&2
+      tail -5 "$out/$name.log" >&2
+    fi
+  }
+  if [[ -z $rehearse ]] && ! command -v ncu > /dev/null; then
+    failures+=("counters: ncu is not on the PATH")
+  else
+    # The attention core at the table's shape: kiln's fused kernels (deterministic, then adding dQ
+    # atomically) and the kernels of PyTorch's SDPA, every section (--set full).
+    read -r batch heads size <<< "${attention_shapes[0]}"
+    args="--batch $batch --seq-length $seq --num-attention-heads $heads --head-size $size"
+    attention_kernels='regex:forward_kernel|gradients_kernel|gradient_from_sums|row_dots'
+    counters attention-kiln --set full -k "$attention_kernels" -c 8 -- \
+      "$kiln" bench attention --device cuda $args --warmup 1 --iters 1
+    counters attention-kiln-atomic-dq --set full -k "$attention_kernels" -c 8 -- \
+      "$kiln" bench attention --device cuda $args --no-deterministic-attention --warmup 1 --iters 1
+    counters attention-sdpa --set full -k 'regex:flash|fmha|attn|attention|sdpa|cudnn|mha|dot_do_o|convert_dq' \
+      -c 10 -- "${peer_attention[@]}" $args --warmup 1 --iters 1
+    # Every kernel of one training step of 124M's width with 2 layers, and the products PyTorch
+    # eager runs for the same model (the same cuBLAS: do kiln's calls, epilogues included, match?).
+    read -r _ layers hidden heads micro <<< "$lever_shape"
+    step="--num-layers 2 --hidden-size $hidden --num-attention-heads $heads --seq-length $seq --micro-batch-size $micro"
+    light=(--section SpeedOfLight --section LaunchStats --section Occupancy)
+    counters step-kiln "${light[@]}" -c 400 -- \
+      "$kiln" bench train --device cuda --bf16 $step --vocab-size $vocab --skip-gemm-ceiling --warmup-iters 0 \
+      --timed-iters 1 $datasheet
+    counters products-pytorch "${light[@]}" -k 'regex:gemm|nvjet|xmma|cutlass|sm90' -c 30 -- \
+      "${peer_gpt[@]}" $step --vocab-size $vocab --precision bf16 --warmup-iters 1 --timed-iters 1
+  fi
 fi
 
 if ((${#failures[@]})); then
