@@ -18,8 +18,9 @@
 #                                        --matmul-autotune); not part
 #                                        of the 10 minutes
 #   ... --stages counters                Nsight Compute's counters (ncu: speed of light, occupancy,
-#                                        warp stalls) of the attention kernels, kiln's and SDPA's,
-#                                        at 64x1024 12x64, of every kernel of a 2-layer 124M/64 step,
+#                                        warp stalls) of the attention kernels at 64x1024 12x64
+#                                        (kiln's on mma.sync, adding dQ atomically, on wgmma; SDPA's),
+#                                        of every kernel of a 2-layer 124M/64 step (bf16, fp8 products)
 #                                        and of PyTorch eager's products on it: NAME.txt (details),
 #                                        NAME.csv (every metric) and NAME.ncu-rep under $OUT; about
 #                                        5 minutes
@@ -305,6 +306,8 @@ PY
       "$kiln" bench attention --device cuda $args --warmup 1 --iters 1
     counters attention-kiln-atomic-dq --set full -k "$attention_kernels" -c 8 -- \
       "$kiln" bench attention --device cuda $args --no-deterministic-attention --warmup 1 --iters 1
+    counters attention-kiln-wgmma --set full -k "$attention_kernels" -c 8 -- \
+      "$kiln" bench attention --device cuda $args --warpgroup-attention --warmup 1 --iters 1
     counters attention-sdpa --set full -k 'regex:flash|fmha|attn|attention|sdpa|cudnn|mha|dot_do_o|convert_dq' \
       -c 10 -- "${peer_attention[@]}" $args --warmup 1 --iters 1
     # Every kernel of one training step of 124M's width with 2 layers, and the products PyTorch
@@ -312,9 +315,11 @@ PY
     read -r _ layers hidden heads micro <<< "$lever_shape"
     step="--num-layers 2 --hidden-size $hidden --num-attention-heads $heads --seq-length $seq --micro-batch-size $micro"
     light=(--section SpeedOfLight --section LaunchStats --section Occupancy)
-    counters step-kiln "${light[@]}" -c 400 -- \
-      "$kiln" bench train --device cuda --bf16 $step --vocab-size $vocab --skip-gemm-ceiling --warmup-iters 0 \
-      --timed-iters 1 $datasheet
+    for fp8 in "" "--fp8-format hybrid"; do
+      counters "step-kiln${fp8:+-fp8}" "${light[@]}" -c 400 -- \
+        "$kiln" bench train --device cuda --bf16 $step --vocab-size $vocab --skip-gemm-ceiling --warmup-iters 0 \
+        --timed-iters 1 $datasheet $fp8
+    done
     counters products-pytorch "${light[@]}" -k 'regex:gemm|nvjet|xmma|cutlass|sm90' -c 30 -- \
       "${peer_gpt[@]}" $step --vocab-size $vocab --precision bf16 --warmup-iters 1 --timed-iters 1
   fi
