@@ -297,16 +297,17 @@ PY
   if [[ -z $rehearse ]] && ! command -v ncu > /dev/null; then
     failures+=("counters: ncu is not on the PATH")
   else
-    # The attention core at the table's shape: kiln's fused kernels (deterministic, then adding dQ
-    # atomically) and the kernels of PyTorch's SDPA, every section (--set full).
+    # The attention core at the table's shape: kiln's fused kernels (deterministic, adding dQ
+    # atomically, on wgmma) and the kernels of PyTorch's SDPA, every section (--set full). Five
+    # launches: the warm-up and the timed forward, then the warm-up backward's kernels.
     read -r batch heads size <<< "${attention_shapes[0]}"
     args="--batch $batch --seq-length $seq --num-attention-heads $heads --head-size $size"
     attention_kernels='regex:forward_kernel|gradients_kernel|gradient_from_sums|row_dots'
-    counters attention-kiln --set full -k "$attention_kernels" -c 8 -- \
+    counters attention-kiln --set full -k "$attention_kernels" -c 5 -- \
       "$kiln" bench attention --device cuda $args --warmup 1 --iters 1
-    counters attention-kiln-atomic-dq --set full -k "$attention_kernels" -c 8 -- \
+    counters attention-kiln-atomic-dq --set full -k "$attention_kernels" -c 5 -- \
       "$kiln" bench attention --device cuda $args --no-deterministic-attention --warmup 1 --iters 1
-    counters attention-kiln-wgmma --set full -k "$attention_kernels" -c 8 -- \
+    counters attention-kiln-wgmma --set full -k "$attention_kernels" -c 5 -- \
       "$kiln" bench attention --device cuda $args --warpgroup-attention --warmup 1 --iters 1
     counters attention-sdpa --set full -k 'regex:flash|fmha|attn|attention|sdpa|cudnn|mha|dot_do_o|convert_dq' \
       -c 10 -- "${peer_attention[@]}" $args --warmup 1 --iters 1
