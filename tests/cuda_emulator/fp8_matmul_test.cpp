@@ -98,19 +98,25 @@ TEST_F(EmulatedFp8Matmul, AProductWithoutAnAlgorithmIsNamed) {
       << error;
 }
 
-// Factors 4 bytes into 16 (as Fp8Scaling's rows hold them) reach cuBLASLt through aligned copies:
-// the product is scaled by them.
-TEST_F(EmulatedFp8Matmul, MisalignedScaleFactorsAreApplied) {
+// Factors less than 16-byte aligned are refused by name before cuBLASLt sees them (an H100's
+// cuBLASLt refused them when run; lt_matmul.h); 16-byte aligned ones scale the product.
+TEST_F(EmulatedFp8Matmul, ScaleFactorsMustBe16ByteAligned) {
   ASSERT_TRUE(lt.run(tn_product()));
   std::vector<uint16_t> plain(M * N), scaled(M * N);
   ASSERT_EQ(cudaStreamSynchronize(cuda::compute_stream()), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(plain.data(), c_device.data, plain.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
   DeviceMemory factors{64};
-  const float values[8] = {0.0f, 0.5f, 0.0f, 0.0f, 0.0f, 0.25f, 0.0f, 0.0f};  // at bytes 4 and 20
+  const float values[8] = {0.5f, 0.5f, 0.0f, 0.0f, 0.25f, 0.0f, 0.0f, 0.0f};  // at bytes 0, 4 and 16
   ASSERT_EQ(cudaMemcpy(factors.data, values, sizeof(values), cudaMemcpyHostToDevice), cudaSuccess);
   cuda::Gemm product = tn_product();
   product.a_scale = static_cast<const float*>(factors.data) + 1;
-  product.b_scale = static_cast<const float*>(factors.data) + 5;
+  product.b_scale = static_cast<const float*>(factors.data) + 4;
+  const std::string error = error_of([&] { lt.run(product); });
+  EXPECT_NE(error.find("fp8 scale factors must be 16-byte aligned for cuBLASLt; A's is aligned to 4 bytes, B's to "
+                       "16, for the 32 x 48 x 64 product"),
+            std::string::npos)
+      << error;
+  product.a_scale = static_cast<const float*>(factors.data);
   ASSERT_TRUE(lt.run(product));
   ASSERT_EQ(cudaStreamSynchronize(cuda::compute_stream()), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(scaled.data(), c_device.data, scaled.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);

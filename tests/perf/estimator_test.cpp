@@ -200,10 +200,11 @@ TEST(Estimator, Fp8AddsTheCastScratchAndTheScalingState) {
   // is the codes its forward kept, activations.h); 81,920 bytes, every region a multiple of 256;
   // then the bias gradient's partial sums, one float per column for each 32 rows: 4,096 bytes.
   EXPECT_EQ(fp8.memory.workspace, 81920.0 + 4096.0);
-  // 2 layers x 4 products x 3 operands = 24 rows of (scale, 1/scale, amax, fp8 max, 1 amax) fp32.
-  EXPECT_EQ(fp8.memory.fp8_scaling, 24.0 * 5 * 4);
-  in.fp8_amax_history_len = 16;
-  EXPECT_EQ(estimate(in).memory.fp8_scaling, 24.0 * 20 * 4);
+  // 2 layers x 4 products x 3 operands = 24 rows of (scale, 1/scale, amax, fp8 max, 1 amax) fp32,
+  // each padded to 8 floats and starting 3 floats in (fp8_scaling.h): (3 + 24 x 8 + 1) x 4 bytes.
+  EXPECT_EQ(fp8.memory.fp8_scaling, (3 + 24.0 * 8 + 1) * 4);
+  in.fp8_amax_history_len = 16;  // rows of 20 floats, a multiple of 4 already
+  EXPECT_EQ(estimate(in).memory.fp8_scaling, (3 + 24.0 * 20 + 1) * 4);
   // Activations: per layer and position the LayerNorm and GELU outputs (6C bf16 values) give way
   // to the products' input codes (7C bytes), plus one shared buffer of LayerNorm output codes (C
   // bytes), one of GELU output codes (4C bytes) and one of the residual gradient's codes in both

@@ -1,5 +1,7 @@
 #include "kiln/backend/op_checks.h"
 
+#include <cstdint>
+
 namespace kiln::checks {
 
 namespace {
@@ -10,6 +12,8 @@ void require_fp8_operand(const Fp8Operand& operand, Device device, const char* o
     require(*parts[i], DType::F32, device, op, names[i]);
     require_numel(*parts[i], 1, op, names[i]);
   }
+  KILN_CHECK(reinterpret_cast<uintptr_t>(operand.scale_inv.data) % 16 == 0, "{}: argument '{}' must be 16-byte aligned",
+             op, names[1]);
 }
 
 // An op that casts what it computes (`what`, [M, N]) for an fp8 product (ops.h): the compute dtype

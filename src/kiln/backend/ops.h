@@ -128,7 +128,7 @@ enum class WeightLayout : uint8_t { InOut, OutIn };
 // second cast leaves the amax unchanged (it would fold in the same maximum again).
 struct Fp8Operand {
   Tensor scale;      // [1] fp32, read
-  Tensor scale_inv;  // [1] fp32, read: 1 / scale
+  Tensor scale_inv;  // [1] fp32, read: 1 / scale; 16-byte aligned (cuBLASLt's fp8 factors: cuda/lt_matmul.h)
   Tensor amax;       // [1] fp32, max-accumulated
 };
 struct Fp8Matmul {

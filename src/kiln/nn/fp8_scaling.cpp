@@ -1,5 +1,8 @@
 #include "kiln/nn/fp8_scaling.h"
 
+#include <algorithm>
+#include <cstdint>
+
 #include "kiln/core/error.h"
 #include "kiln/core/fp8_codec.h"
 
@@ -7,13 +10,20 @@ namespace kiln {
 namespace {
 
 constexpr int64_t kProductsPerBlock = 4, kOperandsPerProduct = 3;  // in, weight, dout
+// In memory (fp8_scaling.h): rows a whole number of 16-byte units, starting 3 floats into a 16-byte
+// aligned allocation, so that column 1 (scale_inv) is 16-byte aligned in every row.
+constexpr int64_t kRowUnitFloats = 4, kLeadFloats = 3;
 
 int64_t state_rows(int64_t layers) { return layers * kProductsPerBlock * kOperandsPerProduct; }
+int64_t row_floats(int64_t amax_history) {
+  return (kFp8StateColumns + amax_history + kRowUnitFloats - 1) / kRowUnitFloats * kRowUnitFloats;
+}
 
 }  // namespace
 
 size_t Fp8Scaling::state_bytes(int64_t layers, int64_t amax_history) {
-  return static_cast<size_t>(state_rows(layers) * (kFp8StateColumns + amax_history)) * sizeof(float);
+  const int64_t floats = kLeadFloats + state_rows(layers) * row_floats(amax_history);
+  return static_cast<size_t>((floats + kRowUnitFloats - 1) / kRowUnitFloats * kRowUnitFloats) * sizeof(float);
 }
 
 Fp8Scaling::Fp8Scaling(Backend& backend, int64_t layers, const Fp8Recipe& recipe)
@@ -22,9 +32,13 @@ Fp8Scaling::Fp8Scaling(Backend& backend, int64_t layers, const Fp8Recipe& recipe
              recipe.amax_history);
   KILN_CHECK(recipe.grad_dtype == DType::F8E5M2 || recipe.grad_dtype == DType::F8E4M3,
              "fp8 gradients are fp8_e5m2 or fp8_e4m3, not {}", dtype_name(recipe.grad_dtype));
-  const int64_t rows = state_rows(layers), columns = kFp8StateColumns + recipe.amax_history;
-  buffer_ = backend.allocate(state_bytes(layers, recipe.amax_history));
-  state_ = Tensor{buffer_->data(), Shape{rows, columns}, DType::F32, backend.device()};
+  const int64_t rows = state_rows(layers), columns = row_floats(recipe.amax_history);
+  buffer_bytes_ = state_bytes(layers, recipe.amax_history);
+  buffer_ = backend.allocate(buffer_bytes_);
+  KILN_CHECK(reinterpret_cast<uintptr_t>(buffer_->data()) % (kRowUnitFloats * sizeof(float)) == 0,
+             "the fp8 scaling state's allocation is not 16-byte aligned");
+  state_ = Tensor{static_cast<float*>(buffer_->data()) + kLeadFloats, Shape{rows, columns}, DType::F32,
+                  backend.device()};
   std::vector<float> initial(static_cast<size_t>(rows * columns), 0.0f);
   const auto largest = [](DType format) {
     return fp8::largest(format == DType::F8E4M3 ? fp8::Format::E4M3 : fp8::Format::E5M2);
@@ -58,10 +72,26 @@ void Fp8Scaling::update_scales(int64_t step) {
       {state_, step % recipe_.amax_history, recipe_.use_history_max, recipe_.margin});
 }
 
+Shape Fp8Scaling::saved_shape() const { return Shape{state_.shape[0], kFp8StateColumns + recipe_.amax_history}; }
+
+std::vector<float> Fp8Scaling::saved_state() const {
+  std::vector<float> rows(static_cast<size_t>(state_.numel()));
+  backend_.copy_to_host(rows.data(), state_.data, state_.bytes());
+  const int64_t saved_columns = saved_shape()[1], columns = state_.shape[1];
+  std::vector<float> saved(static_cast<size_t>(saved_shape().numel()));
+  for (int64_t row = 0; row < state_.shape[0]; ++row)
+    std::copy_n(rows.begin() + row * columns, saved_columns, saved.begin() + row * saved_columns);
+  return saved;
+}
+
 void Fp8Scaling::load_state(std::span<const float> values) {
-  KILN_CHECK(static_cast<int64_t>(values.size()) == state_.numel(),
-             "{} fp8 scaling values given, the state holds {}", values.size(), state_.numel());
-  backend_.copy_to_device(state_.data, values.data(), values.size() * sizeof(float));
+  KILN_CHECK(static_cast<int64_t>(values.size()) == saved_shape().numel(),
+             "{} fp8 scaling values given, the state holds {}", values.size(), saved_shape().numel());
+  const int64_t saved_columns = saved_shape()[1], columns = state_.shape[1];
+  std::vector<float> rows(static_cast<size_t>(state_.numel()), 0.0f);  // the extra history slots: 0
+  for (int64_t row = 0; row < state_.shape[0]; ++row)
+    std::copy_n(values.begin() + row * saved_columns, saved_columns, rows.begin() + row * columns);
+  backend_.copy_to_device(state_.data, rows.data(), state_.bytes());
 }
 
 }  // namespace kiln

@@ -11,6 +11,13 @@
 // run should calibrate (run one micro-batch and update) before its first step, so that the first
 // step does not cast with scales of 1. The state is saved in checkpoints so a run resumes with its
 // scales.
+//
+// In memory a row holds more history slots than the recipe's amax_history when that makes the row a
+// whole number of 16-byte units, and the rows start 3 floats into their allocation: so every row's
+// scale_inv (column 1) is 16-byte aligned, as cuBLASLt reads an fp8 product's scale factors (an H100
+// refused factors 4 bytes into 16: bench/NOTES.md, 2026-11-25). The extra slots are never written
+// and stay 0, which changes no scale (amax values are >= 0; ops.h). Checkpoints hold the rows
+// without them (saved_state, load_state), the layout of any amax_history.
 #pragma once
 
 #include <cstdint>
@@ -43,16 +50,22 @@ class Fp8Scaling {
   // After optimizer step `step` (the calibration is step 0): the next scales (Fp8UpdateScales,
   // history slot step % amax_history).
   void update_scales(int64_t step);
-  Tensor state() const { return state_; }  // [layers * 12, 4 + amax_history] fp32
+  // [layers * 12, 4 + slots] fp32 in the back-end's memory, slots >= amax_history (above).
+  Tensor state() const { return state_; }
+  // The state as checkpoints hold it: [layers * 12, 4 + amax_history] (saved_shape), on the host.
+  std::vector<float> saved_state() const;
+  Shape saved_shape() const;
+  // Values laid out as saved_state() gives them.
   void load_state(std::span<const float> values);
-  size_t bytes() const { return state_.bytes(); }
-  // What the state of `layers` blocks with `amax_history` steps holds (kiln estimate's share).
+  size_t bytes() const { return buffer_bytes_; }  // the allocation
+  // What the state of `layers` blocks with `amax_history` steps takes (kiln estimate's share).
   static size_t state_bytes(int64_t layers, int64_t amax_history);
 
  private:
   Backend& backend_;
   Fp8Recipe recipe_;
   std::unique_ptr<DeviceBuffer> buffer_;
+  size_t buffer_bytes_ = 0;
   Tensor state_;
   std::vector<BlockFp8> blocks_;
 };

@@ -128,8 +128,8 @@ void write_checkpoint_files(const std::string& temp_dir, const Config& config, c
   append_entries(optimizer_entries, "exp_avg_sq.", model, exp_avg_sq);
   std::vector<float> fp8_state;
   if (model.fp8()) {
-    fp8_state = to_host(backend, model.fp8()->state());
-    optimizer_entries.push_back({kFp8StateTensor, DType::F32, model.fp8()->state().shape, fp8_state.data()});
+    fp8_state = model.fp8()->saved_state();
+    optimizer_entries.push_back({kFp8StateTensor, DType::F32, model.fp8()->saved_shape(), fp8_state.data()});
   }
   write_safetensors(temp_dir + "/" + kOptimizerFile, optimizer_entries);
 
@@ -259,22 +259,22 @@ void load_optimizer_state(const std::string& checkpoint_dir, std::span<const flo
   backend.copy_to_device(optimizer.exp_avg_sq().data, exp_avg_sq.data(), exp_avg_sq.size() * sizeof(float));
 }
 
-bool load_fp8_state(const std::string& checkpoint_dir, Gpt& model, Backend& backend) {
+bool load_fp8_state(const std::string& checkpoint_dir, Gpt& model) {
   KILN_CHECK(model.fp8() != nullptr, "load_fp8_state on a model without fp8 products");
   const SafetensorsFile file(checkpoint_dir + "/" + kOptimizerFile);
   if (!file.contains(kFp8StateTensor)) return false;
   const SafetensorsEntry& entry = file.get(kFp8StateTensor);
-  const Tensor state = model.fp8()->state();
-  if (entry.shape != state.shape) return false;  // another amax history length
+  const Shape shape = model.fp8()->saved_shape();
+  if (entry.shape != shape) return false;  // another amax history length
   KILN_CHECK(entry.dtype == DType::F32, "{}: tensor '{}' has dtype {}, expected fp32", file.path(), kFp8StateTensor,
              dtype_name(entry.dtype));
   std::vector<float> staging;
   const auto* saved = static_cast<const float*>(aligned_data(entry, staging));
-  const std::vector<float> fresh = to_host(backend, state);  // this run's formats in column 3
-  const int64_t columns = state.shape[1];
-  for (int64_t row = 0; row < state.shape[0]; ++row)
+  const std::vector<float> fresh = model.fp8()->saved_state();  // this run's formats in column 3
+  const int64_t columns = shape[1];
+  for (int64_t row = 0; row < shape[0]; ++row)
     if (saved[row * columns + 3] != fresh[static_cast<size_t>(row * columns + 3)]) return false;  // another format
-  for (int64_t row = 0; row < state.shape[0]; ++row) {
+  for (int64_t row = 0; row < shape[0]; ++row) {
     const float* r = saved + row * columns;
     bool valid = std::isfinite(r[0]) && r[0] > 0 && std::isfinite(r[1]) && r[1] > 0;
     for (int64_t column = 2; column < columns; ++column)

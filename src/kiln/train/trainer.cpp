@@ -107,7 +107,7 @@ Trainer::Trainer(const Config& config)
     optimizer_->set_steps_taken(state_.optimizer_steps);
     if (config_.fp16) scaler_.set_state(state_.loss_scaler);
     last_saved_ = state_.iteration;
-    if (model_->fp8() && load_fp8_state(dir, *model_, *backend_)) return;
+    if (model_->fp8() && load_fp8_state(dir, *model_)) return;
   }
   if (model_->fp8()) calibrate_fp8();
 }
@@ -270,7 +270,7 @@ double Trainer::evaluate() {
   // that a run with other validation points (a resumed one) casts exactly as this one.
   std::vector<char> fp8_state;
   if (model_->fp8()) {
-    fp8_state.resize(model_->fp8()->bytes());
+    fp8_state.resize(model_->fp8()->state().bytes());
     backend_->copy_to_host(fp8_state.data(), model_->fp8()->state().data, fp8_state.size());
   }
   double sum = 0.0;

@@ -130,12 +130,8 @@ struct LtMatmul::Plan {
 };
 
 LtMatmul::LtMatmul(void* workspace, size_t workspace_bytes, bool autotune)
-    : autotune_(autotune),
-      scale_slots_(static_cast<float*>(workspace)),
-      workspace_(static_cast<unsigned char*>(workspace) + kScaleSlotsBytes),
-      workspace_bytes_(workspace_bytes - kScaleSlotsBytes) {
-  KILN_CHECK(workspace_bytes > kScaleSlotsBytes && alignment(workspace) >= 256,
-             "the products' workspace needs more than {} bytes, 256-byte aligned", kScaleSlotsBytes);
+    : autotune_(autotune), workspace_(workspace), workspace_bytes_(workspace_bytes) {
+  KILN_CHECK(alignment(workspace) >= 256, "the products' workspace must be 256-byte aligned");
   cublasLtHandle_t handle = nullptr;
   check_lt(cublasLtCreate(&handle), "cublasLtCreate");
   handle_ = handle;
@@ -227,14 +223,6 @@ LtMatmul::PlanCounts LtMatmul::plan_counts() const {
   return counts;
 }
 
-const float* LtMatmul::aligned_factor(const float* factor, int slot) {
-  if (!factor || alignment(factor) >= 16) return factor;
-  float* const copy = scale_slots_ + 4 * slot;
-  check_cuda(cudaMemcpyAsync(copy, factor, sizeof(float), cudaMemcpyDeviceToDevice, compute_stream()),
-             "copying an fp8 factor to an aligned slot");
-  return copy;
-}
-
 int LtMatmul::launch(const Plan& plan, size_t index, const Gemm& g) {
   return cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), plan.desc, &g.alpha, g.B, plan.a, g.A, plan.b, &g.beta,
                         addend_of(g), plan.c, g.C, plan.c, &plan.algorithms[index], workspace_, workspace_bytes_,
@@ -256,22 +244,23 @@ void LtMatmul::choose_by_timing(Plan& plan, const Gemm& g) {
 bool LtMatmul::run(const Gemm& product) {
   KILN_CHECK(product.epilogue != GemmEpilogue::Dgelu || product.beta == 0.0f,
              "the GELU-gradient epilogue writes its output");
+  KILN_CHECK(alignment(product.a_scale) >= 16 && alignment(product.b_scale) >= 16,
+             "fp8 scale factors must be 16-byte aligned for cuBLASLt; A's is aligned to {} bytes, B's to {}, for {}",
+             alignment(product.a_scale), alignment(product.b_scale), describe(product));
   if (product.M == 0 || product.N == 0) return true;
   Plan& plan = plan_for(product);
   if (!plan.supported) return false;
-  Gemm g = product;  // the factors cuBLASLt reads: 16-byte aligned (kScaleSlotsBytes)
-  g.a_scale = aligned_factor(product.a_scale, 0);
-  g.b_scale = aligned_factor(product.b_scale, 1);
-  set_pointers(plan.desc, g);  // the plan was made with this call's pointers' alignments
+  set_pointers(plan.desc, product);  // the plan was made with this call's pointers' alignments
   // Timed in place, so only on a call that running again does not change (an accumulating one is not).
-  if (plan.awaiting_timing && product_repeats_exactly(g) && !compute_stream_capturing()) choose_by_timing(plan, g);
-  const auto status = static_cast<cublasStatus_t>(launch(plan, plan.chosen, g));
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED && g.epilogue != GemmEpilogue::None) {
+  if (plan.awaiting_timing && product_repeats_exactly(product) && !compute_stream_capturing())
+    choose_by_timing(plan, product);
+  const auto status = static_cast<cublasStatus_t>(launch(plan, plan.chosen, product));
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED && product.epilogue != GemmEpilogue::None) {
     plan.supported = false;  // the heuristic offered an algorithm the call then refused: fall back from now on
     return false;
   }
   KILN_CHECK(status == CUBLAS_STATUS_SUCCESS, "cuBLASLt error in cublasLtMatmul: {}, for {}",
-             cublasLtGetStatusString(status), describe(g));
+             cublasLtGetStatusString(status), describe(product));
   return true;
 }
 

@@ -67,8 +67,10 @@ struct Gemm {
   void* aux = nullptr;         // GeluAuxBias (written), Dgelu (read)
   int64_t aux_ld = 0;
   // fp8 inputs: device pointers to fp32 factors the product of A (and of B) is multiplied by, the
-  // inverse of the scale each was cast with; null: 1. Any 4-byte alignment: run() copies a factor
-  // less than 16-byte aligned into a slot that is (see kScaleSlotsBytes).
+  // inverse of the scale each was cast with; null: 1. 16-byte aligned: on an H100 (cuBLAS 13.0,
+  // 2026-11-25) every fp8 product of a training step was refused when run
+  // (CUBLAS_STATUS_NOT_SUPPORTED) with its factors 4 bytes into 16, while the same forms with
+  // factors in allocations of their own ran (inferred, not documented). run() refuses others by name.
   const float* a_scale = nullptr;
   const float* b_scale = nullptr;
   const void* addend = nullptr;  // the C beta multiplies, when it is not the output; null: C
@@ -85,7 +87,8 @@ class LtMatmul {
 
   // Issues the product on the compute stream (stream.h). Returns false, having run nothing, when
   // cuBLASLt has no algorithm for this epilogue with these shapes, types and alignments (the caller
-  // then does the epilogue's work itself); throws kiln::Error when even the plain product has none.
+  // then does the epilogue's work itself); throws kiln::Error when even the plain product has none,
+  // or when a scale factor is less than 16-byte aligned.
   bool run(const Gemm& gemm);
 
   // Plans made so far: with an epilogue that cuBLASLt took, with one it had no algorithm for; with
@@ -104,14 +107,9 @@ class LtMatmul {
   static constexpr int kTuningRounds = 3;
   static constexpr float kTuningMargin = 0.02f;
 
-  // The workspace: 32 MiB for cuBLASLt, the size the cuBLAS documentation recommends for Hopper
-  // (cublasSetWorkspace()), after kScaleSlotsBytes for the fp8 factors run() copies. On an H100
-  // (cuBLAS 13.0, 2026-11-25) every fp8 product of a training step was refused when run
-  // (CUBLAS_STATUS_NOT_SUPPORTED) with its factors 4 bytes into 16 (Fp8Scaling's rows), while the
-  // same forms with factors in allocations of their own ran: inferred, not documented, so the
-  // factors reach cuBLASLt 16-byte aligned.
-  static constexpr size_t kScaleSlotsBytes = 256;
-  static constexpr size_t kWorkspaceBytes = (size_t{32} << 20) + kScaleSlotsBytes;
+  // The workspace cuBLASLt gets: the size the cuBLAS documentation recommends for Hopper
+  // (cublasSetWorkspace()).
+  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
  private:
   struct Plan;
@@ -122,13 +120,9 @@ class LtMatmul {
   int launch(const Plan& plan, size_t index, const Gemm& g);
   // Times the plan's candidates on `g` (which must repeat exactly) and keeps the fastest.
   void choose_by_timing(Plan& plan, const Gemm& g);
-  // `factor` itself where it is 16-byte aligned (or null); else a copy in scale slot `slot`, queued
-  // on the compute stream.
-  const float* aligned_factor(const float* factor, int slot);
   bool autotune_ = false;
   void* handle_ = nullptr;  // cublasLtHandle_t
-  float* scale_slots_ = nullptr;  // the workspace's first kScaleSlotsBytes: A's factor, then B's 16 bytes on
-  void* workspace_ = nullptr;     // the rest, cuBLASLt's
+  void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   std::map<PlanKey, std::unique_ptr<Plan>> plans_;
 };
