@@ -222,6 +222,20 @@ TEST_P(Fp8Products, DimensionsOffMultiplesOf16AreRefused) {
       << error;
 }
 
+// cuBLASLt reads an fp8 product's factors (scale_inv) only 16-byte aligned (cuda/lt_matmul.h), so
+// every back-end refuses one that is not, by the argument's name.
+TEST_P(Fp8Products, AScaleInverseLessThan16ByteAlignedIsRefused) {
+  DeviceTensors t(*backend_, DType::BF16);
+  Fp8Matmul fp8{operand(t, in_scale_), operand(t, weight_scale_), operand(t, dout_scale_)};
+  const Tensor factors = t.floats({0.0f, 1.0f / 32, 0.0f, 0.0f}, {4});
+  fp8.weight.scale_inv = factors.slice(1, 1);  // 4 bytes into 16
+  const std::string error = error_of([&] {
+    backend_->matmul_forward({t.poisoned_acts({M, N}), t.acts(in_, {M, K}), t.acts(weight_, weight_shape()),
+                              Tensor{}, layout(), Tensor{}, &fp8});
+  });
+  EXPECT_NE(error.find("argument 'fp8 weight scale_inv' must be 16-byte aligned"), std::string::npos) << error;
+}
+
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   return std::get<0>(info.param) +
          (std::get<1>(info.param) == WeightLayout::InOut ? "_in_out_" : "_out_in_") +
