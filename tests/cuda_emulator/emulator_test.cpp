@@ -1,13 +1,17 @@
 // The CPU emulator of CUDA itself (cuda_emulator.h): that it runs kernels as CUDA defines them
-// (indices, barriers, shuffles) and that it reports, as failed launches, the misuses
-// the kernel tests rely on it to catch.
+// (indices, barriers, shuffles), that it reports, as failed launches, the misuses the kernel tests
+// rely on it to catch, and that its stand-ins for single instructions behave as the instruction
+// does at the edges a kernel may rely on.
 #include <cuda_runtime.h>  // the emulator's
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "cuda_emulator.h"
+#include "kiln/backend/cuda/fast_exp2.cuh"
 
 namespace {
 
@@ -137,6 +141,21 @@ TEST(CudaEmulator, AWritePastACudaMallocAllocationAbortsWhenItIsFreed) {
         cudaFree(overrun);
       },
       "wrote past the end of a 40-byte cudaMalloc allocation");
+}
+
+// ex2.approx.ftz.f32 (fast_exp2.cuh): subnormal results are written as 0 and subnormal inputs
+// read as 0; normal results are 2^x.
+TEST(CudaEmulator, Exp2FlushedFlushesSubnormalsAsTheFtzInstructionDoes) {
+  using kiln::cuda::exp2_flushed;
+  constexpr float kSmallestNormal = std::numeric_limits<float>::min();  // 2^-126
+  EXPECT_EQ(exp2_flushed(-126.0f), kSmallestNormal);
+  EXPECT_EQ(exp2_flushed(-126.5f), 0.0f) << "2^-126.5 is subnormal";
+  EXPECT_EQ(exp2_flushed(-200.0f), 0.0f);
+  EXPECT_EQ(exp2_flushed(-INFINITY), 0.0f);
+  EXPECT_EQ(exp2_flushed(kSmallestNormal / 4), 1.0f) << "a subnormal input reads as 0";
+  EXPECT_EQ(exp2_flushed(0.0f), 1.0f);
+  EXPECT_FLOAT_EQ(exp2_flushed(-1.5f), std::exp2(-1.5f));
+  EXPECT_FLOAT_EQ(exp2_flushed(10.25f), std::exp2(10.25f));
 }
 
 }  // namespace

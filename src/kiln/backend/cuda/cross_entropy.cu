@@ -1,8 +1,9 @@
 // Softmax + cross-entropy over the (padded) vocabulary, writing the logits' gradient in place;
 // one block per row, two passes over it (online softmax, then the gradient) instead of three,
 // 16 bytes at a time where the padded row allows. Exponentials are base 2 (exp(x) = 2^(x log2 e)):
-// one multiply-add and one ex2 an element, and the online softmax rescales its sum once a pack of
-// W elements, not once an element.
+// one multiply-add and one ex2 an element (exp2_flushed: no subnormal results, fast_exp2.cuh), and
+// the online softmax rescales its sum once a pack of W elements, not once an element.
+#include "kiln/backend/cuda/fast_exp2.cuh"
 #include "kiln/backend/cuda/kernel_common.cuh"
 
 namespace kiln::cuda {
@@ -30,14 +31,14 @@ struct SoftmaxState {
     const float base = new_max == -INFINITY ? 0.0f : new_max * kLog2E;  // nothing seen yet: no -inf - -inf
     float pack_sum = 0.0f;
 #pragma unroll
-    for (int w = 0; w < W; ++w) pack_sum += w < valid ? exp2f(fmaf(values[w], kLog2E, -base)) : 0.0f;
-    sum = sum * exp2f(fmaf(max, kLog2E, -base)) + pack_sum;
+    for (int w = 0; w < W; ++w) pack_sum += w < valid ? exp2_flushed(fmaf(values[w], kLog2E, -base)) : 0.0f;
+    sum = sum * exp2_flushed(fmaf(max, kLog2E, -base)) + pack_sum;
     max = new_max;
   }
   __device__ void merge(float other_max, float other_sum) {
     const float merged = fmaxf(max, other_max);
     if (merged == -INFINITY) return;  // both empty
-    sum = sum * exp2f((max - merged) * kLog2E) + other_sum * exp2f((other_max - merged) * kLog2E);
+    sum = sum * exp2_flushed((max - merged) * kLog2E) + other_sum * exp2_flushed((other_max - merged) * kLog2E);
     max = merged;
   }
 };
@@ -107,7 +108,7 @@ __global__ void __launch_bounds__(kRowThreads, 2) cross_entropy_kernel(T* logits
     for (int w = 0; w < W; ++w) {
       float grad = 0.0f;
       if (!ignored && v + w < V)
-        grad = (exp2f(fmaf(values[w], kLog2E, -log2_sum)) - (v + w == target ? 1.0f : 0.0f)) * loss_scale;
+        grad = (exp2_flushed(fmaf(values[w], kLog2E, -log2_sum)) - (v + w == target ? 1.0f : 0.0f)) * loss_scale;
       gradients.set(w, grad);
     }
     gradients.store(x + v);

@@ -33,7 +33,8 @@ bool tiled_attention_applies(int kind, int64_t head_size, int compute_major);
 bool warpgroup_attention_applies(int compute_major, int compute_minor);
 
 // qkv [B, T, 3C] (q | k | v, heads contiguous), out [B, T, C], lse [B, NH, T] fp32,
-// key_mask [B, T] or null; scale = 1 / sqrt(head size). `warpgroup` (forward and backward): the
+// key_mask [B, T] or null; scale = 1 / sqrt(head size) (positive: the forward takes a row's
+// maximum over unscaled scores, flash_forward.cu). `warpgroup` (forward and backward): the
 // wgmma kernels (only where warpgroup_attention_applies), else mma.sync.
 //
 // fp8 codes an attention kernel writes for the next fp8 product (ops.h, the attention ops with

@@ -33,6 +33,7 @@
 #include "kiln/backend/cuda/attention_tile_codes.cuh"
 #include "kiln/backend/cuda/attention_visibility.cuh"
 #include "kiln/backend/cuda/core_matrix_tiles.cuh"
+#include "kiln/backend/cuda/fast_exp2.cuh"
 #include "kiln/backend/cuda/flash_attention.h"
 #include "kiln/backend/cuda/flash_tiles.cuh"
 #include "kiln/backend/cuda/general_attention.h"
@@ -92,10 +93,11 @@ __global__ void __launch_bounds__(kThreads, HS == 64 ? 2 : 0)
   [[maybe_unused]] float* const dq_rows = AddsQueryGradient ? dq_sums + head.output_offset : nullptr;
   const Visibility visible{T_, causal, key_mask ? key_mask + head.key_mask_offset : nullptr};
   const float scale_log2 = scale * kLog2E;
-  // Thread i < 64 stages lse of query q0 + i (in base-2 units), thread 64 + i its D.
+  // Thread i < 64 stages lse of query q0 + i (in base-2 units), thread 64 + i its D times scale
+  // (dS^T below is then P^T (dP^T scale - D scale), one multiply-add and a multiply an element).
   const bool stages_lse = threadIdx.x < kTileRows;
   const float* staged = (stages_lse ? lse : row_dots) + head.statistics_offset;
-  const float staged_scale = stages_lse ? kLog2E : 1.0f;
+  const float staged_scale = stages_lse ? kLog2E : scale;
   const auto statistic = [&](int q0) {
     const int query = q0 + static_cast<int>(threadIdx.x) % kTileRows;
     return query < T_ ? staged[query] * staged_scale : 0.0f;
@@ -144,7 +146,7 @@ __global__ void __launch_bounds__(kThreads, HS == 64 ? 2 : 0)
       const float row_lse = tile_lse[column];
       const bool seen =
           !masked || (visible(q0 + column, k0 + warp * 16 + row) && row_lse != -INFINITY);
-      score = seen ? exp2f(score * scale_log2 - row_lse) : 0.0f;
+      score = seen ? exp2_flushed(fmaf(score, scale_log2, -row_lse)) : 0.0f;
     });
     uint32_t p[kTileRows / 16][4];
     pack_fragments<T>(p, s);
@@ -157,8 +159,7 @@ __global__ void __launch_bounds__(kThreads, HS == 64 ? 2 : 0)
     for (int n = 0; n < kTileRows / 8; ++n)
 #pragma unroll
       for (int i = 0; i < 4; ++i)  // dS^T
-        dp[n][i] = packed_element<T>(p, n, i) *
-                   (dp[n][i] - tile_dots[n * 8 + 2 * in_group + i % 2]) * scale;
+        dp[n][i] = packed_element<T>(p, n, i) * fmaf(dp[n][i], scale, -tile_dots[n * 8 + 2 * in_group + i % 2]);
     uint32_t ds[kTileRows / 16][4];
     pack_fragments<T>(ds, dp);
     if constexpr (AddsQueryGradient) {  // dS^T stored before the product that reads ds is issued
@@ -236,12 +237,13 @@ __global__ void __launch_bounds__(kThreads)
   const T* sequence = qkv + head.qkv_offset;
   const Visibility visible{T_, causal, key_mask ? key_mask + head.key_mask_offset : nullptr};
   const float scale_log2 = scale * kLog2E;
-  float row_lse[2], row_dot[2];  // rows group and group + 8 of this warp's 16; lse in base-2 units
+  // Rows group and group + 8 of this warp's 16: lse in base-2 units, D times scale (as the key kernel's).
+  float row_lse[2], row_dot[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int query = q0 + warp * 16 + group + r * 8;
     row_lse[r] = query < T_ ? lse[head.statistics_offset + query] * kLog2E : -INFINITY;
-    row_dot[r] = query < T_ ? row_dots[head.statistics_offset + query] : 0.0f;
+    row_dot[r] = query < T_ ? row_dots[head.statistics_offset + query] * scale : 0.0f;
   }
 
   const int key_end = causal ? min(T_, q0 + kTileRows) : T_;
@@ -275,13 +277,13 @@ __global__ void __launch_bounds__(kThreads)
       const float lse_row = row < 8 ? row_lse[0] : row_lse[1];
       const bool seen =
           !masked || (visible(q0 + warp * 16 + row, k0 + column) && lse_row != -INFINITY);
-      score = seen ? exp2f(score * scale_log2 - lse_row) : 0.0f;
+      score = seen ? exp2_flushed(fmaf(score, scale_log2, -lse_row)) : 0.0f;
     });
 #pragma unroll
     for (int n = 0; n < kTileRows / 8; ++n)
 #pragma unroll
       for (int i = 0; i < 4; ++i)  // dS, with P rounded as the key kernel's
-        dp[n][i] = to_float(from_float<T>(s[n][i])) * (dp[n][i] - row_dot[i / 2]) * scale;
+        dp[n][i] = to_float(from_float<T>(s[n][i])) * fmaf(dp[n][i], scale, -row_dot[i / 2]);
     uint32_t ds[kTileRows / 16][4];
     pack_fragments<T>(ds, dp);
     Tiles::accumulate(dq, ds, keys(buffer));  // dQ += dS K

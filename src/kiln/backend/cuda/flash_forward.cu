@@ -25,6 +25,7 @@
 #include "kiln/backend/cuda/attention_tile_codes.cuh"
 #include "kiln/backend/cuda/attention_visibility.cuh"
 #include "kiln/backend/cuda/core_matrix_tiles.cuh"
+#include "kiln/backend/cuda/fast_exp2.cuh"
 #include "kiln/backend/cuda/flash_attention.h"
 #include "kiln/backend/cuda/flash_tiles.cuh"
 #include "kiln/backend/cuda/kernels.h"
@@ -121,14 +122,15 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       if (!active[r]) continue;
-      // Scale into base-2 units; keys a query does not see become -inf (only tiles that have any).
+      // Keys a query does not see become -inf (only tiles that have any). The scores stay unscaled:
+      // with scale > 0 the row's maximum is the unscaled one times scale_log2, and each exponent
+      // below is then one multiply-add.
       const bool masked = tile_hides_keys(key_mask != nullptr, causal, first(r), k0, T_);
       for_each_element(s[r], [&](float& score, int row, int column) {
-        const bool seen = !masked || visible(first(r) + warp * 16 + row, k0 + column);
-        score = seen ? score * scale_log2 : -INFINITY;
+        if (masked && !visible(first(r) + warp * 16 + row, k0 + column)) score = -INFINITY;
       });
 
-      // Online softmax; s becomes P = 2^(s - m_new).
+      // Online softmax; s becomes P = 2^(s scale_log2 - m_new).
       float rescale[2];
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
@@ -138,17 +140,17 @@ __global__ void __launch_bounds__(kThreads)
           tile_max = fmaxf(tile_max, fmaxf(s[r][n][2 * half], s[r][n][2 * half + 1]));
         tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarp, tile_max, 1));
         tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarp, tile_max, 2));
-        const float new_max = fmaxf(row_max[r][half], tile_max);
+        const float new_max = fmaxf(row_max[r][half], tile_max * scale_log2);
         // A row that sees no key yet keeps base 0: no -inf - -inf.
         const float base = new_max == -INFINITY ? 0.0f : new_max;
-        rescale[half] = exp2f(row_max[r][half] - base);
+        rescale[half] = exp2_flushed(row_max[r][half] - base);
         row_max[r][half] = new_max;
         float tile_sum = 0.0f;
 #pragma unroll
         for (int n = 0; n < kTileRows / 8; ++n)
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
-            s[r][n][2 * half + c] = exp2f(s[r][n][2 * half + c] - base);
+            s[r][n][2 * half + c] = exp2_flushed(fmaf(s[r][n][2 * half + c], scale_log2, -base));
             tile_sum += s[r][n][2 * half + c];
           }
         row_sum[r][half] = row_sum[r][half] * rescale[half] + tile_sum;
