@@ -20,7 +20,9 @@ struct CoreMatrixTiles {
   static constexpr int kTile = kTileRows * HS;
   static constexpr uint32_t kRowGroupBytes = 128, kColumnGroupBytes = kTileRows * 16;
   // One query tile a forward block (PaddedTiles has two at heads of 64 to share its fragment loads;
-  // wgmma reads both operands from shared memory, so has none to share).
+  // wgmma reads both operands from shared memory, so has none to share). Its forward kernel
+  // (flash_forward.cu) overlaps products with the softmax instead, so the forms for R row groups
+  // a warp (PaddedTiles' scores_from_tiles and accumulate_tiles) have no counterpart here.
   static constexpr int kForwardQueryTiles = 1;
   static __device__ int offset(int row, int column) {
     return (column / 8 * 8 + row / 8) * 64 + row % 8 * 8 + column % 8;
@@ -54,22 +56,6 @@ struct CoreMatrixTiles {
     start_accumulate(o, p, tile);
     finish(o);  // before the tile is overwritten or o is read
   }
-  // For R row groups a warp (PaddedTiles' forms, flash_tiles.cuh): one row group after another,
-  // each product reading its operands from shared memory.
-  template <int R>
-  static __device__ void scores_from_tiles(float (&s)[R][kTileRows / 8][4], const T* rows_tiles, const T* tile,
-                                           const bool (&active)[R]) {
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-      if (active[r]) scores_from_tile(s[r], rows_tiles + r * kTile, tile);
-  }
-  template <int R>
-  static __device__ void accumulate_tiles(float (&o)[R][HS / 8][4], const uint32_t (&p)[R][kTileRows / 16][4],
-                                          const T* tile, const bool (&active)[R]) {
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-      if (active[r]) accumulate(o[r], p[r], tile);
-  }
   // The same products issued without waiting, so that two independent ones overlap on the tensor
   // cores; finish() waits for every product started, before their accumulators are used, their A
   // registers rewritten or their tiles overwritten.
@@ -94,6 +80,13 @@ struct CoreMatrixTiles {
   template <typename... Accumulators>
   static __device__ void finish(Accumulators&... accumulators) {
     warpgroup_wait<0>();
+    (fence_operands(accumulators), ...);
+  }
+  // Waits for every product started but the last start_*() call's (each commits one group): for
+  // the accumulators of the one before it, while the last one's still run.
+  template <typename... Accumulators>
+  static __device__ void finish_all_but_newest(Accumulators&... accumulators) {
+    warpgroup_wait<1>();
     (fence_operands(accumulators), ...);
   }
 

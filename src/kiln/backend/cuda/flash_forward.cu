@@ -15,12 +15,18 @@
 // Q, K and V tiles reach shared memory by cp.async; K and V are double-buffered, so the next
 // tile's copy runs under this tile's products, with one __syncthreads per tile.
 //
-// The products come in two forms (the Tiles parameter), with the same register layouts:
-//   PaddedTiles (sm_80+, flash_tiles.cuh): rows padded by 16 bytes, ldmatrix and mma.sync;
-//   CoreMatrixTiles (sm_90a, core_matrix_tiles.cuh): wgmma reading K and V from shared memory.
+// Two kernels, with the same register layouts and the same softmax:
+//   forward_kernel, on PaddedTiles (sm_80+, flash_tiles.cuh): rows padded by 16 bytes, ldmatrix
+//     and mma.sync, whose products are done when they return;
+//   overlapped_forward_kernel, on CoreMatrixTiles (sm_90a, core_matrix_tiles.cuh): wgmma, whose
+//     products run asynchronously, so that each tile's S = Q K^T is issued together with the
+//     previous tile's O += P V and the softmax runs while the tensor cores finish that product
+//     (FlashAttention-3's overlap within a warpgroup: Shah et al. 2024, section 3.2).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+
+#include <type_traits>
 
 #include "kiln/backend/cuda/attention_tile_codes.cuh"
 #include "kiln/backend/cuda/attention_visibility.cuh"
@@ -44,11 +50,105 @@ constexpr bool kCodesFitInTiles =
     ForwardTiles<__half, CoreMatrixTiles<__half, HS>, 1>::kBytes >= kTileCodesSharedBytes<__half, HS>;
 static_assert(kCodesFitInTiles<64> && kCodesFitInTiles<128>, "the output's codes stage in the tiles' memory");
 
-template <typename T, int HS, typename Tiles, int R>
+// The online softmax of a warp's 16 rows of a query tile across key tiles, for this lane's two rows
+// (group and group + 8 of the PTX layouts, flash_tiles.cuh): running maxima (base-2 units, the
+// scale folded in) and this lane's part of the sums (its columns only: the four lanes of a row add
+// theirs at the end).
+struct OnlineSoftmax {
+  float max[2] = {-INFINITY, -INFINITY}, sum[2] = {0.0f, 0.0f};
+
+  // One key tile: s (unscaled scores, keys a query does not see already -inf) becomes
+  // P = 2^(s scale_log2 - m_new); rescale[half] = 2^(m_old - m_new) is what O's rows must be
+  // multiplied by before P V is added. scale_log2 > 0 (scale > 0, flash_attention.h): a row's
+  // maximum is the unscaled one times scale_log2, and each exponent is one multiply-add.
+  __device__ __forceinline__ void step(float (&s)[kTileRows / 8][4], float scale_log2, float (&rescale)[2]) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float tile_max = -INFINITY;
+#pragma unroll
+      for (int n = 0; n < kTileRows / 8; ++n) tile_max = fmaxf(tile_max, fmaxf(s[n][2 * half], s[n][2 * half + 1]));
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarp, tile_max, 1));
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarp, tile_max, 2));
+      const float new_max = fmaxf(max[half], tile_max * scale_log2);
+      // A row that sees no key yet keeps base 0: no -inf - -inf.
+      const float base = new_max == -INFINITY ? 0.0f : new_max;
+      rescale[half] = exp2_flushed(max[half] - base);
+      max[half] = new_max;
+      float tile_sum = 0.0f;
+#pragma unroll
+      for (int n = 0; n < kTileRows / 8; ++n)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          s[n][2 * half + c] = exp2_flushed(fmaf(s[n][2 * half + c], scale_log2, -base));
+          tile_sum += s[n][2 * half + c];
+        }
+      sum[half] = sum[half] * rescale[half] + tile_sum;
+    }
+  }
+};
+
+// Scores of keys a query does not see become -inf, in a tile that has any (`masked`); query0 and k0
+// are the first query of the warp's 16 rows and the tile's first key.
+__device__ __forceinline__ void hide_unseen_keys(float (&s)[kTileRows / 8][4], bool masked, const Visibility& visible,
+                                                 int query0, int k0) {
+  for_each_element(s, [&](float& score, int row, int column) {
+    if (masked && !visible(query0 + row, k0 + column)) score = -INFINITY;
+  });
+}
+
+template <int HS>
+__device__ __forceinline__ void rescale_rows(float (&o)[HS / 8][4], const float (&rescale)[2]) {
+#pragma unroll
+  for (int n = 0; n < HS / 8; ++n) {
+    o[n][0] *= rescale[0];
+    o[n][1] *= rescale[0];
+    o[n][2] *= rescale[1];
+    o[n][3] *= rescale[1];
+  }
+}
+
+// After the last key tile: out = O / l and lse for each present query tile r (queries
+// [q0 + 64 r, q0 + 64 r + 64)), then, with codes, out's codes a tile at a time in `shared` (the
+// tiles' memory: every warp must be done reading its tiles).
+template <typename T, int HS, int R>
+__device__ void write_outputs(const float (&o)[R][HS / 8][4], OnlineSoftmax (&softmax)[R], const bool (&present)[R],
+                              int q0, const Head& head, T* out, float* lse, int T_, int hs, int NH,
+                              const AttentionCodes& codes, unsigned char* shared) {
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int group = lane / 4, in_group = lane % 4;
+  float inverse[R][2];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float& sum = softmax[r].sum[half];
+      sum += __shfl_xor_sync(kFullWarp, sum, 1);
+      sum += __shfl_xor_sync(kFullWarp, sum, 2);
+      inverse[r][half] = sum > 0.0f ? 1.0f / sum : 0.0f;  // a row that sees no key: zeros
+    }
+    if (!present[r]) continue;
+    const int first = q0 + r * kTileRows;
+    store_rows<T, HS>(out + head.output_offset, head.C, T_, hs, first + warp * 16, o[r], inverse[r]);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int query = first + warp * 16 + group + half * 8;
+      const float sum = softmax[r].sum[half];
+      if (in_group == 0 && query < T_)
+        lse[head.statistics_offset + query] = sum > 0.0f ? (softmax[r].max[half] + log2f(sum)) / kLog2E : -INFINITY;
+    }
+  }
+  if (codes.rows)  // the output cast too (attention_tile_codes.cuh), a tile at a time
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      if (present[r]) write_tile_codes<T, HS>(o[r], inverse[r], codes, NH, T_, hs, q0 + r * kTileRows, 0, 1, shared);
+}
+
+template <typename T, int HS, int R>
 __global__ void __launch_bounds__(kThreads)
     forward_kernel(T* out, float* lse, const T* qkv, const int32_t* key_mask, int NH, int T_,
                    int hs, bool causal, float scale, AttentionCodes codes) {
 #if KILN_TENSOR_CORE_BODIES
+  using Tiles = PaddedTiles<T, HS>;
   KILN_DYNAMIC_SHARED_MEMORY(shared);
   const ForwardTiles<T, Tiles, R> tiles_at{reinterpret_cast<T*>(shared)};
   T* const q = tiles_at.own(0);  // the R query tiles, one after another
@@ -57,9 +157,7 @@ __global__ void __launch_bounds__(kThreads)
 
   const Head head(NH, T_, hs);
   const int q0 = static_cast<int>(blockIdx.x) * R * kTileRows;
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  // The PTX fragment layouts' groupID and threadID_in_group (flash_tiles.cuh).
-  const int group = lane / 4, in_group = lane % 4;
+  const int warp = static_cast<int>(threadIdx.x) / 32;
   const int64_t C = head.C, stride = head.stride;
   const T* sequence = qkv + head.qkv_offset;
   const Visibility visible{T_, causal, key_mask ? key_mask + head.key_mask_offset : nullptr};
@@ -86,11 +184,7 @@ __global__ void __launch_bounds__(kThreads)
   float o[R][HS / 8][4];
 #pragma unroll
   for (int r = 0; r < R; ++r) zero(o[r]);
-  // Rows `group` and `group + 8` of this warp's 16 in each tile: maxima (base-2 units), and this
-  // lane's part of the sums (its columns only: the four lanes of a row add theirs at the end).
-  float row_max[R][2], row_sum[R][2];
-#pragma unroll
-  for (int r = 0; r < R; ++r) row_max[r][0] = row_max[r][1] = -INFINITY, row_sum[r][0] = row_sum[r][1] = 0.0f;
+  OnlineSoftmax softmax[R];
 
   for (int tile = 0; tile < tiles; ++tile) {
     const int k0 = tile * kTileRows;
@@ -122,77 +216,121 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       if (!active[r]) continue;
-      // Keys a query does not see become -inf (only tiles that have any). The scores stay unscaled:
-      // with scale > 0 the row's maximum is the unscaled one times scale_log2, and each exponent
-      // below is then one multiply-add.
-      const bool masked = tile_hides_keys(key_mask != nullptr, causal, first(r), k0, T_);
-      for_each_element(s[r], [&](float& score, int row, int column) {
-        if (masked && !visible(first(r) + warp * 16 + row, k0 + column)) score = -INFINITY;
-      });
-
-      // Online softmax; s becomes P = 2^(s scale_log2 - m_new).
+      hide_unseen_keys(s[r], tile_hides_keys(key_mask != nullptr, causal, first(r), k0, T_), visible,
+                       first(r) + warp * 16, k0);
       float rescale[2];
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        float tile_max = -INFINITY;
-#pragma unroll
-        for (int n = 0; n < kTileRows / 8; ++n)
-          tile_max = fmaxf(tile_max, fmaxf(s[r][n][2 * half], s[r][n][2 * half + 1]));
-        tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarp, tile_max, 1));
-        tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarp, tile_max, 2));
-        const float new_max = fmaxf(row_max[r][half], tile_max * scale_log2);
-        // A row that sees no key yet keeps base 0: no -inf - -inf.
-        const float base = new_max == -INFINITY ? 0.0f : new_max;
-        rescale[half] = exp2_flushed(row_max[r][half] - base);
-        row_max[r][half] = new_max;
-        float tile_sum = 0.0f;
-#pragma unroll
-        for (int n = 0; n < kTileRows / 8; ++n)
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            s[r][n][2 * half + c] = exp2_flushed(fmaf(s[r][n][2 * half + c], scale_log2, -base));
-            tile_sum += s[r][n][2 * half + c];
-          }
-        row_sum[r][half] = row_sum[r][half] * rescale[half] + tile_sum;
-      }
-#pragma unroll
-      for (int n = 0; n < HS / 8; ++n) {
-        o[r][n][0] *= rescale[0];
-        o[r][n][1] *= rescale[0];
-        o[r][n][2] *= rescale[1];
-        o[r][n][3] *= rescale[1];
-      }
+      softmax[r].step(s[r], scale_log2, rescale);
+      rescale_rows<HS>(o[r], rescale);
       pack_fragments<T>(p[r], s[r]);
     }
     Tiles::accumulate_tiles(o, p, values(tile % 2), active);
   }
+  write_outputs<T, HS, R>(o, softmax, present, q0, head, out, lse, T_, hs, NH, codes,
+                          reinterpret_cast<unsigned char*>(shared));
+#endif
+}
 
-  float inverse[R][2];
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      float& sum = row_sum[r][half];
-      sum += __shfl_xor_sync(kFullWarp, sum, 1);
-      sum += __shfl_xor_sync(kFullWarp, sum, 2);
-      inverse[r][half] = sum > 0.0f ? 1.0f / sum : 0.0f;  // a row that sees no key: zeros
-    }
-    if (!present[r]) continue;
-    store_rows<T, HS>(out + head.output_offset, C, T_, hs, first(r) + warp * 16, o[r], inverse[r]);
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int query = first(r) + warp * 16 + group + half * 8;
-      if (in_group == 0 && query < T_)
-        lse[head.statistics_offset + query] =
-            row_sum[r][half] > 0.0f ? (row_max[r][half] + log2f(row_sum[r][half])) / kLog2E : -INFINITY;
-    }
+// The wgmma forward (one query tile a block, the block one warpgroup), overlapping each tile's
+// products with the softmax. Per key tile j, after its K (and tile j - 1's V) landed:
+//   issue S_j = Q K_j^T, then O += P_{j-1} V_{j-1} (two commit groups);
+//   wait for S_j alone; mask and softmax it into P_j (other registers than P_{j-1}, which the
+//   tensor cores may still be reading);
+//   wait for O += P_{j-1} V_{j-1}; O *= 2^(m_{j-1} - m_j).
+// After the last tile, O += P V for it. ptxas (nvcc 13.0, -Xptxas -v) reports no serialised wgmma
+// for this kernel; the two shapes that made it serialise every one are noted where they arose. V therefore arrives one tile after its K: at the top of
+// iteration j the block copies K_{j+1} into the K buffer S_{j-1} read, and V_j into the V buffer
+// O += P_{j-2} V_{j-2} read, both done by then (waited for before the barrier), so the buffers are
+// the forward_kernel's four.
+template <typename T, int HS>
+__global__ void __launch_bounds__(kThreads)
+    overlapped_forward_kernel(T* out, float* lse, const T* qkv, const int32_t* key_mask, int NH, int T_, int hs,
+                              bool causal, float scale, AttentionCodes codes) {
+#if KILN_TENSOR_CORE_BODIES
+  using Tiles = CoreMatrixTiles<T, HS>;
+  KILN_DYNAMIC_SHARED_MEMORY(shared);
+  const ForwardTiles<T, Tiles, 1> tiles_at{reinterpret_cast<T*>(shared)};
+  T* const q = tiles_at.own(0);
+  const auto keys = [&](int buffer) { return tiles_at.first(buffer); };
+  const auto values = [&](int buffer) { return tiles_at.second(buffer); };
+
+  const Head head(NH, T_, hs);
+  const int q0 = static_cast<int>(blockIdx.x) * kTileRows;
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int64_t C = head.C, stride = head.stride;
+  const T* sequence = qkv + head.qkv_offset;
+  const Visibility visible{T_, causal, key_mask ? key_mask + head.key_mask_offset : nullptr};
+  const float scale_log2 = scale * kLog2E;
+  const int key_end = causal ? min(T_, q0 + kTileRows) : T_;
+  const int tiles = (key_end + kTileRows - 1) / kTileRows;
+  // Rows of key tile j of K (part 1) or V (part 2) into `tile`.
+  const auto copy_key_rows = [&](T* tile, int j, int part) {
+    Tiles::copy(tile, sequence + part * C + static_cast<int64_t>(j) * kTileRows * stride, T_ - j * kTileRows, stride,
+                hs);
+  };
+  Tiles::copy(q, sequence + static_cast<int64_t>(q0) * stride, T_ - q0, stride, hs);
+  copy_key_rows(keys(0), 0, 1);
+  copy_commit();
+
+  float o[1][HS / 8][4];
+  zero(o[0]);
+  OnlineSoftmax softmax[1];
+  // Waits for K_j and V_{j-1}, then queues the copies of K_{j+1} and V_j.
+  const auto arrive = [&](int tile) {
+    copy_wait<0>();
+    Tiles::landed();
+    __syncthreads();  // ... landed for every thread; no warp still reads K_{j-1} or V_{j-2}
+    if (tile + 1 < tiles) copy_key_rows(keys((tile + 1) % 2), tile + 1, 1);
+    copy_key_rows(values(tile % 2), tile, 2);
+    copy_commit();
+  };
+  // Tile j's scores s through the mask and the softmax step into p_j (rescale: for O, as step's).
+  const auto probabilities = [&](float(&s)[kTileRows / 8][4], int tile, uint32_t(&p_j)[kTileRows / 16][4],
+                                 float(&rescale)[2]) {
+    const int k0 = tile * kTileRows;
+    hide_unseen_keys(s, tile_hides_keys(key_mask != nullptr, causal, q0, k0, T_), visible, q0 + warp * 16, k0);
+    softmax[0].step(s, scale_log2, rescale);
+    pack_fragments<T>(p_j, s);
+  };
+  // P of the tiles, alternately in two sets of registers (tile j's in p[j % 2]): tile j's is written
+  // while the product of tile j - 1's is in flight, reading its registers. (With one set, P_j
+  // written into a second and copied over after the wait, ptxas serialised every wgmma: C7513,
+  // "non wgmma instructions defining input registers of a wgmma" inside the pipeline stage.)
+  uint32_t p[2][kTileRows / 16][4];
+  {  // The first tile, with no P V before it. Peeled, so that every iteration below has the same
+     // two products in flight: with the first in the loop, ptxas serialised every wgmma (C7514,
+     // "non wgmma instructions reading accumulator registers of a wgmma").
+    arrive(0);
+    float s[kTileRows / 8][4], rescale[2];
+    Tiles::scores_from_tile(s, q, keys(0));
+    probabilities(s, 0, p[0], rescale);  // O is still zeros: nothing to rescale
   }
-  if (codes.rows)  // the output cast too (attention_tile_codes.cuh), a tile at a time
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-      if (present[r])
-        write_tile_codes<T, HS>(o[r], inverse[r], codes, NH, T_, hs, first(r), 0, 1,
-                                reinterpret_cast<unsigned char*>(shared));
+  const auto overlapped = [&](int tile, const uint32_t(&previous)[kTileRows / 16][4],
+                              uint32_t(&current)[kTileRows / 16][4]) {
+    arrive(tile);
+    float s[kTileRows / 8][4], rescale[2];
+    Tiles::start_scores_from_tile(s, q, keys(tile % 2));
+    Tiles::start_accumulate(o[0], previous, values((tile - 1) % 2));
+    Tiles::finish_all_but_newest(s);
+    probabilities(s, tile, current, rescale);
+    Tiles::finish(o[0]);
+    rescale_rows<HS>(o[0], rescale);
+  };
+  int tile = 1;
+  for (; tile + 1 < tiles; tile += 2) {
+    overlapped(tile, p[0], p[1]);
+    overlapped(tile + 1, p[1], p[0]);
+  }
+  if (tile < tiles) overlapped(tile, p[0], p[1]);
+  copy_wait<0>();  // the last tile's V
+  Tiles::landed();
+  __syncthreads();
+  if ((tiles - 1) % 2 == 0)  // constant indices: the registers stay registers
+    Tiles::accumulate(o[0], p[0], values((tiles - 1) % 2));
+  else
+    Tiles::accumulate(o[0], p[1], values((tiles - 1) % 2));
+  const bool present[1] = {true};
+  write_outputs<T, HS, 1>(o, softmax, present, q0, head, out, lse, T_, hs, NH, codes,
+                          reinterpret_cast<unsigned char*>(shared));
 #endif
 }
 
@@ -201,7 +339,12 @@ int forward(void* out, float* lse, const void* qkv, const int32_t* key_mask, int
             int64_t NH, int64_t hs, bool causal, float scale, const AttentionCodes& codes) {
   constexpr int R = Tiles::kForwardQueryTiles;
   constexpr size_t bytes = ForwardTiles<T, Tiles, R>::kBytes;
-  const auto kernel = forward_kernel<T, HS, Tiles, R>;
+  const auto kernel = [] {
+    if constexpr (std::is_same_v<Tiles, CoreMatrixTiles<T, HS>>)
+      return overlapped_forward_kernel<T, HS>;
+    else
+      return forward_kernel<T, HS, R>;
+  }();
   if (const cudaError_t status =
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes))
     return static_cast<int>(status);
