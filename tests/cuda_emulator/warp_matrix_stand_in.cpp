@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -179,15 +180,22 @@ void issue_warpgroup_product(const WarpgroupProduct& mine) {
     // product on the same accumulators is pending, its result (read when this one runs, after it).
     std::vector<float> ma(first.a ? 16 * 16 : 0), c(static_cast<size_t>(16 * columns), 0.0f);
     std::vector<float*> accumulators(32);
+    // Each lane's A registers, where they are and what they held: the tensor cores read them until
+    // the wait that covers the product, so they must hold the same then (PTX ISA, wgmma.mma_async).
+    std::vector<const uint32_t*> a_registers(first.a ? 32 : 0);
+    std::vector<std::array<uint32_t, 4>> a_values(a_registers.size());
     const bool chained = warp_work_pending(first.d);
     for (int lane = 0; lane < 32; ++lane) {
       const auto& operands = *static_cast<const WarpgroupProduct*>(lanes[lane]);
       if (!(operands == first)) fail("lanes of one wgmma disagree on its operands");
       const int g = lane / 4, t = lane % 4;
-      if (first.a)
+      if (first.a) {
+        a_registers[static_cast<size_t>(lane)] = operands.a;
+        std::memcpy(a_values[static_cast<size_t>(lane)].data(), operands.a, sizeof(uint32_t) * 4);
         for (int i = 0; i < 8; ++i)
           ma[static_cast<size_t>((g + (i / 2) % 2 * 8) * 16 + 2 * t + i % 2 + i / 4 * 8)] =
               widen(element(operands.a[i / 2], i % 2), first.bf16);
+      }
       accumulators[static_cast<size_t>(lane)] = operands.d;
       for (int j = 0; j < columns / 8; ++j)
         for (int i = 0; i < 4; ++i) {
@@ -197,7 +205,11 @@ void issue_warpgroup_product(const WarpgroupProduct& mine) {
           if (!chained) value = std::numeric_limits<float>::quiet_NaN();  // in use until the wait
         }
     }
-    queue_warp_work(first.d, [ma, c, accumulators, first, columns, chained, warp_in_group] {
+    queue_warp_work(first.d, [ma, c, accumulators, a_registers, a_values, first, columns, chained, warp_in_group] {
+      for (size_t lane = 0; lane < a_registers.size(); ++lane)
+        if (std::memcmp(a_registers[lane], a_values[lane].data(), sizeof(uint32_t) * 4) != 0)
+          fail("wgmma's A registers (lane " + std::to_string(lane) +
+               ") were rewritten before the wait that covers the product, which reads them until then");
       std::vector<float> a_rows = ma, mb(static_cast<size_t>(16 * columns));
       if (!first.a) {  // this warp's 16 rows of the A tile
         a_rows.resize(16 * 16);

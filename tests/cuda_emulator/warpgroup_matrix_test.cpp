@@ -111,6 +111,22 @@ __global__ void multiply_without_waiting(const uint16_t* b_unused) {
   warpgroup_commit();
 }
 
+// A product of A from registers; `rewrite_before_wait`: those registers are changed after the issue
+// and before the wait (on a GPU the tensor cores could read either value), else after the wait.
+__global__ void rewrite_a_registers(bool rewrite_before_wait) {
+  unsigned char* shared = ::cuda_emulator::dynamic_shared_memory();
+  std::memset(shared, 0, kSharedBytes);
+  __syncthreads();
+  uint32_t a_regs[4] = {0, 0, 0, 0};
+  float d[kN / 8][4] = {};
+  warpgroup_fence();
+  warpgroup_multiply<__nv_bfloat16, kN, false>(d, a_regs, matrix_descriptor(shared, 128, 1024), false);
+  warpgroup_commit();
+  if (rewrite_before_wait) a_regs[2] = 1;
+  warpgroup_wait<0>();
+  a_regs[3] = 1;  // after the wait: the registers are free again
+}
+
 TEST(CudaEmulatorWarpgroupMatrix, FragmentsAndSharedLayoutsMultiplyToTheProduct) {
   std::vector<uint16_t> a(kRows * kK), b(kK * kN);
   std::vector<float> af(a.size()), bf(b.size());
@@ -145,6 +161,15 @@ TEST(CudaEmulatorWarpgroupMatrix, AProductNeverWaitedForFailsTheLaunch) {
   cuda_emulator::launch(multiply_without_waiting, dim3(1), dim3(128), 1024, static_cast<const uint16_t*>(nullptr));
   EXPECT_NE(cuda_emulator::get_last_error(), 0);
   EXPECT_NE(cuda_emulator::failure().find("never waited for"), std::string::npos) << cuda_emulator::failure();
+}
+
+TEST(CudaEmulatorWarpgroupMatrix, ARegistersRewrittenBeforeTheWaitFailTheLaunch) {
+  cuda_emulator::launch(rewrite_a_registers, dim3(1), dim3(128), kSharedBytes, false);
+  EXPECT_EQ(cuda_emulator::get_last_error(), 0) << cuda_emulator::failure();
+  cuda_emulator::launch(rewrite_a_registers, dim3(1), dim3(128), kSharedBytes, true);
+  EXPECT_NE(cuda_emulator::get_last_error(), 0);
+  EXPECT_NE(cuda_emulator::failure().find("A registers (lane 0) were rewritten before the wait"), std::string::npos)
+      << cuda_emulator::failure();
 }
 
 }  // namespace

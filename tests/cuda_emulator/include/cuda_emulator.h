@@ -152,7 +152,9 @@ void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], 
 // and B [16 x n] from shared memory by a matrix descriptor without swizzle (K-major, or MN-major
 // when transpose_b). Each warp computes its own 16 rows of D, so the instruction is emulated warp
 // by warp: the product runs when wait_warp_work covers it, reading shared memory then, and the
-// accumulators (n / 2 floats per lane at d) read as NaN from the issue until then. Products
+// accumulators (n / 2 floats per lane at d) read as NaN from the issue until then. A's registers
+// are read at the issue, and the launch fails if any lane's (at `a`, which must stay in scope until
+// then) hold other values at the wait: the tensor cores read them until the wait. Products
 // issued on accumulators that an earlier product still has pending accumulate onto its result, as
 // the tensor cores chain them.
 void warpgroup_multiply(float* d, int n, const uint32_t (&a)[4], uint64_t b_descriptor,
