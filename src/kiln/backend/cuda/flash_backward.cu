@@ -84,6 +84,10 @@ __global__ void __launch_bounds__(kThreads, HS == 64 ? 2 : 0)
   float* const statistics = static_cast<float*>(tiles_at.end());
   [[maybe_unused]] T* const score_gradients = reinterpret_cast<T*>(statistics + 4 * kTileRows);  // dS^T
 
+  // dP^T issued with S^T, to run under P^T's exponentials: where products are asynchronous (on
+  // mma.sync it would only hold dp's registers longer), at head 64 (at 128, with dK and dV taking
+  // 128 registers, ptxas had to inject warpgroup fences to fit it: C7519).
+  constexpr bool kEarlyScoreGradients = Tiles::kAsynchronous && HS == 64;
   const Head head(NH, T_, hs);
   const int k0 = static_cast<int>(blockIdx.x) * kTileRows;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
@@ -136,8 +140,14 @@ __global__ void __launch_bounds__(kThreads, HS == 64 ? 2 : 0)
     const float* tile_lse = statistics + buffer * 2 * kTileRows;
     const float* tile_dots = tile_lse + kTileRows;
 
-    float s[kTileRows / 8][4];  // S^T = K Q^T: rows keys, columns this tile's queries
-    Tiles::scores_from_tile(s, k, queries(buffer));
+    float s[kTileRows / 8][4], dp[kTileRows / 8][4];  // S^T = K Q^T: rows keys, columns this tile's queries
+    Tiles::start_scores_from_tile(s, k, queries(buffer));
+    if constexpr (kEarlyScoreGradients) {  // dP^T = V dO^T on the tensor cores under P^T's exponentials
+      Tiles::start_scores_from_tile(dp, v, gradients(buffer));
+      Tiles::finish_all_but_newest(s);
+    } else {
+      Tiles::finish(s);
+    }
     // Query columns past the sequence's end need no mask: their Q and dO rows are zeros and their
     // lse and D are staged as 0, so P^T = 1 and dS^T = 0 there, finite values that meet only the
     // zero rows of dO and Q.
@@ -150,10 +160,10 @@ __global__ void __launch_bounds__(kThreads, HS == 64 ? 2 : 0)
     });
     uint32_t p[kTileRows / 16][4];
     pack_fragments<T>(p, s);
-    // dV += P^T dO and dP^T = V dO^T, independent products, in flight together.
+    // dV += P^T dO and dP^T = V dO^T, independent products, in flight together (dP^T since S^T when
+    // kEarlyScoreGradients).
     Tiles::start_accumulate(dv, p, gradients(buffer));
-    float dp[kTileRows / 8][4];
-    Tiles::start_scores_from_tile(dp, v, gradients(buffer));
+    if constexpr (!kEarlyScoreGradients) Tiles::start_scores_from_tile(dp, v, gradients(buffer));
     Tiles::finish(dv, dp);
 #pragma unroll
     for (int n = 0; n < kTileRows / 8; ++n)
@@ -271,7 +281,7 @@ __global__ void __launch_bounds__(kThreads)
     float s[kTileRows / 8][4], dp[kTileRows / 8][4];
     Tiles::start_scores_from_tile(s, q, keys(buffer));
     Tiles::start_scores_from_tile(dp, g, values(buffer));
-    Tiles::finish(s, dp);
+    Tiles::finish_all_but_newest(s);  // dP on the tensor cores under P's exponentials
     const bool masked = tile_hides_keys(key_mask != nullptr, causal, q0, k0, T_);
     for_each_element(s, [&](float& score, int row, int column) {  // P
       const float lse_row = row < 8 ? row_lse[0] : row_lse[1];
@@ -279,6 +289,7 @@ __global__ void __launch_bounds__(kThreads)
           !masked || (visible(q0 + warp * 16 + row, k0 + column) && lse_row != -INFINITY);
       score = seen ? exp2_flushed(fmaf(score, scale_log2, -lse_row)) : 0.0f;
     });
+    Tiles::finish(dp);
 #pragma unroll
     for (int n = 0; n < kTileRows / 8; ++n)
 #pragma unroll

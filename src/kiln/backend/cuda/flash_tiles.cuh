@@ -333,9 +333,10 @@ __device__ __forceinline__ void load_rows(float (&acc)[HS / 8][4], const float* 
 // after its copies landed, or after its stores into a tile, and before the barrier that lets
 // products read the tile; scores_from_tile() forms a warp's 16 rows of X Y^T
 // (X the warp's rows of a tile), accumulate() adds P Y; scores_from_tiles() and accumulate_tiles()
-// do the same for R row groups a warp (R tiles of X; above), where each row group is active;
-// start_scores_from_tile() and start_accumulate() may return before their products are done (here
-// they are done), finish() waits for every product started. store_packed() writes a warp's rows of
+// do the same for R row groups a warp (R tiles of X; above), where each row group is active
+// (PaddedTiles only); start_scores_from_tile() and start_accumulate() may return before their
+// products are done (kAsynchronous; here they are done), finish() waits for every product started,
+// finish_all_but_newest() for all but the last start_*() call's. store_packed() writes a warp's rows of
 // a packed [64 x 64] product into a score tile (kScoreTile elements), which multiply_transposed()
 // reads transposed: a warp's 16 rows of S^T Y over a window of kTransposedColumns columns of a
 // tile Y.
@@ -380,8 +381,13 @@ struct PaddedTiles {
                                           const T* tile) {
     accumulate(o, p, tile);
   }
+  // Products are done when start_*() returns: issuing one early overlaps nothing and only lengthens
+  // the life of its accumulators.
+  static constexpr bool kAsynchronous = false;
   template <typename... Accumulators>
   static __device__ void finish(Accumulators&...) {}
+  template <typename... Accumulators>
+  static __device__ void finish_all_but_newest(Accumulators&...) {}
 
   static constexpr int kScoreTile = kTileRows * kPitch<kTileRows>;
   // The columns a multiply_transposed() takes at a time: at head 128 half of 64, since its caller
