@@ -57,8 +57,9 @@ struct CoreMatrixTiles {
     finish(o);  // before the tile is overwritten or o is read
   }
   // The same products issued without waiting (kAsynchronous), so that two independent ones overlap
-  // on the tensor cores, or one overlaps other instructions; finish() waits for every product started, before their accumulators are used, their A
-  // registers rewritten or their tiles overwritten.
+  // on the tensor cores, or one overlaps other instructions; finish() waits for every product
+  // started, before their accumulators are used, their A registers rewritten or their tiles
+  // overwritten.
   static constexpr bool kAsynchronous = true;
   static __device__ void start_scores_from_tile(float (&s)[kTileRows / 8][4], const T* rows_tile,
                                                 const T* tile) {
