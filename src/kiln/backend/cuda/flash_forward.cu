@@ -236,11 +236,12 @@ __global__ void __launch_bounds__(kThreads)
 //   wait for S_j alone; mask and softmax it into P_j (other registers than P_{j-1}, which the
 //   tensor cores may still be reading);
 //   wait for O += P_{j-1} V_{j-1}; O *= 2^(m_{j-1} - m_j).
-// After the last tile, O += P V for it. ptxas (nvcc 13.0, -Xptxas -v) reports no serialised wgmma
-// for this kernel; the two shapes that made it serialise every one are noted where they arose. V therefore arrives one tile after its K: at the top of
-// iteration j the block copies K_{j+1} into the K buffer S_{j-1} read, and V_j into the V buffer
-// O += P_{j-2} V_{j-2} read, both done by then (waited for before the barrier), so the buffers are
-// the forward_kernel's four.
+// After the last tile, O += P V for it. V_j is needed one tile after K_j, so it arrives then: at the
+// top of iteration j the block copies K_{j+1} into the K buffer S_{j-1} read, and V_j into the V
+// buffer O += P_{j-2} V_{j-2} read, both done by then (waited for before the barrier), so the
+// buffers are the forward_kernel's four. ptxas (nvcc 13.0, -Xptxas -v) reports no serialised wgmma
+// for this kernel (cuda_build:attention_kernels_neither_spill_nor_serialise); the two shapes that
+// made it serialise every one are noted where they arose.
 template <typename T, int HS>
 __global__ void __launch_bounds__(kThreads)
     overlapped_forward_kernel(T* out, float* lse, const T* qkv, const int32_t* key_mask, int NH, int T_, int hs,
