@@ -12,6 +12,9 @@
 namespace kiln::cuda {
 namespace {
 
+// The time of a candidate refused when run (time_candidates, lt_matmul_tuning.h).
+constexpr float kRefused = std::numeric_limits<float>::infinity();
+
 // The bytes [begin, end) a product touches in one of its arguments.
 struct Extent {
   uintptr_t begin = 0, end = 0;
@@ -73,7 +76,6 @@ bool product_repeats_exactly(const Gemm& g) {
 }
 
 std::vector<float> time_candidates(size_t count, int rounds, const std::function<bool(size_t)>& run) {
-  constexpr float kRefused = std::numeric_limits<float>::infinity();
   std::vector<float> fastest(count, kRefused);
   std::vector<size_t> ran;
   for (size_t i = 0; i < count; ++i)  // the warm-up run of each
@@ -108,7 +110,6 @@ std::vector<float> time_candidates(size_t count, int rounds, const std::function
 std::optional<size_t> chosen_candidate(std::span<const float> times_ms, float margin) {
   if (times_ms.empty()) return std::nullopt;
   const auto fastest = static_cast<size_t>(std::min_element(times_ms.begin(), times_ms.end()) - times_ms.begin());
-  constexpr float kRefused = std::numeric_limits<float>::infinity();
   if (times_ms[fastest] == kRefused) return std::nullopt;
   if (times_ms[0] == kRefused) return fastest;
   return times_ms[fastest] < times_ms[0] * (1.0f - margin) ? fastest : 0;
