@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <tuple>
@@ -322,40 +323,60 @@ TEST_P(EmulatedKernels, SoftmaxCrossEntropyRefusesRowsTooLongForItsIndices) {
                                                     -100, 1.0f, true)));
 }
 
+// AdamW over ranges cut to cross every edge of the kernel's: about 230 ranges (four launches of at
+// most 64), of 0 to 23 elements and one of 1000, starting anywhere within a 4-element pack, with
+// gaps between some that both sides leave as they were; once on 16-byte aligned buffers (packs of
+// four) and once on buffers one element past that (one element at a time).
 TEST_P(EmulatedKernels, AdamwAndTheSumOfSquares) {
-  constexpr int64_t P = 3000;
-  const std::vector<AdamwSegment> segments = {{0, 1000, 0.1f}, {1000, 2000, 0.0f}};
-  const HostTensor master = floats({P}, 1), grad = floats({P}, 2), exp_avg = floats({P}, 3);
+  constexpr int64_t P = 4000;
+  std::vector<AdamwSegment> segments;
+  for (int64_t k = 0, offset = 0;; ++k) {
+    offset += k % 5 == 0 ? 2 : 0;  // a gap
+    const int64_t count = k == 40 ? 1000 : k % 17 == 16 ? 0 : 1 + k * 7 % 23;
+    if (offset + count > P - 1) break;
+    segments.push_back({offset, count, k % 3 == 0 ? 0.0f : 0.1f});
+    offset += count;
+  }
+  ASSERT_GT(segments.size(), 3u * 64);
+  std::vector<cuda::AdamwRange> ranges;
+  for (const AdamwSegment& segment : segments) ranges.push_back({segment.offset, segment.count, segment.weight_decay});
   std::vector<float> squares = randoms(P, 4);
   for (float& value : squares) value *= value;
-  const HostTensor exp_avg_sq(DType::F32, {P}, squares);
-  const HostTensor expected_master = copy_of(master, DType::F32),
-                   expected_m = copy_of(exp_avg, DType::F32),
-                   expected_v = copy_of(exp_avg_sq, DType::F32);
-  const HostTensor param = poisoned({P}), expected_param = poisoned({P});
-  const AdamwStep step{expected_master.view(),
-                       expected_param.view(),
-                       grad.view(),
-                       expected_m.view(),
-                       expected_v.view(),
-                       segments,
-                       1e-3f,
-                       0.9f,
-                       0.95f,
-                       1e-8f,
-                       0.5f,
-                       7};
-  cpu.adamw_step(step);
-  for (const AdamwSegment& segment : segments)
-    ASSERT_TRUE(launched(
-        cuda::adamw(master.as<float>(), param.data(), kind(), grad.as<float>(), exp_avg.as<float>(),
-                    exp_avg_sq.as<float>(), segment.offset, segment.count, step.lr, step.beta1,
-                    step.beta2, step.eps, segment.weight_decay, step.grad_scale,
-                    1.0f - std::pow(step.beta1, 7.0f), 1.0f - std::pow(step.beta2, 7.0f))));
-  expect_close(master, expected_master, 1e-6, "master");
-  expect_close(exp_avg, expected_m, 1e-6, "exp_avg");
-  expect_close(exp_avg_sq, expected_v, 1e-6, "exp_avg_sq");
-  expect_close(param, expected_param, bound(dtype()), "param");
+  const HostTensor master = floats({P}, 1), grad = floats({P}, 2), exp_avg = floats({P}, 3),
+                   exp_avg_sq(DType::F32, {P}, squares), param = acts({P}, 5);
+  for (const int64_t shift : {0, 1}) {
+    const int64_t n = P - shift;
+    const auto tail = [&](const HostTensor& whole) { return whole.view().slice(shift, n); };
+    const HostTensor expected_master = copy_of(master, DType::F32), expected_m = copy_of(exp_avg, DType::F32),
+                     expected_v = copy_of(exp_avg_sq, DType::F32), expected_param = copy_of(param, dtype());
+    const HostTensor actual_master = copy_of(master, DType::F32), actual_m = copy_of(exp_avg, DType::F32),
+                     actual_v = copy_of(exp_avg_sq, DType::F32), actual_param = copy_of(param, dtype());
+    const AdamwStep step{tail(expected_master), tail(expected_param), tail(grad), tail(expected_m), tail(expected_v),
+                         segments, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.5f, 7};
+    cpu.adamw_step(step);
+    const cuda::AdamwScalars scalars{step.lr, step.beta1, step.beta2, step.eps, step.grad_scale,
+                                     1.0f / (1.0f - std::pow(step.beta1, 7.0f)),
+                                     1.0f / (1.0f - std::pow(step.beta2, 7.0f))};
+    ASSERT_TRUE(launched(cuda::adamw(tail(actual_master).as<float>(), tail(actual_param).data, kind(),
+                                     tail(grad).as<float>(), tail(actual_m).as<float>(), tail(actual_v).as<float>(),
+                                     ranges.data(), static_cast<int64_t>(ranges.size()), scalars)));
+    const std::string what = shift == 0 ? "aligned: " : "one element past: ";
+    expect_close(actual_master, expected_master, 1e-6, what + "master");
+    expect_close(actual_m, expected_m, 1e-6, what + "exp_avg");
+    expect_close(actual_v, expected_v, 1e-6, what + "exp_avg_sq");
+    expect_close(actual_param, expected_param, bound(dtype()), what + "param");
+    const std::vector<float> before = master.floats(), after = actual_master.floats();
+    for (int64_t i = 0; i < n; ++i) {  // the gaps, exactly as they were
+      const bool covered = std::any_of(segments.begin(), segments.end(), [&](const AdamwSegment& s) {
+        return i >= s.offset && i < s.offset + s.count;
+      });
+      if (covered) {
+        EXPECT_NE(after[shift + i], before[shift + i]) << what << "element " << i << " not updated";
+      } else {
+        EXPECT_EQ(after[shift + i], before[shift + i]) << what << "element " << i << " of a gap";
+      }
+    }
+  }
 
   const HostTensor partials = HostTensor::poisoned(DType::F32, {2 * cuda::kSumBlocks + 2});
   auto* scratch = partials.as<double>();

@@ -29,6 +29,8 @@
 #define __noinline__
 #undef __launch_bounds__
 #define __launch_bounds__(...)
+#undef __grid_constant__
+#define __grid_constant__
 
 #define threadIdx (::cuda_emulator::thread_index())
 #define blockIdx (::cuda_emulator::block_index())

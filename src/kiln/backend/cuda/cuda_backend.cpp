@@ -300,17 +300,16 @@ void CudaBackend::softmax_cross_entropy(const SoftmaxCrossEntropy& a) {
 
 void CudaBackend::adamw_step(const AdamwStep& a) {
   checks::adamw_step(a, kCuda);
-  const DType out = a.param_out.dtype;
-  const int out_kind = element_kind(out);
-  const float bias_correction1 = 1.0f - std::pow(a.beta1, static_cast<float>(a.step));
-  const float bias_correction2 = 1.0f - std::pow(a.beta2, static_cast<float>(a.step));
-  for (const AdamwSegment& segment : a.segments) {
-    check_cuda(cuda::adamw(a.master.as<float>(), a.param_out.data, out_kind, a.grad.as<float>(),
-                           a.exp_avg.as<float>(), a.exp_avg_sq.as<float>(), segment.offset, segment.count, a.lr,
-                           a.beta1, a.beta2, a.eps, segment.weight_decay, a.grad_scale, bias_correction1,
-                           bias_correction2),
-               "adamw_step");
-  }
+  const auto step = static_cast<float>(a.step);
+  const cuda::AdamwScalars scalars{a.lr, a.beta1, a.beta2, a.eps, a.grad_scale,
+                                   1.0f / (1.0f - std::pow(a.beta1, step)), 1.0f / (1.0f - std::pow(a.beta2, step))};
+  std::vector<cuda::AdamwRange> ranges;
+  ranges.reserve(a.segments.size());
+  for (const AdamwSegment& segment : a.segments) ranges.push_back({segment.offset, segment.count, segment.weight_decay});
+  check_cuda(cuda::adamw(a.master.as<float>(), a.param_out.data, element_kind(a.param_out.dtype), a.grad.as<float>(),
+                         a.exp_avg.as<float>(), a.exp_avg_sq.as<float>(), ranges.data(),
+                         static_cast<int64_t>(ranges.size()), scalars),
+             "adamw_step");
 }
 
 void CudaBackend::fp8_update_scales(const Fp8UpdateScales& a) {

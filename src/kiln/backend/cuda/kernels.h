@@ -78,10 +78,17 @@ int attention_softmax_backward(void* scores, void* dscores, const float* lse, co
                                bool causal, float scale);
 int softmax_cross_entropy(void* logits, int kind, float* losses, const int32_t* targets, int64_t M, int64_t V,
                           int64_t Vp, int32_t ignore_index, float loss_scale, bool write_grad);
-int adamw(float* master, void* param_out, int out_kind, const float* grad, float* exp_avg,
-          float* exp_avg_sq, int64_t offset, int64_t count, float lr, float beta1, float beta2,
-          float eps, float weight_decay, float grad_scale, float bias_correction1,
-          float bias_correction2);
+// AdamW (ops.h, AdamwStep) over the ranges, each with its weight decay, in as few launches as the
+// ranges allow (one for up to 64 ranges); the bias corrections come as 1 / (1 - beta^step).
+struct AdamwRange {
+  int64_t offset = 0, count = 0;
+  float weight_decay = 0.0f;
+};
+struct AdamwScalars {
+  float lr, beta1, beta2, eps, grad_scale, inverse_correction1, inverse_correction2;
+};
+int adamw(float* master, void* param_out, int out_kind, const float* grad, float* exp_avg, float* exp_avg_sq,
+          const AdamwRange* ranges, int64_t range_count, const AdamwScalars& scalars);
 // fp8 casts of the fp8 products (ops.h): out[r, c] and/or out_t[c, r] (the transpose) =
 // fp8(in[r, c] * *scale), E4M3 when e4m3 else E5M2, and *amax = max(*amax, max |in|); either output
 // may be null; rows and cols multiples of 16, pointers 16-byte aligned. With column_partials (else

@@ -5,21 +5,98 @@
 namespace kiln::cuda {
 namespace {
 
-__global__ void adamw_kernel(float* master, void* param_out, int out_kind, const float* grad, float* m, float* v,
-                             int64_t offset, int64_t count, float lr, float beta1, float beta2, float eps,
-                             float weight_decay, float grad_scale, float bias_correction1, float bias_correction2) {
-  GRID_STRIDE(j, count) {
-    const int64_t i = offset + j;
-    const float g = grad[i] * grad_scale;
-    m[i] = beta1 * m[i] + (1.0f - beta1) * g;
-    v[i] = beta2 * v[i] + (1.0f - beta2) * g * g;
-    const float m_hat = m[i] / bias_correction1;
-    const float v_hat = v[i] / bias_correction2;
-    master[i] -= lr * (m_hat / (sqrtf(v_hat) + eps) + weight_decay * master[i]);
-    if (out_kind == kFp32) static_cast<float*>(param_out)[i] = master[i];
-    if (out_kind == kBf16) static_cast<__nv_bfloat16*>(param_out)[i] = __float2bfloat16_rn(master[i]);
-    if (out_kind == kFp16) static_cast<__half*>(param_out)[i] = __float2half_rn(master[i]);
+// AdamW's ranges go in one launch, not one each: a GPT-2 step has about eight ranges a layer
+// (weights with decay; biases and LayerNorms without), half of them a few blocks' worth of elements
+// (1024 a block), so a launch each made about a hundred kernels, most too small to fill the GPU.
+// A table of up to kRangesPerLaunch ranges travels in the kernel's parameters (1.5 KB, within
+// their 4 KB); each range has blocks of its own, so a block finds its range by a search all its
+// threads make alike.
+constexpr int kRangesPerLaunch = 64;
+struct RangeTable {
+  int64_t begin[kRangesPerLaunch], end[kRangesPerLaunch];  // elements [begin, end)
+  float weight_decay[kRangesPerLaunch];
+  int first_block[kRangesPerLaunch];  // range r's blocks start at first_block[r], ascending
+  int size;
+};
+
+// One element's update (ops.h, AdamwStep), with 1 / (1 - beta^step) folded in by the host: returns
+// the new master value and updates m and v.
+__device__ __forceinline__ float adamw_element(float master, float grad, float& m, float& v, float decay,
+                                               const AdamwScalars& s) {
+  const float g = grad * s.grad_scale;
+  m = s.beta1 * m + (1.0f - s.beta1) * g;
+  v = s.beta2 * v + (1.0f - s.beta2) * g * g;
+  const float m_hat = m * s.inverse_correction1, v_hat = v * s.inverse_correction2;
+  return master - s.lr * (m_hat / (sqrtf(v_hat) + s.eps) + decay * master);
+}
+
+// Thread t of block k of range r takes the W elements from W (floor(begin / W) + k kThreads + t):
+// one pack of each buffer (16-byte fp32 accesses where W = 4) when all W lie in the range, else
+// those that do one at a time. T is param_out's storage type.
+template <typename T, int W>
+__global__ void adamw_kernel(float* master, T* param_out, const float* grad, float* exp_avg, float* exp_avg_sq,
+                             const __grid_constant__ RangeTable table, AdamwScalars scalars) {
+  const int block = static_cast<int>(blockIdx.x);
+  int r = 0;
+  for (int step = kRangesPerLaunch / 2; step > 0; step /= 2)  // the last range starting at or before block
+    if (r + step < table.size && table.first_block[r + step] <= block) r += step;
+  const int64_t begin = table.begin[r], end = table.end[r];
+  const int64_t first = (begin / W + static_cast<int64_t>(block - table.first_block[r]) * kThreads + threadIdx.x) * W;
+  if (first >= end) return;
+  const float decay = table.weight_decay[r];
+  if (first >= begin && first + W <= end) {
+    using F = Pack<float, W>;
+    F w = F::load(master + first), m = F::load(exp_avg + first), v = F::load(exp_avg_sq + first);
+    const F g = F::load(grad + first);
+    Pack<T, W> out;
+#pragma unroll
+    for (int i = 0; i < W; ++i) {
+      float mi = m[i], vi = v[i];
+      const float updated = adamw_element(w[i], g[i], mi, vi, decay, scalars);
+      m.set(i, mi);
+      v.set(i, vi);
+      w.set(i, updated);
+      out.set(i, updated);
+    }
+    m.store(exp_avg + first);
+    v.store(exp_avg_sq + first);
+    w.store(master + first);
+    out.store(param_out + first);
+    return;
   }
+  for (int64_t i = first > begin ? first : begin; i < first + W && i < end; ++i) {
+    const float updated = adamw_element(master[i], grad[i], exp_avg[i], exp_avg_sq[i], decay, scalars);
+    master[i] = updated;
+    param_out[i] = from_float<T>(updated);
+  }
+}
+
+// Launches adamw_kernel<T, W> over the ranges, kRangesPerLaunch at a time (empty ones skipped).
+template <typename T, int W>
+int adamw_launches(float* master, T* param_out, const float* grad, float* exp_avg, float* exp_avg_sq,
+                   const AdamwRange* ranges, int64_t range_count, const AdamwScalars& scalars) {
+  RangeTable table{};
+  int blocks = 0;
+  const auto flush = [&] {
+    if (table.size == 0) return 0;
+    launch(adamw_kernel<T, W>, static_cast<unsigned>(blocks), kThreads, 0, master, param_out, grad, exp_avg,
+           exp_avg_sq, table, scalars);
+    table.size = blocks = 0;
+    return launch_status();
+  };
+  for (int64_t r = 0; r < range_count; ++r) {
+    const int64_t begin = ranges[r].offset, end = begin + ranges[r].count;
+    if (begin == end) continue;
+    table.begin[table.size] = begin;
+    table.end[table.size] = end;
+    table.weight_decay[table.size] = ranges[r].weight_decay;
+    table.first_block[table.size] = blocks;
+    // an int: 2^31 blocks would cover 2^39 elements or more, 2 TB of each fp32 buffer
+    blocks += static_cast<int>(((end + W - 1) / W - begin / W + kThreads - 1) / kThreads);
+    if (++table.size == kRangesPerLaunch)
+      if (const int status = flush()) return status;
+  }
+  return flush();
 }
 
 __global__ void sum_squares_partial_kernel(const float* in, int64_t count, double* partials) {
@@ -45,13 +122,16 @@ __global__ void sum_partials_kernel(const double* partials, int count, double* r
 }  // namespace
 
 int adamw(float* master, void* param_out, int out_kind, const float* grad, float* exp_avg, float* exp_avg_sq,
-          int64_t offset, int64_t count, float lr, float beta1, float beta2, float eps, float weight_decay,
-          float grad_scale, float bias_correction1, float bias_correction2) {
-  if (count == 0) return 0;
-  launch(adamw_kernel, blocks_for(count), kThreads, 0, master, param_out, out_kind, grad, exp_avg,
-         exp_avg_sq, offset, count, lr, beta1, beta2, eps, weight_decay, grad_scale,
-         bias_correction1, bias_correction2);
-  return launch_status();
+          const AdamwRange* ranges, int64_t range_count, const AdamwScalars& scalars) {
+  const auto aligned = [](const void* pointer, size_t bytes) { return reinterpret_cast<uintptr_t>(pointer) % bytes == 0; };
+  const bool floats_packed = aligned(master, 16) && aligned(grad, 16) && aligned(exp_avg, 16) && aligned(exp_avg_sq, 16);
+  return dispatch(out_kind, [&](auto tag) {
+    using T = decltype(tag);
+    auto* out = static_cast<T*>(param_out);
+    return floats_packed && aligned(param_out, 4 * sizeof(T))
+               ? adamw_launches<T, 4>(master, out, grad, exp_avg, exp_avg_sq, ranges, range_count, scalars)
+               : adamw_launches<T, 1>(master, out, grad, exp_avg, exp_avg_sq, ranges, range_count, scalars);
+  });
 }
 
 int sum_of_squares(const float* in, int64_t count, double* partials, double* result) {
