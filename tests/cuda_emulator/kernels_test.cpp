@@ -327,7 +327,7 @@ TEST_P(EmulatedKernels, SoftmaxCrossEntropyRefusesRowsTooLongForItsIndices) {
 // most 64), of 0 to 23 elements and one of 1000, starting anywhere within a 4-element pack, with
 // gaps between some that both sides leave as they were; once on 16-byte aligned buffers (packs of
 // four) and once on buffers one element past that (one element at a time).
-TEST_P(EmulatedKernels, AdamwAndTheSumOfSquares) {
+TEST_P(EmulatedKernels, AdamwOverRangesCrossingEveryEdge) {
   constexpr int64_t P = 4000;
   std::vector<AdamwSegment> segments;
   for (int64_t k = 0, offset = 0;; ++k) {
@@ -378,12 +378,23 @@ TEST_P(EmulatedKernels, AdamwAndTheSumOfSquares) {
     }
   }
 
+}
+
+// The sum of squares against a double sum: packs with a tail of 0 and 2 elements, a buffer one
+// element past 16-byte alignment (one element at a time), and one long enough that each thread
+// loads its packs in flight more than once (over 4 x 512 x 256 packs).
+TEST_P(EmulatedKernels, SumOfSquaresOverPacksTheirTailAndUnalignedBuffers) {
+  const HostTensor values = floats({2'200'003}, 7);
   const HostTensor partials = HostTensor::poisoned(DType::F32, {2 * cuda::kSumBlocks + 2});
   auto* scratch = partials.as<double>();
-  ASSERT_TRUE(
-      launched(cuda::sum_of_squares(grad.as<float>(), P, scratch, scratch + cuda::kSumBlocks)));
-  EXPECT_NEAR(scratch[cuda::kSumBlocks], cpu.sum_of_squares({grad.view()}),
-              1e-9 * scratch[cuda::kSumBlocks]);
+  for (const auto& [count, shift] : {std::pair<int64_t, int64_t>{4000, 0}, {3998, 0}, {3999, 1}, {2'200'002, 1},
+                                    {2'200'000, 0}}) {
+    const float* in = values.as<float>() + shift;
+    double expected = 0.0;
+    for (int64_t i = 0; i < count; ++i) expected += static_cast<double>(in[i]) * in[i];
+    ASSERT_TRUE(launched(cuda::sum_of_squares(in, count, scratch, scratch + cuda::kSumBlocks)));
+    EXPECT_NEAR(scratch[cuda::kSumBlocks], expected, 1e-12 * expected) << count << " elements from " << shift;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllDtypes, EmulatedKernels,

@@ -99,10 +99,33 @@ int adamw_launches(float* master, T* param_out, const float* grad, float* exp_av
   return flush();
 }
 
+// The sum of squares in two steps of fixed shape, so the result depends only on count and W: block b
+// of kSumBlocks adds the squares of its threads' packs (W floats, 16 bytes where the buffer is
+// 16-byte aligned: thread t takes packs t, t + threads, ..., loading kSquaresInFlight before adding
+// any; the elements past the last whole pack go to the first threads) in a fixed tree into
+// partials[b], then one warp adds the partials. One 4-byte load at a time a thread, as before, kept
+// about 4 KB in flight an SM, far from what DRAM's latency needs for its bandwidth (tens of KB).
+constexpr int kSquaresInFlight = 4;
+
+template <int W>
 __global__ void sum_squares_partial_kernel(const float* in, int64_t count, double* partials) {
+  using P = Pack<float, W>;
   __shared__ double shared[kThreads];
+  const int64_t packs = count / W, threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t thread = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   double sum = 0.0;
-  GRID_STRIDE(i, count) sum += static_cast<double>(in[i]) * in[i];
+  for (int64_t first = thread; first < packs; first += kSquaresInFlight * threads) {
+    P values[kSquaresInFlight];
+#pragma unroll
+    for (int i = 0; i < kSquaresInFlight; ++i)
+      if (first + i * threads < packs) values[i] = P::load(in + (first + i * threads) * W);
+#pragma unroll
+    for (int i = 0; i < kSquaresInFlight; ++i)
+      if (first + i * threads < packs)
+#pragma unroll
+        for (int w = 0; w < W; ++w) sum += static_cast<double>(values[i][w]) * values[i][w];
+  }
+  if (packs * W + thread < count) sum += static_cast<double>(in[packs * W + thread]) * in[packs * W + thread];
   shared[threadIdx.x] = sum;
   __syncthreads();
   for (int stride = kThreads / 2; stride > 0; stride >>= 1) {
@@ -112,11 +135,12 @@ __global__ void sum_squares_partial_kernel(const float* in, int64_t count, doubl
   if (threadIdx.x == 0) partials[blockIdx.x] = shared[0];
 }
 
+// One warp: lane l adds partials l, l + 32, ... in order, then the lanes' sums in a fixed butterfly.
 __global__ void sum_partials_kernel(const double* partials, int count, double* result) {
-  if (threadIdx.x != 0 || blockIdx.x != 0) return;
   double total = 0.0;
-  for (int i = 0; i < count; ++i) total += partials[i];
-  *result = total;
+  for (int i = static_cast<int>(threadIdx.x); i < count; i += 32) total += partials[i];
+  for (int offset = 16; offset > 0; offset >>= 1) total += __shfl_xor_sync(0xffffffffu, total, offset);
+  if (threadIdx.x == 0) *result = total;
 }
 
 }  // namespace
@@ -135,8 +159,11 @@ int adamw(float* master, void* param_out, int out_kind, const float* grad, float
 }
 
 int sum_of_squares(const float* in, int64_t count, double* partials, double* result) {
-  launch(sum_squares_partial_kernel, kSumBlocks, kThreads, 0, in, count, partials);
-  launch(sum_partials_kernel, 1, 1, 0, partials, kSumBlocks, result);
+  if (reinterpret_cast<uintptr_t>(in) % 16 == 0)
+    launch(sum_squares_partial_kernel<4>, kSumBlocks, kThreads, 0, in, count, partials);
+  else
+    launch(sum_squares_partial_kernel<1>, kSumBlocks, kThreads, 0, in, count, partials);
+  launch(sum_partials_kernel, 1, 32, 0, partials, kSumBlocks, result);
   return launch_status();
 }
 
