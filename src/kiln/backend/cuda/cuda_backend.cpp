@@ -305,7 +305,8 @@ void CudaBackend::adamw_step(const AdamwStep& a) {
                                    1.0f / (1.0f - std::pow(a.beta1, step)), 1.0f / (1.0f - std::pow(a.beta2, step))};
   std::vector<cuda::AdamwRange> ranges;
   ranges.reserve(a.segments.size());
-  for (const AdamwSegment& segment : a.segments) ranges.push_back({segment.offset, segment.count, segment.weight_decay});
+  for (const AdamwSegment& segment : a.segments)
+    ranges.push_back({segment.offset, segment.count, segment.weight_decay});
   check_cuda(cuda::adamw(a.master.as<float>(), a.param_out.data, element_kind(a.param_out.dtype), a.grad.as<float>(),
                          a.exp_avg.as<float>(), a.exp_avg_sq.as<float>(), ranges.data(),
                          static_cast<int64_t>(ranges.size()), scalars),

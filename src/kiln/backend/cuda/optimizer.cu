@@ -147,8 +147,11 @@ __global__ void sum_partials_kernel(const double* partials, int count, double* r
 
 int adamw(float* master, void* param_out, int out_kind, const float* grad, float* exp_avg, float* exp_avg_sq,
           const AdamwRange* ranges, int64_t range_count, const AdamwScalars& scalars) {
-  const auto aligned = [](const void* pointer, size_t bytes) { return reinterpret_cast<uintptr_t>(pointer) % bytes == 0; };
-  const bool floats_packed = aligned(master, 16) && aligned(grad, 16) && aligned(exp_avg, 16) && aligned(exp_avg_sq, 16);
+  const auto aligned = [](const void* pointer, size_t bytes) {
+    return reinterpret_cast<uintptr_t>(pointer) % bytes == 0;
+  };
+  const bool floats_packed =
+      aligned(master, 16) && aligned(grad, 16) && aligned(exp_avg, 16) && aligned(exp_avg_sq, 16);
   return dispatch(out_kind, [&](auto tag) {
     using T = decltype(tag);
     auto* out = static_cast<T*>(param_out);
