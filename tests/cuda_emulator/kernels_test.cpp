@@ -74,35 +74,43 @@ void expect_close(const HostTensor& actual, const HostTensor& expected, double l
   EXPECT_TRUE(actual.guard_intact()) << what << ": written past its end";
 }
 
+// Token runs of every kind the backward's two kernels split: runs of 300 (from the first sorted
+// position, across five multiples of 64), 64 (the longest a warp takes) and 65 (the shortest a
+// block takes), 200 ending at the last position, and the rest ones and twos; rows narrower than a
+// 16-byte pack allows (20 columns), a group of columns (24) and more than one (1100).
 TEST_P(EmulatedKernels, EmbeddingForwardAndBackward) {
-  constexpr int64_t B = 3, T = 400, C = 24, Vp = 5, maxT = 410;
-  std::vector<int32_t> token_values(static_cast<size_t>(B * T));
+  constexpr int64_t B = 3, T = 400, Vp = 300, maxT = 410;
+  std::vector<int32_t> token_values;
+  for (const auto& [token, count] : {std::pair<int32_t, int>{0, 300}, {1, 64}, {2, 65}, {Vp - 1, 200}})
+    token_values.insert(token_values.end(), static_cast<size_t>(count), token);
   Rng rng(3);
-  for (int32_t& token : token_values)
-    token = static_cast<int32_t>(rng.below(3));  // runs of ~400 > 256
+  while (token_values.size() < static_cast<size_t>(B * T))
+    token_values.push_back(3 + static_cast<int32_t>(rng.below(Vp - 4)));
+  for (size_t i = token_values.size() - 1; i > 0; --i) std::swap(token_values[i], token_values[rng.below(i + 1)]);
   const HostTensor tokens = HostTensor::ints({B, T}, token_values);
-  const HostTensor wte = acts({Vp, C}, 1), wpe = acts({maxT, C}, 2), dout = acts({B, T, C}, 4);
+  for (const int64_t C : {20, 24, 1100}) {
+    const std::string columns = fmt::format("C {}: ", C);
+    const HostTensor wte = acts({Vp, C}, 1), wpe = acts({maxT, C}, 2), dout = acts({B, T, C}, 4);
+    const HostTensor out = poisoned({B, T, C}), expected_out = poisoned({B, T, C});
+    cpu.embedding_forward({expected_out.view(), tokens.view(), wte.view(), wpe.view()});
+    ASSERT_TRUE(launched(cuda::embedding_forward(out.data(), tokens.as<int32_t>(), wte.data(), wpe.data(), kind(), B,
+                                                 T, C)));
+    expect_close(out, expected_out, bound(dtype()), columns + "out");
 
-  const HostTensor out = poisoned({B, T, C}), expected_out = poisoned({B, T, C});
-  cpu.embedding_forward({expected_out.view(), tokens.view(), wte.view(), wpe.view()});
-  ASSERT_TRUE(launched(cuda::embedding_forward(out.data(), tokens.as<int32_t>(), wte.data(),
-                                               wpe.data(), kind(), B, T, C)));
-  expect_close(out, expected_out, bound(dtype()), "out");
-
-  // dwte always adds; dwpe adds, or writes all its rows (those past T zero).
-  for (const GradStore store : kStores) {
-    const HostTensor expected_dwte = floats({Vp, C}, 5), expected_dwpe = floats({maxT, C}, 6);
-    const HostTensor dwte = copy_of(expected_dwte, DType::F32),
-                     dwpe(DType::F32, {maxT, C}, held_before(store, expected_dwpe.floats()));
-    cpu.embedding_backward({expected_dwte.view(), expected_dwpe.view(), dout.view(), tokens.view(), store});
-    const size_t workspace_bytes = cuda::embedding_backward_workspace_bytes(B * T);
-    const HostTensor workspace =
-        HostTensor::poisoned(DType::F32, {static_cast<int64_t>(workspace_bytes / 4 + 1)});
-    ASSERT_TRUE(launched(cuda::embedding_backward(dwte.as<float>(), dwpe.as<float>(), dout.data(), kind(),
-                                                  tokens.as<int32_t>(), B, T, C, maxT, store == GradStore::Write,
-                                                  workspace.data(), workspace_bytes)));
-    expect_close(dwte, expected_dwte, 1e-5, std::string(name_of(store)) + "dwte");
-    expect_close(dwpe, expected_dwpe, 1e-5, std::string(name_of(store)) + "dwpe");
+    // dwte always adds; dwpe adds, or writes all its rows (those past T zero).
+    for (const GradStore store : kStores) {
+      const HostTensor expected_dwte = floats({Vp, C}, 5), expected_dwpe = floats({maxT, C}, 6);
+      const HostTensor dwte = copy_of(expected_dwte, DType::F32),
+                       dwpe(DType::F32, {maxT, C}, held_before(store, expected_dwpe.floats()));
+      cpu.embedding_backward({expected_dwte.view(), expected_dwpe.view(), dout.view(), tokens.view(), store});
+      const size_t workspace_bytes = cuda::embedding_backward_workspace_bytes(B * T);
+      const HostTensor workspace = HostTensor::poisoned(DType::F32, {static_cast<int64_t>(workspace_bytes / 4 + 1)});
+      ASSERT_TRUE(launched(cuda::embedding_backward(dwte.as<float>(), dwpe.as<float>(), dout.data(), kind(),
+                                                    tokens.as<int32_t>(), B, T, C, maxT, store == GradStore::Write,
+                                                    workspace.data(), workspace_bytes)));
+      expect_close(dwte, expected_dwte, 1e-5, columns + name_of(store) + "dwte");
+      expect_close(dwpe, expected_dwpe, 1e-5, columns + name_of(store) + "dwpe");
+    }
   }
 }
 
