@@ -69,40 +69,26 @@ constexpr int kPacksInFlight = 2;
 
 // Columns are ints (V and Vp below 2^31: the targets are int32).
 template <typename T, int W>
-__global__ void __launch_bounds__(kRowThreads, 2) cross_entropy_kernel(T* logits, float* losses, const int32_t* targets, int V,
-                                     int Vp, int32_t ignore_index, float loss_scale, bool write_grad) {
+__global__ void __launch_bounds__(kRowThreads, 2)
+    cross_entropy_kernel(T* logits, float* losses, const int32_t* targets, int V, int Vp, int32_t ignore_index,
+                         float loss_scale, bool write_grad) {
   using P = Pack<T, W>;
   constexpr int kStride = kRowThreads * W;  // between a thread's packs
   const int64_t row = blockIdx.x;
   T* x = logits + row * Vp;
   const int32_t target = targets[row];
   const bool ignored = target == ignore_index;
-  // Calls visit(pack, v) for each of this thread's packs (v its first column), after loading up to
-  // `in_flight` of them.
-  const auto for_each_pack = [&](auto in_flight, auto visit) {
-    constexpr int kInFlight = decltype(in_flight)::value;
-    for (int first = static_cast<int>(threadIdx.x) * W; first < Vp; first += kInFlight * kStride) {
-      P packs[kInFlight];
-#pragma unroll
-      for (int i = 0; i < kInFlight; ++i)
-        if (first + i * kStride < Vp) packs[i] = P::load(x + first + i * kStride);
-#pragma unroll
-      for (int i = 0; i < kInFlight; ++i)
-        if (first + i * kStride < Vp) visit(packs[i], first + i * kStride);
-    }
-  };
+  const int first = static_cast<int>(threadIdx.x) * W;  // this thread's packs: first, first + kStride, ...
 
   SoftmaxState state;
-  for_each_pack(std::integral_constant<int, kPacksInFlight>{}, [&](const P& values, int v) {
-    state.add(values, V - v);
-  });
+  for_each_pack<kPacksInFlight, W>(x, first, kStride, Vp, [&](const P& values, int v) { state.add(values, V - v); });
   state = block_merge(state);
   const float log_sum = state.max + logf(state.sum);  // ln of the row's sum of exp(x)
   const float log2_sum = fmaf(state.max, kLog2E, log2f(state.sum));  // and log2
   if (threadIdx.x == 0) losses[row] = ignored ? 0.0f : log_sum - to_float(x[target]);
   if (!write_grad) return;
   __syncthreads();  // the loss read x[target] before it is overwritten
-  for_each_pack(std::integral_constant<int, 1>{}, [&](const P& values, int v) {
+  for_each_pack<1, W>(x, first, kStride, Vp, [&](const P& values, int v) {
     P gradients;
 #pragma unroll
     for (int w = 0; w < W; ++w) {
@@ -125,7 +111,8 @@ int softmax_cross_entropy(void* logits, int kind, float* losses, const int32_t* 
     using E = decltype(tag);
     return with_pack_width<E>(Vp, {logits}, [&](auto width) {
       launch(cross_entropy_kernel<E, decltype(width)::value>, static_cast<unsigned>(M), kRowThreads, 0,
-             static_cast<E*>(logits), losses, targets, static_cast<int>(V), static_cast<int>(Vp), ignore_index, loss_scale, write_grad);
+             static_cast<E*>(logits), losses, targets, static_cast<int>(V), static_cast<int>(Vp), ignore_index,
+             loss_scale, write_grad);
       return launch_status();
     });
   });

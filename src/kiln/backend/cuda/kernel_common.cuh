@@ -61,6 +61,23 @@ __device__ __forceinline__ float block_max(float value) {
   return value;
 }
 
+// Calls visit(pack, at) for each pack of W elements of `base` at the element offsets at = first,
+// first + stride, ... below `end`, loading kInFlight packs before visiting any, so that a thread of
+// a memory-bound kernel keeps kInFlight loads in flight rather than waiting on each. Index is the
+// offsets' type (int where a kernel's registers are tight).
+template <int kInFlight, int W, typename T, typename Index, typename Visit>
+__device__ __forceinline__ void for_each_pack(const T* base, Index first, Index stride, Index end, Visit visit) {
+  for (; first < end; first += kInFlight * stride) {
+    Pack<T, W> packs[kInFlight];
+#pragma unroll
+    for (int i = 0; i < kInFlight; ++i)
+      if (first + i * stride < end) packs[i] = Pack<T, W>::load(base + first + i * stride);
+#pragma unroll
+    for (int i = 0; i < kInFlight; ++i)
+      if (first + i * stride < end) visit(packs[i], first + i * stride);
+  }
+}
+
 #define GRID_STRIDE(i, count) \
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (count); i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 

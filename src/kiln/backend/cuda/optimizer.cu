@@ -114,17 +114,10 @@ __global__ void sum_squares_partial_kernel(const float* in, int64_t count, doubl
   const int64_t packs = count / W, threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t thread = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   double sum = 0.0;
-  for (int64_t first = thread; first < packs; first += kSquaresInFlight * threads) {
-    P values[kSquaresInFlight];
+  for_each_pack<kSquaresInFlight, W>(in, thread * W, threads * W, packs * W, [&](const P& values, int64_t) {
 #pragma unroll
-    for (int i = 0; i < kSquaresInFlight; ++i)
-      if (first + i * threads < packs) values[i] = P::load(in + (first + i * threads) * W);
-#pragma unroll
-    for (int i = 0; i < kSquaresInFlight; ++i)
-      if (first + i * threads < packs)
-#pragma unroll
-        for (int w = 0; w < W; ++w) sum += static_cast<double>(values[i][w]) * values[i][w];
-  }
+    for (int w = 0; w < W; ++w) sum += static_cast<double>(values[w]) * values[w];
+  });
   if (packs * W + thread < count) sum += static_cast<double>(in[packs * W + thread]) * in[packs * W + thread];
   shared[threadIdx.x] = sum;
   __syncthreads();
