@@ -2,7 +2,8 @@
 # One command for a machine with an NVIDIA GPU: build kiln with CUDA for sm_90a (Release) unless a
 # CUDA build is already in build/, run the GPU tests, then run kiln and the PyTorch peer
 # (bench/peers/pytorch_gpt.py) back to back on GPT-2 124M, 350M and 774M at sequence 1024 and
-# print one table with the ratio kiln / PyTorch. Everything is measured in this one run.
+# print one table with the ratio kiln / PyTorch: kiln in bf16, and with fp8 products
+# (--fp8-format hybrid), against PyTorch's bf16. Everything is measured in this one run.
 #
 #   bench/device-check.sh [--build]      (--build: rebuild even if build/kiln exists)
 #   bench/device-check.sh --prebuilt     use build-pack/ from scripts/pack-for-device.sh (for a
@@ -12,8 +13,7 @@
 #                                        on wgmma or mma.sync, its backward adding dQ atomically, matmul
 #                                        epilogues, products' algorithms timed, selective
 #                                        recomputation, fp8 products, alone and with their
-#                                        algorithms timed; fp8
-#                                        also on 774M/16), the attention core
+#                                        algorithms timed), the attention core
 #                                        alone against PyTorch's SDPA, and the time split by op
 #                                        (--profile-ops: bf16, with fp8 products, with
 #                                        --matmul-autotune); not part
@@ -68,7 +68,7 @@ runs() { [[ ",$stages," == *",$1,"* ]]; }
 seq=1024 vocab=50257 timing="" gemm_sizes=""
 datasheet=""  # kiln bench train finds the GPU's datasheet by its name
 shapes=("124M 12 768 12 64" "350M 24 1024 16 32" "774M 36 1280 20 16")
-lever_shape=${shapes[0]} fp8_shape=${shapes[2]}
+lever_shape=${shapes[0]}
 attention_shapes=("64 12 64" "16 16 128" "16 32 80")
 peer_gpt=(python3 bench/peers/pytorch_gpt.py)
 peer_attention=(python3 bench/peers/pytorch_attention.py)
@@ -81,7 +81,7 @@ if [[ -n $rehearse ]]; then
   seq=32 vocab=256 timing="--warmup-iters 1 --timed-iters 1" gemm_sizes="--m 64 --n 48 --k 32 --iters 1"
   datasheet="--gpu h100-sxm"  # the emulator's name is in no datasheet
   shapes=("124M 1 32 2 2" "350M 2 32 2 1" "774M 1 48 3 1")
-  lever_shape=${shapes[0]} fp8_shape=${shapes[2]}
+  lever_shape=${shapes[0]}
   attention_shapes=("1 2 64" "1 1 80")
   peer_gpt=(python3 tests/support/stand_in_peer.py gpt)
   peer_attention=(python3 tests/support/stand_in_peer.py attention)
@@ -137,8 +137,14 @@ if runs table; then
     read -r name layers hidden heads micro <<< "$shape"
     model="--num-layers $layers --hidden-size $hidden --num-attention-heads $heads --seq-length $seq --micro-batch-size $micro"
     echo "== $name micro-batch $micro"
-    measure "$results" "\"model\":\"$name\",\"who\":\"kiln\",\"mb\":$micro" \
-      "$kiln" bench train --device cuda --bf16 $model --vocab-size $vocab --skip-gemm-ceiling --json $timing $datasheet
+    # kiln in bf16, then with fp8 products (E4M3 forward, E5M2 gradients; bf16 everywhere else)
+    for fp8 in "" "--fp8-format hybrid"; do
+      fp8_field=false
+      [[ -n $fp8 ]] && fp8_field=true
+      measure "$results" "\"model\":\"$name\",\"who\":\"kiln\",\"fp8\":$fp8_field,\"mb\":$micro" \
+        "$kiln" bench train --device cuda --bf16 $model --vocab-size $vocab --skip-gemm-ceiling --json $timing \
+        $datasheet $fp8
+    done
     for compiled in false true; do
       compile=""
       [[ $compiled == true ]] && compile=--compile
@@ -161,15 +167,17 @@ def ratio(kiln, peer):
     return f"{kiln['tokens_per_second'] / peer['tokens_per_second']:.2f}"
 print()
 print(f"{'model':>6} {'mb':>3} | {'kiln bf16 tok/s':>15} {'GiB':>6} {'of roofline':>11} |"
+      f" {'kiln fp8 tok/s':>14} {'GiB':>6} {'of roofline':>11} |"
       f" {'torch bf16 eager':>16} {'GiB':>6} {'ratio':>6} |"
-      f" {'torch bf16 compile':>18} {'GiB':>6} {'ratio':>6}")
+      f" {'torch bf16 compile':>18} {'GiB':>6} {'ratio':>6} {'fp8 ratio':>9}")
 for model in dict.fromkeys(r["model"] for r in rows):
-    kiln = next(r for r in rows if r["model"] == model and r["who"] == "kiln")
+    kiln = {r["fp8"]: r for r in rows if r["model"] == model and r["who"] == "kiln"}
     peers = {r["compiled"]: r for r in rows if r["model"] == model and r["who"] == "pytorch"}
-    eager, compiled = peers[False], peers[True]
-    print(f"{model:>6} {kiln['mb']:>3} | {speed(kiln)[0]:>15} {speed(kiln)[1]:>6} {roofline(kiln):>11} |"
-          f" {speed(eager)[0]:>16} {speed(eager)[1]:>6} {ratio(kiln, eager):>6} |"
-          f" {speed(compiled)[0]:>18} {speed(compiled)[1]:>6} {ratio(kiln, compiled):>6}")
+    bf16, fp8, eager, compiled = kiln[False], kiln[True], peers[False], peers[True]
+    print(f"{model:>6} {bf16['mb']:>3} | {speed(bf16)[0]:>15} {speed(bf16)[1]:>6} {roofline(bf16):>11} |"
+          f" {speed(fp8)[0]:>14} {speed(fp8)[1]:>6} {roofline(fp8):>11} |"
+          f" {speed(eager)[0]:>16} {speed(eager)[1]:>6} {ratio(bf16, eager):>6} |"
+          f" {speed(compiled)[0]:>18} {speed(compiled)[1]:>6} {ratio(bf16, compiled):>6} {ratio(fp8, compiled):>9}")
 PY
 fi
 
@@ -184,13 +192,6 @@ if runs levers; then
                 "--fp8-format hybrid --cuda-graph" "--fp8-format hybrid --matmul-autotune"; do
     measure "$levers" "\"switch\":\"${switch:-(defaults)}\"" \
       "$kiln" bench train --device cuda --bf16 $model --vocab-size $vocab --skip-gemm-ceiling --json $timing $datasheet $switch
-  done
-  # fp8 where the products weigh most: 774M micro-batch 16, bf16 with and without fp8 products.
-  read -r name layers hidden heads micro <<< "$fp8_shape"
-  for switch in "" "--fp8-format hybrid"; do
-    measure "$levers" "\"switch\":\"$name/$micro ${switch:-(defaults)}\"" \
-      "$kiln" bench train --device cuda --bf16 --num-layers $layers --hidden-size $hidden --num-attention-heads $heads \
-      --seq-length $seq --micro-batch-size $micro --vocab-size $vocab --skip-gemm-ceiling --json $timing $datasheet $switch
   done
   python3 - "$levers" <<'PY'
 import json, sys
