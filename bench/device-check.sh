@@ -12,8 +12,9 @@
 #                                        124M/64, what each switch buys (CUDA graphs, fused attention,
 #                                        on wgmma or mma.sync, its backward adding dQ atomically, matmul
 #                                        epilogues, products' algorithms timed, selective
-#                                        recomputation, fp8 products, alone and with their
-#                                        algorithms timed), the attention core
+#                                        recomputation, fp8 products, alone, with their forward
+#                                        products' fast accumulation off, with CUDA graphs and with
+#                                        their algorithms timed), the attention core
 #                                        alone against PyTorch's SDPA, and the time split by op
 #                                        (--profile-ops: bf16, with fp8 products, with
 #                                        --matmul-autotune); not part
@@ -189,19 +190,20 @@ if runs levers; then
   : > "$levers"
   for switch in "" "--cuda-graph" "--no-fused-attention" "--warpgroup-attention" "--no-deterministic-attention" \
                 "--no-matmul-epilogues" "--matmul-autotune" "--recompute-granularity selective" "--fp8-format hybrid" \
-                "--fp8-format hybrid --cuda-graph" "--fp8-format hybrid --matmul-autotune"; do
+                "--fp8-format hybrid --no-fp8-fast-accumulation" "--fp8-format hybrid --cuda-graph" \
+                "--fp8-format hybrid --matmul-autotune"; do
     measure "$levers" "\"switch\":\"${switch:-(defaults)}\"" \
       "$kiln" bench train --device cuda --bf16 $model --vocab-size $vocab --skip-gemm-ceiling --json $timing $datasheet $switch
   done
   python3 - "$levers" <<'PY'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
-print(f"{'switch':>38} {'ms/iter':>8} {'tok/s':>9} {'GiB':>6} {'roofline ms':>11}  back-end notes")
+print(f"{'switch':>46} {'ms/iter':>8} {'tok/s':>9} {'GiB':>6} {'roofline ms':>11}  back-end notes")
 for r in rows:
     if r.get("failed"):
-        print(f"{r['switch']:>38} {'failed':>8}")
+        print(f"{r['switch']:>46} {'failed':>8}")
         continue
-    print(f"{r['switch']:>38} {r['median_ms_per_iteration']:>8.1f} {r['tokens_per_second']:>9.0f}"
+    print(f"{r['switch']:>46} {r['median_ms_per_iteration']:>8.1f} {r['tokens_per_second']:>9.0f}"
           f" {r['peak_memory_gib']:>6.1f} {r['roofline_ms_per_iteration']:>11.3g}  {r['backend_notes']}")
 PY
   echo "== attention core alone, bf16 causal: kiln (fused: on mma.sync, the default, and on wgmma where it runs, each with" \

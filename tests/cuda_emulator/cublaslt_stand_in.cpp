@@ -22,7 +22,8 @@
 // fallbacks), how many algorithms it offers and how fast each is (here one, unless a test sets
 // several with cuda_emulator::set_cublaslt_algorithms to see kiln choose by timing), and which
 // GELU its epilogues compute (the documentation does not say; this uses the tanh form kiln's ops
-// use).
+// use), and what fp8 fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM) loses (not documented:
+// here the same result, the calls counted for cuda_emulator::cublaslt_fast_accumulation_runs).
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -43,6 +44,7 @@ namespace {
 cuda_emulator::Epilogues epilogues_offered = cuda_emulator::Epilogues::Offered;
 std::vector<double> algorithm_ms = {0.0};      // cuda_emulator::set_cublaslt_algorithms
 std::vector<int64_t> algorithm_runs = {0};
+int64_t fast_accumulation_runs = 0;  // cuda_emulator::cublaslt_fast_accumulation_runs
 
 bool has_epilogue(uint32_t epilogue) { return epilogue != CUBLASLT_EPILOGUE_DEFAULT; }
 
@@ -63,6 +65,7 @@ struct Desc {
   int64_t aux_ld = 0;
   const float* a_scale = nullptr;  // fp8: device factors of op(A), op(B), read when the product runs
   const float* b_scale = nullptr;
+  int8_t fast_accumulation = 0;  // fp8: counted (cuda_emulator::cublaslt_fast_accumulation_runs)
 };
 
 struct Preference {
@@ -211,6 +214,7 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t handle, cubla
     case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: ok = read(d.aux_ld, buffer, bytes); break;
     case CUBLASLT_MATMUL_DESC_A_SCALE_POINTER: ok = read(d.a_scale, buffer, bytes); break;
     case CUBLASLT_MATMUL_DESC_B_SCALE_POINTER: ok = read(d.b_scale, buffer, bytes); break;
+    case CUBLASLT_MATMUL_DESC_FAST_ACCUM: ok = read(d.fast_accumulation, buffer, bytes); break;
     default: return CUBLAS_STATUS_NOT_SUPPORTED;  // an attribute kiln does not set
   }
   return ok ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
@@ -327,6 +331,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t operation,
   if (index >= algorithm_ms.size()) return CUBLAS_STATUS_INVALID_VALUE;
   if (algorithm_ms[index] < 0.0) return CUBLAS_STATUS_NOT_SUPPORTED;
   ++algorithm_runs[index];
+  if (op.fast_accumulation) ++fast_accumulation_runs;
 
   const float alpha = *static_cast<const float*>(alpha_pointer), beta = *static_cast<const float*>(beta_pointer);
   const auto extra = std::chrono::duration<double, std::milli>(algorithm_ms[index]);
@@ -411,3 +416,5 @@ void cuda_emulator::set_cublaslt_algorithms(std::vector<double> milliseconds) {
 }
 
 std::vector<int64_t> cuda_emulator::cublaslt_runs_by_algorithm() { return algorithm_runs; }
+
+int64_t cuda_emulator::cublaslt_fast_accumulation_runs() { return fast_accumulation_runs; }

@@ -86,6 +86,17 @@ TEST_F(EmulatedFp8Matmul, OtherLayoutsAreRefusedByName) {
   EXPECT_NE(error_of([&] { lt.run(fp8_out); }).find("output fp8_e4m3"), std::string::npos);
 }
 
+// Fast accumulation is an fp8 product's alone: asked of another, the call is refused by name.
+TEST_F(EmulatedFp8Matmul, FastAccumulationIsForFp8ProductsAlone) {
+  cuda::Gemm fast = tn_product();
+  fast.fast_accumulation = true;
+  EXPECT_TRUE(lt.run(fast));
+  cuda::Gemm bf16 = fast;
+  bf16.types = {DType::BF16, DType::BF16};
+  EXPECT_NE(error_of([&] { lt.run(bf16); }).find("fast accumulation is for fp8 products, not bf16 inputs"),
+            std::string::npos);
+}
+
 // A product cuBLASLt has no algorithm for is named whole in the error: rows of 24 fp8 bytes are not
 // 16-byte multiples, which the emulator's heuristic refuses as cuBLASLt's does.
 TEST_F(EmulatedFp8Matmul, AProductWithoutAnAlgorithmIsNamed) {

@@ -36,6 +36,9 @@ struct BackendOptions {
   bool matmul_autotune = false;  // CUDA: each product shape's cuBLASLt algorithm the fastest of the
                                  // heuristic's first few, timed at its first call (the algorithm,
                                  // and so the rounding, can differ between runs); off: the heuristic's first
+  bool fp8_fast_accumulation = true;  // CUDA: fp8 forward products accumulate without promoting their
+                                      // partial sums to fp32 at intervals (cuBLASLt's fast accumulation:
+                                      // faster, less exact); the backward's always promote
 };
 
 // Ops recorded by Backend::capture, replayed as one unit: replay() issues exactly the work the ops

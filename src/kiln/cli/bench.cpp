@@ -133,6 +133,7 @@ void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
         {"deterministic_attention", resolved.deterministic_attention},
         {"matmul_autotune", resolved.matmul_autotune},
         {"cuda_graph", resolved.cuda_graph}, {"fp8_format", resolved.fp8_format},
+        {"fp8_fast_accumulation", resolved.fp8_fast_accumulation},
         {"backend_notes", backend.run_notes()},
         {"recompute", resolved.recompute_policy().describe()}};
     if (const OpTimingBackend* timing = trainer.op_timing()) {

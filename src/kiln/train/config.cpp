@@ -62,6 +62,10 @@ const std::vector<ConfigField>& config_fields() {
       {"fp8_amax_history_len", &Config::fp8_amax_history_len, "steps of amax kept per fp8 tensor"},
       {"fp8_amax_compute_algo", &Config::fp8_amax_compute_algo,
        "fp8 scale from the amax history: most_recent or max"},
+      {"fp8_fast_accumulation", &Config::fp8_fast_accumulation,
+       "the fp8 forward products accumulate without promoting their partial sums to fp32 at intervals "
+       "(cuBLASLt's fast accumulation: faster, less exact; the backward's products always promote, as in "
+       "Transformer Engine's and torchao's fp8 recipes) (CUDA; --no-fp8-fast-accumulation: promote there too)"},
       {"matmul_epilogues", &Config::matmul_epilogues,
        "bias, GELU and bias gradients inside the cuBLASLt products where it has algorithms for them (CUDA; "
        "--no-matmul-epilogues: separate kernels)"},

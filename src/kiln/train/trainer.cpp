@@ -55,7 +55,7 @@ Trainer::Trainer(const Config& config)
   backend_ = make_backend(config_.device,
                           BackendOptions{config_.tf32, config_.fused_attention, config_.matmul_epilogues,
                                          config_.warpgroup_attention, config_.deterministic_attention,
-                                         config_.matmul_autotune});
+                                         config_.matmul_autotune, config_.fp8_fast_accumulation});
   if (config_.profile_ops) backend_ = std::make_unique<OpTimingBackend>(std::move(backend_));
   const GptConfig gpt = config_.gpt();
   const auto seed = static_cast<uint64_t>(config_.seed);
@@ -316,9 +316,11 @@ void Trainer::run() {
                                        config_.load, state_.iteration, state_.consumed_samples));
     if (model_->fp8())
       observer->on_message(fmt::format(
-          "fp8: {} products of the transformer blocks (E4M3 forward, {} gradients), delayed scaling over {} "
+          "fp8: {} products of the transformer blocks (E4M3 forward{}, {} gradients), delayed scaling over {} "
           "step(s) of amax ({}), margin {}; {}",
-          4 * config_.num_layers, config_.fp8_format == "hybrid" ? "E5M2" : "E4M3", config_.fp8_amax_history_len,
+          4 * config_.num_layers,
+          config_.fp8_fast_accumulation && config_.device == "cuda" ? " with fast accumulation" : "",
+          config_.fp8_format == "hybrid" ? "E5M2" : "E4M3", config_.fp8_amax_history_len,
           config_.fp8_amax_compute_algo, config_.fp8_margin,
           fp8_calibrated_ ? "scales calibrated on one micro-batch before the first step"
                           : "scales restored from the checkpoint"));

@@ -108,6 +108,10 @@ void set_cublaslt_epilogues(Epilogues epilogues);
 void set_cublaslt_algorithms(std::vector<double> milliseconds);
 // How many products each algorithm has been issued for since the last set_cublaslt_algorithms.
 std::vector<int64_t> cublaslt_runs_by_algorithm();
+// How many products have been issued with fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM) in
+// this process. Their results here are those of the others: how much precision a GPU's fast
+// accumulation loses is not documented, so it is not modelled.
+int64_t cublaslt_fast_accumulation_runs();
 
 // Inside a kernel (the calling fiber's thread).
 const uint3& thread_index();

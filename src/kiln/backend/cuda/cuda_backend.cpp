@@ -58,6 +58,7 @@ CudaBackend::CudaBackend(const BackendOptions& options) : handles_(std::make_uni
   handles_->fused_attention = options.fused_attention;
   handles_->matmul_epilogues = options.matmul_epilogues;
   handles_->deterministic_attention = options.deterministic_attention;
+  handles_->fp8_fast_accumulation = options.fp8_fast_accumulation;
   int device = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   check_cuda(cudaDeviceGetAttribute(&handles_->compute_major, cudaDevAttrComputeCapabilityMajor, device),

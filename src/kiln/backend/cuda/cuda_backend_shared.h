@@ -23,6 +23,7 @@ struct CudaBackend::Handles {
   bool fused_attention = true;
   bool warpgroup_attention = false;  // asked for, and the device and build have it
   bool deterministic_attention = true;
+  bool fp8_fast_accumulation = true;  // in the fp8 forward products (BackendOptions)
   int compute_major = 0, compute_minor = 0;  // the device's compute capability, read once
   std::array<int64_t, 3> attention_forward_calls{};  // by AttentionPath (cuda_attention.cpp), for run_notes()
   int64_t warpgroup_forward_calls = 0;               // of the Tiled ones, on wgmma

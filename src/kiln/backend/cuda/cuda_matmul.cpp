@@ -71,6 +71,7 @@ void CudaBackend::matmul_forward(const MatmulForward& a) {
     product = {{DType::F8E4M3, dtype}, false, true, M, N, K, 1.0f, in8, K, weight8, K, 0.0f, a.out.data, N};
     product.a_scale = a.fp8->in.scale_inv.as<float>();
     product.b_scale = a.fp8->weight.scale_inv.as<float>();
+    product.fast_accumulation = handles_->fp8_fast_accumulation;
   }
   if (!a.residual.empty()) {  // out = product + residual (+ bias), one rounding: C read apart from D
     product.beta = 1.0f;

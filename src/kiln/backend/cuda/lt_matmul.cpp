@@ -64,11 +64,11 @@ const void* addend_of(const Gemm& g) { return g.addend ? g.addend : g.C; }
 std::string describe(const Gemm& g) {
   return fmt::format(
       "the {} x {} x {} product (trans_a {}, trans_b {}, lda {}, ldb {}, ldc {}, batch {}; {} x {} inputs, {} "
-      "output; epilogue {}; beta {}{}; A, B, C aligned to {}, {}, {} bytes; scales {}/{})",
+      "output; epilogue {}; beta {}{}; A, B, C aligned to {}, {}, {} bytes; scales {}/{}{})",
       g.M, g.N, g.K, g.trans_a, g.trans_b, g.lda, g.ldb, g.ldc, g.batch, dtype_name(g.types.inputs),
       dtype_name(g.types.b()), dtype_name(g.types.output), static_cast<int>(g.epilogue), g.beta,
       g.addend ? " with an addend" : "", alignment(g.A), alignment(g.B), alignment(g.C), g.a_scale != nullptr,
-      g.b_scale != nullptr);
+      g.b_scale != nullptr, g.fast_accumulation ? "; fast accumulation" : "");
 }
 
 template <typename T>
@@ -148,7 +148,8 @@ LtMatmul::Plan& LtMatmul::plan_for(const Gemm& g) {
                  g.stride_c, static_cast<int64_t>(t.inputs), static_cast<int64_t>(t.b()),
                  static_cast<int64_t>(t.output), t.tf32, static_cast<int64_t>(g.epilogue), g.aux_ld,
                  alignment(g.A), alignment(g.B), alignment(g.C), alignment(g.bias), alignment(g.bias_grad),
-                 alignment(g.aux), g.a_scale != nullptr, g.b_scale != nullptr, alignment(addend_of(g))};
+                 alignment(g.aux), g.a_scale != nullptr, g.b_scale != nullptr, alignment(addend_of(g)),
+                 g.fast_accumulation};
   auto found = plans_.find(key);
   if (found != plans_.end()) return *found->second;
 
@@ -163,6 +164,8 @@ LtMatmul::Plan& LtMatmul::plan_for(const Gemm& g) {
              "an fp8 product takes A [M,K] and B [N,K] (trans_a false, trans_b true), not both E5M2, and writes "
              "a 16- or 32-bit C; got trans_a {}, trans_b {}, {} x {}, output {}", g.trans_a, g.trans_b,
              dtype_name(t.inputs), dtype_name(t.b()), dtype_name(t.output));
+  KILN_CHECK(!g.fast_accumulation || fp8(t.inputs), "fast accumulation is for fp8 products, not {} inputs",
+             dtype_name(t.inputs));
   auto plan = std::make_unique<Plan>();
   plan->epilogue = g.epilogue;
   check_lt(cublasLtMatmulDescCreate(&plan->desc, compute_type(t), CUDA_R_32F), "cublasLtMatmulDescCreate");
@@ -172,6 +175,7 @@ LtMatmul::Plan& LtMatmul::plan_for(const Gemm& g) {
   set(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(lt_epilogue(g.epilogue)));
   set_pointers(plan->desc, g);
   if (g.aux) set(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.aux_ld);
+  if (g.fast_accumulation) set(plan->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, static_cast<int8_t>(1));
   plan->a = g.trans_b ? layout(t.b(), g.N, g.K, g.ldb, g.batch, g.stride_b)
                       : layout(t.b(), g.K, g.N, g.ldb, g.batch, g.stride_b);
   plan->b = g.trans_a ? layout(t.inputs, g.K, g.M, g.lda, g.batch, g.stride_a)

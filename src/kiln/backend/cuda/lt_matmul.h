@@ -73,6 +73,10 @@ struct Gemm {
   // factors in allocations of their own ran (inferred, not documented). run() refuses others by name.
   const float* a_scale = nullptr;
   const float* b_scale = nullptr;
+  // fp8 inputs only: cuBLASLt's fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM), which does not
+  // promote the tensor cores' partial sums to fp32 at intervals: faster, less exact. The fp8
+  // recipes of Transformer Engine and torchao take it for the forward products only.
+  bool fast_accumulation = false;
   const void* addend = nullptr;  // the C beta multiplies, when it is not the output; null: C
 };
 
