@@ -65,9 +65,11 @@ TEST(Config, FlagsUseMegatronNames) {
     EXPECT_TRUE(find(flag)) << flag;
 }
 
-TEST(Config, FusionSwitchesAreOnByDefault) {
+// The switches of speed that are on unless turned off, each by a key and a --no- flag.
+TEST(Config, SpeedSwitchesAreOnByDefault) {
   for (auto [key, member] : {std::pair{"fused_attention", &Config::fused_attention},
-                             std::pair{"matmul_epilogues", &Config::matmul_epilogues}}) {
+                             std::pair{"matmul_epilogues", &Config::matmul_epilogues},
+                             std::pair{"fp8_fast_accumulation", &Config::fp8_fast_accumulation}}) {
     Config config;
     EXPECT_TRUE(config.*member) << key;
     apply_yaml(config, fmt::format("{}: false\n", key), "test.yaml");

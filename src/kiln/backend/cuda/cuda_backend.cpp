@@ -139,6 +139,9 @@ std::string CudaBackend::run_notes() const {
       "backward calls on tensor cores: {}, {} of them adding dQ atomically",
       products, notes_on_timing, calls[0], handles_->warpgroup_forward_calls, calls[1], calls[2],
       handles_->tiled_backward_calls, handles_->atomic_backward_calls);
+  if (counts.fp8 > 0)
+    notes += fmt::format("; fp8 product shapes: {}, {} of them with fast accumulation", counts.fp8,
+                         counts.fast_accumulation);
   if (graph_counts_->captures > 0)  // a recorded call is counted once, however often it is replayed
     notes += fmt::format("; CUDA graphs: {} captured, {} replays (calls inside them counted once)",
                          graph_counts_->captures, graph_counts_->replays);

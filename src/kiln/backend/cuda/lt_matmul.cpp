@@ -122,6 +122,7 @@ struct LtMatmul::Plan {
   float first_ms = 0.0f, chosen_ms = 0.0f;       // once timed: the heuristic's first, the chosen
   GemmEpilogue epilogue = GemmEpilogue::None;
   bool supported = false;
+  bool fp8 = false, fast_accumulation = false;  // its inputs; Gemm::fast_accumulation
   ~Plan() {
     if (desc) cublasLtMatmulDescDestroy(desc);
     for (cublasLtMatrixLayout_t matrix : {a, b, c})
@@ -168,6 +169,8 @@ LtMatmul::Plan& LtMatmul::plan_for(const Gemm& g) {
              dtype_name(t.inputs));
   auto plan = std::make_unique<Plan>();
   plan->epilogue = g.epilogue;
+  plan->fp8 = fp8(t.inputs);
+  plan->fast_accumulation = g.fast_accumulation;
   check_lt(cublasLtMatmulDescCreate(&plan->desc, compute_type(t), CUDA_R_32F), "cublasLtMatmulDescCreate");
   // C^T[N,M] = op(B)^T op(A)^T: cuBLASLt's A is our B, its B our A, each transposed as we say.
   set(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, static_cast<int32_t>(g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N));
@@ -217,6 +220,8 @@ LtMatmul::PlanCounts LtMatmul::plan_counts() const {
     if (plan->epilogue == GemmEpilogue::None) ++counts.plain;
     else if (plan->supported) ++counts.fused;
     else ++counts.fell_back;
+    counts.fp8 += plan->fp8;
+    counts.fast_accumulation += plan->fast_accumulation;
     if (plan->algorithms.size() > 1 && !plan->awaiting_timing) {
       ++counts.timed;
       if (plan->chosen != 0) ++counts.changed;

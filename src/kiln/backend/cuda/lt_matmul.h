@@ -97,11 +97,13 @@ class LtMatmul {
 
   // Plans made so far: with an epilogue that cuBLASLt took, with one it had no algorithm for; with
   // autotune, those whose candidates were timed, those that took another algorithm than the
-  // heuristic's first, and the largest gain that brought (the first's time over the kept one's).
+  // heuristic's first, and the largest gain that brought (the first's time over the kept one's); of
+  // fp8 inputs, and of those with fast accumulation.
   struct PlanCounts {
     int64_t fused = 0, fell_back = 0, plain = 0;
     int64_t timed = 0, changed = 0;
     double best_speedup = 1.0;
+    int64_t fp8 = 0, fast_accumulation = 0;
   };
   PlanCounts plan_counts() const;
 
