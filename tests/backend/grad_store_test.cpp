@@ -15,6 +15,7 @@
 #include "kiln/backend/registry.h"
 #include "support/backends.h"
 #include "support/device_tensors.h"
+#include "support/fp8_codes.h"
 
 namespace kiln::testing {
 namespace {
@@ -56,10 +57,7 @@ class GradStoreWrite : public ::testing::TestWithParam<Case> {
     const Tensor in = t.acts(random_floats(M * K, rng), {M, K}), dout = t.acts(random_floats(M * N, rng), {M, N});
     const Tensor weight = t.acts(random_floats(K * N, rng, 0.2f), weight_shape);
     const Tensor pre = c.gelu ? t.acts(random_floats(M * K, rng), {M, K}) : Tensor{};
-    const auto operand = [&](float scale) {
-      return Fp8Operand{t.floats({scale}, {1}), t.floats({1.0f / scale}, {1}), t.floats({0.0f}, {1})};
-    };
-    const Fp8Matmul casts{operand(4.0f), operand(16.0f), operand(8.0f)};
+    const Fp8Matmul casts = fixed_fp8_casts(t);
     MatmulBackward op{t.poisoned_acts({M, K}), t.floats(held_before(store, K * N), weight_shape), Tensor{}, dout,
                       in, weight, c.layout, pre, c.fp8 ? &casts : nullptr};
     if (c.bias) op.dbias = t.floats(held_before(store, c.bias_offset + N), {c.bias_offset + N}).slice(c.bias_offset, N);

@@ -14,6 +14,7 @@
 #include "kiln/backend/registry.h"
 #include "kiln/core/rng.h"
 #include "support/device_tensors.h"
+#include "support/fp8_codes.h"
 
 namespace kiln::testing {
 namespace {
@@ -31,10 +32,7 @@ Results run_mlp_products(Backend& backend, DType dtype, bool fp8 = false, GradSt
   const int64_t M = 64, K = 48, N = fp8 ? 48 : 40;
   Rng rng(5);
   DeviceTensors t(backend, dtype);
-  const auto operand = [&](float scale) {
-    return Fp8Operand{t.floats({scale}, {1}), t.floats({1.0f / scale}, {1}), t.floats({0.0f}, {1})};
-  };
-  const Fp8Matmul casts{operand(4.0f), operand(16.0f), operand(8.0f)};
+  const Fp8Matmul casts = fixed_fp8_casts(t);
   const Fp8Matmul* products = fp8 ? &casts : nullptr;
   const Tensor in = t.acts(random_floats(M * K, rng), {M, K});
   const Tensor weight = t.acts(random_floats(K * N, rng, 0.2f), {K, N});
@@ -62,10 +60,7 @@ std::vector<float> run_projection(Backend& backend, DType dtype, bool fp8) {
   const int64_t M = 64, K = 48, N = 32;
   Rng rng(6);
   DeviceTensors t(backend, dtype);
-  const auto operand = [&](float scale) {
-    return Fp8Operand{t.floats({scale}, {1}), t.floats({1.0f / scale}, {1}), t.floats({0.0f}, {1})};
-  };
-  const Fp8Matmul casts{operand(4.0f), operand(16.0f), operand(8.0f)};
+  const Fp8Matmul casts = fixed_fp8_casts(t);
   MatmulForward product{t.poisoned_acts({M, N}), t.acts(random_floats(M * K, rng), {M, K}),
                         t.acts(random_floats(K * N, rng, 0.2f), {K, N}), t.acts(random_floats(N, rng), {N}),
                         WeightLayout::InOut, Tensor{}, fp8 ? &casts : nullptr};

@@ -11,6 +11,7 @@
 #include "kiln/backend/registry.h"
 #include "kiln/core/rng.h"
 #include "support/device_tensors.h"
+#include "support/fp8_codes.h"
 
 namespace kiln::testing {
 namespace {
@@ -25,10 +26,7 @@ Runs fast_accumulation_runs(bool option, bool fp8) {
   const int64_t M = 32, K = 48, N = 64;  // multiples of 16, as fp8 products ask
   Rng rng(3);
   DeviceTensors t(*backend, DType::BF16);
-  const auto operand = [&](float scale) {
-    return Fp8Operand{t.floats({scale}, {1}), t.floats({1.0f / scale}, {1}), t.floats({0.0f}, {1})};
-  };
-  const Fp8Matmul casts{operand(4.0f), operand(16.0f), operand(8.0f)};
+  const Fp8Matmul casts = fixed_fp8_casts(t);
   const Fp8Matmul* products = fp8 ? &casts : nullptr;
   const Tensor in = t.acts(random_floats(M * K, rng), {M, K});
   const Tensor weight = t.acts(random_floats(K * N, rng, 0.2f), {K, N});
