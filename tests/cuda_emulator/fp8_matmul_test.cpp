@@ -107,6 +107,13 @@ TEST_F(EmulatedFp8Matmul, AProductWithoutAnAlgorithmIsNamed) {
                        "lda 24, ldb 24, ldc 48, batch 1; fp8_e4m3 x fp8_e4m3 inputs, bf16 output"),
             std::string::npos)
       << error;
+  EXPECT_EQ(error.find("fast accumulation"), std::string::npos) << error;
+  narrow.fast_accumulation = true;  // the error then says so, and how to run without it
+  const std::string fast = error_of([&] { lt.run(narrow); });
+  EXPECT_NE(fast.find("; fast accumulation): CUBLAS_STATUS_NOT_SUPPORTED (emulator) (--no-fp8-fast-accumulation "
+                      "runs the fp8 forward products without it)"),
+            std::string::npos)
+      << fast;
 }
 
 // Factors less than 16-byte aligned are refused by name before cuBLASLt sees them (an H100's

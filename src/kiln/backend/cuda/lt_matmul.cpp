@@ -208,9 +208,9 @@ LtMatmul::Plan& LtMatmul::plan_for(const Gemm& g) {
         plan->algorithms.push_back(results[static_cast<size_t>(i)].algo);
   plan->supported = !plan->algorithms.empty();
   plan->awaiting_timing = plan->algorithms.size() > 1;
-  KILN_CHECK(plan->supported || g.epilogue != GemmEpilogue::None,
-             "cuBLASLt has no algorithm for {}: {}", describe(g),
-             status == CUBLAS_STATUS_SUCCESS ? "no heuristic result" : cublasLtGetStatusString(status));
+  KILN_CHECK(plan->supported || g.epilogue != GemmEpilogue::None, "cuBLASLt has no algorithm for {}: {}{}",
+             describe(g), status == CUBLAS_STATUS_SUCCESS ? "no heuristic result" : cublasLtGetStatusString(status),
+             g.fast_accumulation ? " (--no-fp8-fast-accumulation runs the fp8 forward products without it)" : "");
   return *plans_.emplace(std::move(key), std::move(plan)).first->second;
 }
 
