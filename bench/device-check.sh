@@ -3,7 +3,9 @@
 # CUDA build is already in build/, run the GPU tests, then run kiln and the PyTorch peer
 # (bench/peers/pytorch_gpt.py) back to back on GPT-2 124M, 350M and 774M at sequence 1024 and
 # print one table with the ratio kiln / PyTorch: kiln in bf16, and with fp8 products
-# (--fp8-format hybrid), against PyTorch's bf16. Everything is measured in this one run.
+# (--fp8-format hybrid), against PyTorch's bf16, and a verdict per size against the speed issue's
+# bar (1.25x PyTorch's faster run, peak memory below PyTorch's). Everything is measured in this one
+# run.
 #
 #   bench/device-check.sh [--build]      (--build: rebuild even if build/kiln exists)
 #   bench/device-check.sh --prebuilt     use build-pack/ from scripts/pack-for-device.sh (for a
@@ -179,6 +181,24 @@ for model in dict.fromkeys(r["model"] for r in rows):
           f" {speed(fp8)[0]:>14} {speed(fp8)[1]:>6} {roofline(fp8):>11} |"
           f" {speed(eager)[0]:>16} {speed(eager)[1]:>6} {ratio(bf16, eager):>6} |"
           f" {speed(compiled)[0]:>18} {speed(compiled)[1]:>6} {ratio(bf16, compiled):>6} {ratio(fp8, compiled):>9}")
+# The speed issue's bar, per size: kiln's faster setting at 1.25x or more of PyTorch's faster run, at a
+# peak below the lower of PyTorch's two peaks.
+print()
+for model in dict.fromkeys(r["model"] for r in rows):
+    kiln = [r for r in rows if r["model"] == model and r["who"] == "kiln" and not r.get("failed")]
+    peers = [r for r in rows if r["model"] == model and r["who"] == "pytorch" and not r.get("failed")]
+    if not kiln or not peers:
+        print(f"{model}: no verdict (a run failed)")
+        continue
+    best = max(kiln, key=lambda r: r["tokens_per_second"])
+    peer = max(peers, key=lambda r: r["tokens_per_second"])
+    speedup = best["tokens_per_second"] / peer["tokens_per_second"]
+    peer_gib = min(r["peak_memory_gib"] for r in peers)
+    setting, peer_name = ("fp8" if best["fp8"] else "bf16"), ("torch.compile" if peer["compiled"] else "eager")
+    print(f"{model}: kiln {setting} at {speedup:.2f}x PyTorch {peer_name}: "
+          f"{'meets' if speedup >= 1.25 else 'short of'} 1.25x; peak {best['peak_memory_gib']:.1f} GiB, "
+          f"{'below' if best['peak_memory_gib'] < peer_gib else 'not below'} PyTorch's {peer_gib:.1f}"
+          f"{'' if speedup >= 1.25 else ' (where the time goes: --stages levers, profile*.txt)'}")
 PY
 fi
 
