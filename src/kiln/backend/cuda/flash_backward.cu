@@ -142,8 +142,9 @@ __global__ void __launch_bounds__(kCrews<Tiles, AddsQueryGradient> * kThreads,
   const int first_query = causal ? k0 : 0;  // earlier queries see none of these keys
   const int tiles = (T_ - first_query + kTileRows - 1) / kTileRows;
   // Each crew copies its own tiles; the first crew copies the streamed Q tiles, the last the dO
-  // ones.
-  const auto copy_streamed = [&](int buffer, int first) {
+  // ones. Captured by value: by reference, the head-128 mma.sync kernel that adds dQ spilled 36
+  // bytes (bf16; fp16 32, not 16), at 255 registers.
+  const auto copy_streamed = [=](int buffer, int first) {
     if (own_crew == 0)
       Tiles::template copy<kBlockCrews>(queries(buffer),
                                         sequence + static_cast<int64_t>(first) * head.stride,
