@@ -36,6 +36,9 @@
 #                                        rounding alone), with fp8 products, and with fp8 products
 #                                        without fast accumulation; each run's losses and its largest
 #                                        gap to bf16's; about 2 minutes
+#   ... --bundle                         at the end, pack every file written under $OUT but the .ncu-rep
+#                                        reports into $OUT/device-check.tar.gz (for a transfer that
+#                                        takes few files)
 #   bench/device-check.sh --rehearse BUILD_DIR
 #                                        a dry run of the other stages on a machine without
 #                                        a GPU (CI): BUILD_DIR/kiln_on_emulator (the CUDA back-end on
@@ -57,14 +60,15 @@ cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/kiln-device-check}
 mkdir -p "$out"
 
-prebuilt=0 rebuild=0 rehearse="" stages=tests,table
+prebuilt=0 rebuild=0 bundle=0 rehearse="" stages=tests,table
 while (($#)); do
   case "$1" in
     --prebuilt) prebuilt=1 ;;
     --build) rebuild=1 ;;
+    --bundle) bundle=1 ;;
     --stages) stages=${2:?--stages needs a list}; shift ;;
     --rehearse) rehearse=${2:?--rehearse needs the build directory}; stages=table,levers,counters,loss; shift ;;
-    *) echo "device-check.sh: unknown argument '$1' (--build, --prebuilt, --stages LIST, --rehearse DIR)" >&2
+    *) echo "device-check.sh: unknown argument '$1' (--build, --prebuilt, --stages LIST, --bundle, --rehearse DIR)" >&2
        exit 2 ;;
   esac
   shift
@@ -301,7 +305,7 @@ if runs counters; then
         "${ncu[@]}" --import "$out/$name.ncu-rep" > "$out/$name.txt" &&
         "${ncu[@]}" --import "$out/$name.ncu-rep" --csv --page details > "$out/$name-details.csv" &&
         "${ncu[@]}" --import "$out/$name.ncu-rep" --csv --page raw > "$out/$name.csv"; then
-      python3 - "$out/$name-details.csv" <<'PY'
+      python3 - "$out/$name-details.csv" "$out/$name.csv" <<'PY'
 import collections, csv, re, sys
 # One line per profiled kernel: the details page's metrics by their display names (blank where a
 # section was not collected).
@@ -319,12 +323,42 @@ def short(name):  # the function's own name, without namespaces, template argume
     return name.split("::")[-1].split(" ")[-1][:44]
 def value(kernel, metric):
     return kernel.get(metric, ("", ""))[0]
-print(f"{'kernel':>44} {'grid':>14} {'block':>12} {'us':>8} {'regs':>5} {'occup%':>7} {'SM%':>6} {'mem%':>6} {'dram%':>6}")
-for kernel in kernels.values():
-    print(f"{short(kernel['name']):>44} {kernel['grid']:>14} {kernel['block']:>12} {microseconds(kernel):>8}"
-          f" {value(kernel, 'Registers Per Thread'):>5} {value(kernel, 'Achieved Occupancy'):>7}"
-          f" {value(kernel, 'Compute (SM) Throughput'):>6} {value(kernel, 'Memory Throughput'):>6}"
-          f" {value(kernel, 'DRAM Throughput'):>6}")
+percentages = ["Achieved Occupancy", "Compute (SM) Throughput", "Memory Throughput", "DRAM Throughput"]
+if len(kernels) <= 40:
+    print(f"{'kernel':>44} {'grid':>14} {'block':>12} {'us':>8} {'regs':>5} {'occup%':>7} {'SM%':>6} {'mem%':>6}"
+          f" {'dram%':>6}")
+    for kernel in kernels.values():
+        print(f"{short(kernel['name']):>44} {kernel['grid']:>14} {kernel['block']:>12} {microseconds(kernel):>8}"
+              f" {value(kernel, 'Registers Per Thread'):>5}" + "".join(f" {value(kernel, m):>6}" for m in percentages))
+else:  # a step's hundreds of launches: by kernel, the 25 that took longest, percentages weighted by time
+    by_name = collections.defaultdict(lambda: {"launches": 0, "us": 0.0, "weighted": [0.0] * len(percentages)})
+    for kernel in kernels.values():
+        us = float(microseconds(kernel) or 0)
+        entry = by_name[short(kernel["name"])]
+        entry["launches"] += 1
+        entry["us"] += us
+        for i, metric in enumerate(percentages):
+            entry["weighted"][i] += us * float(value(kernel, metric) or 0)
+    print(f"{len(kernels)} launches of {len(by_name)} kernels; the 25 that took longest:")
+    print(f"{'kernel':>44} {'launches':>8} {'us':>9} {'occup%':>7} {'SM%':>6} {'mem%':>6} {'dram%':>6}")
+    for name, entry in sorted(by_name.items(), key=lambda item: -item[1]["us"])[:25]:
+        weights = [w / entry["us"] if entry["us"] > 0 else 0.0 for w in entry["weighted"]]
+        print(f"{name:>44} {entry['launches']:>8} {entry['us']:>9.1f}" + "".join(f" {w:>6.1f}" for w in weights))
+# Where the warps wait (section WarpStateStats, in --set full), for a few launches: the raw page's
+# cycles stalled per issued instruction by reason, the largest four a launch (its rows after the
+# header, but for the units row ncu puts first, whose ID is not a number).
+rows = list(csv.reader(open(sys.argv[2]))) if len(kernels) <= 40 else []
+stall = re.compile(r"smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
+reasons = [(i, m.group(1)) for i, metric in enumerate(rows[0] if rows else []) if (m := stall.match(metric))]
+if reasons:
+    print("warp stalls, cycles per issued instruction (largest four):")
+    name_at = rows[0].index("Kernel Name")
+    for row in rows[1:]:
+        if len(row) != len(rows[0]) or not row[0].strip().isdigit():
+            continue
+        cycles = sorted(((float(row[i].replace(",", "")), reason) for i, reason in reasons
+                         if re.fullmatch(r"[0-9.]+", row[i].replace(",", ""))), reverse=True)[:4]
+        print(f"{short(row[name_at]):>44}  " + ", ".join(f"{reason} {value:.2f}" for value, reason in cycles))
 PY
     else
       failures+=("counters $name ($out/$name.log)")
@@ -426,6 +460,15 @@ for setting in settings:
 print("(gaps against bf16's curve; bf16 perturbed shows how far runs drift that differ in rounding alone)")
 PY
   fi
+fi
+
+if ((bundle)); then
+  bundled=$(mktemp)
+  (cd "$out" && find . -maxdepth 1 -type f ! -name '*.ncu-rep' ! -name device-check.tar.gz -printf '%P\n' | sort \
+     > "$bundled" && tar -czf device-check.tar.gz -T "$bundled" && xargs rm -f < "$bundled") ||
+    failures+=("bundling $out")
+  rm -f "$bundled"
+  echo "== bundled into $out/device-check.tar.gz: $(tar -tzf "$out/device-check.tar.gz" | tr '\n' ' ')"
 fi
 
 if ((${#failures[@]})); then

@@ -2,7 +2,8 @@
 """Stands in for Nsight Compute's `ncu` where there is no GPU, for `bench/device-check.sh --rehearse`
 (its counters stage): it takes only the options that script passes, so a misspelt option or section
 fails here before GPU time is spent on it, runs the profiled command (which must succeed), and
-answers `--import` with one placeholder kernel in ncu's CSV layout. Its numbers measure nothing.
+answers `--import` with placeholder kernels in ncu's CSV layout, as many as `-c` asked for (50 at
+most; launches of two kernels in turn). Its numbers measure nothing.
 
     stand_in_ncu.py [--clock-control none] [-f] -o REPORT [--set full | --section NAME ...]
                     [-k regex:PATTERN] [-c COUNT] COMMAND...
@@ -31,6 +32,10 @@ PLACEHOLDER_METRICS = [  # section, name, unit, value
     ("Occupancy", "Achieved Occupancy", "%", "0.00"),
 ]
 
+# Two of the raw page's warp-stall metrics (cycles stalled per issued instruction, by reason).
+STALL_METRICS = ["smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio",
+                 "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio"]
+
 
 def profile(argv):
     parser = argparse.ArgumentParser(prog="ncu (stand-in)")
@@ -51,7 +56,8 @@ def profile(argv):
     if status != 0:
         sys.exit(f"==ERROR== the application returned an error code ({status})")
     with open(args.export + ".ncu-rep", "w") as report:
-        json.dump({"stand_in": True, "kernel_name": args.kernel_name, "command": args.command}, report)
+        json.dump({"stand_in": True, "kernel_name": args.kernel_name, "command": args.command,
+                   "launches": min(args.launch_count or 1, 50)}, report)
 
 
 def import_report(argv):
@@ -61,16 +67,19 @@ def import_report(argv):
     parser.add_argument("--page", choices=["details", "raw"], default="details")
     args = parser.parse_args(argv)
     with open(args.report) as report:
-        json.load(report)  # a report the profile step wrote
+        launches = json.load(report)["launches"]  # a report the profile step wrote
+    names = ["void stand_in_kernel<float>(int)", "void other_stand_in_kernel<float>(int)"]
     writer = csv.writer(sys.stdout, quoting=csv.QUOTE_ALL)
-    if args.page == "raw":
-        writer.writerow(["ID", "Kernel Name", "gpu__time_duration.sum"])
-        writer.writerow(["0", "stand_in_kernel(int)", "1000"])
+    if args.page == "raw":  # a header, ncu's units row, a row a launch
+        writer.writerow(["ID", "Kernel Name", "gpu__time_duration.sum"] + STALL_METRICS)
+        writer.writerow(["", "", "nsecond"] + [""] * len(STALL_METRICS))
+        for launch in range(launches):
+            writer.writerow([str(launch), names[launch % 2], "1000"] + ["0.00"] * len(STALL_METRICS))
         return
     writer.writerow(DETAILS)
-    for section, name, unit, value in PLACEHOLDER_METRICS:
-        writer.writerow(["0", "void stand_in_kernel<float>(int)", "(128, 1, 1)", "(1, 1, 1)", section, name, unit,
-                         value])
+    for launch in range(launches):
+        for section, name, unit, value in PLACEHOLDER_METRICS:
+            writer.writerow([str(launch), names[launch % 2], "(128, 1, 1)", "(1, 1, 1)", section, name, unit, value])
 
 
 def main():
