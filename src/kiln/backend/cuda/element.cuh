@@ -1,11 +1,12 @@
 // Element access for the CUDA kernels: every storage type (fp32, bf16, fp16) is read into fp32 and
 // rounded to nearest even once on store; packs of elements for the memory-bound kernels. Device
-// code (and packs_fit, a host helper); included by the .cu files.
+// code (and aligned_to and packs_fit, host helpers); included by the .cu files.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 
@@ -42,14 +43,18 @@ struct alignas(sizeof(T) * W) Pack {
   __device__ __forceinline__ void set(int i, float value) { values[i] = from_float<T>(value); }
 };
 
+// Whether every pointer is aligned to `bytes` (host side).
+inline bool aligned_to(size_t bytes, std::initializer_list<const void*> pointers) {
+  for (const void* pointer : pointers)
+    if (reinterpret_cast<uintptr_t>(pointer) % bytes != 0) return false;
+  return true;
+}
+
 // Whether every row of `extent` elements of T at each pointer starts 16-byte aligned, so that
 // 16-byte packs tile the rows exactly (host side).
 template <typename T>
 inline bool packs_fit(int64_t extent, std::initializer_list<const void*> pointers) {
-  if (extent % kPackWidth<T> != 0) return false;
-  for (const void* pointer : pointers)
-    if (reinterpret_cast<uintptr_t>(pointer) % 16 != 0) return false;
-  return true;
+  return extent % kPackWidth<T> == 0 && aligned_to(16, pointers);
 }
 
 }  // namespace kiln::cuda

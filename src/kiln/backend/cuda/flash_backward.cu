@@ -327,8 +327,8 @@ __global__ void __launch_bounds__(Tiles::kBackwardCrews * kThreads)
   const int key_end = causal ? min(T_, q0 + kBlockCrews * kTileRows) : T_;
   const int tiles = (key_end + kTileRows - 1) / kTileRows;
   // Each crew copies its own tiles; the first crew copies the streamed K tiles, the last the V
-  // ones.
-  const auto copy_streamed = [&](int buffer, int first) {
+  // ones (captured by value, as the key kernel's).
+  const auto copy_streamed = [=](int buffer, int first) {
     const int64_t offset = static_cast<int64_t>(first) * head.stride;
     if (own_crew == 0)
       Tiles::template copy<kBlockCrews>(keys(buffer), sequence + head.C + offset, T_ - first,

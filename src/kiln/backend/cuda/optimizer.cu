@@ -140,22 +140,18 @@ __global__ void sum_partials_kernel(const double* partials, int count, double* r
 
 int adamw(float* master, void* param_out, int out_kind, const float* grad, float* exp_avg, float* exp_avg_sq,
           const AdamwRange* ranges, int64_t range_count, const AdamwScalars& scalars) {
-  const auto aligned = [](const void* pointer, size_t bytes) {
-    return reinterpret_cast<uintptr_t>(pointer) % bytes == 0;
-  };
-  const bool floats_packed =
-      aligned(master, 16) && aligned(grad, 16) && aligned(exp_avg, 16) && aligned(exp_avg_sq, 16);
+  const bool floats_packed = aligned_to(16, {master, grad, exp_avg, exp_avg_sq});
   return dispatch(out_kind, [&](auto tag) {
     using T = decltype(tag);
     auto* out = static_cast<T*>(param_out);
-    return floats_packed && aligned(param_out, 4 * sizeof(T))
+    return floats_packed && aligned_to(4 * sizeof(T), {param_out})
                ? adamw_launches<T, 4>(master, out, grad, exp_avg, exp_avg_sq, ranges, range_count, scalars)
                : adamw_launches<T, 1>(master, out, grad, exp_avg, exp_avg_sq, ranges, range_count, scalars);
   });
 }
 
 int sum_of_squares(const float* in, int64_t count, double* partials, double* result) {
-  if (reinterpret_cast<uintptr_t>(in) % 16 == 0)
+  if (aligned_to(16, {in}))
     launch(sum_squares_partial_kernel<4>, kSumBlocks, kThreads, 0, in, count, partials);
   else
     launch(sum_squares_partial_kernel<1>, kSumBlocks, kThreads, 0, in, count, partials);
