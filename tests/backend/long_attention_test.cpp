@@ -5,11 +5,15 @@
 // and key tiles, a partial last tile) are checked, on wgmma where the GPU has it (H100/H200) and
 // on mma.sync (the default), each with the backward deterministic and adding dQ
 // atomically (--no-deterministic-attention), and the cuBLAS path the fused kernels replace
-// (--no-fused-attention) too. Same inputs on both back-ends; out, lse
-// and dqkv compared by normalised error. Skips without a GPU.
+// (--no-fused-attention) too; and cuDNN's engines (--cudnn-attention) where they take the call, kiln's
+// kernels where they do not (key padding, head sizes off cuDNN's multiples of 8). Same inputs on
+// both back-ends; out, lse and dqkv compared by normalised error. Skips without a GPU (and the cuDNN
+// case without a loadable cuDNN 9).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
+#include <regex>
 #include <string>
 #include <tuple>
 
@@ -69,6 +73,40 @@ TEST_P(LongAttention, CudaMatchesTheCpuAcrossTiles) {
     EXPECT_LT(normalized_error_with_infinities(actual.lse, expected.lse), bound) << path;
     EXPECT_LT(normalized_error(actual.dqkv, expected.dqkv), 2 * bound) << path;
   }
+}
+
+TEST_P(LongAttention, CudnnMatchesTheCpuWhereItTakesTheCall) {
+  const std::string reason = backend_skip_reason("cuda");
+  if (!reason.empty()) GTEST_SKIP() << reason;
+  BackendOptions with_cudnn;
+  with_cudnn.cudnn_attention = true;
+  std::unique_ptr<Backend> gpu;
+  try {
+    gpu = make_backend("cuda", with_cudnn);
+  } catch (const std::exception& error) {
+    GTEST_SKIP() << error.what();
+  }
+  const auto [dtype_name_, HS, mask] = GetParam();
+  const DType dtype = dtype_name_ == "bf16" ? DType::BF16 : DType::F16;
+  constexpr int64_t B = 2, T = 150, NH = 2;
+  const int64_t C = NH * HS;
+  Rng rng(37);
+  const std::vector<float> qkv = rounded_to(dtype, random_floats(static_cast<size_t>(B * T * 3 * C), rng));
+  const std::vector<float> dout = rounded_to(dtype, random_floats(static_cast<size_t>(B * T * C), rng));
+  std::vector<int32_t> key_mask(static_cast<size_t>(B * T), 1);
+  for (int64_t i = 0; i < B * T; i += 7) key_mask[static_cast<size_t>(i)] = 0;
+  auto cpu = make_backend("cpu");
+  const AttentionResult expected = run_attention(*cpu, dtype, B, T, NH, HS, mask, qkv, dout, key_mask);
+  const AttentionResult actual = run_attention(*gpu, dtype, B, T, NH, HS, mask, qkv, dout, key_mask);
+  const bool cudnn_takes_it = mask == AttentionMask::Causal && HS % 8 == 0 && HS <= 128;
+  const std::string notes = gpu->run_notes();
+  std::smatch calls;
+  ASSERT_TRUE(std::regex_search(notes, calls, std::regex("attention forward calls on cuDNN [^:]*: ([0-9]+)"))) << notes;
+  EXPECT_EQ(calls[1].str(), cudnn_takes_it ? "1" : "0") << notes;
+  const double bound = dtype == DType::BF16 ? 2e-2 : 4e-3;
+  EXPECT_LT(normalized_error(actual.out, expected.out), bound);
+  EXPECT_LT(normalized_error_with_infinities(actual.lse, expected.lse), bound);
+  EXPECT_LT(normalized_error(actual.dqkv, expected.dqkv), 2 * bound);
 }
 
 std::string case_name(const ::testing::TestParamInfo<LongAttention::ParamType>& info) {

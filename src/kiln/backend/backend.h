@@ -39,6 +39,9 @@ struct BackendOptions {
   bool fp8_fast_accumulation = true;  // CUDA: fp8 forward products accumulate without promoting their
                                       // partial sums to fp32 at intervals (cuBLASLt's fast accumulation:
                                       // faster, less exact); the backward's always promote
+  bool cudnn_attention = false;  // CUDA: the fused attention on cuDNN's flash-attention engines where
+                                 // they take the call (cuda/cudnn_attention.h); making the back-end
+                                 // fails if cuDNN 9 cannot be loaded; off: kiln's own kernels
 };
 
 // Ops recorded by Backend::capture, replayed as one unit: replay() issues exactly the work the ops

@@ -131,7 +131,7 @@ void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
         {"fused_attention", resolved.fused_attention}, {"matmul_epilogues", resolved.matmul_epilogues},
         {"warpgroup_attention", resolved.warpgroup_attention},
         {"deterministic_attention", resolved.deterministic_attention},
-        {"matmul_autotune", resolved.matmul_autotune},
+        {"matmul_autotune", resolved.matmul_autotune}, {"cudnn_attention", resolved.cudnn_attention},
         {"cuda_graph", resolved.cuda_graph}, {"fp8_format", resolved.fp8_format},
         {"fp8_fast_accumulation", resolved.fp8_fast_accumulation},
         {"backend_notes", backend.run_notes()},

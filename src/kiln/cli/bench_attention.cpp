@@ -3,7 +3,8 @@
 // papers' count (perf/flops.h). The kernel that decides most of a step's attention time can be
 // compared with PyTorch's scaled_dot_product_attention on the same shapes
 // (bench/peers/pytorch_attention.py prints the same fields) and between kiln's own paths
-// (--no-fused-attention, --warpgroup-attention, --no-deterministic-attention).
+// (--no-fused-attention, --warpgroup-attention, --no-deterministic-attention) and cuDNN's
+// (--cudnn-attention).
 #include <fmt/format.h>
 
 #include <chrono>
@@ -24,7 +25,8 @@ struct BenchAttentionOptions {
   std::string device = "cuda", dtype = "bf16", mask = "causal";
   int64_t batch = 64, seq = 1024, heads = 12, head_size = 64;
   int warmup = 3, iterations = 20;
-  bool no_fused_attention = false, warpgroup_attention = false, no_deterministic_attention = false, json = false;
+  bool no_fused_attention = false, warpgroup_attention = false, no_deterministic_attention = false,
+       cudnn_attention = false, json = false;
 };
 
 // A device tensor of `shape` in `dtype` holding uniform values in [-1, 1) (or zeros).
@@ -76,6 +78,7 @@ void bench_attention(const BenchAttentionOptions& o) {
   backend_options.fused_attention = !o.no_fused_attention;
   backend_options.warpgroup_attention = o.warpgroup_attention;
   backend_options.deterministic_attention = !o.no_deterministic_attention;
+  backend_options.cudnn_attention = o.cudnn_attention;
   auto backend = make_backend(o.device, backend_options);
   const int64_t B = o.batch, T = o.seq, NH = o.heads, C = o.heads * o.head_size;
   Backend::WorkspaceNeeds needs;
@@ -118,6 +121,7 @@ void bench_attention(const BenchAttentionOptions& o) {
                                       {"fused_attention", !o.no_fused_attention},
                                       {"warpgroup_attention", o.warpgroup_attention},
                                       {"deterministic_attention", !o.no_deterministic_attention},
+                                      {"cudnn_attention", o.cudnn_attention},
                                       {"forward_ms", forward_ms},
                                       {"backward_ms", backward_ms}, {"forward_tflops", forward_tflops},
                                       {"backward_tflops", backward_tflops}, {"backend_notes", notes}}
@@ -152,6 +156,8 @@ void add_bench_attention_command(CLI::App& bench) {
                     "the tensor-core kernels on wgmma where the GPU has it (H100/H200), not mma.sync");
   command->add_flag("--no-deterministic-attention", options->no_deterministic_attention,
                     "the tensor-core backward in one kernel adding dQ in fp32 atomics");
+  command->add_flag("--cudnn-attention", options->cudnn_attention,
+                    "cuDNN's fused flash-attention engines (cuDNN 9 loaded at run time), where they take the call");
   command->add_flag("--json", options->json, "one JSON object instead of the table");
   command->callback([options] { bench_attention(*options); });
 }

@@ -81,6 +81,11 @@ const std::vector<ConfigField>& config_fields() {
        "each product shape's cuBLASLt algorithm the fastest of the heuristic's first 8, timed on the product's "
        "own operands at its first call (CUDA; about 32 runs of each shape's product once per run; the "
        "algorithm, and with it the rounding, can differ from run to run); off: the heuristic's first"},
+      {"cudnn_attention", &Config::cudnn_attention,
+       "the fused attention on cuDNN's flash-attention engines (cuDNN 9, loaded at run time: libcudnn.so.9 or "
+       "the file KILN_CUDNN_LIBRARY names) where they take the call: bf16/fp16, heads of up to 128 channels in "
+       "multiples of 8, causal or no mask; kiln's own kernels take the rest (CUDA; off by default: not yet "
+       "measured against kiln's kernels)"},
       {"loss_scale", &Config::loss_scale, "static loss scale (0: dynamic under fp16)"},
       {"initial_loss_scale", &Config::initial_loss_scale, "initial dynamic loss scale"},
       {"min_loss_scale", &Config::min_loss_scale, "smallest dynamic loss scale"},

@@ -70,6 +70,7 @@ struct Config {
   bool warpgroup_attention = false;  // the tensor-core attention kernels on wgmma (CUDA, H100/H200)
   bool deterministic_attention = true;  // the tensor-core attention backward bit-reproducible (CUDA)
   bool matmul_autotune = false;  // each product's cuBLASLt algorithm chosen by timing (CUDA)
+  bool cudnn_attention = false;  // the fused attention on cuDNN's engines where they take it (CUDA)
   bool profile_ops = false;     // time every back-end op, waiting for the device after each
   bool cuda_graph = false;      // replay each micro-batch's forward and backward from a CUDA graph
   // fp8 products in the transformer blocks (nn/fp8_scaling.h), Megatron-LM's flags; needs bf16.

@@ -55,7 +55,8 @@ Trainer::Trainer(const Config& config)
   backend_ = make_backend(config_.device,
                           BackendOptions{config_.tf32, config_.fused_attention, config_.matmul_epilogues,
                                          config_.warpgroup_attention, config_.deterministic_attention,
-                                         config_.matmul_autotune, config_.fp8_fast_accumulation});
+                                         config_.matmul_autotune, config_.fp8_fast_accumulation,
+                                         config_.cudnn_attention});
   if (config_.profile_ops) backend_ = std::make_unique<OpTimingBackend>(std::move(backend_));
   const GptConfig gpt = config_.gpt();
   const auto seed = static_cast<uint64_t>(config_.seed);

@@ -21,11 +21,14 @@ using cuda_backend::kCuda;
 
 static_assert(kMaxFusedAttentionHeadSize == cuda::kGeneralAttentionMaxHeadSize);
 
-AttentionPath cuda_backend::attention_path(bool fused_on, int compute_major, DType dtype, int64_t B, int64_t NH,
-                                           int64_t HS, std::initializer_list<const void*> tensors) {
-  if (!fused_on || !fused_attention_shape(dtype, HS) || B * NH > 65535) return AttentionPath::Materialized;
-  for (const void* data : tensors)
-    if (reinterpret_cast<uintptr_t>(data) % 16 != 0) return AttentionPath::General;
+AttentionPath cuda_backend::attention_path(bool fused_on, bool cudnn, int compute_major, DType dtype, int64_t B,
+                                           int64_t NH, int64_t HS, std::initializer_list<const void*> tensors) {
+  if (!fused_on || !fused_attention_shape(dtype, HS)) return AttentionPath::Materialized;
+  bool aligned = true;
+  for (const void* data : tensors) aligned = aligned && reinterpret_cast<uintptr_t>(data) % 16 == 0;
+  if (cudnn && aligned && cuda::cudnn_attention_applies(true, HS, false)) return AttentionPath::Cudnn;
+  if (B * NH > 65535) return AttentionPath::Materialized;
+  if (!aligned) return AttentionPath::General;
   return cuda::tiled_attention_applies(element_kind(dtype), HS, compute_major) ? AttentionPath::Tiled
                                                                                : AttentionPath::General;
 }
@@ -43,6 +46,15 @@ Masking masking_of(const AttentionOp& a, int64_t HS) {
   const bool padded = a.mask != AttentionMask::Causal;
   return {1.0f / std::sqrt(static_cast<float>(HS)), a.mask != AttentionMask::KeyPadding,
           padded ? a.key_mask.template as<int32_t>() : nullptr};
+}
+
+// Whether cuDNN may take a call with this mask (it is on; key padding stays on kiln's kernels).
+bool cudnn_takes(const cuda::CudnnAttention* cudnn, const Masking& masking) {
+  return cudnn != nullptr && masking.key_mask == nullptr;
+}
+
+cuda::CudnnAttentionShape cudnn_shape(const checks::AttentionShape& shape, DType dtype, bool causal) {
+  return {shape.B, shape.T, shape.NH, shape.HS, dtype == DType::BF16, causal};
 }
 }  // namespace
 
@@ -83,10 +95,18 @@ void CudaBackend::attention_forward(const AttentionForward& a) {
   const auto [B, T, C, NH, HS] = shape;
   const DType dtype = a.qkv.dtype;
   const auto [scale, causal, key_mask] = masking_of(a, HS);
-  const AttentionPath path = attention_path(handles_->fused_attention, handles_->compute_major, dtype, B, NH, HS,
-                                            {a.qkv.data, a.out.data, a.out_fp8.data, a.out_fp8_t.data});
+  const AttentionPath path =
+      attention_path(handles_->fused_attention, cudnn_takes(handles_->cudnn_attention.get(), {scale, causal, key_mask}),
+                     handles_->compute_major, dtype, B, NH, HS, {a.qkv.data, a.out.data, a.out_fp8.data,
+                                                                 a.out_fp8_t.data});
   ++handles_->attention_forward_calls[static_cast<size_t>(path)];
   switch (path) {
+    case AttentionPath::Cudnn: {
+      cuda::CudnnAttention& cudnn = *handles_->cudnn_attention;
+      const cuda::CudnnAttentionShape on = cudnn_shape(shape, dtype, causal);
+      cudnn.forward(on, a.out.data, a.lse.as<float>(), a.qkv.data, scale, workspace(cudnn.forward_workspace_bytes(on)));
+      break;
+    }
     case AttentionPath::Tiled: {
       handles_->warpgroup_forward_calls += handles_->warpgroup_attention;
       const cuda::AttentionCodes codes{a.fp8 ? a.fp8->scale.as<float>() : nullptr,
@@ -123,14 +143,28 @@ struct TiledKernels {
   bool warpgroup, deterministic;
 };
 
-// dqkv in the compute dtype, on `path`, with the path's scratch (attention_workspace.h) at
-// `scratch`; `lt` and `tf32` for the materialised path's products, `tiled` for the tiled one's.
-void attention_gradient(cuda::LtMatmul& lt, bool tf32, TiledKernels tiled, const AttentionBackward& a,
-                        const checks::AttentionShape& shape, AttentionPath path, void* scratch) {
+// How the kernels of a path run: `lt` and `tf32` for the materialised path's products, `tiled` for the
+// tiled one's, `cudnn` and its engine's workspace for cuDNN's.
+struct GradientKernels {
+  cuda::LtMatmul& lt;
+  bool tf32;
+  TiledKernels tiled;
+  cuda::CudnnAttention* cudnn;
+  void* cudnn_workspace;
+};
+
+// dqkv in the compute dtype, on `path`, with the path's scratch (attention_workspace.h) at `scratch`.
+void attention_gradient(const GradientKernels& kernels, const AttentionBackward& a, const checks::AttentionShape& shape,
+                        AttentionPath path, void* scratch) {
   const auto [B, T, C, NH, HS] = shape;
   const DType dtype = a.qkv.dtype;
   const auto [scale, causal, key_mask] = masking_of(a, HS);
+  const TiledKernels tiled = kernels.tiled;
   switch (path) {
+    case AttentionPath::Cudnn:
+      kernels.cudnn->backward(cudnn_shape(shape, dtype, causal), a.dqkv.data, a.dout.data, a.qkv.data, a.out.data,
+                              a.lse.as<float>(), scale, scratch, kernels.cudnn_workspace);
+      return;
     case AttentionPath::Tiled:
       check_cuda(cuda::flash_attention_backward(a.dqkv.data, a.dout.data, a.qkv.data, a.out.data, a.lse.as<float>(),
                                                 key_mask, element_kind(dtype), B, T, NH, HS, causal, scale, scratch,
@@ -145,7 +179,8 @@ void attention_gradient(cuda::LtMatmul& lt, bool tf32, TiledKernels tiled, const
       return;
     case AttentionPath::Materialized: break;
   }
-  const GemmTypes types{dtype, dtype, tf32};
+  cuda::LtMatmul& lt = kernels.lt;
+  const GemmTypes types{dtype, dtype, kernels.tf32};
   void* probs = scratch;
   void* dprobs = at(probs, static_cast<int64_t>(attention_matrix_bytes(B, NH, T, dtype) / dtype_size(dtype)), dtype);
   for (int64_t b = 0; b < B; ++b) {  // S again, and dP = dO v^T
@@ -182,7 +217,9 @@ void CudaBackend::attention_backward(const AttentionBackward& a) {
   const auto [B, T, C, NH, HS] = shape;
   const DType dtype = a.qkv.dtype;
   const auto [scale, causal, key_mask] = masking_of(a, HS);
-  const AttentionPath path = attention_path(handles_->fused_attention, handles_->compute_major, dtype, B, NH, HS,
+  cuda::CudnnAttention* cudnn = handles_->cudnn_attention.get();
+  const AttentionPath path = attention_path(handles_->fused_attention, cudnn_takes(cudnn, {scale, causal, key_mask}),
+                                            handles_->compute_major, dtype, B, NH, HS,
                                             {a.qkv.data, a.dqkv.data, a.dout.data, a.out.data, a.dqkv_fp8.data,
                                              a.dqkv_fp8_t.data});
   const bool fused = path != AttentionPath::Materialized;
@@ -192,9 +229,14 @@ void CudaBackend::attention_backward(const AttentionBackward& a) {
     ++handles_->tiled_backward_calls;
     handles_->atomic_backward_calls += !tiled.deterministic;
   }
-  const int64_t query_sum_columns = attention_query_sum_columns(path == AttentionPath::Tiled, tiled.deterministic, C);
-  auto* scratch = static_cast<uint8_t*>(
-      workspace(attention_workspace_bytes(B, NH, T, dtype, fused, fp8, query_sum_columns)));
+  // cuDNN keeps dQ's fp32 sums where the atomic tiled kernels do, and its engine's workspace after all.
+  const int64_t query_sum_columns = path == AttentionPath::Cudnn
+                                        ? C
+                                        : attention_query_sum_columns(path == AttentionPath::Tiled, tiled.deterministic, C);
+  const size_t kiln_bytes = (attention_workspace_bytes(B, NH, T, dtype, fused, fp8, query_sum_columns) + 255) / 256 * 256;
+  const size_t cudnn_bytes =
+      path == AttentionPath::Cudnn ? cudnn->backward_workspace_bytes(cudnn_shape(shape, dtype, causal)) : 0;
+  auto* scratch = static_cast<uint8_t*>(workspace(kiln_bytes + cudnn_bytes));
   const size_t own_bytes = (attention_scratch_bytes(B, NH, T, dtype, fused, query_sum_columns) + 255) / 256 * 256;
   void* staged = scratch + own_bytes;  // dqkv, cast after (attention_workspace.h)
   auto* partials = reinterpret_cast<float*>(scratch + own_bytes + attention_staged_gradient_bytes(B, T, dtype, fp8));
@@ -215,7 +257,8 @@ void CudaBackend::attention_backward(const AttentionBackward& a) {
   }
   AttentionBackward into = a;
   if (a.fp8) into.dqkv = Tensor{staged, Shape{B, T, 3 * C}, dtype, kCuda};
-  attention_gradient(*handles_->matmul, handles_->tf32, tiled, into, shape, path, scratch);
+  attention_gradient({*handles_->matmul, handles_->tf32, tiled, cudnn, scratch + kiln_bytes}, into, shape, path,
+                     scratch);
   if (!a.fp8) return;
   const int64_t M = B * T, N = 3 * C;
   check_cuda(cuda::cast_fp8(staged, element_kind(dtype), M, N, a.fp8->dout.scale.as<float>(),

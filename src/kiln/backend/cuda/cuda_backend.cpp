@@ -71,6 +71,7 @@ CudaBackend::CudaBackend(const BackendOptions& options) : handles_(std::make_uni
   handles_->matmul = std::make_unique<cuda::LtMatmul>(handles_->matmul_workspace->data(),
                                                       cuda::LtMatmul::kWorkspaceBytes, options.matmul_autotune);
   handles_->sum_scratch = allocate((cuda::kSumBlocks + 1) * sizeof(double));
+  if (options.cudnn_attention) handles_->cudnn_attention = std::make_unique<cuda::CudnnAttention>();
 }
 
 CudaBackend::~CudaBackend() = default;
@@ -86,15 +87,20 @@ std::optional<Backend::DeviceMemory> CudaBackend::device_memory() const {
 }
 
 size_t CudaBackend::workspace_bytes(const WorkspaceNeeds& needs) const {
-  const AttentionPath path = attention_path(handles_->fused_attention, handles_->compute_major, needs.dtype,
+  // cuDNN's engine workspace is not known before its plan: its first call grows the workspace by it.
+  const AttentionPath path = attention_path(handles_->fused_attention, handles_->cudnn_attention != nullptr,
+                                            handles_->compute_major, needs.dtype,
                                             needs.batch, needs.heads, needs.head_size, {});
   const int64_t positions = needs.batch * needs.seq;
   // With fp8 products the attention backward casts dqkv for c_attn's (ops.h).
   const bool fp8 = needs.fp8_cast_bytes > 0;
   const AttentionFp8Gradient fp8_gradient{fp8 ? 3 * needs.heads * needs.head_size : 0,
                                           fp8 && path != AttentionPath::Tiled};
-  const int64_t query_sum_columns = attention_query_sum_columns(
-      path == AttentionPath::Tiled, handles_->deterministic_attention, needs.heads * needs.head_size);
+  const int64_t query_sum_columns =
+      path == AttentionPath::Cudnn ? needs.heads * needs.head_size
+                                   : attention_query_sum_columns(path == AttentionPath::Tiled,
+                                                                 handles_->deterministic_attention,
+                                                                 needs.heads * needs.head_size);
   return std::max({cuda::embedding_backward_workspace_bytes(positions),
                    attention_workspace_bytes(needs.batch, needs.heads, needs.seq, needs.dtype,
                                              path != AttentionPath::Materialized, fp8_gradient, query_sum_columns),
@@ -139,6 +145,8 @@ std::string CudaBackend::run_notes() const {
       "backward calls on tensor cores: {}, {} of them adding dQ atomically",
       products, notes_on_timing, calls[0], handles_->warpgroup_forward_calls, calls[1], calls[2],
       handles_->tiled_backward_calls, handles_->atomic_backward_calls);
+  if (handles_->cudnn_attention)
+    notes += fmt::format("; attention forward calls on cuDNN {}: {}", handles_->cudnn_attention->version(), calls[3]);
   if (counts.fp8 > 0)
     notes += fmt::format("; fp8 product shapes: {}, {} of them with fast accumulation", counts.fp8,
                          counts.fast_accumulation);

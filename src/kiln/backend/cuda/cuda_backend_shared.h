@@ -9,6 +9,7 @@
 
 #include "kiln/backend/cuda/cuda_backend.h"
 #include "kiln/backend/cuda/cuda_check.h"
+#include "kiln/backend/cuda/cudnn_attention.h"
 #include "kiln/backend/cuda/kernels.h"
 #include "kiln/backend/cuda/lt_matmul.h"
 #include "kiln/core/error.h"
@@ -25,7 +26,8 @@ struct CudaBackend::Handles {
   bool deterministic_attention = true;
   bool fp8_fast_accumulation = true;  // in the fp8 forward products (BackendOptions)
   int compute_major = 0, compute_minor = 0;  // the device's compute capability, read once
-  std::array<int64_t, 3> attention_forward_calls{};  // by AttentionPath (cuda_attention.cpp), for run_notes()
+  std::unique_ptr<cuda::CudnnAttention> cudnn_attention;  // with BackendOptions::cudnn_attention, else null
+  std::array<int64_t, 4> attention_forward_calls{};  // by AttentionPath (cuda_attention.cpp), for run_notes()
   int64_t warpgroup_forward_calls = 0;               // of the Tiled ones, on wgmma
   int64_t tiled_backward_calls = 0, atomic_backward_calls = 0;  // of those, adding dQ atomically
   std::unique_ptr<DeviceBuffer> sum_scratch;  // kSumBlocks partials + the result
@@ -57,14 +59,16 @@ inline void* at(void* data, int64_t elements, DType dtype) {
   return static_cast<char*>(data) + elements * static_cast<int64_t>(dtype_size(dtype));
 }
 
-// Which attention kernels take a call (attention_workspace.h): the tensor-core tiles
-// (flash_attention.h) where the dtype, head size, GPU and the tensors' 16-byte alignment suit
-// them, else the general fused kernels (general_attention.h), else the materialised scores; all
-// three only with a grid the fused kernels can address (B x NH blocks in y).
-enum class AttentionPath { Tiled, General, Materialized };  // attention_forward_calls' order
+// Which attention kernels take a call (attention_workspace.h): cuDNN's (cudnn_attention.h) where
+// `cudnn` (it is on and takes the call's mask) and the dtype, head size and the tensors' 16-byte
+// alignment suit them; else the tensor-core tiles (flash_attention.h) where the dtype, head size,
+// GPU and alignment suit them, else the general fused kernels (general_attention.h), else the
+// materialised scores; the fused paths only with fusion on and with a grid the fused kernels can
+// address (B x NH blocks in y).
+enum class AttentionPath { Tiled, General, Materialized, Cudnn };  // attention_forward_calls' order
 
-AttentionPath attention_path(bool fused_on, int compute_major, DType dtype, int64_t B, int64_t NH, int64_t HS,
-                             std::initializer_list<const void*> tensors);  // cuda_attention.cpp
+AttentionPath attention_path(bool fused_on, bool cudnn, int compute_major, DType dtype, int64_t B, int64_t NH,
+                             int64_t HS, std::initializer_list<const void*> tensors);  // cuda_attention.cpp
 
 // A product without epilogue, arguments in Gemm's order (every cuBLASLt plan takes that).
 inline void gemm(cuda::LtMatmul& lt, cuda::GemmTypes types, bool trans_a, bool trans_b, int64_t M, int64_t N,

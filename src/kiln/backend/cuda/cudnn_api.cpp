@@ -1,0 +1,82 @@
+// Loading cuDNN at run time (cudnn_api.h).
+#include "kiln/backend/cuda/cudnn_api.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <optional>
+
+#include "kiln/core/error.h"
+
+namespace kiln::cudnn {
+namespace {
+
+constexpr size_t kFirstSupportedVersion = 90000;  // the backend API as cudnn_api.h declares it
+
+template <typename Function>
+void resolve(void* handle, const char* name, Function& function, const std::string& path) {
+  void* symbol = dlsym(handle, name);
+  if (!symbol) fail("cuDNN library {} has no {} (not cuDNN 9?)", path, name);
+  function = reinterpret_cast<Function>(symbol);
+}
+
+Library load() {
+#if defined(KILN_NO_CUDNN_REASON)  // a build that cannot call a real cuDNN (CMakeLists.txt)
+  fail("--cudnn-attention: {}", KILN_NO_CUDNN_REASON);
+#endif
+  const char* chosen = std::getenv("KILN_CUDNN_LIBRARY");
+  Library lib{};
+  lib.path = chosen && *chosen ? chosen : "libcudnn.so.9";
+  void* handle = dlopen(lib.path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle)
+    fail("--cudnn-attention: cannot load cuDNN ({}): {}; install cuDNN 9, or set KILN_CUDNN_LIBRARY to its "
+         "libcudnn.so.9",
+         lib.path, dlerror());
+  resolve(handle, "cudnnGetVersion", lib.get_version, lib.path);
+  resolve(handle, "cudnnGetErrorString", lib.get_error_string, lib.path);
+  resolve(handle, "cudnnGetLastErrorString", lib.get_last_error_string, lib.path);
+  resolve(handle, "cudnnCreate", lib.create, lib.path);
+  resolve(handle, "cudnnDestroy", lib.destroy, lib.path);
+  resolve(handle, "cudnnSetStream", lib.set_stream, lib.path);
+  resolve(handle, "cudnnBackendCreateDescriptor", lib.create_descriptor, lib.path);
+  resolve(handle, "cudnnBackendDestroyDescriptor", lib.destroy_descriptor, lib.path);
+  resolve(handle, "cudnnBackendFinalize", lib.finalize, lib.path);
+  resolve(handle, "cudnnBackendSetAttribute", lib.set_attribute, lib.path);
+  resolve(handle, "cudnnBackendGetAttribute", lib.get_attribute, lib.path);
+  resolve(handle, "cudnnBackendExecute", lib.execute, lib.path);
+  lib.version = lib.get_version();
+  if (lib.version < kFirstSupportedVersion)
+    fail("--cudnn-attention: {} is cuDNN {}.{}.{}; kiln needs cuDNN 9", lib.path, lib.version / 10000,
+         lib.version / 100 % 100, lib.version % 100);
+  return lib;  // the library stays loaded for the process
+}
+
+}  // namespace
+
+const Library& library() {
+  static std::mutex mutex;
+  static std::optional<Library> loaded;
+  static std::string error;
+  const std::lock_guard lock(mutex);
+  if (!loaded && error.empty()) {
+    try {
+      loaded = load();
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  if (!loaded) throw Error(error);
+  return *loaded;
+}
+
+void check(Status status, const std::string& what) {
+  if (status == 0) return;
+  const Library& lib = library();
+  char detail[1024] = {};
+  lib.get_last_error_string(detail, sizeof(detail));
+  fail("cuDNN error in {}: {}{}{}", what, lib.get_error_string(status), detail[0] ? " (" : "",
+       detail[0] ? std::string(detail) + ")" : std::string());
+}
+
+}  // namespace kiln::cudnn
