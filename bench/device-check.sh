@@ -2,8 +2,9 @@
 # One command for a machine with an NVIDIA GPU: build kiln with CUDA for sm_90a (Release) unless a
 # CUDA build is already in build/, run the GPU tests, then run kiln and the PyTorch peer
 # (bench/peers/pytorch_gpt.py) back to back on GPT-2 124M, 350M and 774M at sequence 1024 and
-# print one table with the ratio kiln / PyTorch: kiln in bf16, and with fp8 products
-# (--fp8-format hybrid), against PyTorch's bf16, and a verdict per size against the speed issue's
+# print one table with the ratio kiln / PyTorch: kiln in bf16, with fp8 products (--fp8-format
+# hybrid), and with fp8 products and cuDNN's attention engines (--cudnn-attention, cuDNN from
+# PyTorch's wheel where it has one), against PyTorch's bf16, and a verdict per size against the speed issue's
 # bar (1.25x PyTorch's faster run, peak memory below PyTorch's). Everything is measured in this one
 # run.
 #
@@ -16,7 +17,8 @@
 #                                        epilogues, products' algorithms timed, selective
 #                                        recomputation, fp8 products, alone, with their forward
 #                                        products' fast accumulation off, with CUDA graphs and with
-#                                        their algorithms timed), the attention core
+#                                        their algorithms timed; cuDNN's attention, alone and with
+#                                        CUDA graphs), the attention core (kiln's kernels, cuDNN's)
 #                                        alone against PyTorch's SDPA, and the time split by op
 #                                        (--profile-ops: bf16, with fp8 products, with
 #                                        --matmul-autotune); not part
@@ -34,7 +36,8 @@
 #                                        batches, in bf16, in bf16 perturbed (its attention backward
 #                                        adding dQ atomically: how far two runs drift that differ in
 #                                        rounding alone), with fp8 products, and with fp8 products
-#                                        without fast accumulation; each run's losses and its largest
+#                                        without fast accumulation, and in bf16 on cuDNN's attention;
+#                                        each run's losses and its largest
 #                                        gap to bf16's; about 2 minutes
 #   ... --bundle                         at the end, pack every file written under $OUT but the .ncu-rep
 #                                        reports into $OUT/device-check.tar.gz (for a transfer that
@@ -92,6 +95,7 @@ loss_shape="12 768 12 16" loss_iters=300 loss_logging="--log-interval 10 --eval-
 peer_gpt=(python3 bench/peers/pytorch_gpt.py)
 peer_attention=(python3 bench/peers/pytorch_attention.py)
 ncu=(ncu)
+cudnn=1  # the runs with --cudnn-attention (cuDNN loaded at run time: below)
 
 bin=build kiln=$PWD/build/kiln
 if [[ -n $rehearse ]]; then
@@ -106,6 +110,7 @@ if [[ -n $rehearse ]]; then
   peer_gpt=(python3 tests/support/stand_in_peer.py gpt)
   peer_attention=(python3 tests/support/stand_in_peer.py attention)
   ncu=(python3 tests/support/stand_in_ncu.py)
+  cudnn=0  # the emulator runs no cuDNN
 elif ((prebuilt)); then
   bin=build-pack kiln=$PWD/build-pack/kiln
   mkdir -p build-pack/lib
@@ -116,6 +121,15 @@ elif ((rebuild)) || [[ ! -x build/kiln ]]; then
   cmake --build build -j "$(nproc)" --target kiln kiln_tests
 fi
 "$kiln" --version
+# cuDNN for --cudnn-attention (dlopen'ed: cuda/cudnn_api.h): PyTorch's own where its wheel has one, so
+# that kiln and the peer run the same library; else whatever the loader finds.
+if ((cudnn)); then
+  cudnn_dir=$(python3 -c 'import nvidia.cudnn as c; print(list(c.__path__)[0] + "/lib")' 2> /dev/null || true)
+  if [[ -n $cudnn_dir && -e $cudnn_dir/libcudnn.so.9 ]]; then
+    export LD_LIBRARY_PATH=$cudnn_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    echo "cuDNN for --cudnn-attention: $cudnn_dir"
+  fi
+fi
 
 failures=()
 # measure FILE FIELDS COMMAND...: runs a command that prints one JSON object, and appends that
@@ -157,13 +171,15 @@ if runs table; then
     read -r name layers hidden heads micro <<< "$shape"
     model="--num-layers $layers --hidden-size $hidden --num-attention-heads $heads --seq-length $seq --micro-batch-size $micro"
     echo "== $name micro-batch $micro"
-    # kiln in bf16, then with fp8 products (E4M3 forward, E5M2 gradients; bf16 everywhere else)
-    for fp8 in "" "--fp8-format hybrid"; do
-      fp8_field=false
-      [[ -n $fp8 ]] && fp8_field=true
-      measure "$results" "\"model\":\"$name\",\"who\":\"kiln\",\"fp8\":$fp8_field,\"mb\":$micro" \
+    # kiln in bf16, then with fp8 products (E4M3 forward, E5M2 gradients; bf16 everywhere else), then
+    # with fp8 products and cuDNN's attention engines
+    for setting in "bf16" "fp8:--fp8-format hybrid" "fp8 cudnn:--fp8-format hybrid --cudnn-attention"; do
+      [[ $setting == *cudnn* ]] && ((!cudnn)) && continue
+      switches=""
+      [[ $setting == *:* ]] && switches=${setting#*:}
+      measure "$results" "\"model\":\"$name\",\"who\":\"kiln\",\"setting\":\"${setting%%:*}\",\"mb\":$micro" \
         "$kiln" bench train --device cuda --bf16 $model --vocab-size $vocab --skip-gemm-ceiling --json $timing \
-        $datasheet $fp8
+        $datasheet $switches
     done
     for compiled in false true; do
       compile=""
@@ -186,18 +202,20 @@ def ratio(kiln, peer):
         return ""
     return f"{kiln['tokens_per_second'] / peer['tokens_per_second']:.2f}"
 print()
-print(f"{'model':>6} {'mb':>3} | {'kiln bf16 tok/s':>15} {'GiB':>6} {'of roofline':>11} |"
-      f" {'kiln fp8 tok/s':>14} {'GiB':>6} {'of roofline':>11} |"
-      f" {'torch bf16 eager':>16} {'GiB':>6} {'ratio':>6} |"
-      f" {'torch bf16 compile':>18} {'GiB':>6} {'ratio':>6} {'fp8 ratio':>9}")
+print(f"{'model':>6} {'mb':>3} {'who':>20} | {'tok/s':>9} {'GiB':>6} {'of roofline':>11} |"
+      f" {'vs eager':>8} {'vs compile':>10}")
 for model in dict.fromkeys(r["model"] for r in rows):
-    kiln = {r["fp8"]: r for r in rows if r["model"] == model and r["who"] == "kiln"}
     peers = {r["compiled"]: r for r in rows if r["model"] == model and r["who"] == "pytorch"}
-    bf16, fp8, eager, compiled = kiln[False], kiln[True], peers[False], peers[True]
-    print(f"{model:>6} {bf16['mb']:>3} | {speed(bf16)[0]:>15} {speed(bf16)[1]:>6} {roofline(bf16):>11} |"
-          f" {speed(fp8)[0]:>14} {speed(fp8)[1]:>6} {roofline(fp8):>11} |"
-          f" {speed(eager)[0]:>16} {speed(eager)[1]:>6} {ratio(bf16, eager):>6} |"
-          f" {speed(compiled)[0]:>18} {speed(compiled)[1]:>6} {ratio(bf16, compiled):>6} {ratio(fp8, compiled):>9}")
+    eager, compiled = peers[False], peers[True]
+    for r in rows:
+        if r["model"] != model:
+            continue
+        who = f"kiln {r['setting']}" if r["who"] == "kiln" else ("torch.compile" if r["compiled"] else "torch eager")
+        mb = r.get("mb", "")
+        share = roofline(r) if r["who"] == "kiln" else ""
+        ratios = (ratio(r, eager), ratio(r, compiled)) if r["who"] == "kiln" else ("", "")
+        print(f"{model:>6} {mb:>3} {who:>20} | {speed(r)[0]:>9} {speed(r)[1]:>6} {share:>11} |"
+              f" {ratios[0]:>8} {ratios[1]:>10}")
 # The speed issue's bar, per size: kiln's faster setting at 1.25x or more of PyTorch's faster run, at a
 # peak below the lower of PyTorch's two peaks.
 print()
@@ -211,7 +229,7 @@ for model in dict.fromkeys(r["model"] for r in rows):
     peer = max(peers, key=lambda r: r["tokens_per_second"])
     speedup = best["tokens_per_second"] / peer["tokens_per_second"]
     peer_gib = min(r["peak_memory_gib"] for r in peers)
-    setting, peer_name = ("fp8" if best["fp8"] else "bf16"), ("torch.compile" if peer["compiled"] else "eager")
+    setting, peer_name = best["setting"], ("torch.compile" if peer["compiled"] else "eager")
     print(f"{model}: kiln {setting} at {speedup:.2f}x PyTorch {peer_name}: "
           f"{'meets' if speedup >= 1.25 else 'short of'} 1.25x; peak {best['peak_memory_gib']:.1f} GiB, "
           f"{'below' if best['peak_memory_gib'] < peer_gib else 'not below'} PyTorch's {peer_gib:.1f}"
@@ -228,7 +246,8 @@ if runs levers; then
   for switch in "" "--cuda-graph" "--no-fused-attention" "--warpgroup-attention" "--no-deterministic-attention" \
                 "--no-matmul-epilogues" "--matmul-autotune" "--recompute-granularity selective" "--fp8-format hybrid" \
                 "--fp8-format hybrid --no-fp8-fast-accumulation" "--fp8-format hybrid --cuda-graph" \
-                "--fp8-format hybrid --matmul-autotune"; do
+                "--fp8-format hybrid --matmul-autotune" "--cudnn-attention" "--cudnn-attention --cuda-graph"; do
+    [[ $switch == *cudnn* ]] && ((!cudnn)) && continue
     measure "$levers" "\"switch\":\"${switch:-(defaults)}\"" \
       "$kiln" bench train --device cuda --bf16 $model --vocab-size $vocab --skip-gemm-ceiling --json $timing $datasheet $switch
   done
@@ -244,7 +263,7 @@ for r in rows:
           f" {r['peak_memory_gib']:>6.1f} {r['roofline_ms_per_iteration']:>11.3g}  {r['backend_notes']}")
 PY
   echo "== attention core alone, bf16 causal: kiln (fused: on mma.sync, the default, and on wgmma where it runs, each with" \
-       "the backward deterministic and adding dQ atomically; materialised) and PyTorch SDPA"
+       "the backward deterministic and adding dQ atomically; materialised; on cuDNN) and PyTorch SDPA"
   attention=$out/attention.jsonl
   : > "$attention"
   for shape in "${attention_shapes[@]}"; do
@@ -263,6 +282,10 @@ PY
       $attention_timing
     measure "$attention" "$shape_fields,\"row\":\"kiln materialised\"" \
       "$kiln" bench attention --device cuda $args --no-fused-attention --json $attention_timing
+    if ((cudnn)); then
+      measure "$attention" "$shape_fields,\"row\":\"kiln on cuDNN\"" \
+        "$kiln" bench attention --device cuda $args --cudnn-attention --json $attention_timing
+    fi
     measure "$attention" "$shape_fields,\"row\":\"pytorch\"" "${peer_attention[@]}" $args $attention_timing
   done
   python3 - "$attention" <<'PY'
@@ -407,13 +430,15 @@ if runs loss; then
   else
     read -r layers hidden heads micro <<< "$loss_shape"
     echo "== loss curves, $layers x $hidden, $heads heads, sequence $seq, batch $micro, $loss_iters steps on the State" \
-         "of the Union addresses: bf16, bf16 perturbed, fp8 products, fp8 without fast accumulation"
-    for setting in bf16 bf16-perturbed fp8 fp8-no-fast-accumulation; do
+         "of the Union addresses: bf16, bf16 perturbed, fp8 products, fp8 without fast accumulation, bf16 on cuDNN's" \
+         "attention"
+    for setting in bf16 bf16-perturbed fp8 fp8-no-fast-accumulation bf16-cudnn; do
       case $setting in
         bf16) switch="" ;;
         bf16-perturbed) switch="--no-deterministic-attention" ;;
         fp8) switch="--fp8-format hybrid" ;;
-        *) switch="--fp8-format hybrid --no-fp8-fast-accumulation" ;;
+        fp8-no-fast-accumulation) switch="--fp8-format hybrid --no-fp8-fast-accumulation" ;;
+        *) ((cudnn)) || continue; switch="--cudnn-attention" ;;
       esac
       if ! "$kiln" train --device cuda --bf16 --data-path "${loss_data}_text_document" --vocab-size 50257 \
           --num-layers $layers --hidden-size $hidden --num-attention-heads $heads --seq-length $seq \
@@ -437,8 +462,9 @@ def curves(setting):
         elif m := re.search(r"validation loss at .*\| lm loss value: (\S+) \|", line):
             validation.append(float(m.group(1)))
     return train, validation
-settings = ["bf16", "bf16-perturbed", "fp8", "fp8-no-fast-accumulation"]
-runs = {s: curves(s) for s in settings}
+settings = ["bf16", "bf16-perturbed", "fp8", "fp8-no-fast-accumulation", "bf16-cudnn"]
+runs = {s: curves(s) for s in settings if os.path.exists(os.path.join(sys.argv[1], f"loss-{s}.log"))}
+settings = list(runs)
 reference_train, reference_validation = runs["bf16"]
 print(f"{'setting':>26} {'first loss':>10} {'last loss':>10} {'validation':>10} {'largest gap':>11} {'at step':>7}"
       f" {'validation gap':>14}")
