@@ -42,29 +42,46 @@ AttentionResult run_attention(Backend& backend, DType dtype, int64_t B, int64_t 
   return {t.download(out), t.download(lse), t.download(dqkv)};
 }
 
-class LongAttention : public ::testing::TestWithParam<std::tuple<std::string, int64_t, AttentionMask>> {};
+class LongAttention : public ::testing::TestWithParam<std::tuple<std::string, int64_t, AttentionMask>> {
+ protected:
+  // The case's inputs (B = 2, T = 150, NH = 2), the CPU's results on them, and the tolerance for out
+  // and lse (twice it for dqkv).
+  void SetUp() override {
+    const auto [dtype_name_, head_size, mask_] = GetParam();
+    dtype = dtype_name_ == "bf16" ? DType::BF16 : DType::F16;
+    HS = head_size;
+    mask = mask_;
+    const int64_t C = NH * HS;
+    Rng rng(31);
+    qkv = rounded_to(dtype, random_floats(static_cast<size_t>(B * T * 3 * C), rng));
+    dout = rounded_to(dtype, random_floats(static_cast<size_t>(B * T * C), rng));
+    key_mask.assign(static_cast<size_t>(B * T), 1);
+    for (int64_t i = 0; i < B * T; i += 7) key_mask[static_cast<size_t>(i)] = 0;  // padding inside every tile
+    key_mask[0] = 0;  // with causal: query 0 of batch 0 sees no key at all
+    bound = dtype == DType::BF16 ? 2e-2 : 4e-3;
+  }
+  AttentionResult run_on(Backend& backend) const {
+    return run_attention(backend, dtype, B, T, NH, HS, mask, qkv, dout, key_mask);
+  }
+
+  static constexpr int64_t B = 2, T = 150, NH = 2;
+  DType dtype = DType::BF16;
+  int64_t HS = 0;
+  AttentionMask mask = AttentionMask::Causal;
+  std::vector<float> qkv, dout;
+  std::vector<int32_t> key_mask;
+  double bound = 0.0;
+};
 
 TEST_P(LongAttention, CudaMatchesTheCpuAcrossTiles) {
   const std::string reason = backend_skip_reason("cuda");
   if (!reason.empty()) GTEST_SKIP() << reason;
-  const auto [dtype_name_, HS, mask] = GetParam();
-  const DType dtype = dtype_name_ == "bf16" ? DType::BF16 : DType::F16;
-  constexpr int64_t B = 2, T = 150, NH = 2;
-  const int64_t C = NH * HS;
-  Rng rng(31);
-  const std::vector<float> qkv = rounded_to(dtype, random_floats(static_cast<size_t>(B * T * 3 * C), rng));
-  const std::vector<float> dout = rounded_to(dtype, random_floats(static_cast<size_t>(B * T * C), rng));
-  std::vector<int32_t> key_mask(static_cast<size_t>(B * T), 1);
-  for (int64_t i = 0; i < B * T; i += 7) key_mask[static_cast<size_t>(i)] = 0;  // padding inside every tile
-  key_mask[0] = 0;  // with causal: query 0 of batch 0 sees no key at all
-  auto cpu = make_backend("cpu");
-  const AttentionResult expected = run_attention(*cpu, dtype, B, T, NH, HS, mask, qkv, dout, key_mask);
-  const double bound = dtype == DType::BF16 ? 2e-2 : 4e-3;
+  const AttentionResult expected = run_on(*make_backend("cpu"));
   for (const auto& [fused, warpgroup, deterministic] :
        {std::tuple{true, true, true}, {true, true, false}, {true, false, true}, {true, false, false},
         {false, false, true}}) {
     auto gpu = make_backend("cuda", BackendOptions{false, fused, true, warpgroup, deterministic});
-    const AttentionResult actual = run_attention(*gpu, dtype, B, T, NH, HS, mask, qkv, dout, key_mask);
+    const AttentionResult actual = run_on(*gpu);
     const std::string path = std::string(!fused      ? "materialised"
                                          : warpgroup ? "fused (wgmma where it runs)"
                                                      : "fused, mma.sync") +
@@ -86,24 +103,13 @@ TEST_P(LongAttention, CudnnMatchesTheCpuWhereItTakesTheCall) {
   } catch (const std::exception& error) {
     GTEST_SKIP() << error.what();
   }
-  const auto [dtype_name_, HS, mask] = GetParam();
-  const DType dtype = dtype_name_ == "bf16" ? DType::BF16 : DType::F16;
-  constexpr int64_t B = 2, T = 150, NH = 2;
-  const int64_t C = NH * HS;
-  Rng rng(37);
-  const std::vector<float> qkv = rounded_to(dtype, random_floats(static_cast<size_t>(B * T * 3 * C), rng));
-  const std::vector<float> dout = rounded_to(dtype, random_floats(static_cast<size_t>(B * T * C), rng));
-  std::vector<int32_t> key_mask(static_cast<size_t>(B * T), 1);
-  for (int64_t i = 0; i < B * T; i += 7) key_mask[static_cast<size_t>(i)] = 0;
-  auto cpu = make_backend("cpu");
-  const AttentionResult expected = run_attention(*cpu, dtype, B, T, NH, HS, mask, qkv, dout, key_mask);
-  const AttentionResult actual = run_attention(*gpu, dtype, B, T, NH, HS, mask, qkv, dout, key_mask);
+  const AttentionResult expected = run_on(*make_backend("cpu"));
+  const AttentionResult actual = run_on(*gpu);
   const bool cudnn_takes_it = mask == AttentionMask::Causal && HS % 8 == 0 && HS <= 128;
   const std::string notes = gpu->run_notes();
   std::smatch calls;
   ASSERT_TRUE(std::regex_search(notes, calls, std::regex("attention forward calls on cuDNN [^:]*: ([0-9]+)"))) << notes;
   EXPECT_EQ(calls[1].str(), cudnn_takes_it ? "1" : "0") << notes;
-  const double bound = dtype == DType::BF16 ? 2e-2 : 4e-3;
   EXPECT_LT(normalized_error(actual.out, expected.out), bound);
   EXPECT_LT(normalized_error_with_infinities(actual.lse, expected.lse), bound);
   EXPECT_LT(normalized_error(actual.dqkv, expected.dqkv), 2 * bound);
