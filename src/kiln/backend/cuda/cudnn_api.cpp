@@ -45,6 +45,8 @@ Library load() {
   resolve(handle, "cudnnBackendSetAttribute", lib.set_attribute, lib.path);
   resolve(handle, "cudnnBackendGetAttribute", lib.get_attribute, lib.path);
   resolve(handle, "cudnnBackendExecute", lib.execute, lib.path);
+  Dl_info loaded{};  // the file the loader found, for the run notes
+  if (dladdr(reinterpret_cast<void*>(lib.get_version), &loaded) && loaded.dli_fname) lib.path = loaded.dli_fname;
   lib.version = lib.get_version();
   if (lib.version < kFirstSupportedVersion)
     fail("--cudnn-attention: {} is cuDNN {}.{}.{}; kiln needs cuDNN 9", lib.path, lib.version / 10000,

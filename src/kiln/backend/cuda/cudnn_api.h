@@ -130,7 +130,7 @@ struct Library {
   Status (*set_attribute)(Descriptor, Attribute, AttributeType, int64_t count, const void* elements);
   Status (*get_attribute)(Descriptor, Attribute, AttributeType, int64_t requested, int64_t* count, void* elements);
   Status (*execute)(Handle, Descriptor plan, Descriptor variant_pack);
-  std::string path;  // what dlopen was given
+  std::string path;  // the file loaded (what dlopen was given if the loader does not say)
   size_t version = 0;  // cudnnGetVersion(): major * 10000 + minor * 100 + patch
 };
 
