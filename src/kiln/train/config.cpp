@@ -84,8 +84,8 @@ const std::vector<ConfigField>& config_fields() {
       {"cudnn_attention", &Config::cudnn_attention,
        "the fused attention on cuDNN's flash-attention engines (cuDNN 9, loaded at run time: libcudnn.so.9 or "
        "the file KILN_CUDNN_LIBRARY names) where they take the call: bf16/fp16, heads of up to 128 channels in "
-       "multiples of 8, causal or no mask; kiln's own kernels take the rest (CUDA; off by default: not yet "
-       "measured against kiln's kernels)"},
+       "multiples of 8, causal or no mask; kiln's own kernels take the rest; cuDNN does not promise the same "
+       "bits from run to run (CUDA; off by default: not yet measured against kiln's kernels)"},
       {"loss_scale", &Config::loss_scale, "static loss scale (0: dynamic under fp16)"},
       {"initial_loss_scale", &Config::initial_loss_scale, "initial dynamic loss scale"},
       {"min_loss_scale", &Config::min_loss_scale, "smallest dynamic loss scale"},
