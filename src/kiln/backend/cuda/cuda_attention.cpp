@@ -26,7 +26,7 @@ AttentionPath cuda_backend::attention_path(bool fused_on, bool cudnn, int comput
   if (!fused_on || !fused_attention_shape(dtype, HS)) return AttentionPath::Materialized;
   bool aligned = true;
   for (const void* data : tensors) aligned = aligned && reinterpret_cast<uintptr_t>(data) % 16 == 0;
-  if (cudnn && aligned && cuda::cudnn_attention_applies(true, HS, false)) return AttentionPath::Cudnn;
+  if (cudnn && aligned && cuda::cudnn_attention_head(HS)) return AttentionPath::Cudnn;
   if (B * NH > 65535) return AttentionPath::Materialized;
   if (!aligned) return AttentionPath::General;
   return cuda::tiled_attention_applies(element_kind(dtype), HS, compute_major) ? AttentionPath::Tiled

@@ -22,9 +22,7 @@ using cudnn::ReductionOperator;
 using cudnn::TensorLayout;
 using Id = OperationGraph::Id;
 
-bool cudnn_attention_applies(bool bf16_or_fp16, int64_t head_size, bool key_padding) {
-  return bf16_or_fp16 && tiled_attention_head(head_size) && !key_padding;
-}
+bool cudnn_attention_head(int64_t head_size) { return tiled_attention_head(head_size); }
 
 namespace {
 

@@ -10,8 +10,9 @@
 // from the statistics, takes D = rowsum(dO * O) into a caller buffer, and accumulates dQ in fp32
 // in another. Each shape's plan is made at its first call and kept.
 //
-// Scope: bf16 or fp16, head size a multiple of 8 up to 128, causal or no mask (key padding stays on
-// kiln's kernels: cudnn_attention_applies), 16-byte-aligned tensors.
+// Scope: bf16 or fp16, head size a multiple of 8 up to 128 (cudnn_attention_head), causal or no mask
+// (key padding stays on kiln's kernels), 16-byte-aligned tensors; the back-end picks the calls
+// (cuda_backend_shared.h, attention_path).
 #pragma once
 
 #include <cstddef>
@@ -25,7 +26,8 @@
 
 namespace kiln::cuda {
 
-bool cudnn_attention_applies(bool bf16_or_fp16, int64_t head_size, bool key_padding);
+// The head sizes kiln hands cuDNN: multiples of 8 up to 128, the sizes its tiled kernels take too.
+bool cudnn_attention_head(int64_t head_size);
 
 struct CudnnAttentionShape {
   int64_t B, T, NH, HS;
