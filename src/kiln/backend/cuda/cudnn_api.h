@@ -43,7 +43,6 @@ enum class AttributeType : int {
   DataType = 1,
   Boolean = 2,
   Int64 = 3,
-  Float = 4,
   VoidPointer = 6,
   HeuristicsMode = 8,
   PointwiseMode = 14,

@@ -48,7 +48,6 @@ KILN_SAME(AttributeType::Handle, CUDNN_TYPE_HANDLE);
 KILN_SAME(AttributeType::DataType, CUDNN_TYPE_DATA_TYPE);
 KILN_SAME(AttributeType::Boolean, CUDNN_TYPE_BOOLEAN);
 KILN_SAME(AttributeType::Int64, CUDNN_TYPE_INT64);
-KILN_SAME(AttributeType::Float, CUDNN_TYPE_FLOAT);
 KILN_SAME(AttributeType::VoidPointer, CUDNN_TYPE_VOID_PTR);
 KILN_SAME(AttributeType::HeuristicsMode, CUDNN_TYPE_HEUR_MODE);
 KILN_SAME(AttributeType::PointwiseMode, CUDNN_TYPE_POINTWISE_MODE);

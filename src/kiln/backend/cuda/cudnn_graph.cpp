@@ -39,7 +39,7 @@ OperationGraph::Id OperationGraph::add_tensor(const TensorLayout& layout, bool i
   if (is_virtual) descriptor.set(Attribute::TensorIsVirtual, AttributeType::Boolean, 1, &yes);
   if (by_value) descriptor.set(Attribute::TensorIsByValue, AttributeType::Boolean, 1, &yes);
   descriptor.finalize();
-  tensors_.push_back({layout, std::move(descriptor)});
+  tensors_.push_back(std::move(descriptor));
   return id;
 }
 

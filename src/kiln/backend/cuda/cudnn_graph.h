@@ -65,7 +65,6 @@ class OperationGraph {
   Id memory_tensor(const TensorLayout& layout);   // 16-byte aligned data
   Id virtual_tensor(const TensorLayout& layout);
   Id scalar();                                    // fp32, by value
-  const TensorLayout& layout(Id id) const { return tensors_.at(static_cast<size_t>(id - kFirstId)).layout; }
 
   // out = mode(inputs...): one input (Exp, Log, Identity, GenerateIndex along `axis`), two, or three
   // (BinarySelect: inputs[2] ? inputs[0] : inputs[1]).
@@ -80,17 +79,12 @@ class OperationGraph {
   Plan build(Handle handle) const;
 
  private:
-  friend class Plan;
   static constexpr Id kFirstId = 1;
-  struct Tensor {
-    TensorLayout layout;
-    BackendDescriptor descriptor;
-  };
   Id add_tensor(const TensorLayout& layout, bool is_virtual, bool by_value);
-  const BackendDescriptor& tensor(Id id) const { return tensors_.at(static_cast<size_t>(id - kFirstId)).descriptor; }
+  const BackendDescriptor& tensor(Id id) const { return tensors_.at(static_cast<size_t>(id - kFirstId)); }
 
   std::string what_;
-  std::vector<Tensor> tensors_;
+  std::vector<BackendDescriptor> tensors_;  // by id - kFirstId
   std::vector<BackendDescriptor> operations_, op_descriptors_;
 };
 
