@@ -95,7 +95,6 @@ loss_shape="12 768 12 16" loss_iters=300 loss_logging="--log-interval 10 --eval-
 peer_gpt=(python3 bench/peers/pytorch_gpt.py)
 peer_attention=(python3 bench/peers/pytorch_attention.py)
 ncu=(ncu)
-cudnn=1  # the runs with --cudnn-attention (cuDNN loaded at run time: below)
 
 bin=build kiln=$PWD/build/kiln
 if [[ -n $rehearse ]]; then
@@ -110,7 +109,6 @@ if [[ -n $rehearse ]]; then
   peer_gpt=(python3 tests/support/stand_in_peer.py gpt)
   peer_attention=(python3 tests/support/stand_in_peer.py attention)
   ncu=(python3 tests/support/stand_in_ncu.py)
-  cudnn=0  # the emulator runs no cuDNN
 elif ((prebuilt)); then
   bin=build-pack kiln=$PWD/build-pack/kiln
   mkdir -p build-pack/lib
@@ -122,13 +120,12 @@ elif ((rebuild)) || [[ ! -x build/kiln ]]; then
 fi
 "$kiln" --version
 # cuDNN for --cudnn-attention (dlopen'ed: cuda/cudnn_api.h): PyTorch's own where its wheel has one, so
-# that kiln and the peer run the same library; else whatever the loader finds.
-if ((cudnn)); then
-  cudnn_dir=$(python3 -c 'import nvidia.cudnn as c; print(list(c.__path__)[0] + "/lib")' 2> /dev/null || true)
-  if [[ -n $cudnn_dir && -e $cudnn_dir/libcudnn.so.9 ]]; then
-    export LD_LIBRARY_PATH=$cudnn_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    echo "cuDNN for --cudnn-attention: $cudnn_dir"
-  fi
+# that kiln and the peer run the same library; else whatever the loader finds (the emulator has a
+# stand-in of its own).
+cudnn_dir=$(python3 -c 'import nvidia.cudnn as c; print(list(c.__path__)[0] + "/lib")' 2> /dev/null || true)
+if [[ -z $rehearse && -n $cudnn_dir && -e $cudnn_dir/libcudnn.so.9 ]]; then
+  export LD_LIBRARY_PATH=$cudnn_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  echo "cuDNN for --cudnn-attention: $cudnn_dir"
 fi
 
 failures=()
@@ -174,7 +171,6 @@ if runs table; then
     # kiln in bf16, then with fp8 products (E4M3 forward, E5M2 gradients; bf16 everywhere else), then
     # with fp8 products and cuDNN's attention engines
     for setting in "bf16" "fp8:--fp8-format hybrid" "fp8 cudnn:--fp8-format hybrid --cudnn-attention"; do
-      [[ $setting == *cudnn* ]] && ((!cudnn)) && continue
       switches=""
       [[ $setting == *:* ]] && switches=${setting#*:}
       measure "$results" "\"model\":\"$name\",\"who\":\"kiln\",\"setting\":\"${setting%%:*}\",\"mb\":$micro" \
@@ -247,7 +243,6 @@ if runs levers; then
                 "--no-matmul-epilogues" "--matmul-autotune" "--recompute-granularity selective" "--fp8-format hybrid" \
                 "--fp8-format hybrid --no-fp8-fast-accumulation" "--fp8-format hybrid --cuda-graph" \
                 "--fp8-format hybrid --matmul-autotune" "--cudnn-attention" "--cudnn-attention --cuda-graph"; do
-    [[ $switch == *cudnn* ]] && ((!cudnn)) && continue
     measure "$levers" "\"switch\":\"${switch:-(defaults)}\"" \
       "$kiln" bench train --device cuda --bf16 $model --vocab-size $vocab --skip-gemm-ceiling --json $timing $datasheet $switch
   done
@@ -282,10 +277,8 @@ PY
       $attention_timing
     measure "$attention" "$shape_fields,\"row\":\"kiln materialised\"" \
       "$kiln" bench attention --device cuda $args --no-fused-attention --json $attention_timing
-    if ((cudnn)); then
-      measure "$attention" "$shape_fields,\"row\":\"kiln on cuDNN\"" \
-        "$kiln" bench attention --device cuda $args --cudnn-attention --json $attention_timing
-    fi
+    measure "$attention" "$shape_fields,\"row\":\"kiln on cuDNN\"" \
+      "$kiln" bench attention --device cuda $args --cudnn-attention --json $attention_timing
     measure "$attention" "$shape_fields,\"row\":\"pytorch\"" "${peer_attention[@]}" $args $attention_timing
   done
   python3 - "$attention" <<'PY'
@@ -438,7 +431,7 @@ if runs loss; then
         bf16-perturbed) switch="--no-deterministic-attention" ;;
         fp8) switch="--fp8-format hybrid" ;;
         fp8-no-fast-accumulation) switch="--fp8-format hybrid --no-fp8-fast-accumulation" ;;
-        *) ((cudnn)) || continue; switch="--cudnn-attention" ;;
+        *) switch="--cudnn-attention" ;;
       esac
       if ! "$kiln" train --device cuda --bf16 --data-path "${loss_data}_text_document" --vocab-size 50257 \
           --num-layers $layers --hidden-size $hidden --num-attention-heads $heads --seq-length $seq \
@@ -463,8 +456,7 @@ def curves(setting):
             validation.append(float(m.group(1)))
     return train, validation
 settings = ["bf16", "bf16-perturbed", "fp8", "fp8-no-fast-accumulation", "bf16-cudnn"]
-runs = {s: curves(s) for s in settings if os.path.exists(os.path.join(sys.argv[1], f"loss-{s}.log"))}
-settings = list(runs)
+runs = {s: curves(s) for s in settings}
 reference_train, reference_validation = runs["bf16"]
 print(f"{'setting':>26} {'first loss':>10} {'last loss':>10} {'validation':>10} {'largest gap':>11} {'at step':>7}"
       f" {'validation gap':>14}")

@@ -8,7 +8,8 @@
 // (--no-fused-attention) too; and cuDNN's engines (--cudnn-attention) where they take the call, kiln's
 // kernels where they do not (key padding, head sizes off cuDNN's multiples of 8). Same inputs on
 // both back-ends; out, lse and dqkv compared by normalised error. Skips without a GPU (and the cuDNN
-// case without a loadable cuDNN 9).
+// case without a loadable cuDNN 9); on the emulator the cuDNN case runs its stand-in, which checks
+// kiln's graphs, layouts and bindings, not NVIDIA's engines.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -22,13 +22,15 @@ void resolve(void* handle, const char* name, Function& function, const std::stri
 }
 
 Library load() {
-#if defined(KILN_NO_CUDNN_REASON)  // a build that cannot call a real cuDNN (CMakeLists.txt)
-  fail("--cudnn-attention: {}", KILN_NO_CUDNN_REASON);
-#endif
-  const char* chosen = std::getenv("KILN_CUDNN_LIBRARY");
   Library lib{};
+#if defined(KILN_CUDNN_IN_PROCESS)  // a program that defines the entry points itself (CMakeLists.txt)
+  lib.path = KILN_CUDNN_IN_PROCESS;
+  void* handle = dlopen(nullptr, RTLD_NOW);
+#else
+  const char* chosen = std::getenv("KILN_CUDNN_LIBRARY");
   lib.path = chosen && *chosen ? chosen : "libcudnn.so.9";
   void* handle = dlopen(lib.path.c_str(), RTLD_NOW | RTLD_LOCAL);
+#endif
   if (!handle)
     fail("--cudnn-attention: cannot load cuDNN ({}): {}; install cuDNN 9, or set KILN_CUDNN_LIBRARY to its "
          "libcudnn.so.9",
@@ -45,8 +47,10 @@ Library load() {
   resolve(handle, "cudnnBackendSetAttribute", lib.set_attribute, lib.path);
   resolve(handle, "cudnnBackendGetAttribute", lib.get_attribute, lib.path);
   resolve(handle, "cudnnBackendExecute", lib.execute, lib.path);
+#if !defined(KILN_CUDNN_IN_PROCESS)
   Dl_info loaded{};  // the file the loader found, for the run notes
   if (dladdr(reinterpret_cast<void*>(lib.get_version), &loaded) && loaded.dli_fname) lib.path = loaded.dli_fname;
+#endif
   lib.version = lib.get_version();
   if (lib.version < kFirstSupportedVersion)
     fail("--cudnn-attention: {} is cuDNN {}.{}.{}; kiln needs cuDNN 9", lib.path, lib.version / 10000,

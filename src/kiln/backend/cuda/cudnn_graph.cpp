@@ -151,7 +151,8 @@ Plan OperationGraph::build(Handle handle) const {
       .finalize();
   std::string reason = "the heuristics offered no engine";
   for (const HeuristicsMode mode : {HeuristicsMode::A, HeuristicsMode::Fallback}) {
-    for (const BackendDescriptor& config : engine_configs(graph, mode, what_)) {
+    std::vector<BackendDescriptor> configs = engine_configs(graph, mode, what_);
+    for (BackendDescriptor& config : configs) {
       BackendDescriptor plan(DescriptorType::ExecutionPlan, what_ + ", execution plan");
       plan.set(Attribute::PlanHandle, AttributeType::Handle, 1, &handle)
           .set_descriptor(Attribute::PlanEngineConfig, config);
@@ -163,7 +164,7 @@ Plan OperationGraph::build(Handle handle) const {
       check(library().get_attribute(plan.raw(), Attribute::PlanWorkspaceSize, AttributeType::Int64, 1, &returned,
                                     &workspace),
             what_ + ", the plan's workspace size");
-      return Plan(std::move(plan), workspace, what_);
+      return Plan(std::move(graph), std::move(config), std::move(plan), workspace, what_);
     }
   }
   const size_t version = library().version;

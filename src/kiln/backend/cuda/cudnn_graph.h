@@ -88,17 +88,23 @@ class OperationGraph {
   std::vector<BackendDescriptor> operations_, op_descriptors_;
 };
 
-// A finalized execution plan; run() binds each memory tensor id to its device pointer and each
-// scalar id to a host pointer to its value.
+// A finalized execution plan, holding the graph and the engine configuration it was made from;
+// run() binds each memory tensor id to its device pointer and each scalar id to a host pointer to
+// its value.
 class Plan {
  public:
-  Plan(BackendDescriptor plan, int64_t workspace_bytes, std::string what)
-      : plan_(std::move(plan)), workspace_bytes_(workspace_bytes), what_(std::move(what)) {}
+  Plan(BackendDescriptor graph, BackendDescriptor config, BackendDescriptor plan, int64_t workspace_bytes,
+       std::string what)
+      : graph_(std::move(graph)),
+        config_(std::move(config)),
+        plan_(std::move(plan)),
+        workspace_bytes_(workspace_bytes),
+        what_(std::move(what)) {}
   int64_t workspace_bytes() const { return workspace_bytes_; }
   void run(Handle handle, const std::vector<std::pair<OperationGraph::Id, void*>>& bindings, void* workspace) const;
 
  private:
-  BackendDescriptor plan_;
+  BackendDescriptor graph_, config_, plan_;
   int64_t workspace_bytes_;
   std::string what_;
 };
