@@ -25,7 +25,8 @@
 #                                        of the 10 minutes
 #   ... --stages counters                Nsight Compute's counters (ncu: speed of light, occupancy,
 #                                        warp stalls) of the attention kernels at 64x1024 12x64
-#                                        (kiln's on mma.sync, adding dQ atomically, on wgmma; SDPA's),
+#                                        (kiln's on mma.sync, adding dQ atomically, on wgmma; SDPA's;
+#                                        cuDNN's through --cudnn-attention),
 #                                        of every kernel of a 2-layer 124M/64 step (bf16, fp8 products)
 #                                        and of PyTorch eager's products on it: NAME.txt (details),
 #                                        NAME.csv (every metric) and NAME.ncu-rep under $OUT; about
@@ -40,8 +41,8 @@
 #                                        each run's losses and its largest
 #                                        gap to bf16's; about 2 minutes
 #   ... --bundle                         at the end, pack every file written under $OUT but the .ncu-rep
-#                                        reports into $OUT/device-check.tar.gz (for a transfer that
-#                                        takes few files)
+#                                        reports into $OUT/device-check.tar.gz, and the reports into
+#                                        $OUT/ncu-reports.tar.gz (for a transfer that takes few files)
 #   bench/device-check.sh --rehearse BUILD_DIR
 #                                        a dry run of the other stages on a machine without
 #                                        a GPU (CI): BUILD_DIR/kiln_on_emulator (the CUDA back-end on
@@ -385,7 +386,8 @@ PY
     failures+=("counters: ncu is not on the PATH")
   else
     # The attention core at the table's shape: kiln's fused kernels (deterministic, adding dQ
-    # atomically, on wgmma) and the kernels of PyTorch's SDPA, every section (--set full). Five
+    # atomically, on wgmma), the kernels of PyTorch's SDPA and cuDNN's as kiln runs them, every
+    # section (--set full). Five
     # launches: the warm-up and the timed forward, then the warm-up backward's kernels.
     read -r batch heads size <<< "${attention_shapes[0]}"
     args="--batch $batch --seq-length $seq --num-attention-heads $heads --head-size $size"
@@ -396,8 +398,11 @@ PY
       "$kiln" bench attention --device cuda $args --no-deterministic-attention --warmup 1 --iters 1
     counters attention-kiln-wgmma --set full -k "$attention_kernels" -c 5 -- \
       "$kiln" bench attention --device cuda $args --warpgroup-attention --warmup 1 --iters 1
-    counters attention-sdpa --set full -k 'regex:flash|fmha|attn|attention|sdpa|cudnn|mha|dot_do_o|convert_dq' \
-      -c 10 -- "${peer_attention[@]}" $args --warmup 1 --iters 1
+    sdpa_kernels='regex:flash|fmha|attn|attention|sdpa|cudnn|mha|dot_do_o|convert_dq'
+    counters attention-sdpa --set full -k "$sdpa_kernels" -c 10 -- "${peer_attention[@]}" $args --warmup 1 --iters 1
+    # cuDNN's engines as kiln calls them: their kernel names beside SDPA's say whether SDPA ran them.
+    counters attention-kiln-cudnn --set full -k "$sdpa_kernels" -c 10 -- \
+      "$kiln" bench attention --device cuda $args --cudnn-attention --warmup 1 --iters 1
     # Every kernel of one training step of 124M's width with 2 layers, and the products PyTorch
     # eager runs for the same model (the same cuBLAS: do kiln's calls, epilogues included, match?).
     read -r _ layers hidden heads micro <<< "$lever_shape"
@@ -484,6 +489,11 @@ if ((bundle)); then
     failures+=("bundling $out")
   rm -f "$bundled"
   echo "== bundled into $out/device-check.tar.gz: $(tar -tzf "$out/device-check.tar.gz" | tr '\n' ' ')"
+  # The reports apart (they are large; the bundle has their text): two files in all.
+  if compgen -G "$out/*.ncu-rep" > /dev/null; then
+    (cd "$out" && tar -czf ncu-reports.tar.gz ./*.ncu-rep && rm -f ./*.ncu-rep) || failures+=("bundling the reports")
+    echo "== reports in $out/ncu-reports.tar.gz"
+  fi
 fi
 
 if ((${#failures[@]})); then
