@@ -21,20 +21,35 @@ void resolve(void* handle, const char* name, Function& function, const std::stri
   function = reinterpret_cast<Function>(symbol);
 }
 
-Library load() {
-  Library lib{};
-#if defined(KILN_CUDNN_IN_PROCESS)  // a program that defines the entry points itself (CMakeLists.txt)
-  lib.path = KILN_CUDNN_IN_PROCESS;
-  void* handle = dlopen(nullptr, RTLD_NOW);
+// The library for this process: this program's own entry points where it defines them (the
+// emulator's stand-in, CMakeLists.txt), else KILN_CUDNN_LIBRARY's file or libcudnn.so.9.
+std::string chosen_library() {
+#if defined(KILN_CUDNN_IN_PROCESS)
+  return "";
 #else
   const char* chosen = std::getenv("KILN_CUDNN_LIBRARY");
-  lib.path = chosen && *chosen ? chosen : "libcudnn.so.9";
-  void* handle = dlopen(lib.path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  return chosen && *chosen ? chosen : "libcudnn.so.9";
 #endif
+}
+
+}  // namespace
+
+Library open_library(const std::string& path) {
+  Library lib{};
+  lib.path = path;
+  void* handle = dlopen(path.empty() ? nullptr : path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle)
     fail("--cudnn-attention: cannot load cuDNN ({}): {}; install cuDNN 9, or set KILN_CUDNN_LIBRARY to its "
          "libcudnn.so.9",
-         lib.path, dlerror());
+         path, dlerror());
+  if (path.empty()) lib.path = "this program's own cuDNN entry points";
+  struct Closer {  // a library refused below is closed again
+    void* handle;
+    bool keep = false;
+    ~Closer() {
+      if (!keep) dlclose(handle);
+    }
+  } closer{handle};
   resolve(handle, "cudnnGetVersion", lib.get_version, lib.path);
   resolve(handle, "cudnnGetErrorString", lib.get_error_string, lib.path);
   resolve(handle, "cudnnGetLastErrorString", lib.get_last_error_string, lib.path);
@@ -47,18 +62,16 @@ Library load() {
   resolve(handle, "cudnnBackendSetAttribute", lib.set_attribute, lib.path);
   resolve(handle, "cudnnBackendGetAttribute", lib.get_attribute, lib.path);
   resolve(handle, "cudnnBackendExecute", lib.execute, lib.path);
-#if !defined(KILN_CUDNN_IN_PROCESS)
   Dl_info loaded{};  // the file the loader found, for the run notes
-  if (dladdr(reinterpret_cast<void*>(lib.get_version), &loaded) && loaded.dli_fname) lib.path = loaded.dli_fname;
-#endif
+  if (!path.empty() && dladdr(reinterpret_cast<void*>(lib.get_version), &loaded) && loaded.dli_fname)
+    lib.path = loaded.dli_fname;
   lib.version = lib.get_version();
   if (lib.version < kFirstSupportedVersion)
     fail("--cudnn-attention: {} is cuDNN {}.{}.{}; kiln needs cuDNN 9", lib.path, lib.version / 10000,
          lib.version / 100 % 100, lib.version % 100);
-  return lib;  // the library stays loaded for the process
+  closer.keep = true;  // the library stays loaded for the process
+  return lib;
 }
-
-}  // namespace
 
 const Library& library() {
   static std::mutex mutex;
@@ -67,7 +80,7 @@ const Library& library() {
   const std::lock_guard lock(mutex);
   if (!loaded && error.empty()) {
     try {
-      loaded = load();
+      loaded = open_library(chosen_library());
     } catch (const Error& e) {
       error = e.what();
     }

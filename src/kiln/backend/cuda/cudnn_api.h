@@ -138,6 +138,10 @@ struct Library {
 // the error).
 const Library& library();
 
+// What library() does once: opens `path` (empty: this program's own symbols) and resolves the entry
+// points, with the same errors; a library refused is closed again.
+Library open_library(const std::string& path);
+
 // A failed call becomes a kiln::Error: "cuDNN error in <what>: <status text> (<cuDNN's last error
 // message>)".
 void check(Status status, const std::string& what);
