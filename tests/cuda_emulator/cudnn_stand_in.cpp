@@ -31,6 +31,7 @@
 namespace {
 
 using kiln::cudnn::Attribute;
+using kiln::cudnn::AttributeType;
 using kiln::cudnn::DataType;
 using kiln::cudnn::DescriptorType;
 using kiln::cudnn::PointwiseMode;
@@ -287,13 +288,19 @@ int cudnnBackendDestroyDescriptor(Descriptor* descriptor) {
   return kSuccess;
 }
 int cudnnBackendFinalize(Descriptor* descriptor) { return descriptor ? kSuccess : kBadParam; }
-int cudnnBackendSetAttribute(Descriptor* descriptor, Attribute attribute, int type, int64_t count,
+int cudnnBackendSetAttribute(Descriptor* descriptor, Attribute attribute, AttributeType type, int64_t count,
                              const void* elements) {
-  // Element sizes by attribute type (cudnn_api.h): handles, descriptors and pointers are pointers;
-  // data types, booleans and modes 4 bytes... except a boolean, which cuDNN takes as a C bool.
+  // Element sizes by attribute type: handles, descriptors and pointers are pointers, int64 8 bytes,
+  // the enumerations 4, a boolean a C bool.
   size_t size = 8;
-  if (type == 1 || type == 8 || type == 14 || type == 18) size = 4;  // DataType, heuristics mode, pointwise mode, reduction
-  if (type == 2) size = sizeof(bool);
+  switch (type) {
+    case AttributeType::DataType:
+    case AttributeType::HeuristicsMode:
+    case AttributeType::PointwiseMode:
+    case AttributeType::ReductionOperator: size = 4; break;
+    case AttributeType::Boolean: size = sizeof(bool); break;
+    default: break;
+  }
   const auto* bytes = static_cast<const char*>(elements);
   descriptor->attributes[attribute].assign(bytes, bytes + size * static_cast<size_t>(count));
   return kSuccess;
