@@ -67,8 +67,7 @@ Library open_library(const std::string& path) {
     lib.path = loaded.dli_fname;
   lib.version = lib.get_version();
   if (lib.version < kFirstSupportedVersion)
-    fail("--cudnn-attention: {} is cuDNN {}.{}.{}; kiln needs cuDNN 9", lib.path, lib.version / 10000,
-         lib.version / 100 % 100, lib.version % 100);
+    fail("--cudnn-attention: {} is cuDNN {}; kiln needs cuDNN 9", lib.path, lib.version_text());
   closer.keep = true;  // the library stays loaded for the process
   return lib;
 }
@@ -89,13 +88,21 @@ const Library& library() {
   return *loaded;
 }
 
+std::string Library::version_text() const {
+  return std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) + "." +
+         std::to_string(version % 100);
+}
+
+std::string last_error() {
+  char detail[1024] = {};
+  library().get_last_error_string(detail, sizeof(detail));
+  return detail;
+}
+
 void check(Status status, const std::string& what) {
   if (status == 0) return;
-  const Library& lib = library();
-  char detail[1024] = {};
-  lib.get_last_error_string(detail, sizeof(detail));
-  fail("cuDNN error in {}: {}{}{}", what, lib.get_error_string(status), detail[0] ? " (" : "",
-       detail[0] ? std::string(detail) + ")" : std::string());
+  const std::string detail = last_error();
+  fail("cuDNN error in {}: {}{}", what, library().get_error_string(status), detail.empty() ? "" : " (" + detail + ")");
 }
 
 }  // namespace kiln::cudnn

@@ -20,12 +20,18 @@ using Handle = ::cudnnContext*;
 using Descriptor = void*;
 using Status = int;  // cudnnStatus_t; 0 is success
 
+// The cudnnStatus_t values kiln tells apart.
+enum class StatusCode : int { Success = 0, NotSupportedRuntimePrerequisiteMissing = 3008 };
+
 // cudnnBackendDescriptorType_t
 enum class DescriptorType : int {
   Pointwise = 0,
+  Engine = 2,
   EngineConfig = 3,
   EngineHeuristics = 4,
   ExecutionPlan = 5,
+  KnobChoice = 7,
+  KnobInfo = 8,
   PointwiseOperation = 13,
   OperationGraph = 15,
   VariantPack = 16,
@@ -35,6 +41,7 @@ enum class DescriptorType : int {
   Reduction = 21,
   ReductionOperation = 22,
   ReshapeOperation = 31,
+  DeviceProperties = 38,  // cuDNN 9.8 on
 };
 
 // cudnnBackendAttributeType_t
@@ -45,9 +52,11 @@ enum class AttributeType : int {
   Int64 = 3,
   VoidPointer = 6,
   HeuristicsMode = 8,
+  KnobType = 9,
   PointwiseMode = 14,
   Descriptor = 15,
   ReductionOperator = 18,
+  Char = 24,
 };
 
 // cudnnBackendAttributeName_t
@@ -58,9 +67,14 @@ enum class Attribute : int {
   HeuristicsMode = 200,
   HeuristicsOperationGraph = 201,
   HeuristicsResults = 202,
+  EngineConfigEngine = 300,
+  EngineConfigKnobChoices = 302,
   PlanHandle = 400,
   PlanEngineConfig = 401,
   PlanWorkspaceSize = 402,
+  PlanDeviceProperties = 407,
+  KnobChoiceType = 600,
+  KnobChoiceValue = 601,
   PointwiseOperationDescriptor = 750,
   PointwiseOperationX = 751,
   PointwiseOperationB = 752,
@@ -68,6 +82,7 @@ enum class Attribute : int {
   PointwiseOperationT = 758,
   OperationGraphHandle = 800,
   OperationGraphOperations = 801,
+  OperationGraphEngineCount = 802,
   TensorByteAlignment = 900,
   TensorDataType = 901,
   TensorDimensions = 902,
@@ -78,6 +93,14 @@ enum class Attribute : int {
   VariantPackUniqueIds = 1000,
   VariantPackDataPointers = 1001,
   VariantPackWorkspace = 1003,
+  KnobInfoType = 1200,
+  KnobInfoMaximum = 1201,
+  KnobInfoMinimum = 1202,
+  KnobInfoStride = 1203,
+  EngineOperationGraph = 1300,
+  EngineGlobalIndex = 1301,
+  EngineKnobInfo = 1302,
+  EngineDeviceProperties = 1307,
   MatmulComputeType = 1500,
   MatmulOperationA = 1520,
   MatmulOperationB = 1521,
@@ -90,6 +113,8 @@ enum class Attribute : int {
   ReductionOperationDescriptor = 1612,
   ReshapeOperationX = 2200,
   ReshapeOperationY = 2201,
+  DevicePropertiesHandle = 2701,
+  DevicePropertiesJson = 2702,
 };
 
 // cudnnDataType_t
@@ -131,6 +156,7 @@ struct Library {
   Status (*execute)(Handle, Descriptor plan, Descriptor variant_pack);
   std::string path;  // the file loaded (what dlopen was given if the loader does not say)
   size_t version = 0;  // cudnnGetVersion(): major * 10000 + minor * 100 + patch
+  std::string version_text() const;  // "9.19.0"
 };
 
 // The library, loaded on the first call; a kiln::Error naming the file and dlopen's reason if it
@@ -141,6 +167,9 @@ const Library& library();
 // What library() does once: opens `path` (empty: this program's own symbols) and resolves the entry
 // points, with the same errors; a library refused is closed again.
 Library open_library(const std::string& path);
+
+// cuDNN's message for the last call that failed on this thread; empty if it gave none.
+std::string last_error();
 
 // A failed call becomes a kiln::Error: "cuDNN error in <what>: <status text> (<cuDNN's last error
 // message>)".

@@ -27,13 +27,18 @@ static_assert(sizeof(DataType) == sizeof(cudnnDataType_t));
 static_assert(sizeof(PointwiseMode) == sizeof(cudnnPointwiseMode_t));
 static_assert(sizeof(ReductionOperator) == sizeof(cudnnReduceTensorOp_t));
 static_assert(sizeof(HeuristicsMode) == sizeof(cudnnBackendHeurMode_t));
+static_assert(sizeof(int) == sizeof(cudnnBackendKnobType_t));  // a knob type travels as an int
 static_assert(sizeof(Status) == sizeof(cudnnStatus_t));
+static_assert(sizeof(StatusCode) == sizeof(cudnnStatus_t));
 
 #define KILN_SAME(ours, theirs) static_assert(same_value(ours, theirs), #ours " is not " #theirs)
 KILN_SAME(DescriptorType::Pointwise, CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+KILN_SAME(DescriptorType::Engine, CUDNN_BACKEND_ENGINE_DESCRIPTOR);
 KILN_SAME(DescriptorType::EngineConfig, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
 KILN_SAME(DescriptorType::EngineHeuristics, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
 KILN_SAME(DescriptorType::ExecutionPlan, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+KILN_SAME(DescriptorType::KnobChoice, CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR);
+KILN_SAME(DescriptorType::KnobInfo, CUDNN_BACKEND_KNOB_INFO_DESCRIPTOR);
 KILN_SAME(DescriptorType::PointwiseOperation, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
 KILN_SAME(DescriptorType::OperationGraph, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
 KILN_SAME(DescriptorType::VariantPack, CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
@@ -43,6 +48,7 @@ KILN_SAME(DescriptorType::MatmulOperation, CUDNN_BACKEND_OPERATION_MATMUL_DESCRI
 KILN_SAME(DescriptorType::Reduction, CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
 KILN_SAME(DescriptorType::ReductionOperation, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
 KILN_SAME(DescriptorType::ReshapeOperation, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
+KILN_SAME(DescriptorType::DeviceProperties, CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR);
 
 KILN_SAME(AttributeType::Handle, CUDNN_TYPE_HANDLE);
 KILN_SAME(AttributeType::DataType, CUDNN_TYPE_DATA_TYPE);
@@ -50,9 +56,11 @@ KILN_SAME(AttributeType::Boolean, CUDNN_TYPE_BOOLEAN);
 KILN_SAME(AttributeType::Int64, CUDNN_TYPE_INT64);
 KILN_SAME(AttributeType::VoidPointer, CUDNN_TYPE_VOID_PTR);
 KILN_SAME(AttributeType::HeuristicsMode, CUDNN_TYPE_HEUR_MODE);
+KILN_SAME(AttributeType::KnobType, CUDNN_TYPE_KNOB_TYPE);
 KILN_SAME(AttributeType::PointwiseMode, CUDNN_TYPE_POINTWISE_MODE);
 KILN_SAME(AttributeType::Descriptor, CUDNN_TYPE_BACKEND_DESCRIPTOR);
 KILN_SAME(AttributeType::ReductionOperator, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE);
+KILN_SAME(AttributeType::Char, CUDNN_TYPE_CHAR);
 
 KILN_SAME(Attribute::PointwiseMode, CUDNN_ATTR_POINTWISE_MODE);
 KILN_SAME(Attribute::PointwiseMathPrecision, CUDNN_ATTR_POINTWISE_MATH_PREC);
@@ -60,9 +68,18 @@ KILN_SAME(Attribute::PointwiseAxis, CUDNN_ATTR_POINTWISE_AXIS);
 KILN_SAME(Attribute::HeuristicsMode, CUDNN_ATTR_ENGINEHEUR_MODE);
 KILN_SAME(Attribute::HeuristicsOperationGraph, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH);
 KILN_SAME(Attribute::HeuristicsResults, CUDNN_ATTR_ENGINEHEUR_RESULTS);
+KILN_SAME(Attribute::EngineConfigEngine, CUDNN_ATTR_ENGINECFG_ENGINE);
+KILN_SAME(Attribute::EngineConfigKnobChoices, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES);
 KILN_SAME(Attribute::PlanHandle, CUDNN_ATTR_EXECUTION_PLAN_HANDLE);
 KILN_SAME(Attribute::PlanEngineConfig, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG);
 KILN_SAME(Attribute::PlanWorkspaceSize, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE);
+KILN_SAME(Attribute::PlanDeviceProperties, CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP);
+KILN_SAME(Attribute::KnobChoiceType, CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE);
+KILN_SAME(Attribute::KnobChoiceValue, CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE);
+KILN_SAME(Attribute::KnobInfoType, CUDNN_ATTR_KNOB_INFO_TYPE);
+KILN_SAME(Attribute::KnobInfoMaximum, CUDNN_ATTR_KNOB_INFO_MAXIMUM_VALUE);
+KILN_SAME(Attribute::KnobInfoMinimum, CUDNN_ATTR_KNOB_INFO_MINIMUM_VALUE);
+KILN_SAME(Attribute::KnobInfoStride, CUDNN_ATTR_KNOB_INFO_STRIDE);
 KILN_SAME(Attribute::PointwiseOperationDescriptor, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR);
 KILN_SAME(Attribute::PointwiseOperationX, CUDNN_ATTR_OPERATION_POINTWISE_XDESC);
 KILN_SAME(Attribute::PointwiseOperationB, CUDNN_ATTR_OPERATION_POINTWISE_BDESC);
@@ -70,6 +87,7 @@ KILN_SAME(Attribute::PointwiseOperationY, CUDNN_ATTR_OPERATION_POINTWISE_YDESC);
 KILN_SAME(Attribute::PointwiseOperationT, CUDNN_ATTR_OPERATION_POINTWISE_TDESC);
 KILN_SAME(Attribute::OperationGraphHandle, CUDNN_ATTR_OPERATIONGRAPH_HANDLE);
 KILN_SAME(Attribute::OperationGraphOperations, CUDNN_ATTR_OPERATIONGRAPH_OPS);
+KILN_SAME(Attribute::OperationGraphEngineCount, CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT);
 KILN_SAME(Attribute::TensorByteAlignment, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT);
 KILN_SAME(Attribute::TensorDataType, CUDNN_ATTR_TENSOR_DATA_TYPE);
 KILN_SAME(Attribute::TensorDimensions, CUDNN_ATTR_TENSOR_DIMENSIONS);
@@ -80,6 +98,10 @@ KILN_SAME(Attribute::TensorIsByValue, CUDNN_ATTR_TENSOR_IS_BY_VALUE);
 KILN_SAME(Attribute::VariantPackUniqueIds, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS);
 KILN_SAME(Attribute::VariantPackDataPointers, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS);
 KILN_SAME(Attribute::VariantPackWorkspace, CUDNN_ATTR_VARIANT_PACK_WORKSPACE);
+KILN_SAME(Attribute::EngineOperationGraph, CUDNN_ATTR_ENGINE_OPERATION_GRAPH);
+KILN_SAME(Attribute::EngineGlobalIndex, CUDNN_ATTR_ENGINE_GLOBAL_INDEX);
+KILN_SAME(Attribute::EngineKnobInfo, CUDNN_ATTR_ENGINE_KNOB_INFO);
+KILN_SAME(Attribute::EngineDeviceProperties, CUDNN_ATTR_ENGINE_DEVICEPROP);
 KILN_SAME(Attribute::MatmulComputeType, CUDNN_ATTR_MATMUL_COMP_TYPE);
 KILN_SAME(Attribute::MatmulOperationA, CUDNN_ATTR_OPERATION_MATMUL_ADESC);
 KILN_SAME(Attribute::MatmulOperationB, CUDNN_ATTR_OPERATION_MATMUL_BDESC);
@@ -92,6 +114,8 @@ KILN_SAME(Attribute::ReductionOperationY, CUDNN_ATTR_OPERATION_REDUCTION_YDESC);
 KILN_SAME(Attribute::ReductionOperationDescriptor, CUDNN_ATTR_OPERATION_REDUCTION_DESC);
 KILN_SAME(Attribute::ReshapeOperationX, CUDNN_ATTR_OPERATION_RESHAPE_XDESC);
 KILN_SAME(Attribute::ReshapeOperationY, CUDNN_ATTR_OPERATION_RESHAPE_YDESC);
+KILN_SAME(Attribute::DevicePropertiesHandle, CUDNN_ATTR_DEVICEPROP_HANDLE);
+KILN_SAME(Attribute::DevicePropertiesJson, CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION);
 
 KILN_SAME(DataType::Float, CUDNN_DATA_FLOAT);
 KILN_SAME(DataType::Half, CUDNN_DATA_HALF);
@@ -114,6 +138,8 @@ KILN_SAME(ReductionOperator::Add, CUDNN_REDUCE_TENSOR_ADD);
 KILN_SAME(ReductionOperator::Max, CUDNN_REDUCE_TENSOR_MAX);
 KILN_SAME(HeuristicsMode::Fallback, CUDNN_HEUR_MODE_FALLBACK);
 KILN_SAME(HeuristicsMode::A, CUDNN_HEUR_MODE_A);
+KILN_SAME(StatusCode::Success, CUDNN_STATUS_SUCCESS);
+KILN_SAME(StatusCode::NotSupportedRuntimePrerequisiteMissing, CUDNN_STATUS_NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING);
 #undef KILN_SAME
 
 // The entry points' signatures, as cudnn_api.cpp casts them.

@@ -3,12 +3,8 @@
 // position side by side, heads HS apart), out and dout [B, T, C], lse [B, NH, T] (natural log, as
 // the tiled kernels keep it: the backward of either reads the other's), dqkv [B, T, 3C].
 //
-// The graphs are cuDNN's documented fused-attention patterns ("Fused Flash Attention fprop/bprop",
-// cuDNN 9 developer guide), written op by op (cudnn_graph.h) as NVIDIA's cudnn-frontend lowers its
-// SDPA nodes: S = scale Q K^T, the causal mask as GEN_INDEX rows >= columns selecting S or the
-// lowest float, softmax with its statistics (max + log sum), O = P V; the backward recomputes P
-// from the statistics, takes D = rowsum(dO * O) into a caller buffer, and accumulates dQ in fp32
-// in another. Each shape's plan is made at its first call and kept.
+// The graphs are cuDNN's documented fused-attention patterns (cudnn_attention_graphs.h). Each
+// shape's plan is made at its first call and kept.
 //
 // Scope: bf16 or fp16, head size a multiple of 8 up to 128 (cudnn_attention_head), causal or no mask
 // (key padding stays on kiln's kernels), 16-byte-aligned tensors; the back-end picks the calls
@@ -23,18 +19,12 @@
 #include <tuple>
 
 #include "kiln/backend/cuda/cudnn_api.h"
+#include "kiln/backend/cuda/cudnn_attention_graphs.h"
 
 namespace kiln::cuda {
 
 // The head sizes kiln hands cuDNN: multiples of 8 up to 128, the sizes its tiled kernels take too.
 bool cudnn_attention_head(int64_t head_size);
-
-struct CudnnAttentionShape {
-  int64_t B, T, NH, HS;
-  bool bf16;  // else fp16
-  bool causal;
-  auto key() const { return std::tuple(B, T, NH, HS, bf16, causal); }
-};
 
 class CudnnAttention {
  public:

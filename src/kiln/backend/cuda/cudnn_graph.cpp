@@ -2,7 +2,9 @@
 #include "kiln/backend/cuda/cudnn_graph.h"
 
 #include <algorithm>
+#include <optional>
 
+#include "kiln/backend/cuda/cudnn_device.h"
 #include "kiln/core/error.h"
 
 namespace kiln::cudnn {
@@ -108,11 +110,6 @@ void OperationGraph::reshape(Id in, Id out) {
 }
 
 namespace {
-std::string last_error() {
-  char detail[1024] = {};
-  library().get_last_error_string(detail, sizeof(detail));
-  return detail[0] ? detail : "cuDNN gave no reason";
-}
 
 // The engine configurations cuDNN's heuristics (in `mode`) offer for `graph`, best first; none if
 // the heuristics decline the graph.
@@ -141,14 +138,20 @@ std::vector<BackendDescriptor> engine_configs(const BackendDescriptor& graph, He
 }
 }  // namespace
 
-Plan OperationGraph::build(Handle handle) const {
+BackendDescriptor OperationGraph::finalized(Handle handle) const {
   std::vector<Descriptor> operations;
   for (const BackendDescriptor& operation : operations_) operations.push_back(operation.raw());
   BackendDescriptor graph(DescriptorType::OperationGraph, what_);
-  graph.set(Attribute::OperationGraphHandle, AttributeType::Handle, 1, &handle)
+  if (handle) graph.set(Attribute::OperationGraphHandle, AttributeType::Handle, 1, &handle);
+  graph
       .set(Attribute::OperationGraphOperations, AttributeType::Descriptor, static_cast<int64_t>(operations.size()),
            operations.data())
       .finalize();
+  return graph;
+}
+
+Plan OperationGraph::build(Handle handle) const {
+  BackendDescriptor graph = finalized(handle);
   std::string reason = "the heuristics offered no engine";
   for (const HeuristicsMode mode : {HeuristicsMode::A, HeuristicsMode::Fallback}) {
     std::vector<BackendDescriptor> configs = engine_configs(graph, mode, what_);
@@ -156,8 +159,8 @@ Plan OperationGraph::build(Handle handle) const {
       BackendDescriptor plan(DescriptorType::ExecutionPlan, what_ + ", execution plan");
       plan.set(Attribute::PlanHandle, AttributeType::Handle, 1, &handle)
           .set_descriptor(Attribute::PlanEngineConfig, config);
-      if (library().finalize(plan.raw()) != 0) {
-        reason = last_error();
+      if (const Status status = library().finalize(plan.raw()); status != 0) {
+        reason = library().get_error_string(status) + (" " + last_error());
         continue;
       }
       int64_t workspace = 0, returned = 0;
@@ -167,8 +170,9 @@ Plan OperationGraph::build(Handle handle) const {
       return Plan(std::move(graph), std::move(config), std::move(plan), workspace, what_);
     }
   }
-  const size_t version = library().version;
-  fail("cuDNN {}.{}.{} has no engine for {}: {}", version / 10000, version / 100 % 100, version % 100, what_, reason);
+  if (describes_devices(library()))  // each engine's own answer, knobs tried, for the error
+    reason = describe_answers(engine_answers(*this, DeviceProperties::of(handle)));
+  fail("cuDNN {} ({}) has no engine for {}: {}", library().version_text(), library().path, what_, reason);
 }
 
 void Plan::run(Handle handle, const std::vector<std::pair<OperationGraph::Id, void*>>& bindings,

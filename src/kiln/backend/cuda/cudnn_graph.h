@@ -74,9 +74,14 @@ class OperationGraph {
   void matmul(Id a, Id b, Id c);                        // batched over the leading dims
   void reshape(Id in, Id out);                          // the same elements seen through out's layout
 
-  // The plan for `handle`: the first of cuDNN's heuristic (mode A) configurations that finalizes. A
-  // kiln::Error with cuDNN's reason if none does.
+  // The plan for `handle`: the first of cuDNN's heuristic (mode A, then fallback) configurations
+  // that finalizes. A kiln::Error with cuDNN's reason if none does: from cuDNN 9.8, each engine's
+  // answer for this GPU (cudnn_device.h).
   Plan build(Handle handle) const;
+
+  // The graph's descriptor, finalized for `handle`'s device; with no handle, for a GPU described by
+  // DeviceProperties (cudnn_device.h).
+  BackendDescriptor finalized(Handle handle) const;
 
  private:
   static constexpr Id kFirstId = 1;
