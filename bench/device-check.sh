@@ -147,11 +147,13 @@ measure() {
 }
 
 if runs tests; then
-  echo "== GPU tests (CUDA op table, CPU/GPU parity, memory pre-flight)"
+  echo "== GPU tests (CUDA op table, CPU/GPU parity, memory pre-flight, cuDNN's engines for kiln's graphs)"
   # On a failure: the failures, and the log's end (a crash names no failure; its last test started does).
-  if KILN_BINARY=$kiln OMP_NUM_THREADS=4 "$PWD/$bin/kiln_tests" --gtest_filter='*cuda*:Cuda*:AllBackends*' \
-      > "$out/gpu-tests.log" 2>&1; then
+  if KILN_BINARY=$kiln OMP_NUM_THREADS=4 "$PWD/$bin/kiln_tests" \
+      --gtest_filter='*cuda*:Cuda*:AllBackends*:CudnnGraphCheck*:*/CudnnGraphCheck*' > "$out/gpu-tests.log" 2>&1; then
     grep -E "^\[  PASSED  \]" "$out/gpu-tests.log"
+    # this GPU as cuDNN describes it: what tests/backend/cudnn_graph_check_test.cpp's H100 stands in for
+    sed -n 's/^this GPU, as cuDNN describes it: //p' "$out/gpu-tests.log" | tee "$out/cudnn-device.json"
   else
     failures+=("GPU tests ($out/gpu-tests.log)")
     grep -E "FAILED|Failure" "$out/gpu-tests.log" | head -40 || true
