@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "kiln/backend/cuda/cudnn_attention_graphs.h"
 #include "kiln/backend/cuda/cudnn_device.h"
@@ -92,6 +93,22 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudnnGraphCheckOfAttention,
                          ::testing::Combine(::testing::Bool(), ::testing::Bool(), ::testing::Bool(),
                                             ::testing::Values(64, 128)),
                          graph_name);
+
+// The shapes bench/device-check.sh trains (GPT-2 124M, 350M and 774M at their micro-batches, bf16,
+// causal), forward and backward.
+TEST_F(CudnnGraphCheck, SomeEngineTakesTheBenchmarkShapes) {
+  const DeviceProperties h100 = DeviceProperties::from_json(kH100Description, "the test's H100");
+  for (const auto [batch, heads] : {std::pair<int64_t, int64_t>{64, 12}, {32, 16}, {16, 20}}) {
+    const CudnnAttentionShape shape{batch, 1024, heads, 64, true, true};
+    for (const bool backward : {false, true}) {
+      const auto described = backward ? kiln::cuda::cudnn_attention_backward_graph(shape)
+                                      : kiln::cuda::cudnn_attention_forward_graph(shape);
+      const auto answers = kiln::cudnn::engine_answers(described.graph, h100);
+      EXPECT_TRUE(some_engine_takes(answers)) << kiln::cuda::cudnn_attention_name(shape, backward) << ": "
+                                              << kiln::cudnn::describe_answers(answers);
+    }
+  }
+}
 
 // The check can fail: scores exponentiated without softmax's running maximum and sum are no fused
 // attention pattern, and no engine takes them.
