@@ -11,6 +11,8 @@
 #   bench/device-check.sh [--build]      (--build: rebuild even if build/kiln exists)
 #   bench/device-check.sh --prebuilt     use build-pack/ from scripts/pack-for-device.sh (for a
 #                                        machine that cannot build kiln: no -dev packages)
+#   ... --sizes 124M,350M                which sizes the table stage runs (default all three; a
+#                                        device call that must end within 10 minutes runs them in parts)
 #   ... --stages tests,table,levers      which stages run (default tests,table); `levers`: on
 #                                        124M/64, what each switch buys (CUDA graphs, fused attention,
 #                                        on wgmma or mma.sync, its backward adding dQ atomically, matmul
@@ -64,15 +66,16 @@ cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/kiln-device-check}
 mkdir -p "$out"
 
-prebuilt=0 rebuild=0 bundle=0 rehearse="" stages=tests,table
+prebuilt=0 rebuild=0 bundle=0 rehearse="" stages=tests,table sizes=""
 while (($#)); do
   case "$1" in
     --prebuilt) prebuilt=1 ;;
     --build) rebuild=1 ;;
     --bundle) bundle=1 ;;
     --stages) stages=${2:?--stages needs a list}; shift ;;
+    --sizes) sizes=${2:?--sizes needs a list}; shift ;;
     --rehearse) rehearse=${2:?--rehearse needs the build directory}; stages=table,levers,counters,loss; shift ;;
-    *) echo "device-check.sh: unknown argument '$1' (--build, --prebuilt, --stages LIST, --bundle, --rehearse DIR)" >&2
+    *) echo "device-check.sh: unknown argument '$1' (--build, --prebuilt, --stages LIST, --sizes LIST, --bundle, --rehearse DIR)" >&2
        exit 2 ;;
   esac
   shift
@@ -118,6 +121,19 @@ elif ((prebuilt)); then
 elif ((rebuild)) || [[ ! -x build/kiln ]]; then
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a
   cmake --build build -j "$(nproc)" --target kiln kiln_tests
+fi
+# --sizes: the table's shapes by name (the levers stage keeps 124M's)
+if [[ -n $sizes ]]; then
+  chosen=()
+  for size in ${sizes//,/ }; do
+    found=""
+    for shape in "${shapes[@]}"; do
+      if [[ ${shape%% *} == "$size" ]]; then found=$shape; fi
+    done
+    [[ -n $found ]] || { echo "device-check.sh: unknown size '$size' (124M, 350M, 774M)" >&2; exit 2; }
+    chosen+=("$found")
+  done
+  shapes=("${chosen[@]}")
 fi
 "$kiln" --version
 # cuDNN for --cudnn-attention (dlopen'ed: cuda/cudnn_api.h): PyTorch's own where its wheel has one, so
