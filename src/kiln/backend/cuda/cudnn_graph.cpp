@@ -170,8 +170,13 @@ Plan OperationGraph::build(Handle handle) const {
       return Plan(std::move(graph), std::move(config), std::move(plan), workspace, what_);
     }
   }
-  if (describes_devices(library()))  // each engine's own answer, knobs tried, for the error
-    reason = describe_answers(engine_answers(*this, DeviceProperties::of(handle)));
+  if (describes_devices(library())) {  // each engine's own answer, knobs tried, for the error
+    try {
+      reason = describe_answers(engine_answers(*this, DeviceProperties::of(handle)));
+    } catch (const Error& e) {
+      reason += " (asking each engine failed too: " + std::string(e.what()) + ")";
+    }
+  }
   fail("cuDNN {} ({}) has no engine for {}: {}", library().version_text(), library().path, what_, reason);
 }
 
