@@ -143,6 +143,16 @@ cudnn_dir=$(python3 -c 'import nvidia.cudnn as c; print(list(c.__path__)[0] + "/
 if [[ -z $rehearse && -n $cudnn_dir && -e $cudnn_dir/libcudnn.so.9 ]]; then
   export LD_LIBRARY_PATH=$cudnn_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   echo "cuDNN for --cudnn-attention: $cudnn_dir"
+  # and the NVRTC beside it, which cuDNN's runtime-compiled engines (its attention ones among them)
+  # load by name, as PyTorch's process has it loaded
+  nvrtc_dir=$(python3 -c '
+import glob, os, nvidia
+hits = [h for root in nvidia.__path__ for h in glob.glob(os.path.join(root, "**", "libnvrtc.so*"), recursive=True)]
+print(os.path.dirname(sorted(hits)[0]) if hits else "")' 2> /dev/null || true)
+  if [[ -n $nvrtc_dir ]]; then
+    export LD_LIBRARY_PATH=$nvrtc_dir:$LD_LIBRARY_PATH
+    echo "NVRTC for cuDNN's runtime-compiled engines: $nvrtc_dir"
+  fi
 fi
 
 failures=()
