@@ -2,7 +2,6 @@
 #include "kiln/backend/cuda/cudnn_graph.h"
 
 #include <algorithm>
-#include <optional>
 
 #include "kiln/backend/cuda/cudnn_device.h"
 #include "kiln/core/error.h"
