@@ -133,6 +133,11 @@ TEST_F(CudnnGraphCheck, AGraphThatIsNotAttentionIsTakenByNoEngine) {
       kiln::cudnn::engine_answers(graph, DeviceProperties::from_json(kH100Description, "the test's H100"));
   EXPECT_FALSE(answers.empty());
   EXPECT_FALSE(some_engine_takes(answers)) << kiln::cudnn::describe_answers(answers);
+  // what a plan no engine takes reports (OperationGraph::build): each engine by index, with its status
+  const std::string described = kiln::cudnn::describe_answers(answers);
+  EXPECT_EQ(described.rfind("engine 0: CUDNN_STATUS_", 0), 0u) << described;
+  EXPECT_NE(described.find("; engine " + std::to_string(answers.size() - 1) + ": CUDNN_STATUS_"), std::string::npos)
+      << described;
 }
 
 TEST_F(CudnnGraphCheck, ADescriptionRoundTripsThroughItsJson) {
