@@ -18,8 +18,9 @@
 #                                        on wgmma or mma.sync, its backward adding dQ atomically, matmul
 #                                        epilogues, products' algorithms timed, selective
 #                                        recomputation, fp8 products, alone, with their forward
-#                                        products' fast accumulation off, with CUDA graphs and with
-#                                        their algorithms timed; cuDNN's attention, alone and with
+#                                        products' fast accumulation off, with CUDA graphs, with
+#                                        their algorithms timed and with the classifier's products in
+#                                        fp8 too; cuDNN's attention, alone and with
 #                                        CUDA graphs), the attention core (kiln's kernels, cuDNN's)
 #                                        alone against PyTorch's SDPA, and the time split by op
 #                                        (--profile-ops: bf16, with fp8 products, with
@@ -38,10 +39,11 @@
 #                                        scripts/pack-for-device.sh packs them), the same seed and
 #                                        batches, in bf16, in bf16 perturbed (its attention backward
 #                                        adding dQ atomically: how far two runs drift that differ in
-#                                        rounding alone), with fp8 products, and with fp8 products
-#                                        without fast accumulation, and in bf16 on cuDNN's attention;
+#                                        rounding alone), with fp8 products, with fp8 products
+#                                        without fast accumulation, with the classifier's products in
+#                                        fp8 too, and in bf16 on cuDNN's attention;
 #                                        each run's losses and its largest
-#                                        gap to bf16's; about 2 minutes
+#                                        gap to bf16's; about 2.5 minutes
 #   ... --bundle                         at the end, pack every file written under $OUT but the .ncu-rep
 #                                        reports into $OUT/device-check.tar.gz, and the reports into
 #                                        $OUT/ncu-reports.tar.gz (for a transfer that takes few files)
@@ -271,7 +273,8 @@ if runs levers; then
   for switch in "" "--cuda-graph" "--no-fused-attention" "--warpgroup-attention" "--no-deterministic-attention" \
                 "--no-matmul-epilogues" "--matmul-autotune" "--recompute-granularity selective" "--fp8-format hybrid" \
                 "--fp8-format hybrid --no-fp8-fast-accumulation" "--fp8-format hybrid --cuda-graph" \
-                "--fp8-format hybrid --matmul-autotune" "--cudnn-attention" "--cudnn-attention --cuda-graph"; do
+                "--fp8-format hybrid --matmul-autotune" "--fp8-format hybrid --fp8-classifier" \
+                "--cudnn-attention" "--cudnn-attention --cuda-graph"; do
     measure "$levers" "\"switch\":\"${switch:-(defaults)}\"" \
       "$kiln" bench train --device cuda --bf16 $model --vocab-size $vocab --skip-gemm-ceiling --json $timing $datasheet $switch
   done
@@ -456,14 +459,15 @@ if runs loss; then
   else
     read -r layers hidden heads micro <<< "$loss_shape"
     echo "== loss curves, $layers x $hidden, $heads heads, sequence $seq, batch $micro, $loss_iters steps on the State" \
-         "of the Union addresses: bf16, bf16 perturbed, fp8 products, fp8 without fast accumulation, bf16 on cuDNN's" \
-         "attention"
-    for setting in bf16 bf16-perturbed fp8 fp8-no-fast-accumulation bf16-cudnn; do
+         "of the Union addresses: bf16, bf16 perturbed, fp8 products, fp8 without fast accumulation, fp8 with the" \
+         "classifier's products too, bf16 on cuDNN's attention"
+    for setting in bf16 bf16-perturbed fp8 fp8-no-fast-accumulation fp8-classifier bf16-cudnn; do
       case $setting in
         bf16) switch="" ;;
         bf16-perturbed) switch="--no-deterministic-attention" ;;
         fp8) switch="--fp8-format hybrid" ;;
         fp8-no-fast-accumulation) switch="--fp8-format hybrid --no-fp8-fast-accumulation" ;;
+        fp8-classifier) switch="--fp8-format hybrid --fp8-classifier" ;;
         *) switch="--cudnn-attention" ;;
       esac
       if ! "$kiln" train --device cuda --bf16 --data-path "${loss_data}_text_document" --vocab-size 50257 \
@@ -488,7 +492,7 @@ def curves(setting):
         elif m := re.search(r"validation loss at .*\| lm loss value: (\S+) \|", line):
             validation.append(float(m.group(1)))
     return train, validation
-settings = ["bf16", "bf16-perturbed", "fp8", "fp8-no-fast-accumulation", "bf16-cudnn"]
+settings = ["bf16", "bf16-perturbed", "fp8", "fp8-no-fast-accumulation", "fp8-classifier", "bf16-cudnn"]
 runs = {s: curves(s) for s in settings}
 reference_train, reference_validation = runs["bf16"]
 print(f"{'setting':>26} {'first loss':>10} {'last loss':>10} {'validation':>10} {'largest gap':>11} {'at step':>7}"

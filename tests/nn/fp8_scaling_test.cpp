@@ -1,6 +1,7 @@
 // Fp8Scaling (nn/fp8_scaling.h) on every back-end: every operand's scale_inv is 16-byte aligned in
-// the back-end's memory whatever the amax history (cuBLASLt's fp8 factors); the history slots the
-// rows gain for that never take part in a scale; checkpoints see the recipe's layout.
+// the back-end's memory whatever the amax history (cuBLASLt's fp8 factors), the classifier's rows
+// included where it is fp8; the history slots the rows gain for that never take part in a scale;
+// checkpoints see the recipe's layout.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -19,21 +20,40 @@ class Fp8ScalingState : public OnEachBackend {};
 Fp8Recipe history_max(int64_t steps) { return {DType::F8E5M2, 0, steps, /*use_history_max=*/true}; }
 
 TEST_P(Fp8ScalingState, EveryScaleInverseIs16ByteAligned) {
-  for (const int64_t steps : {1, 2, 3, 4, 5, 16}) {
-    const Fp8Scaling scaling(*backend_, 3, history_max(steps));
-    for (int64_t layer = 0; layer < 3; ++layer) {
-      const BlockFp8& block = scaling.block(layer);
-      for (const Fp8Matmul* product : {&block.qkv, &block.attn_proj, &block.fc, &block.fc_proj})
+  for (const bool classifier : {false, true}) {
+    for (const int64_t steps : {1, 2, 3, 4, 5, 16}) {
+      SCOPED_TRACE(::testing::Message() << "history " << steps << (classifier ? ", classifier fp8" : ""));
+      Fp8Recipe recipe = history_max(steps);
+      recipe.classifier = classifier;
+      const Fp8Scaling scaling(*backend_, 3, recipe);
+      std::vector<const Fp8Matmul*> products;
+      for (int64_t layer = 0; layer < 3; ++layer) {
+        const BlockFp8& block = scaling.block(layer);
+        products.insert(products.end(), {&block.qkv, &block.attn_proj, &block.fc, &block.fc_proj});
+      }
+      ASSERT_EQ(scaling.classifier() != nullptr, classifier);
+      if (classifier) products.push_back(scaling.classifier());
+      for (const Fp8Matmul* product : products)
         for (const Fp8Operand* operand : {&product->in, &product->weight, &product->dout})
-          EXPECT_EQ(reinterpret_cast<uintptr_t>(operand->scale_inv.data) % 16, 0u)
-              << "history " << steps << ", layer " << layer;
+          EXPECT_EQ(reinterpret_cast<uintptr_t>(operand->scale_inv.data) % 16, 0u);
+      const int64_t rows = classifier ? 39 : 36;  // 3 layers x 4 products (+ the classifier) x 3 operands
+      EXPECT_EQ(scaling.saved_shape(), Shape({rows, kFp8StateColumns + steps}));
+      EXPECT_EQ(scaling.state().shape[0], rows);
+      EXPECT_GE(scaling.state().shape[1], kFp8StateColumns + steps);
+      EXPECT_EQ(scaling.state().shape[1] % 4, 0) << "rows of whole 16-byte units";
+      EXPECT_LE(scaling.state().bytes() + 3 * sizeof(float), scaling.bytes());
+      EXPECT_EQ(scaling.bytes(), Fp8Scaling::state_bytes(3, recipe));
+      if (!classifier) continue;
+      // The classifier's rows are the last three: in and weight E4M3, the gradient E5M2.
+      const auto row_of = [&](const Tensor& view) {
+        return (static_cast<const float*>(view.data) - static_cast<const float*>(scaling.state().data)) /
+               scaling.state().shape[1];
+      };
+      EXPECT_EQ(row_of(scaling.classifier()->in.scale), 36);
+      EXPECT_EQ(row_of(scaling.classifier()->dout.amax), 38);
+      const std::vector<float> saved = scaling.saved_state();
+      EXPECT_EQ(saved[static_cast<size_t>(38 * (kFp8StateColumns + steps) + 3)], 57344.0f);
     }
-    EXPECT_EQ(scaling.saved_shape(), Shape({36, kFp8StateColumns + steps}));
-    EXPECT_EQ(scaling.state().shape[0], 36);
-    EXPECT_GE(scaling.state().shape[1], kFp8StateColumns + steps);
-    EXPECT_EQ(scaling.state().shape[1] % 4, 0) << "rows of whole 16-byte units";
-    EXPECT_LE(scaling.state().bytes() + 3 * sizeof(float), scaling.bytes());
-    EXPECT_EQ(scaling.bytes(), Fp8Scaling::state_bytes(3, steps));
   }
 }
 

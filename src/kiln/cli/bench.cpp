@@ -133,7 +133,7 @@ void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
         {"deterministic_attention", resolved.deterministic_attention},
         {"matmul_autotune", resolved.matmul_autotune}, {"cudnn_attention", resolved.cudnn_attention},
         {"cuda_graph", resolved.cuda_graph}, {"fp8_format", resolved.fp8_format},
-        {"fp8_fast_accumulation", resolved.fp8_fast_accumulation},
+        {"fp8_fast_accumulation", resolved.fp8_fast_accumulation}, {"fp8_classifier", resolved.fp8_classifier},
         {"backend_notes", backend.run_notes()},
         {"recompute", resolved.recompute_policy().describe()}};
     if (const OpTimingBackend* timing = trainer.op_timing()) {

@@ -34,7 +34,8 @@ void print_roofline_ops(const Roofline& roofline);
 void print_memory(const Estimate& e);
 
 std::string precision_name(const EstimateInput& in) {
-  return in.fp8_format.empty() ? in.precision : in.precision + " + fp8 " + in.fp8_format;
+  if (in.fp8_format.empty()) return in.precision;
+  return in.precision + " + fp8 " + in.fp8_format + (in.fp8_classifier ? " (classifier too)" : "");
 }
 
 // The first line of a report: what is estimated, for which configuration, on `gpu`.
@@ -140,7 +141,8 @@ void print_levers_json(const std::vector<LeverEstimate>& levers) {
 
 void print_json(const EstimateInput& in, const Estimate& e, const std::string& report) {
   nlohmann::json out = {
-      {"gpu", e.gpu.key}, {"precision", in.precision}, {"fp8_format", in.fp8_format}, {"gpus", in.gpus}, {"zero_stage", in.zero_stage},
+      {"gpu", e.gpu.key}, {"precision", in.precision}, {"fp8_format", in.fp8_format},
+      {"fp8_classifier", in.fp8_classifier}, {"gpus", in.gpus}, {"zero_stage", in.zero_stage},
       {"recompute", in.recompute.describe()}, {"parameters_formula", e.parameters_formula},
       {"parameters_exact", e.parameters_exact}, {"flops_per_iteration", e.flops_per_iteration},
       {"flops_without_recompute", e.flops_without_recompute},
@@ -193,6 +195,7 @@ void add_estimate_command(CLI::App& root) {
   command->add_option("--gpu", in.gpu, "h100-sxm, h100-pcie, h200, a100-80gb, a100-40gb, l40s, a10, v100");
   command->add_option("--precision", in.precision, "fp32, tf32, bf16, fp16");
   command->add_option("--fp8-format", in.fp8_format, "fp8 products in the blocks (with bf16): hybrid or e4m3");
+  command->add_flag("--fp8-classifier", in.fp8_classifier, "the classifier's products in fp8 too (with --fp8-format)");
   command->add_option("--fp8-amax-history-len", in.fp8_amax_history_len, "steps of amax kept per fp8 tensor");
   command->add_option("--time-per-iteration", options->time_per_iteration, "measured seconds per iteration");
   command->add_option("--tflops-per-gpu", options->tflops_per_gpu, "target achieved TFLOP/s per GPU");

@@ -14,15 +14,17 @@ constexpr int64_t kProductsPerBlock = 4, kOperandsPerProduct = 3;  // in, weight
 // aligned allocation, so that column 1 (scale_inv) is 16-byte aligned in every row.
 constexpr int64_t kRowUnitFloats = 4, kLeadFloats = 3;
 
-int64_t state_rows(int64_t layers) { return layers * kProductsPerBlock * kOperandsPerProduct; }
+int64_t state_rows(int64_t layers, const Fp8Recipe& recipe) {
+  return (layers * kProductsPerBlock + (recipe.classifier ? 1 : 0)) * kOperandsPerProduct;
+}
 int64_t row_floats(int64_t amax_history) {
   return (kFp8StateColumns + amax_history + kRowUnitFloats - 1) / kRowUnitFloats * kRowUnitFloats;
 }
 
 }  // namespace
 
-size_t Fp8Scaling::state_bytes(int64_t layers, int64_t amax_history) {
-  const int64_t floats = kLeadFloats + state_rows(layers) * row_floats(amax_history);
+size_t Fp8Scaling::state_bytes(int64_t layers, const Fp8Recipe& recipe) {
+  const int64_t floats = kLeadFloats + state_rows(layers, recipe) * row_floats(recipe.amax_history);
   return static_cast<size_t>((floats + kRowUnitFloats - 1) / kRowUnitFloats * kRowUnitFloats) * sizeof(float);
 }
 
@@ -32,8 +34,8 @@ Fp8Scaling::Fp8Scaling(Backend& backend, int64_t layers, const Fp8Recipe& recipe
              recipe.amax_history);
   KILN_CHECK(recipe.grad_dtype == DType::F8E5M2 || recipe.grad_dtype == DType::F8E4M3,
              "fp8 gradients are fp8_e5m2 or fp8_e4m3, not {}", dtype_name(recipe.grad_dtype));
-  const int64_t rows = state_rows(layers), columns = row_floats(recipe.amax_history);
-  buffer_bytes_ = state_bytes(layers, recipe.amax_history);
+  const int64_t rows = state_rows(layers, recipe), columns = row_floats(recipe.amax_history);
+  buffer_bytes_ = state_bytes(layers, recipe);
   buffer_ = backend.allocate(buffer_bytes_);
   KILN_CHECK(reinterpret_cast<uintptr_t>(buffer_->data()) % (kRowUnitFloats * sizeof(float)) == 0,
              "the fp8 scaling state's allocation is not 16-byte aligned");
@@ -64,6 +66,7 @@ Fp8Scaling::Fp8Scaling(Backend& backend, int64_t layers, const Fp8Recipe& recipe
     const int64_t row = layer * kProductsPerBlock * kOperandsPerProduct;
     blocks_.push_back({product(row), product(row + 3), product(row + 6), product(row + 9)});
   }
+  if (recipe.classifier) classifier_ = product(layers * kProductsPerBlock * kOperandsPerProduct);  // the last rows
 }
 
 void Fp8Scaling::update_scales(int64_t step) {

@@ -1,16 +1,17 @@
 // fp8 training of the transformer blocks' four products (attn.c_attn, attn.c_proj, mlp.c_fc,
-// mlp.c_proj; the tied classifier, attention, LayerNorm and the loss stay in the compute dtype), as
-// NVIDIA Transformer Engine's DelayedScaling recipe does it: each product casts its input and
-// weight to E4M3 and, in backward, its output gradient to E5M2 ("hybrid") or E4M3 ("e4m3"), each
-// tensor with a scale of its own (ops.h, fp8 products). The scales come from the amax of earlier
-// steps: after every optimizer step, update_scales() records each tensor's amax in its history and
-// sets scale = fp8_max / max(history) / 2^margin ("max") or from the latest amax ("most_recent").
+// mlp.c_proj) and, with Fp8Recipe::classifier, the tied classifier's (ln_f's output x wte^T;
+// attention, LayerNorm and the loss stay in the compute dtype), as NVIDIA Transformer Engine's
+// DelayedScaling recipe does it: each product casts its input and weight to E4M3 and, in backward,
+// its output gradient to E5M2 ("hybrid") or E4M3 ("e4m3"), each tensor with a scale of its own
+// (ops.h, fp8 products). The scales come from the amax of earlier steps: after every optimizer
+// step, update_scales() records each tensor's amax in its history and sets
+// scale = fp8_max / max(history) / 2^margin ("max") or from the latest amax ("most_recent").
 //
-// Fp8Scaling owns one state row per tensor (layers x 4 products x 3 operands, the layout of
-// Fp8UpdateScales) in the back-end's memory, starting at scale 1 with an empty history; a fresh
-// run should calibrate (run one micro-batch and update) before its first step, so that the first
-// step does not cast with scales of 1. The state is saved in checkpoints so a run resumes with its
-// scales.
+// Fp8Scaling owns one state row per tensor (layers x 4 products x 3 operands, then the
+// classifier's 3 operands where it is fp8; the layout of Fp8UpdateScales) in the back-end's memory,
+// starting at scale 1 with an empty history; a fresh run should calibrate (run one micro-batch and
+// update) before its first step, so that the first step does not cast with scales of 1. The state
+// is saved in checkpoints so a run resumes with its scales.
 //
 // In memory a row holds more history slots than the recipe's amax_history when that makes the row a
 // whole number of 16-byte units, and the rows start 3 floats into their allocation: so every row's
@@ -35,6 +36,10 @@ struct Fp8Recipe {
   int margin = 0;                    // scales are divided by 2^margin
   int64_t amax_history = 1;          // steps of amax kept
   bool use_history_max = false;      // "max" over the history, else "most_recent"
+  // The classifier's product in fp8 too. fp8 recipes commonly keep the output head in higher
+  // precision (DeepSeek-V3, arXiv 2412.19437, section 3.3.1, does): here it is a switch, whose loss
+  // curve bench/device-check.sh's loss stage measures against bf16's.
+  bool classifier = false;
 };
 
 // The fp8 arguments of one block's four products.
@@ -47,10 +52,15 @@ class Fp8Scaling {
   Fp8Scaling(Backend& backend, int64_t layers, const Fp8Recipe& recipe);
 
   const BlockFp8& block(int64_t layer) const { return blocks_[static_cast<size_t>(layer)]; }
+  // The classifier's fp8 arguments (in: ln_f's output, weight: wte, dout: the logits' gradient), or
+  // null where the recipe keeps it in the compute dtype.
+  const Fp8Matmul* classifier() const { return recipe_.classifier ? &classifier_ : nullptr; }
+  const Fp8Recipe& recipe() const { return recipe_; }
   // After optimizer step `step` (the calibration is step 0): the next scales (Fp8UpdateScales,
   // history slot step % amax_history).
   void update_scales(int64_t step);
-  // [layers * 12, 4 + slots] fp32 in the back-end's memory, slots >= amax_history (above).
+  // [layers * 12 (+ 3 with the classifier), 4 + slots] fp32 in the back-end's memory, slots >=
+  // amax_history (above).
   Tensor state() const { return state_; }
   // The state as checkpoints hold it: [layers * 12, 4 + amax_history] (saved_shape), on the host.
   std::vector<float> saved_state() const;
@@ -58,8 +68,8 @@ class Fp8Scaling {
   // Values laid out as saved_state() gives them.
   void load_state(std::span<const float> values);
   size_t bytes() const { return buffer_bytes_; }  // the allocation
-  // What the state of `layers` blocks with `amax_history` steps takes (kiln estimate's share).
-  static size_t state_bytes(int64_t layers, int64_t amax_history);
+  // What the state of `layers` blocks under `recipe` takes (kiln estimate's share).
+  static size_t state_bytes(int64_t layers, const Fp8Recipe& recipe);
 
  private:
   Backend& backend_;
@@ -68,6 +78,7 @@ class Fp8Scaling {
   size_t buffer_bytes_ = 0;
   Tensor state_;
   std::vector<BlockFp8> blocks_;
+  Fp8Matmul classifier_;  // with recipe_.classifier
 };
 
 }  // namespace kiln

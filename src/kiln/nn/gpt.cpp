@@ -82,6 +82,9 @@ void Gpt::allocate_activations(int64_t max_batch, int64_t max_seq, const Recompu
   KILN_CHECK(max_seq <= config_.max_position_embeddings,
              "seq_length {} exceeds max_position_embeddings {}", max_seq,
              config_.max_position_embeddings);
+  KILN_CHECK(!fp8_ || !fp8_->classifier() || logit_rows % 16 == 0,
+             "an fp8 classifier takes its positions in chunks of a multiple of 16 (the fp8 products' dimensions), "
+             "not {}", logit_rows);
   const size_t bytes =
       GptActivations::bytes_needed(config_, max_batch, max_seq, policy, dtype(), logit_rows, fp8_ != nullptr);
   arena_.reset();
@@ -94,7 +97,8 @@ void Gpt::allocate_activations(int64_t max_batch, int64_t max_seq, const Recompu
   acts_ = GptActivations::lay_out(*arena_, config_, max_batch, max_seq, backend_.device(), recompute_, dtype(),
                                   logit_rows_, fp8_ != nullptr);
   workspace_bytes_ =
-      backend_.reserve_workspace(workspace_needs(config_, max_batch, max_seq, dtype(), fp8_ != nullptr));
+      backend_.reserve_workspace(workspace_needs(config_, max_batch, max_seq, dtype(),
+                                                 fp8_ ? &fp8_->recipe() : nullptr, logit_rows_));
 }
 
 void Gpt::enable_fp8(const Fp8Recipe& recipe) {
@@ -105,16 +109,20 @@ void Gpt::enable_fp8(const Fp8Recipe& recipe) {
 }
 
 Backend::WorkspaceNeeds Gpt::workspace_needs(const GptConfig& config, int64_t batch, int64_t seq, DType dtype,
-                                             bool fp8) {
+                                             const Fp8Recipe* fp8, int64_t logit_rows) {
   // The widest bias is the MLP's first, 4C; every LayerNorm is C wide.
   const int64_t C = config.hidden_size, M = batch * seq;
   Backend::WorkspaceNeeds needs{batch, seq, config.num_heads, C / config.num_heads, dtype, 4 * C};
   needs.widest_layernorm = C;
+  if (!fp8) return needs;
   // The blocks' products: c_attn C -> 3C, attn.c_proj C -> C, c_fc C -> 4C, mlp.c_proj 4C -> C, each
   // with its input's codes kept, but mlp.c_proj's not under selective recomputation (activations.h).
-  if (fp8)
-    needs.fp8_cast_bytes = std::max({fp8_cast_bytes(M, C, 3 * C, true), fp8_cast_bytes(M, C, C, true),
-                                     fp8_cast_bytes(M, C, 4 * C, true), fp8_cast_bytes(M, 4 * C, C, false)});
+  needs.fp8_cast_bytes = std::max({fp8_cast_bytes(M, C, 3 * C, true), fp8_cast_bytes(M, C, C, true),
+                                   fp8_cast_bytes(M, C, 4 * C, true), fp8_cast_bytes(M, 4 * C, C, false)});
+  // The classifier, a chunk of positions at a time, C -> Vp, casting every operand it reads itself.
+  if (fp8->classifier)
+    needs.fp8_cast_bytes = std::max(needs.fp8_cast_bytes,
+                                    fp8_cast_bytes(std::min(logit_rows, M), C, config.padded_vocab_size(), false));
   return needs;
 }
 
@@ -199,12 +207,13 @@ void Gpt::forward_ops() {
   const int64_t rows = inputs_.batch * inputs_.seq, C = config_.hidden_size,
                 Vp = config_.padded_vocab_size();
   const int64_t chunk = acts_.logits.shape[0];
+  const Fp8Matmul* classifier_fp8 = fp8_ ? fp8_->classifier() : nullptr;
   const bool prepare_backward = inputs_.gradients != GradientPass::None;
   for (int64_t first = 0; first < rows; first += chunk) {
     const int64_t n = std::min(chunk, rows - first);
     const Tensor logits = acts_.logits.slice(0, n * Vp).reshaped({n, Vp});
     const Tensor lnf = acts_.lnf.slice(first * C, n * C).reshaped({n, C});
-    backend_.matmul_forward({logits, lnf, weights_.wte, Tensor{}, WeightLayout::OutIn});
+    backend_.matmul_forward({logits, lnf, weights_.wte, Tensor{}, WeightLayout::OutIn, Tensor{}, classifier_fp8});
     backend_.softmax_cross_entropy({logits, acts_.losses.slice(first, n),
                                     targets_in_use.slice(first, n), config_.vocab_size,
                                     ignore_index(), inputs_.gradient_scale, prepare_backward});
@@ -212,6 +221,7 @@ void Gpt::forward_ops() {
       MatmulBackward classifier{acts_.d_hidden.slice(first * C, n * C).reshaped({n, C}), weight_grads_.wte,
                                 Tensor{}, logits, lnf, weights_.wte, WeightLayout::OutIn};
       classifier.param_store = first == 0 ? grad_store() : GradStore::Add;
+      classifier.fp8 = classifier_fp8;
       backend_.matmul_backward(classifier);
     }
   }

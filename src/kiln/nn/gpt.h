@@ -6,7 +6,7 @@
 // returned by params()/grads() stay valid for the model's lifetime.
 // Precision: parameters and activations are kept in the compute dtype given at construction
 // (fp32, or bf16/fp16 for mixed precision); gradients are always fp32 (ops.h). enable_fp8() casts
-// the blocks' products to fp8 on top of bf16/fp16.
+// the blocks' products (and, as its recipe says, the classifier's) to fp8 on top of bf16/fp16.
 // Gradients start at zero; each training forward says whether its backward writes or adds them
 // (GradientPass), so a training step needs no pass that zeroes them.
 // Memory: allocate_activations(B, T) sizes the arena once; forward() with any b <= B, t <= T
@@ -57,7 +57,8 @@ class Gpt {
   // Sets every parameter from fp32 values laid out by layout(), rounding to dtype().
   void set_parameters(std::span<const float> values);
 
-  // fp8 products in the transformer blocks from now on (fp8_scaling.h; bf16/fp16 models). Call
+  // fp8 products in the transformer blocks, and in the classifier where the recipe says so, from
+  // now on (fp8_scaling.h; bf16/fp16 models). Call
   // before allocate_activations, which reserves the casts' scratch. fp8() is null without it.
   void enable_fp8(const Fp8Recipe& recipe);
   Fp8Scaling* fp8() const { return fp8_.get(); }
@@ -69,9 +70,11 @@ class Gpt {
                             int64_t logit_rows = kDefaultLogitRows);
   size_t activation_bytes() const { return arena_ ? arena_->capacity() : 0; }
   size_t workspace_bytes() const { return workspace_bytes_; }
-  // The op scratch a model of this shape asks its back-end for (allocate_activations reserves it).
+  // The op scratch a model of this shape asks its back-end for (allocate_activations reserves it),
+  // with fp8 products as `fp8` says (null: none) and the classifier on `logit_rows` positions at a time.
   static Backend::WorkspaceNeeds workspace_needs(const GptConfig& config, int64_t batch, int64_t seq, DType dtype,
-                                                 bool fp8 = false);
+                                                 const Fp8Recipe* fp8 = nullptr,
+                                                 int64_t logit_rows = kDefaultLogitRows);
 
   // Runs the model on tokens [batch * seq] (host, row-major). With targets, returns the mean
   // loss over counted positions (target != ignore_index). The classifier and loss run in chunks
@@ -112,8 +115,9 @@ class Gpt {
   // forward's `gradients` pass says; requires that forward just before it.
   void backward();
 
-  // Logits of one position of the last forward (formed now from its final LayerNorm output),
-  // first vocab_size columns, copied to the host.
+  // Logits of one position of the last forward (formed now from its final LayerNorm output, in
+  // the compute dtype also where the classifier is fp8: one row is no fp8 product's shape), first
+  // vocab_size columns, copied to the host.
   std::vector<float> logits_at(int64_t batch_index, int64_t position);
   int32_t ignore_index() const { return -100; }
 

@@ -49,6 +49,7 @@ void validate(const EstimateInput& in) {
   KILN_CHECK(!in.tflops_per_gpu || positive_finite(*in.tflops_per_gpu), "--tflops-per-gpu must be a positive number, got {}",
              in.tflops_per_gpu.value_or(0));
   KILN_CHECK(positive_finite(in.tokens), "--tokens must be a positive number, got {}", in.tokens);
+  KILN_CHECK(!in.fp8_classifier || !in.fp8_format.empty(), "--fp8-classifier needs --fp8-format (hybrid or e4m3)");
   if (in.fp8_format.empty()) return;
   KILN_CHECK(in.fp8_format == "hybrid" || in.fp8_format == "e4m3", "--fp8-format '{}' is not hybrid or e4m3",
              in.fp8_format);
@@ -74,6 +75,17 @@ GptConfig model_shape(const EstimateInput& in) {
   config.vocab_size = in.vocab_size;
   config.max_position_embeddings = in.seq_length;
   return config;
+}
+
+// The fp8 recipe the estimate's options describe (the scaling state's size depends only on the
+// tensors and the history length), or nullopt without fp8.
+std::optional<Fp8Recipe> fp8_recipe(const EstimateInput& in) {
+  if (in.fp8_format.empty()) return std::nullopt;
+  Fp8Recipe recipe;
+  recipe.grad_dtype = in.fp8_format == "hybrid" ? DType::F8E5M2 : DType::F8E4M3;
+  recipe.amax_history = in.fp8_amax_history_len;
+  recipe.classifier = in.fp8_classifier;
+  return recipe;
 }
 
 }  // namespace
@@ -130,7 +142,8 @@ Estimate estimate(const EstimateInput& in) {
 
   out.memory = model_state_bytes(static_cast<double>(out.parameters_exact), in.precision, in.zero_stage, in.gpus);
   const DType dtype = in.precision == "bf16" ? DType::BF16 : in.precision == "fp16" ? DType::F16 : DType::F32;
-  const bool fp8 = !in.fp8_format.empty();
+  const std::optional<Fp8Recipe> recipe = fp8_recipe(in);
+  const bool fp8 = recipe.has_value();
   const auto activations = [&](int64_t micro) {
     return static_cast<double>(
         GptActivations::bytes_needed(shape, micro, in.seq_length, in.recompute, dtype, kDefaultLogitRows, fp8));
@@ -145,14 +158,15 @@ Estimate estimate(const EstimateInput& in) {
     const int64_t query_sum_columns = attention_query_sum_columns(tiled, in.deterministic_attention, in.hidden_size);
     const size_t attention = attention_workspace_bytes(micro, in.num_attention_heads, in.seq_length, dtype, fused,
                                                        fp8_gradient, query_sum_columns);
-    const Backend::WorkspaceNeeds needs = Gpt::workspace_needs(shape, micro, in.seq_length, dtype, fp8);
+    const Backend::WorkspaceNeeds needs =
+        Gpt::workspace_needs(shape, micro, in.seq_length, dtype, fp8 ? &*recipe : nullptr);
     const size_t layernorm = layernorm_backward_scratch_bytes(positions, needs.widest_layernorm, fp8);
     const size_t casts = fp8_scratch_bytes(needs.fp8_cast_bytes, positions, needs.widest_row);
     return static_cast<double>(std::max({attention, layernorm, casts}));
   };
   out.memory.activations = activations(in.micro_batch_size);
   out.memory.workspace = workspace(in.micro_batch_size);
-  if (fp8) out.memory.fp8_scaling = static_cast<double>(Fp8Scaling::state_bytes(in.num_layers, in.fp8_amax_history_len));
+  if (fp8) out.memory.fp8_scaling = static_cast<double>(Fp8Scaling::state_bytes(in.num_layers, *recipe));
   const double a = static_cast<double>(in.num_attention_heads), b = static_cast<double>(in.micro_batch_size);
   out.korthikanti_layer_bytes = s * b * h * (34 + 5 * a * s / h);
   out.korthikanti_layer_bytes_full_recompute = 2 * s * b * h;
@@ -180,12 +194,7 @@ Estimate estimate(const EstimateInput& in) {
   iteration.dtype = dtype;
   iteration.recompute = in.recompute;
   iteration.optimizer_shards = in.zero_stage >= 1 ? in.gpus : 1;
-  if (fp8) {
-    Fp8Recipe recipe;
-    recipe.grad_dtype = in.fp8_format == "hybrid" ? DType::F8E5M2 : DType::F8E4M3;
-    recipe.amax_history = in.fp8_amax_history_len;
-    iteration.fp8 = recipe;
-  }
+  iteration.fp8 = recipe;
   out.roofline = roofline(count_iteration_ops(iteration), datasheet_limits(*spec, in.precision));
   out.roofline_tokens_per_second =
       static_cast<double>(in.global_batch_size / in.gpus * in.seq_length) / (out.roofline.ms * 1e-3);

@@ -265,7 +265,7 @@ bool load_fp8_state(const std::string& checkpoint_dir, Gpt& model) {
   if (!file.contains(kFp8StateTensor)) return false;
   const SafetensorsEntry& entry = file.get(kFp8StateTensor);
   const Shape shape = model.fp8()->saved_shape();
-  if (entry.shape != shape) return false;  // another amax history length
+  if (entry.shape != shape) return false;  // another amax history length, or the classifier in fp8 or not
   KILN_CHECK(entry.dtype == DType::F32, "{}: tensor '{}' has dtype {}, expected fp32", file.path(), kFp8StateTensor,
              dtype_name(entry.dtype));
   std::vector<float> staging;

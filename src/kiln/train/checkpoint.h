@@ -59,7 +59,8 @@ void load_optimizer_state(const std::string& checkpoint_dir, std::span<const flo
 
 // The fp8 scaling state of a model with fp8 products (Gpt::enable_fp8) from optimizer.safetensors;
 // false, loading nothing, when the checkpoint has none or one of another amax history length or
-// fp8 format; an error naming the file when its values cannot be scales and amax.
+// fp8 format, or with the classifier's rows where this model has none or none where it has them;
+// an error naming the file when its values cannot be scales and amax.
 bool load_fp8_state(const std::string& checkpoint_dir, Gpt& model);
 
 }  // namespace kiln

@@ -58,6 +58,9 @@ const std::vector<ConfigField>& config_fields() {
       {"fp8_format", &Config::fp8_format,
        "fp8 products in the transformer blocks (needs bf16): hybrid (E4M3 forward, E5M2 gradients) or e4m3; "
        "empty: off"},
+      {"fp8_classifier", &Config::fp8_classifier,
+       "the tied classifier's products in fp8 too (needs fp8_format; off: bf16, as common fp8 recipes keep the "
+       "output head), with 3 more scaled tensors: ln_f's output, wte and the logits' gradient"},
       {"fp8_margin", &Config::fp8_margin, "fp8 scales are divided by 2^margin"},
       {"fp8_amax_history_len", &Config::fp8_amax_history_len, "steps of amax kept per fp8 tensor"},
       {"fp8_amax_compute_algo", &Config::fp8_amax_compute_algo,
@@ -291,6 +294,9 @@ void Config::validate() const {
              "config key 'fp8_format' needs hidden_size ({}) and micro_batch_size x seq_length ({}) to be multiples "
              "of 16 (the fp8 products' dimensions)",
              hidden_size, micro_batch_size * seq_length);
+  KILN_CHECK(!fp8_classifier || !fp8_format.empty(),
+             "config key 'fp8_classifier' needs fp8_format (--fp8-format hybrid or e4m3): the classifier joins the "
+             "blocks' fp8 products");
   KILN_CHECK(fp8_margin >= 0 && fp8_margin <= 30, "config key 'fp8_margin' must be in [0, 30], got {}", fp8_margin);
   KILN_CHECK(fp8_amax_history_len >= 1, "config key 'fp8_amax_history_len' must be >= 1, got {}",
              fp8_amax_history_len);
@@ -361,6 +367,7 @@ std::optional<Fp8Recipe> Config::fp8_recipe() const {
   recipe.margin = static_cast<int>(fp8_margin);
   recipe.amax_history = fp8_amax_history_len;
   recipe.use_history_max = fp8_amax_compute_algo == "max";
+  recipe.classifier = fp8_classifier;
   return recipe;
 }
 

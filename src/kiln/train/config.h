@@ -78,6 +78,7 @@ struct Config {
   int64_t fp8_margin = 0;
   int64_t fp8_amax_history_len = 1;
   std::string fp8_amax_compute_algo = "most_recent";  // or max
+  bool fp8_classifier = false;  // the tied classifier's products in fp8 too (Fp8Recipe::classifier)
   bool fp8_fast_accumulation = true;  // the fp8 forward products' cuBLASLt fast accumulation (CUDA)
   double loss_scale = 0.0;  // > 0: static scale; 0: dynamic when fp16
   double initial_loss_scale = 4294967296.0;

@@ -133,11 +133,12 @@ void Trainer::check_memory_fits(const GptConfig& gpt) const {
   const size_t parameter_bytes = count * dtype_size(dtype);
   const size_t fp32_bytes = count * sizeof(float);  // gradients, each Adam moment, the master copy
   const size_t optimizer_bytes = (dtype == DType::F32 ? 2 : 3) * fp32_bytes;
-  const bool fp8 = config_.fp8_recipe().has_value();
-  const size_t activation_bytes = GptActivations::bytes_needed(
-      gpt, config_.micro_batch_size, config_.seq_length, config_.recompute_policy(), dtype, kDefaultLogitRows, fp8);
+  const std::optional<Fp8Recipe> fp8 = config_.fp8_recipe();
+  const size_t activation_bytes = GptActivations::bytes_needed(gpt, config_.micro_batch_size, config_.seq_length,
+                                                               config_.recompute_policy(), dtype, kDefaultLogitRows,
+                                                               fp8.has_value());
   const size_t workspace_bytes = backend_->workspace_bytes(
-      Gpt::workspace_needs(gpt, config_.micro_batch_size, config_.seq_length, dtype, fp8));
+      Gpt::workspace_needs(gpt, config_.micro_batch_size, config_.seq_length, dtype, fp8 ? &*fp8 : nullptr));
   const size_t total = parameter_bytes + fp32_bytes + optimizer_bytes + activation_bytes + workspace_bytes;
   constexpr double kGiB = 1073741824.0;
   KILN_CHECK(total <= free_bytes,
@@ -317,9 +318,9 @@ void Trainer::run() {
                                        config_.load, state_.iteration, state_.consumed_samples));
     if (model_->fp8())
       observer->on_message(fmt::format(
-          "fp8: {} products of the transformer blocks (E4M3 forward{}, {} gradients), delayed scaling over {} "
+          "fp8: {} products of the transformer blocks{} (E4M3 forward{}, {} gradients), delayed scaling over {} "
           "step(s) of amax ({}), margin {}; {}",
-          4 * config_.num_layers,
+          4 * config_.num_layers, config_.fp8_classifier ? " and the classifier's" : "",
           config_.fp8_fast_accumulation && config_.device == "cuda" ? " with fast accumulation" : "",
           config_.fp8_format == "hybrid" ? "E5M2" : "E4M3", config_.fp8_amax_history_len,
           config_.fp8_amax_compute_algo, config_.fp8_margin,
