@@ -98,7 +98,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudnnGraphCheckOfAttention,
 // causal), forward and backward.
 TEST_F(CudnnGraphCheck, SomeEngineTakesTheBenchmarkShapes) {
   const DeviceProperties h100 = DeviceProperties::from_json(kH100Description, "the test's H100");
-  for (const auto [batch, heads] : {std::pair<int64_t, int64_t>{64, 12}, {32, 16}, {16, 20}}) {
+  for (const auto& [batch, heads] : {std::pair<int64_t, int64_t>{64, 12}, {32, 16}, {16, 20}}) {
     const CudnnAttentionShape shape{batch, 1024, heads, 64, true, true};
     for (const bool backward : {false, true}) {
       const auto described = backward ? kiln::cuda::cudnn_attention_backward_graph(shape)

@@ -254,7 +254,8 @@ TEST(Fp8Reports, MemoryAndOpProfileNameTheFp8Parts) {
   ops.clear();
   for (const OpTotals& time : classifier_fp8.op_timing()->times()) ops.insert(time.op);
   EXPECT_TRUE(ops.count("matmul_forward 128x48x64 fp8")) << ::testing::PrintToString(ops);
-  EXPECT_TRUE(ops.count("matmul_backward 128x48x64 fp8")) << ::testing::PrintToString(ops);
+  EXPECT_TRUE(ops.count("matmul_backward 128x48x64 fp8 dout codes")) << ::testing::PrintToString(ops);
+  EXPECT_TRUE(ops.count("softmax_cross_entropy fp8")) << "the loss casts the logits' gradient";
 }
 
 TEST(Fp8Config, BadKeysAreNamed) {

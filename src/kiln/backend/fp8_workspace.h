@@ -21,9 +21,12 @@ inline size_t fp8_forward_cast_bytes(int64_t M, int64_t K, int64_t N) {
 }
 
 // `in_codes_kept`: the backward reads `in`'s codes a forward kept (ops.h, in_fp8_t) and casts no
-// `in` of its own; the regions are carved in the order above, `in` transposed last.
-inline size_t fp8_backward_cast_bytes(int64_t M, int64_t K, int64_t N, bool in_codes_kept) {
-  return 2 * fp8_region_bytes(M * N) + fp8_region_bytes(K * N) + (in_codes_kept ? 0 : fp8_region_bytes(K * M));
+// `in` of its own; `dout_codes_given`: it reads dout as codes another op cast (ops.h, dout cast
+// already) and casts no dout. The regions are carved in the order above, `in` transposed last.
+inline size_t fp8_backward_cast_bytes(int64_t M, int64_t K, int64_t N, bool in_codes_kept,
+                                      bool dout_codes_given = false) {
+  return (dout_codes_given ? 0 : 2 * fp8_region_bytes(M * N)) + fp8_region_bytes(K * N) +
+         (in_codes_kept ? 0 : fp8_region_bytes(K * M));
 }
 
 // A backward with a bias gradient sums the output gradient's columns as its cast reads them, one
@@ -41,8 +44,10 @@ inline size_t fp8_scratch_bytes(size_t largest_cast_bytes, int64_t M, int64_t wi
 }
 
 // What one product's forward and backward need at most.
-inline size_t fp8_cast_bytes(int64_t M, int64_t K, int64_t N, bool in_codes_kept = false) {
-  return std::max(fp8_forward_cast_bytes(M, K, N), fp8_backward_cast_bytes(M, K, N, in_codes_kept));
+inline size_t fp8_cast_bytes(int64_t M, int64_t K, int64_t N, bool in_codes_kept = false,
+                             bool dout_codes_given = false) {
+  return std::max(fp8_forward_cast_bytes(M, K, N),
+                  fp8_backward_cast_bytes(M, K, N, in_codes_kept, dout_codes_given));
 }
 
 }  // namespace kiln

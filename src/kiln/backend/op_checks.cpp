@@ -364,6 +364,15 @@ RowsDims softmax_cross_entropy(const SoftmaxCrossEntropy& a, Device device) {
              dims.C);
   require_numel(a.losses, dims.M, op, "losses");
   require_numel(a.targets, dims.M, op, "targets");
+  if (a.fp8) {  // the gradient cast for the classifier's fp8 backward (ops.h)
+    KILN_CHECK(a.write_grad, "{}: argument 'fp8' is given without write_grad (it casts the gradient)", op);
+    require_gradient_codes(*a.fp8, a.logits.dtype, dims.M, dims.C, a.grad_fp8, a.grad_fp8_t, Tensor{}, device, op,
+                           {"the logits' gradient", "rows and padded vocabulary", "grad_fp8", "[M, Vp]", "grad_fp8_t",
+                            "[Vp, M]", "dbias"});
+  } else {
+    KILN_CHECK(a.grad_fp8.empty() && a.grad_fp8_t.empty(), "{}: fp8 codes of the gradient are given without 'fp8'",
+               op);
+  }
   return dims;
 }
 

@@ -177,10 +177,13 @@ OpWork work_of(const AttentionBackward& a) {
           bytes_of({&written, &a.dqkv_fp8, &a.dqkv_fp8_t, &a.dout, &a.qkv, &a.out, &a.lse, &a.key_mask}) +
               gradient_bytes(a.param_store, {&a.dbias})};
 }
-// The logits read, and written again when the gradient replaces them.
+// The logits read, and written again when the gradient replaces them; with fp8 the gradient's codes
+// are written in both layouts instead (ops.h), and the row says "fp8".
 OpWork work_of(const SoftmaxCrossEntropy& a) {
-  return {"softmax_cross_entropy", 0.0,
-          (a.write_grad ? 2.0 : 1.0) * bytes_of({&a.logits}) + bytes_of({&a.losses, &a.targets})};
+  const bool in_place = a.write_grad && !a.fp8;
+  return {a.fp8 ? "softmax_cross_entropy fp8" : "softmax_cross_entropy", 0.0,
+          (in_place ? 2.0 : 1.0) * bytes_of({&a.logits}) +
+              bytes_of({&a.losses, &a.targets, &a.grad_fp8, &a.grad_fp8_t})};
 }
 // master and both moments read and written, the gradient read, the parameters written.
 OpWork work_of(const AdamwStep& a) {

@@ -257,14 +257,23 @@ struct AttentionBackward {
 // targets[m] == ignore_index. With write_grad, logits are overwritten in place by
 // d(loss_scale * sum_m losses[m])/d logits, i.e. (p - onehot) * loss_scale on counted rows and
 // zero on ignored rows and padding columns.
+//
+// Gradient cast for the classifier's fp8 backward: with write_grad and `fp8` given (that product's
+// Fp8Matmul; bf16 or fp16, M and Vp multiples of 16), the gradient is cast as that backward would
+// cast its output gradient instead of being stored: the gradient rounded to the compute dtype, its
+// codes fp8(grad * fp8->dout.scale) in fp8->grad_dtype into grad_fp8 ([M, Vp]) and, transposed,
+// grad_fp8_t ([Vp, M]), max |grad| max-accumulated into fp8->dout.amax; the logits are then left
+// as they were. The backward reads the codes as its dout (MatmulBackward, dout cast already).
 struct SoftmaxCrossEntropy {
-  Tensor logits;   // [M, Vp] in; gradient out when write_grad
+  Tensor logits;   // [M, Vp] in; gradient out when write_grad (not with fp8)
   Tensor losses;   // [M] out
   Tensor targets;  // [M] int32
   int64_t vocab_size = 0;
   int32_t ignore_index = -100;
   float loss_scale = 1.0f;
   bool write_grad = false;
+  const Fp8Matmul* fp8 = nullptr;           // with write_grad: cast the gradient (above), or null
+  Tensor grad_fp8 = {}, grad_fp8_t = {};  // with fp8: [M, Vp] and [Vp, M] codes in fp8->grad_dtype
 };
 
 // ---- AdamW with decoupled weight decay (Loshchilov & Hutter 2019) on flat fp32 buffers --------

@@ -77,7 +77,7 @@ BlockActivations take_block(Layout& layout, int64_t B, int64_t T, int64_t C, int
 
 GptActivations GptActivations::lay_out(Arena& arena, const GptConfig& config, int64_t batch, int64_t seq,
                                        Device device, const RecomputePolicy& policy, DType dtype,
-                                       int64_t logit_rows, bool fp8) {
+                                       int64_t logit_rows, bool fp8, bool fp8_classifier) {
   KILN_CHECK(logit_rows > 0, "logit rows per classifier chunk must be positive, got {}", logit_rows);
   const int64_t B = batch, T = seq, C = config.hidden_size, NH = config.num_heads;
   const int64_t Vp = config.padded_vocab_size();
@@ -122,6 +122,7 @@ GptActivations GptActivations::lay_out(Arena& arena, const GptConfig& config, in
   // One stretch for three buffers that are never in use at the same time (activations.h).
   ArenaOverlay overlay(arena);
   acts.logits = layout.take({std::min(logit_rows, B * T), Vp});
+  if (fp8_classifier) acts.logit_codes = layout.codes({2, std::min(logit_rows, B * T), Vp});
   overlay.next();
   acts.d_qkv = layout.take({B, T, 3 * C});
   overlay.next();
@@ -131,9 +132,10 @@ GptActivations GptActivations::lay_out(Arena& arena, const GptConfig& config, in
 }
 
 size_t GptActivations::bytes_needed(const GptConfig& config, int64_t batch, int64_t seq,
-                                    const RecomputePolicy& policy, DType dtype, int64_t logit_rows, bool fp8) {
+                                    const RecomputePolicy& policy, DType dtype, int64_t logit_rows, bool fp8,
+                                    bool fp8_classifier) {
   Arena measure = Arena::measuring();
-  lay_out(measure, config, batch, seq, Device::CPU, policy, dtype, logit_rows, fp8);
+  lay_out(measure, config, batch, seq, Device::CPU, policy, dtype, logit_rows, fp8, fp8_classifier);
   return measure.used();
 }
 

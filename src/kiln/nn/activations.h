@@ -36,7 +36,11 @@
 // codes, by rows then by columns, for the projection reading it next (LayerNormBackward with fp8,
 // block.h): one buffer of 2 B*T C bytes of its own (d_residual_fp8), since ln_1's codes outlive the
 // previous block's forward replay and every scratch buffer free then is written by the product
-// that reads them; no two LayerNorms' codes are in use at once.
+// that reads them; no two LayerNorms' codes are in use at once. With the classifier's products in
+// fp8 too, the cross-entropy writes the chunk's logits' gradient only as codes, by rows then by
+// columns (ops.h, SoftmaxCrossEntropy with fp8), for the classifier's backward: logit_codes, as
+// many bytes as the logits chunk, beside it in the same stretch (both are in use at once; the
+// codes cannot take the logits' own memory, which the cross-entropy reads while it writes them).
 // Dtypes (ops.h): activations and their gradients in the model's compute dtype; LayerNorm
 // statistics and losses in fp32; token ids int32; kept fp8 codes fp8_e4m3.
 #pragma once
@@ -77,6 +81,8 @@ struct GptActivations {
   std::vector<BlockActivations> blocks;
   Tensor lnf, lnf_mean, lnf_rstd;
   Tensor logits;                   // [min(logit_rows, B*T), Vp]: one chunk's logits, then their gradient (shared)
+  Tensor logit_codes;              // fp8 classifier only: [2, min(logit_rows, B*T), Vp], the chunk's logits'
+                                   // gradient as codes by rows then by columns (above), else empty
   Tensor losses;                   // [B*T]
   // Backward scratch.
   Tensor d_residual;               // [B,T,C]
@@ -91,13 +97,15 @@ struct GptActivations {
 
   // Lays out every tensor for (batch, seq) in `arena` and returns the views (null data when the
   // arena is measuring). `device` tags the views; `dtype` is the compute dtype; `fp8`: the blocks'
-  // products are fp8 (their inputs' codes are kept, above).
+  // products are fp8 (their inputs' codes are kept, above); `fp8_classifier`: the classifier's too
+  // (its logits' gradient comes as codes, above).
   static GptActivations lay_out(Arena& arena, const GptConfig& config, int64_t batch, int64_t seq,
                                 Device device, const RecomputePolicy& policy = {}, DType dtype = DType::F32,
-                                int64_t logit_rows = kDefaultLogitRows, bool fp8 = false);
+                                int64_t logit_rows = kDefaultLogitRows, bool fp8 = false,
+                                bool fp8_classifier = false);
   static size_t bytes_needed(const GptConfig& config, int64_t batch, int64_t seq,
                              const RecomputePolicy& policy = {}, DType dtype = DType::F32,
-                             int64_t logit_rows = kDefaultLogitRows, bool fp8 = false);
+                             int64_t logit_rows = kDefaultLogitRows, bool fp8 = false, bool fp8_classifier = false);
 };
 
 }  // namespace kiln

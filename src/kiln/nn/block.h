@@ -49,8 +49,9 @@ struct Fp8GradientReader {
 // rows then columns, in the reader's gradient format; unchanged without a reader.
 LayerNormBackward layernorm_backward_feeding(LayerNormBackward backward, const Fp8GradientReader& reader,
                                              const Tensor& codes);
-// `backward` (an fp8 product's) reading its output gradient as the codes a LayerNorm backward wrote
-// into `codes` for it, which took its bias gradient too (ops.h, MatmulBackward, dout cast already).
+// `backward` (an fp8 product's) reading its output gradient as the codes another op wrote into
+// `codes` for it, rows then columns (a LayerNorm backward, which took its bias gradient too, or the
+// cross-entropy for the classifier, which has none; ops.h, MatmulBackward, dout cast already).
 void read_gradient_codes(MatmulBackward& backward, const Tensor& codes);
 
 // How much of the block block_forward runs: all of it, or what the block's own backward reads,

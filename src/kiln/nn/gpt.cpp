@@ -82,11 +82,12 @@ void Gpt::allocate_activations(int64_t max_batch, int64_t max_seq, const Recompu
   KILN_CHECK(max_seq <= config_.max_position_embeddings,
              "seq_length {} exceeds max_position_embeddings {}", max_seq,
              config_.max_position_embeddings);
-  KILN_CHECK(!fp8_ || !fp8_->classifier() || logit_rows % 16 == 0,
+  KILN_CHECK(!classifier_fp8() || logit_rows % 16 == 0,
              "an fp8 classifier takes its positions in chunks of a multiple of 16 (the fp8 products' dimensions), "
              "not {}", logit_rows);
   const size_t bytes =
-      GptActivations::bytes_needed(config_, max_batch, max_seq, policy, dtype(), logit_rows, fp8_ != nullptr);
+      GptActivations::bytes_needed(config_, max_batch, max_seq, policy, dtype(), logit_rows, fp8_ != nullptr,
+                                   classifier_fp8() != nullptr);
   arena_.reset();
   activation_buffer_ = backend_.allocate(bytes);
   arena_ = std::make_unique<Arena>(activation_buffer_->data(), bytes);
@@ -95,7 +96,7 @@ void Gpt::allocate_activations(int64_t max_batch, int64_t max_seq, const Recompu
   recompute_ = policy;
   logit_rows_ = logit_rows;
   acts_ = GptActivations::lay_out(*arena_, config_, max_batch, max_seq, backend_.device(), recompute_, dtype(),
-                                  logit_rows_, fp8_ != nullptr);
+                                  logit_rows_, fp8_ != nullptr, classifier_fp8() != nullptr);
   workspace_bytes_ =
       backend_.reserve_workspace(workspace_needs(config_, max_batch, max_seq, dtype(),
                                                  fp8_ ? &fp8_->recipe() : nullptr, logit_rows_));
@@ -119,10 +120,12 @@ Backend::WorkspaceNeeds Gpt::workspace_needs(const GptConfig& config, int64_t ba
   // with its input's codes kept, but mlp.c_proj's not under selective recomputation (activations.h).
   needs.fp8_cast_bytes = std::max({fp8_cast_bytes(M, C, 3 * C, true), fp8_cast_bytes(M, C, C, true),
                                    fp8_cast_bytes(M, C, 4 * C, true), fp8_cast_bytes(M, 4 * C, C, false)});
-  // The classifier, a chunk of positions at a time, C -> Vp, casting every operand it reads itself.
+  // The classifier, a chunk of positions at a time, C -> Vp, reading its output gradient as the
+  // codes the loss cast (activations.h) and casting its other operands itself.
   if (fp8->classifier)
-    needs.fp8_cast_bytes = std::max(needs.fp8_cast_bytes,
-                                    fp8_cast_bytes(std::min(logit_rows, M), C, config.padded_vocab_size(), false));
+    needs.fp8_cast_bytes =
+        std::max(needs.fp8_cast_bytes, fp8_cast_bytes(std::min(logit_rows, M), C, config.padded_vocab_size(),
+                                                      /*in_codes_kept=*/false, /*dout_codes_given=*/true));
   return needs;
 }
 
@@ -162,7 +165,7 @@ void Gpt::begin_forward(std::span<const int32_t> tokens, std::span<const int32_t
   if (batch != acts_.batch || seq != acts_.seq) {
     arena_->reset();
     acts_ = GptActivations::lay_out(*arena_, config_, batch, seq, backend_.device(), recompute_,
-                                    dtype(), logit_rows_, fp8_ != nullptr);
+                                    dtype(), logit_rows_, fp8_ != nullptr, classifier_fp8() != nullptr);
   }
   inputs_ = ForwardInputs{};
   inputs_.batch = batch;
@@ -207,23 +210,28 @@ void Gpt::forward_ops() {
   const int64_t rows = inputs_.batch * inputs_.seq, C = config_.hidden_size,
                 Vp = config_.padded_vocab_size();
   const int64_t chunk = acts_.logits.shape[0];
-  const Fp8Matmul* classifier_fp8 = fp8_ ? fp8_->classifier() : nullptr;
+  const Fp8Matmul* fp8 = classifier_fp8();
   const bool prepare_backward = inputs_.gradients != GradientPass::None;
   for (int64_t first = 0; first < rows; first += chunk) {
     const int64_t n = std::min(chunk, rows - first);
     const Tensor logits = acts_.logits.slice(0, n * Vp).reshaped({n, Vp});
     const Tensor lnf = acts_.lnf.slice(first * C, n * C).reshaped({n, C});
-    backend_.matmul_forward({logits, lnf, weights_.wte, Tensor{}, WeightLayout::OutIn, Tensor{}, classifier_fp8});
-    backend_.softmax_cross_entropy({logits, acts_.losses.slice(first, n),
-                                    targets_in_use.slice(first, n), config_.vocab_size,
-                                    ignore_index(), inputs_.gradient_scale, prepare_backward});
-    if (prepare_backward) {  // the first chunk writes wte's gradient if the pass does; the others add
-      MatmulBackward classifier{acts_.d_hidden.slice(first * C, n * C).reshaped({n, C}), weight_grads_.wte,
-                                Tensor{}, logits, lnf, weights_.wte, WeightLayout::OutIn};
-      classifier.param_store = first == 0 ? grad_store() : GradStore::Add;
-      classifier.fp8 = classifier_fp8;
-      backend_.matmul_backward(classifier);
+    backend_.matmul_forward({logits, lnf, weights_.wte, Tensor{}, WeightLayout::OutIn, Tensor{}, fp8});
+    SoftmaxCrossEntropy loss{logits, acts_.losses.slice(first, n), targets_in_use.slice(first, n),
+                             config_.vocab_size, ignore_index(), inputs_.gradient_scale, prepare_backward};
+    // The first chunk writes wte's gradient if the pass does; the others add.
+    MatmulBackward classifier{acts_.d_hidden.slice(first * C, n * C).reshaped({n, C}), weight_grads_.wte,
+                              Tensor{}, logits, lnf, weights_.wte, WeightLayout::OutIn};
+    classifier.param_store = first == 0 ? grad_store() : GradStore::Add;
+    if (fp8 && prepare_backward) {  // the loss casts the gradient for the backward (ops.h)
+      classifier.fp8 = fp8;
+      read_gradient_codes(classifier, acts_.logit_codes.slice(0, 2 * n * Vp));
+      loss.fp8 = fp8;
+      loss.grad_fp8 = classifier.dout;
+      loss.grad_fp8_t = classifier.dout_fp8_t;
     }
+    backend_.softmax_cross_entropy(loss);
+    if (prepare_backward) backend_.matmul_backward(classifier);
   }
   backward_ready_ = prepare_backward;
 }

@@ -141,6 +141,7 @@ class Gpt {
   bool backward_ready_ = false;
   std::unique_ptr<Fp8Scaling> fp8_;
   const BlockFp8* block_fp8(int64_t layer) const { return fp8_ ? &fp8_->block(layer) : nullptr; }
+  const Fp8Matmul* classifier_fp8() const { return fp8_ ? fp8_->classifier() : nullptr; }
   // How the current training forward's backward stores its parameter gradients.
   GradStore grad_store() const {
     return inputs_.gradients == GradientPass::Write ? GradStore::Write : GradStore::Add;

@@ -146,7 +146,8 @@ Estimate estimate(const EstimateInput& in) {
   const bool fp8 = recipe.has_value();
   const auto activations = [&](int64_t micro) {
     return static_cast<double>(
-        GptActivations::bytes_needed(shape, micro, in.seq_length, in.recompute, dtype, kDefaultLogitRows, fp8));
+        GptActivations::bytes_needed(shape, micro, in.seq_length, in.recompute, dtype, kDefaultLogitRows, fp8,
+                                     in.fp8_classifier));
   };
   // CudaBackend::workspace_bytes' attention, LayerNorm backward and fp8 cast parts (fused attention
   // on, the default, on a GPU that takes the tiled kernels).

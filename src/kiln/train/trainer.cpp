@@ -136,7 +136,7 @@ void Trainer::check_memory_fits(const GptConfig& gpt) const {
   const std::optional<Fp8Recipe> fp8 = config_.fp8_recipe();
   const size_t activation_bytes = GptActivations::bytes_needed(gpt, config_.micro_batch_size, config_.seq_length,
                                                                config_.recompute_policy(), dtype, kDefaultLogitRows,
-                                                               fp8.has_value());
+                                                               fp8.has_value(), fp8 && fp8->classifier);
   const size_t workspace_bytes = backend_->workspace_bytes(
       Gpt::workspace_needs(gpt, config_.micro_batch_size, config_.seq_length, dtype, fp8 ? &*fp8 : nullptr));
   const size_t total = parameter_bytes + fp32_bytes + optimizer_bytes + activation_bytes + workspace_bytes;

@@ -1,11 +1,12 @@
 // Fused softmax + cross-entropy over the real vocabulary columns of padded logits. Doing both in
 // one pass per row means the probabilities are never stored: with write_grad the logits row is
-// overwritten by its own gradient (p - onehot) * loss_scale.
+// overwritten by its own gradient (p - onehot) * loss_scale, or, with fp8, the gradient is cast.
 #include <cmath>
 #include <limits>
 
 #include "kiln/backend/op_checks.h"
 #include "kiln/backend/cpu/cpu_backend.h"
+#include "kiln/backend/cpu/fp8_cast.h"
 
 namespace kiln {
 
@@ -46,12 +47,17 @@ void softmax_cross_entropy_fp32(const SoftmaxCrossEntropy& args) {
 }
 }  // namespace
 
+// With fp8 the gradient is formed in an fp32 copy of the logits and cast from there (ops.h); the
+// logits are only read.
 void CpuBackend::softmax_cross_entropy(const SoftmaxCrossEntropy& args) {
   checks::softmax_cross_entropy(args, Device::CPU);
   Fp32Scope f(scratch_);
-  softmax_cross_entropy_fp32({args.write_grad ? f.accumulated(args.logits) : f.input(args.logits),
-                              args.losses, args.targets, args.vocab_size, args.ignore_index,
+  const Tensor logits = args.write_grad && !args.fp8 ? f.accumulated(args.logits) : f.input(args.logits);
+  softmax_cross_entropy_fp32({logits, args.losses, args.targets, args.vocab_size, args.ignore_index,
                               args.loss_scale, args.write_grad});
+  if (args.fp8)
+    cast_output_to_fp8(logits, args.logits.dtype, args.fp8->dout, args.fp8->grad_dtype, args.grad_fp8,
+                       args.grad_fp8_t, scratch_);
   f.write_back();
 }
 

@@ -1,9 +1,11 @@
-// Softmax + cross-entropy over the (padded) vocabulary, writing the logits' gradient in place;
-// one block per row, two passes over it (online softmax, then the gradient) instead of three,
-// 16 bytes at a time where the padded row allows. Exponentials are base 2 (exp(x) = 2^(x log2 e)):
-// one multiply-add and one ex2 an element (exp2_flushed: no subnormal results, fast_exp2.cuh), and
-// the online softmax rescales its sum once a pack of W elements, not once an element.
+// Softmax + cross-entropy over the (padded) vocabulary, writing the logits' gradient in place, or
+// its fp8 codes for the classifier's fp8 backward; one block per row, two passes over it (online
+// softmax, then the gradient) instead of three, 16 bytes at a time where the padded row allows.
+// Exponentials are base 2 (exp(x) = 2^(x log2 e)): one multiply-add and one ex2 an element
+// (exp2_flushed: no subnormal results, fast_exp2.cuh), and the online softmax rescales its sum once
+// a pack of W elements, not once an element.
 #include "kiln/backend/cuda/fast_exp2.cuh"
+#include "kiln/backend/cuda/fp8_tile.cuh"
 #include "kiln/backend/cuda/kernel_common.cuh"
 
 namespace kiln::cuda {
@@ -59,6 +61,32 @@ __device__ SoftmaxState block_merge(SoftmaxState state) {
   return total;
 }
 
+// Max over a block of kRowThreads threads, in thread 0.
+__device__ float row_block_max(float value) {
+  static_assert(kRowThreads / 32 == 32);  // one warp gathers the warps' maxima
+  __shared__ float maxes[kRowThreads / 32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  value = warp_max(value);
+  if (lane == 0) maxes[warp] = value;
+  __syncthreads();
+  return warp == 0 ? warp_max(maxes[lane]) : value;
+}
+
+// The gradient's fp8 cast (ops.h, SoftmaxCrossEntropy with fp8): codes [M, Vp] written instead of
+// the gradient, with the product's scale and amax.
+struct GradientCodes {
+  uint8_t* codes = nullptr;
+  const float* scale = nullptr;
+  float* amax = nullptr;
+  bool e4m3 = false;
+};
+
+// W codes stored as one access.
+template <int W>
+struct alignas(W) CodePack {
+  uint8_t code[W];
+};
+
 // Two passes over the row: the online softmax state, then (with write_grad) the gradient. W
 // elements at a time (Pack, element.cuh; Vp is a multiple of W, so a pack never leaves the row).
 // The first pass, from DRAM, loads kPacksInFlight packs a thread before using any, so that a
@@ -67,11 +95,13 @@ __device__ SoftmaxState block_merge(SoftmaxState state) {
 // blocks of 1024 an SM allow (ptxas, sm_90a: 24 bytes with two, 8 with four in the first pass).
 constexpr int kPacksInFlight = 2;
 
-// Columns are ints (V and Vp below 2^31: the targets are int32).
-template <typename T, int W>
+// Columns are ints (V and Vp below 2^31: the targets are int32). With kCodes the gradient pass
+// writes the gradient's codes (rounded to T first, as stored) into cast.codes and leaves the row as
+// it was.
+template <typename T, int W, bool kCodes>
 __global__ void __launch_bounds__(kRowThreads, 2)
     cross_entropy_kernel(T* logits, float* losses, const int32_t* targets, int V, int Vp, int32_t ignore_index,
-                         float loss_scale, bool write_grad) {
+                         float loss_scale, bool write_grad, GradientCodes cast) {
   using P = Pack<T, W>;
   constexpr int kStride = kRowThreads * W;  // between a thread's packs
   const int64_t row = blockIdx.x;
@@ -87,35 +117,69 @@ __global__ void __launch_bounds__(kRowThreads, 2)
   const float log2_sum = fmaf(state.max, kLog2E, log2f(state.sum));  // and log2
   if (threadIdx.x == 0) losses[row] = ignored ? 0.0f : log_sum - to_float(x[target]);
   if (!write_grad) return;
+  const auto gradient = [&](const P& values, int v, int w) {
+    if (ignored || v + w >= V) return 0.0f;
+    return (exp2_flushed(fmaf(values[w], kLog2E, -log2_sum)) - (v + w == target ? 1.0f : 0.0f)) * loss_scale;
+  };
+  if constexpr (kCodes) {
+    const float scale = *cast.scale;
+    uint8_t* codes = cast.codes + row * Vp;
+    float largest = 0.0f;
+    for_each_pack<1, W>(x, first, kStride, Vp, [&](const P& values, int v) {
+      CodePack<W> pack;
+#pragma unroll
+      for (int w = 0; w < W; ++w) {
+        const float stored = to_float(from_float<T>(gradient(values, v, w)));
+        largest = fmaxf(largest, fabsf(stored));
+        pack.code[w] = to_fp8(stored * scale, cast.e4m3);
+      }
+      *reinterpret_cast<CodePack<W>*>(codes + v) = pack;
+    });
+    largest = row_block_max(largest);
+    if (threadIdx.x == 0) max_into(cast.amax, largest);
+    return;
+  }
   __syncthreads();  // the loss read x[target] before it is overwritten
   for_each_pack<1, W>(x, first, kStride, Vp, [&](const P& values, int v) {
     P gradients;
 #pragma unroll
-    for (int w = 0; w < W; ++w) {
-      float grad = 0.0f;
-      if (!ignored && v + w < V)
-        grad = (exp2_flushed(fmaf(values[w], kLog2E, -log2_sum)) - (v + w == target ? 1.0f : 0.0f)) * loss_scale;
-      gradients.set(w, grad);
-    }
+    for (int w = 0; w < W; ++w) gradients.set(w, gradient(values, v, w));
     gradients.store(x + v);
   });
 }
 
 }  // namespace
 
-int softmax_cross_entropy(void* logits, int kind, float* losses, const int32_t* targets, int64_t M, int64_t V,
-                          int64_t Vp, int32_t ignore_index, float loss_scale, bool write_grad) {
+namespace {
+template <bool kCodes>
+int launch_cross_entropy(void* logits, int kind, float* losses, const int32_t* targets, int64_t M, int64_t V,
+                         int64_t Vp, int32_t ignore_index, float loss_scale, bool write_grad, GradientCodes cast) {
   if (M == 0) return 0;
   if (Vp >= (int64_t{1} << 30)) return static_cast<int>(cudaErrorInvalidValue);  // int columns (above)
   return dispatch(kind, [&](auto tag) {
     using E = decltype(tag);
-    return with_pack_width<E>(Vp, {logits}, [&](auto width) {
-      launch(cross_entropy_kernel<E, decltype(width)::value>, static_cast<unsigned>(M), kRowThreads, 0,
+    return with_pack_width<E>(Vp, {logits, cast.codes}, [&](auto width) {
+      launch(cross_entropy_kernel<E, decltype(width)::value, kCodes>, static_cast<unsigned>(M), kRowThreads, 0,
              static_cast<E*>(logits), losses, targets, static_cast<int>(V), static_cast<int>(Vp), ignore_index,
-             loss_scale, write_grad);
+             loss_scale, write_grad, cast);
       return launch_status();
     });
   });
+}
+}  // namespace
+
+int softmax_cross_entropy(void* logits, int kind, float* losses, const int32_t* targets, int64_t M, int64_t V,
+                          int64_t Vp, int32_t ignore_index, float loss_scale, bool write_grad) {
+  return launch_cross_entropy<false>(logits, kind, losses, targets, M, V, Vp, ignore_index, loss_scale, write_grad,
+                                     {});
+}
+
+int softmax_cross_entropy_fp8(const void* logits, int kind, float* losses, const int32_t* targets, int64_t M,
+                              int64_t V, int64_t Vp, int32_t ignore_index, float loss_scale, const float* scale,
+                              float* amax, bool e4m3, uint8_t* codes) {
+  if (M % 16 != 0 || Vp % 16 != 0) return static_cast<int>(cudaErrorInvalidValue);
+  return launch_cross_entropy<true>(const_cast<void*>(logits), kind, losses, targets, M, V, Vp, ignore_index,
+                                    loss_scale, /*write_grad=*/true, {codes, scale, amax, e4m3});
 }
 
 }  // namespace kiln::cuda

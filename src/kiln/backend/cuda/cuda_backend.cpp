@@ -302,12 +302,25 @@ void CudaBackend::gelu_backward(const GeluBackward& a) {
              "gelu_backward");
 }
 
+// With fp8 the gradient's codes come from the cross-entropy kernel, their transpose from a second
+// kernel reading them (ops.h).
 void CudaBackend::softmax_cross_entropy(const SoftmaxCrossEntropy& a) {
   const auto [M, Vp] = checks::softmax_cross_entropy(a, kCuda);
-  check_cuda(cuda::softmax_cross_entropy(a.logits.data, element_kind(a.logits.dtype), a.losses.as<float>(),
-                                         a.targets.as<int32_t>(), M, a.vocab_size, Vp, a.ignore_index, a.loss_scale,
-                                         a.write_grad),
+  const int kind = element_kind(a.logits.dtype);
+  if (!a.fp8) {
+    check_cuda(cuda::softmax_cross_entropy(a.logits.data, kind, a.losses.as<float>(), a.targets.as<int32_t>(), M,
+                                           a.vocab_size, Vp, a.ignore_index, a.loss_scale, a.write_grad),
+               "softmax_cross_entropy");
+    return;
+  }
+  const Fp8Operand& cast = a.fp8->dout;
+  check_cuda(cuda::softmax_cross_entropy_fp8(a.logits.data, kind, a.losses.as<float>(), a.targets.as<int32_t>(), M,
+                                             a.vocab_size, Vp, a.ignore_index, a.loss_scale, cast.scale.as<float>(),
+                                             cast.amax.as<float>(), a.fp8->grad_dtype == DType::F8E4M3,
+                                             a.grad_fp8.as<uint8_t>()),
              "softmax_cross_entropy");
+  check_cuda(cuda::transpose_fp8(a.grad_fp8.as<uint8_t>(), M, Vp, a.grad_fp8_t.as<uint8_t>()),
+             "softmax_cross_entropy (transpose)");
 }
 
 void CudaBackend::adamw_step(const AdamwStep& a) {

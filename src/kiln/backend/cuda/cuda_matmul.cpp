@@ -181,7 +181,7 @@ void CudaBackend::matmul_backward_fp8(const MatmulBackward& a, int64_t M, int64_
   const bool in_out = a.layout == WeightLayout::InOut;
   const bool codes_kept = !a.in_fp8_t.empty(), dout_codes = !a.dout_fp8_t.empty();
   cuda::LtMatmul& lt = *handles_->matmul;
-  const size_t cast_bytes = fp8_backward_cast_bytes(M, K, N, codes_kept);
+  const size_t cast_bytes = fp8_backward_cast_bytes(M, K, N, codes_kept, dout_codes);
   auto* base = static_cast<uint8_t*>(
       workspace(cast_bytes + (a.dbias.empty() ? 0 : fp8_bias_partials_bytes(M, N))));
   // The bias gradient: dout's column sums, taken by its cast on the way (before the cast, ops.h).

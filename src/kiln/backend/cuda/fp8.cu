@@ -8,7 +8,8 @@
 // backward, from the output gradient it casts anyway), into one row of partial sums per tile row,
 // which sum_column_partials() then adds in a fixed order, so the bits do not vary. Or it casts
 // GELU of the input instead, the GELU op's value as it would store it: the MLP's GELU output from
-// its pre-activation, for the second product's fp8 forward or, recomputed, its backward.
+// its pre-activation, for the second product's fp8 forward or, recomputed, its backward. And the
+// transpose of codes already cast (the logits' gradient, cast by the cross-entropy).
 #include "kiln/backend/cuda/fp8_tile.cuh"
 #include "kiln/backend/cuda/gelu.cuh"
 
@@ -61,6 +62,28 @@ __global__ void cast_fp8_kernel(const T* in, int64_t rows, int64_t cols, const f
   if (out_t) store_fp8_tile_transposed(tile, out_t, row0, col0, rows, cols);
 }
 
+// Block (x, y) moves the tile of rows [32 y, 32 y + 32) and columns [128 x, 128 x + 128) of
+// codes [rows, cols] into codes_t [cols, rows] through shared memory: thread t loads 16 codes of
+// tile row t / 8 and stages them as four 4-byte words (the tile's rows are 132 bytes apart), then
+// store_fp8_tile_transposed writes the tile's columns.
+__global__ void transpose_fp8_kernel(const uint8_t* codes, int64_t rows, int64_t cols, uint8_t* codes_t) {
+  static_assert(kThreads == kTileRows * kTileColumns / 16);
+  alignas(16) __shared__ Fp8Tile tile;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kTileRows,
+                col0 = static_cast<int64_t>(blockIdx.x) * kTileColumns;
+  const int r = threadIdx.x / 8, c = threadIdx.x % 8 * 16;
+  if (row0 + r < rows && col0 + c < cols) {
+    const uint4 piece = *reinterpret_cast<const uint4*>(codes + (row0 + r) * cols + col0 + c);
+    auto* staged = reinterpret_cast<uint32_t*>(&tile[r][c]);
+    staged[0] = piece.x;
+    staged[1] = piece.y;
+    staged[2] = piece.z;
+    staged[3] = piece.w;
+  }
+  __syncthreads();
+  store_fp8_tile_transposed(tile, codes_t, row0, col0, rows, cols);
+}
+
 // One thread per tensor: the rule of ops.h, Fp8UpdateScales, as the CPU reference computes it.
 __global__ void fp8_update_scales_kernel(float* state, int64_t tensors, int64_t history_column,
                                          int64_t history, int64_t position, bool use_history_max,
@@ -107,6 +130,15 @@ int cast_fp8(const void* in, int kind, int64_t rows, int64_t cols, const float* 
 int cast_gelu_fp8(const void* in, int kind, int64_t rows, int64_t cols, const float* scale, float* amax,
                   uint8_t* out, uint8_t* out_t) {
   return launch_cast<true>(in, kind, rows, cols, scale, amax, /*e4m3=*/true, out, out_t, nullptr);
+}
+
+int transpose_fp8(const uint8_t* codes, int64_t rows, int64_t cols, uint8_t* codes_t) {
+  if (rows % 16 != 0 || cols % 16 != 0) return static_cast<int>(cudaErrorInvalidValue);
+  if (rows == 0 || cols == 0) return 0;
+  const dim3 grid(static_cast<unsigned>((cols + kTileColumns - 1) / kTileColumns),
+                  static_cast<unsigned>(fp8_cast_tile_rows(rows)));
+  launch(transpose_fp8_kernel, grid, kThreads, 0, codes, rows, cols, codes_t);
+  return launch_status();
 }
 
 int fp8_update_scales(float* state, int64_t tensors, int64_t history_column, int64_t history,

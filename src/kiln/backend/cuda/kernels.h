@@ -78,6 +78,13 @@ int attention_softmax_backward(void* scores, void* dscores, const float* lse, co
                                bool causal, float scale);
 int softmax_cross_entropy(void* logits, int kind, float* losses, const int32_t* targets, int64_t M, int64_t V,
                           int64_t Vp, int32_t ignore_index, float loss_scale, bool write_grad);
+// The same with the gradient cast for the classifier's fp8 backward (ops.h, SoftmaxCrossEntropy with
+// fp8): the gradient, rounded to the logits' type, as codes fp8(grad * *scale) (E4M3 when e4m3, else
+// E5M2) into codes [M, Vp], and max |grad| into *amax; the logits are only read. M and Vp
+// multiples of 16; the transpose comes from transpose_fp8.
+int softmax_cross_entropy_fp8(const void* logits, int kind, float* losses, const int32_t* targets, int64_t M,
+                              int64_t V, int64_t Vp, int32_t ignore_index, float loss_scale, const float* scale,
+                              float* amax, bool e4m3, uint8_t* codes);
 // AdamW (ops.h, AdamwStep) over the ranges, each with its weight decay, in as few launches as the
 // ranges allow (one for up to 64 ranges); the bias corrections come as 1 / (1 - beta^step).
 struct AdamwRange {
@@ -97,6 +104,9 @@ int adamw(float* master, void* param_out, int out_kind, const float* grad, float
 // cols, overwrite) adds into (or writes to) sums.
 int cast_fp8(const void* in, int kind, int64_t rows, int64_t cols, const float* scale, float* amax, bool e4m3,
              uint8_t* out, uint8_t* out_t, float* column_partials = nullptr);
+// codes_t [cols, rows] = the transpose of codes [rows, cols], one byte an element (fp8 codes); rows and
+// cols multiples of 16, pointers 16-byte aligned.
+int transpose_fp8(const uint8_t* codes, int64_t rows, int64_t cols, uint8_t* codes_t);
 // The E4M3 cast of gelu(in) as the GELU op stores it (rounded to the input's type) instead of `in`
 // (ops.h, MatmulForward with gelu_fp8, GeluForward with fp8): as cast_fp8 of gelu_forward's output
 // would give, without column sums.
