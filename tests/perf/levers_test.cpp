@@ -57,6 +57,22 @@ TEST(Levers, EachRowIsTheEstimateOfOneChange) {
   EXPECT_TRUE(rows.at("(as given)").estimate->fits);
 }
 
+// With fp8 given, the classifier's products join or leave it; turning fp8 off takes them along.
+TEST(Levers, TheFp8ClassifierIsASwitchOfItsOwn) {
+  EstimateInput in = small_model();
+  in.fp8_format = "hybrid";
+  const auto blocks = by_change(estimate_levers(in));
+  ASSERT_TRUE(blocks.count("--fp8-classifier") && blocks.at("--fp8-classifier").estimate);
+  EstimateInput classifier = in;
+  classifier.fp8_classifier = true;
+  EXPECT_DOUBLE_EQ(blocks.at("--fp8-classifier").estimate->memory.total(), estimate(classifier).memory.total());
+  const auto both = by_change(estimate_levers(classifier));
+  ASSERT_TRUE(both.count("no --fp8-classifier") && both.at("no --fp8-classifier").estimate);
+  for (const char* change : {"no --fp8-format", "--precision tf32 (no fp8)"})
+    EXPECT_TRUE(both.count(change) && both.at(change).estimate) << change << ": " << both.at(change).not_applicable;
+  EXPECT_FALSE(by_change(estimate_levers(small_model())).count("--fp8-classifier")) << "only with fp8";
+}
+
 TEST(Levers, ChangesThatDoNotApplySayWhy) {
   EstimateInput in = small_model();
   in.hidden_size = 72;  // fp8 products need multiples of 16

@@ -38,6 +38,7 @@ std::vector<LeverEstimate> estimate_levers(const EstimateInput& in) {
         [](EstimateInput& e) {
           e.precision = "tf32";
           e.fp8_format.clear();
+          e.fp8_classifier = false;
         });
   else
     add("--precision bf16", [](EstimateInput& e) { e.precision = "bf16"; });
@@ -48,7 +49,13 @@ std::vector<LeverEstimate> estimate_levers(const EstimateInput& in) {
           e.fp8_format = "hybrid";
         });
   else
-    add("no --fp8-format", [](EstimateInput& e) { e.fp8_format.clear(); });
+    add("no --fp8-format", [](EstimateInput& e) {
+      e.fp8_format.clear();
+      e.fp8_classifier = false;
+    });
+  if (!in.fp8_format.empty())  // the classifier's products in fp8 too, or not
+    add(in.fp8_classifier ? "no --fp8-classifier" : "--fp8-classifier",
+        [](EstimateInput& e) { e.fp8_classifier = !e.fp8_classifier; });
 
   const int64_t micro = in.micro_batch_size;
   if (micro % 2 == 0)
