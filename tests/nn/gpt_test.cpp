@@ -130,6 +130,49 @@ TEST(Gpt, ClassifierChunksGiveTheLossesAndGradientsOfOneChunk) {
             (14 - 5) * 1024 * sizeof(float));
 }
 
+// With the classifier in fp8 (fp8_scaling.h) the chunks cast with the same scales, so chunks of 16
+// positions give the losses, gradients and amax of one chunk of 64, up to the order of wte's
+// gradient sums; each chunk's codes of the logits' gradient land in the same buffer. Chunk sizes
+// the fp8 products cannot take are refused by name.
+TEST(Gpt, Fp8ClassifierChunksGiveTheLossesAndGradientsOfOneChunk) {
+  auto backend = make_backend("cpu");
+  GptConfig config = tiny_config();
+  config.hidden_size = 32;
+  config.max_position_embeddings = 16;
+  Fp8Recipe recipe;
+  recipe.classifier = true;
+  const Batch batch = random_batch(4 * 16, config.vocab_size, 8);
+  struct Run {
+    double loss;
+    std::vector<float> grads, fp8_state;
+  };
+  const auto run = [&](int64_t logit_rows) {
+    Gpt model(config, *backend, DType::BF16);
+    model.enable_fp8(recipe);
+    model.init_weights(3);
+    model.allocate_activations(4, 16, {}, logit_rows);
+    const double loss = model.forward(batch.tokens, batch.targets, 4, 16, GradientPass::Write, 1.0f);
+    model.backward();
+    return Run{loss, std::vector<float>(model.grads().as<float>(), model.grads().as<float>() + model.num_parameters()),
+               model.fp8()->saved_state()};
+  };
+  const Run whole = run(64), chunked = run(16);
+  EXPECT_NEAR(chunked.loss, whole.loss, 1e-6 * whole.loss);
+  EXPECT_LT(testing::normalized_error(chunked.grads, whole.grads), 1e-5);
+  EXPECT_EQ(chunked.fp8_state, whole.fp8_state) << "the same amax, whichever chunk saw it";
+
+  Gpt model(config, *backend, DType::BF16);
+  model.enable_fp8(recipe);
+  std::string error;
+  try {
+    model.allocate_activations(4, 16, {}, 24);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("an fp8 classifier takes its positions in chunks of a multiple of 16"), std::string::npos)
+      << error;
+}
+
 TEST(Gpt, LogitsAtFormsThePositionsLogits) {
   // logits_at after a forward without targets equals the row of a direct product ln_f(x) wte^T,
   // checked through the loss: -log softmax(logits)[target] is the forward's loss for one position.
