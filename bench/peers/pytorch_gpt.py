@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The PyTorch peer of `kiln bench train`: the same GPT-2 shape trained on the same kind of data
 (uniform random tokens), timed the same way (median of iterations after warm-up), printing one
-JSON object with the same field names.
+JSON object with the same field names (the losses of every iteration among them).
 
 Model: GPT-2 (pre-LayerNorm, learned positions, tied embeddings, biases, tanh GELU), attention
 through scaled_dot_product_attention (flash kernels where the dtype allows), fused AdamW,
@@ -100,13 +100,13 @@ def main():
         optimizer.zero_grad(set_to_none=True)
         return loss
 
-    times = []
+    times, losses = [], []
     torch.cuda.reset_peak_memory_stats()
     for iteration in range(args.warmup_iters + args.timed_iters):
         torch.cuda.synchronize()
         start = time.perf_counter()
         loss = step()
-        loss.item()
+        losses.append(loss.item())
         torch.cuda.synchronize()
         if iteration >= args.warmup_iters:
             times.append((time.perf_counter() - start) * 1e3)
@@ -120,7 +120,7 @@ def main():
         "micro_batch_size": args.micro_batch_size, "parameters": parameters,
         "median_ms_per_iteration": ms, "tokens_per_second": tokens_per_second,
         "model_tflops": flops_per_token * tokens_per_second / 1e12,
-        "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
+        "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30, "losses": losses,
     }))
 
 

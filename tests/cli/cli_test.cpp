@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -142,6 +143,18 @@ TEST(Cli, BenchCommandsOnTheCpu) {
               16.0 / (train_json["median_ms_per_iteration"].get<double>() * 1e-3), 1e-6);
   EXPECT_EQ(train_json["precision"], "fp32");
   EXPECT_EQ(train_json["roofline_ms_per_iteration"].get<double>(), 0.0);  // no datasheet for a CPU
+  ASSERT_EQ(train_json["losses"].size(), 3u);  // warm-up and timed iterations
+  EXPECT_NEAR(train_json["losses"][0].get<double>(), std::log(64.0), 0.3);
+  EXPECT_TRUE(train_json["loss_plausible"].get<bool>());
+  // A step that computes nonsense fast: its row is printed, then named as wrong, exit 1.
+  const Result diverging = run_kiln("bench train --device cpu --num-layers 1 --hidden-size 16 --num-attention-heads 2 "
+                                    "--seq-length 8 --micro-batch-size 2 --vocab-size 64 --warmup-iters 1 "
+                                    "--timed-iters 2 --lr 10 --json");
+  EXPECT_EQ(diverging.exit_code, 1) << diverging.output;
+  EXPECT_NE(diverging.output.find("\"loss_plausible\":false"), std::string::npos) << diverging.output;
+  EXPECT_NE(diverging.output.find("not those of a GPT on uniformly random tokens: iteration 2's loss"),
+            std::string::npos)
+      << diverging.output;
   const Result bad_gpu = run_kiln("bench train --device cpu --gpu h800 --timed-iters 1");
   EXPECT_EQ(bad_gpu.exit_code, 1);
   EXPECT_NE(bad_gpu.output.find("--gpu 'h800' is not a datasheet"), std::string::npos) << bad_gpu.output;

@@ -10,6 +10,7 @@ import argparse
 import ast
 import builtins
 import json
+import math
 import pathlib
 import sys
 
@@ -43,7 +44,7 @@ def main():
         row = {"peer": "stand-in" + (" compile" if args.compile else " eager"), "device": "none",
                "precision": args.precision, "micro_batch_size": args.micro_batch_size,
                "median_ms_per_iteration": 1.0, "tokens_per_second": 1.0, "model_tflops": 0.0,
-               "peak_memory_gib": 0.0}
+               "peak_memory_gib": 0.0, "losses": [math.log(args.vocab_size)] * (args.warmup_iters + args.timed_iters)}
     else:
         row = {"who": "pytorch", "device": "none", "batch": args.batch, "seq_length": args.seq_length,
                "heads": args.num_attention_heads, "head_size": args.head_size, "forward_ms": 1.0,

@@ -7,10 +7,12 @@
 // of device memory held in kiln's buffers, and the device memory in use as the driver reports it.
 // On a GPU of the datasheet table it also gives the iteration's roofline (perf/roofline.h: the
 // least time that GPU could take for the same ops) and the measured step's share of it; with
-// --profile-ops, each op's share of its own.
+// --profile-ops, each op's share of its own. Its losses must be those of a GPT on random tokens
+// (check_random_token_losses): a run that is fast but wrong prints its row and exits with an error.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -37,20 +39,54 @@ struct BenchTrainOptions {
   std::string gpu;  // datasheet key; empty: the one whose name the device's matches
 };
 
-// Iteration times; with --profile-ops, the op timer restarts when the warm-up ends.
+// Iteration times and losses; with --profile-ops, the op timer restarts when the warm-up ends.
 class IterationTimes : public TrainObserver {
  public:
   IterationTimes(OpTimingBackend* op_timing, int64_t warmup_iters) : op_timing_(op_timing), warmup_(warmup_iters) {}
   void on_iteration(const IterationStats& stats) override {
     ms.push_back(stats.elapsed_ms);
+    losses.push_back(stats.lm_loss);
     if (op_timing_ && static_cast<int64_t>(ms.size()) == warmup_) op_timing_->reset_times();
   }
   std::vector<double> ms;
+  std::vector<double> losses;
 
  private:
   OpTimingBackend* op_timing_;
   int64_t warmup_;
 };
+
+// The losses a run on uniformly random tokens can give. No model predicts a uniformly drawn next
+// token better than ln V in expectation, and GPT-2's initialisation (logits of standard deviation
+// about 0.02 sqrt(C)) starts a few tenths above it, where a few steps leave it. Losses outside
+// [ln V - 0.25, ln V + 1.5] (the margin below covers the mean's sampling noise on a few dozen
+// positions), or not finite, come from something other than the model: a step that leaks future
+// tokens into the past (below), or overflows or computes garbage (above): fast but wrong.
+struct LossCheck {
+  double low = 0, high = 0;
+  std::string problem;  // empty: plausible
+};
+
+LossCheck check_random_token_losses(const std::vector<double>& losses, int64_t vocab_size) {
+  LossCheck check;
+  const double floor = std::log(static_cast<double>(vocab_size));
+  check.low = floor - 0.25;
+  check.high = floor + 1.5;
+  for (size_t i = 0; i < losses.size() && check.problem.empty(); ++i)
+    if (!std::isfinite(losses[i]) || losses[i] < check.low || losses[i] > check.high)
+      check.problem = fmt::format("iteration {}'s loss {:.4f} is outside [{:.4f}, {:.4f}], ln {} -0.25/+1.5", i + 1,
+                                  losses[i], check.low, check.high, vocab_size);
+  return check;
+}
+
+// After the row is printed (its speed is worth seeing, not worth trusting): an error naming the
+// iteration whose loss is implausible, and a non-zero exit.
+void require_plausible(const LossCheck& check, double tokens_per_second) {
+  KILN_CHECK(check.problem.empty(),
+             "the measured run's losses are not those of a GPT on uniformly random tokens: {}; its {:.0f} tokens/s "
+             "measure a wrong computation",
+             check.problem, tokens_per_second);
+}
 
 double median(std::vector<double> values) {
   std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2), values.end());
@@ -89,6 +125,7 @@ void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
   const Config& resolved = trainer.config();
   const std::vector<double> timed(times.ms.begin() + options.warmup_iters, times.ms.end());
   const double ms = median(timed);
+  const LossCheck losses = check_random_token_losses(times.losses, resolved.vocab_size);
   const double tokens_per_iteration = static_cast<double>(resolved.global_batch_size * resolved.seq_length);
   const double tokens_per_second = tokens_per_iteration / (ms * 1e-3);
   const double flops_per_token = 6.0 * static_cast<double>(trainer.model().num_parameters()) +
@@ -135,7 +172,8 @@ void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
         {"cuda_graph", resolved.cuda_graph}, {"fp8_format", resolved.fp8_format},
         {"fp8_fast_accumulation", resolved.fp8_fast_accumulation}, {"fp8_classifier", resolved.fp8_classifier},
         {"backend_notes", backend.run_notes()},
-        {"recompute", resolved.recompute_policy().describe()}};
+        {"recompute", resolved.recompute_policy().describe()}, {"losses", times.losses},
+        {"loss_plausible", losses.problem.empty()}};
     if (const OpTimingBackend* timing = trainer.op_timing()) {
       out["op_times"] = nlohmann::json::array();
       for (const OpTotals& time : timing->times()) {
@@ -145,6 +183,7 @@ void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
       }
     }
     fmt::print("{}\n", out.dump());
+    require_plausible(losses, tokens_per_second);
     return;
   }
   fmt::print("# kiln bench train | {} | {} | GPT {} layers x {} hidden, {} heads, seq {}, micro-batch {}, global {} "
@@ -168,6 +207,10 @@ void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
     fmt::print("# time by op over the {} timed iterations (--profile-ops: a device wait after every op, so the "
                "iterations above are slower than unprofiled)\n{}",
                options.timed_iters, OpTimingBackend::format(timing->times(), limits ? &*limits : nullptr));
+  fmt::print("# losses: first {:.4f}, last {:.4f} (uniformly random tokens: between {:.4f} and {:.4f} if the step is "
+             "right)\n",
+             times.losses.front(), times.losses.back(), losses.low, losses.high);
+  require_plausible(losses, tokens_per_second);
 }
 
 struct BenchGemmOptions {
