@@ -3,16 +3,24 @@
 # CUDA build is already in build/, run the GPU tests, then run kiln and the PyTorch peer
 # (bench/peers/pytorch_gpt.py) back to back on GPT-2 124M, 350M and 774M at sequence 1024 and
 # print one table with the ratio kiln / PyTorch: kiln in bf16, with fp8 products (--fp8-format
-# hybrid), and with fp8 products and cuDNN's attention engines (--cudnn-attention, cuDNN from
-# PyTorch's wheel where it has one), against PyTorch's bf16, and a verdict per size against the speed issue's
-# bar (1.25x PyTorch's faster run, peak memory below PyTorch's). Everything is measured in this one
-# run.
+# hybrid), with fp8 products and cuDNN's attention engines (--cudnn-attention, cuDNN from
+# PyTorch's wheel where it has one), and with the classifier's products in fp8 too
+# (--fp8-classifier), against PyTorch's bf16 torch.compile, each row with its last loss (kiln bench
+# train refuses losses a GPT on random tokens cannot give), and a verdict per size against the speed
+# issue's bar (1.25x PyTorch's faster run, peak memory below PyTorch's). Everything is measured in
+# this one run.
 #
 #   bench/device-check.sh [--build]      (--build: rebuild even if build/kiln exists)
 #   bench/device-check.sh --prebuilt     use build-pack/ from scripts/pack-for-device.sh (for a
 #                                        machine that cannot build kiln: no -dev packages)
-#   ... --sizes 124M,350M                which sizes the table stage runs (default all three; a
-#                                        device call that must end within 10 minutes runs them in parts)
+#   ... --deadline SECONDS               start no run that may not end SECONDS after this script
+#                                        started, and stop any at that time; what is skipped is
+#                                        named at the end, the summaries still print. A device call
+#                                        of 15 minutes' budget: --deadline 420 with timeout_s 500
+#                                        (README, "On a GPU")
+#   ... --sizes 124M,350M                which sizes the table stage runs (default all three)
+#   ... --eager                          the table runs PyTorch eager too (the CUDA back-end issue's
+#                                        bar; off: the speed issue's bar is torch.compile)
 #   ... --stages tests,table,levers      which stages run (default tests,table); `levers`: on
 #                                        124M/64, what each switch buys (CUDA graphs, fused attention,
 #                                        on wgmma or mma.sync, its backward adding dQ atomically, matmul
@@ -68,16 +76,21 @@ cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/kiln-device-check}
 mkdir -p "$out"
 
-prebuilt=0 rebuild=0 bundle=0 rehearse="" stages=tests,table sizes=""
+prebuilt=0 rebuild=0 bundle=0 rehearse="" stages=tests,table sizes="" eager=0 deadline=0
 while (($#)); do
   case "$1" in
     --prebuilt) prebuilt=1 ;;
     --build) rebuild=1 ;;
     --bundle) bundle=1 ;;
+    --eager) eager=1 ;;
     --stages) stages=${2:?--stages needs a list}; shift ;;
     --sizes) sizes=${2:?--sizes needs a list}; shift ;;
+    --deadline) deadline=${2:?--deadline needs seconds}; shift
+                [[ $deadline =~ ^[1-9][0-9]*$ ]] ||
+                  { echo "device-check.sh: --deadline '$deadline' is not a whole number of seconds" >&2; exit 2; } ;;
     --rehearse) rehearse=${2:?--rehearse needs the build directory}; stages=table,levers,counters,loss; shift ;;
-    *) echo "device-check.sh: unknown argument '$1' (--build, --prebuilt, --stages LIST, --sizes LIST, --bundle, --rehearse DIR)" >&2
+    *) echo "device-check.sh: unknown argument '$1' (--build, --prebuilt, --stages LIST, --sizes LIST, --eager," \
+            "--deadline SECONDS, --bundle, --rehearse DIR)" >&2
        exit 2 ;;
   esac
   shift
@@ -101,6 +114,12 @@ loss_shape="12 768 12 16" loss_iters=300 loss_logging="--log-interval 10 --eval-
 peer_gpt=(python3 bench/peers/pytorch_gpt.py)
 peer_attention=(python3 bench/peers/pytorch_attention.py)
 ncu=(ncu)
+# model_flags SHAPE: the flags kiln and the peer share for the shape "name layers hidden heads micro-batch"
+model_flags() {
+  local name layers hidden heads micro
+  read -r name layers hidden heads micro <<< "$1"
+  echo "--num-layers $layers --hidden-size $hidden --num-attention-heads $heads --seq-length $seq --micro-batch-size $micro"
+}
 
 bin=build kiln=$PWD/build/kiln
 if [[ -n $rehearse ]]; then
@@ -157,27 +176,50 @@ print(os.path.dirname(sorted(hits)[0]) if hits else "")' 2> /dev/null || true)
   fi
 fi
 
-failures=()
-# measure FILE FIELDS COMMAND...: runs a command that prints one JSON object, and appends that
-# object to FILE with FIELDS ('"key":"value",...') in front. A command that fails or prints no
-# object is counted, its error output shown, and recorded as {FIELDS, "failed": true}.
+failures=() skipped=()
+# --deadline: every run starts only if the time it may take (its reserve, in seconds) fits before
+# the deadline, counted from this script's start, and is stopped at the deadline; a run that does
+# not fit is skipped and named at the end. The summaries and the bundle are written after the
+# deadline, in seconds: a device call that allows the deadline and a minute gets them back.
+fits() { ((deadline == 0 || SECONDS + $1 <= deadline)); }
+bounded() {
+  if ((deadline)); then timeout $((deadline > SECONDS ? deadline - SECONDS : 1)) "$@"; else "$@"; fi
+}
+skip() {
+  skipped+=("$1")
+  echo "SKIPPED (deadline ${deadline} s, ${SECONDS} s gone): $1" >&2
+}
+# measure FILE FIELDS RESERVE COMMAND...: runs a command that prints one JSON object, and appends
+# that object to FILE with FIELDS ('"key":"value",...') and its wall time in seconds ("wall_s") in
+# front. A command that fails or prints no object is counted, its error output shown, and recorded
+# as {FIELDS, "failed": true}; one that does not fit before the deadline as {FIELDS, "skipped": true}.
 measure() {
-  local file=$1 fields=$2 line
-  shift 2
-  if line=$("$@" 2> "$out/stderr.txt" | grep '^{' | tail -1) && [[ -n $line ]]; then
-    echo "{$fields,${line#\{}" | tee -a "$file"
+  local file=$1 fields=$2 reserve=$3 line started=$SECONDS
+  shift 3
+  if ! fits "$reserve"; then
+    skip "${fields//\"/}"
+    echo "{$fields,\"skipped\":true}" >> "$file"
+  elif line=$(bounded "$@" 2> "$out/stderr.txt" | grep '^{' | tail -1) && [[ -n $line ]]; then
+    echo "{$fields,\"wall_s\":$((SECONDS - started)),${line#\{}" | tee -a "$file"
   else
     failures+=("$*")
-    echo "FAILED: $*" >&2
+    echo "FAILED after $((SECONDS - started)) s: $*" >&2
     tail -5 "$out/stderr.txt" >&2
     echo "{$fields,\"failed\":true}" | tee -a "$file"
   fi
 }
+# What a run may take at most, for the deadline (seconds; measured on the H100 of 2026-11-25
+# where known, else guessed with room): kiln bench train (start-up, cuDNN's plans compiled by
+# NVRTC, 13 steps of up to 0.2 s), kiln train's 300 loss-stage steps, the PyTorch peer eager and
+# compiled (inductor's compilation of a 36-layer GPT), one bench attention, one ncu run.
+reserve_kiln=40 reserve_loss=60 reserve_eager=60 reserve_compile=150 reserve_attention=20 reserve_ncu=120
 
-if runs tests; then
+if runs tests && ! fits 60; then
+  skip "the GPU tests"
+elif runs tests; then
   echo "== GPU tests (CUDA op table, CPU/GPU parity, memory pre-flight, cuDNN's engines for kiln's graphs)"
   # On a failure: the failures, and the log's end (a crash names no failure; its last test started does).
-  if KILN_BINARY=$kiln OMP_NUM_THREADS=4 "$PWD/$bin/kiln_tests" \
+  if KILN_BINARY=$kiln OMP_NUM_THREADS=4 bounded "$PWD/$bin/kiln_tests" \
       --gtest_filter='*cuda*:Cuda*:AllBackends*:CudnnGraphCheck*:*/CudnnGraphCheck*' > "$out/gpu-tests.log" 2>&1; then
     grep -E "^\[  PASSED  \]" "$out/gpu-tests.log"
     # this GPU as cuDNN describes it: what tests/backend/cudnn_graph_check_test.cpp's H100 stands in for
@@ -191,66 +233,94 @@ fi
 
 if runs table; then
   echo "== GEMM ceilings"
-  "$kiln" bench gemm --device cuda $gemm_sizes | tee "$out/gemm.txt" || failures+=("kiln bench gemm")
+  if fits 30; then
+    bounded "$kiln" bench gemm --device cuda --dtype bf16,fp8 $gemm_sizes | tee "$out/gemm.txt" ||
+      failures+=("kiln bench gemm")
+  else
+    skip "kiln bench gemm"
+  fi
 
   results=$out/results.jsonl
   : > "$results"
+  # kiln in bf16; with fp8 products (E4M3 forward, E5M2 gradients; bf16 everywhere else); with fp8
+  # products and cuDNN's attention engines; and with the classifier's products in fp8 too, the
+  # setting predicted fastest (bench/NOTES.md). Against torch.compile (the speed issue's bar), and
+  # PyTorch eager with --eager (the CUDA back-end issue's).
+  predicted_best="fp8 cls cudnn:--fp8-format hybrid --cudnn-attention --fp8-classifier"
+  others=("bf16" "fp8:--fp8-format hybrid" "fp8 cudnn:--fp8-format hybrid --cudnn-attention")
+  kiln_row() {  # kiln_row SHAPE SETTING
+    local name layers hidden heads micro switches=""
+    read -r name layers hidden heads micro <<< "$1"
+    [[ $2 == *:* ]] && switches=${2#*:}
+    measure "$results" "\"model\":\"$name\",\"who\":\"kiln\",\"setting\":\"${2%%:*}\",\"mb\":$micro" $reserve_kiln \
+      "$kiln" bench train --device cuda --bf16 $(model_flags "$1") --vocab-size $vocab --skip-gemm-ceiling --json \
+      $timing $datasheet $switches
+  }
+  peer_row() {  # peer_row SHAPE COMPILED
+    local compile="" reserve=$reserve_eager
+    [[ $2 == true ]] && compile=--compile reserve=$reserve_compile
+    measure "$results" "\"model\":\"${1%% *}\",\"who\":\"pytorch\",\"compiled\":$2" $reserve \
+      "${peer_gpt[@]}" $(model_flags "$1") --vocab-size $vocab --precision bf16 $compile $timing
+  }
+  # The verdict first: each size's torch.compile run and kiln's predicted-best setting, then the
+  # other rows, so a deadline cuts rows, not verdicts.
   for shape in "${shapes[@]}"; do
-    read -r name layers hidden heads micro <<< "$shape"
-    model="--num-layers $layers --hidden-size $hidden --num-attention-heads $heads --seq-length $seq --micro-batch-size $micro"
-    echo "== $name micro-batch $micro"
-    # kiln in bf16, then with fp8 products (E4M3 forward, E5M2 gradients; bf16 everywhere else), then
-    # with fp8 products and cuDNN's attention engines
-    for setting in "bf16" "fp8:--fp8-format hybrid" "fp8 cudnn:--fp8-format hybrid --cudnn-attention"; do
-      switches=""
-      [[ $setting == *:* ]] && switches=${setting#*:}
-      measure "$results" "\"model\":\"$name\",\"who\":\"kiln\",\"setting\":\"${setting%%:*}\",\"mb\":$micro" \
-        "$kiln" bench train --device cuda --bf16 $model --vocab-size $vocab --skip-gemm-ceiling --json $timing \
-        $datasheet $switches
-    done
-    for compiled in false true; do
-      compile=""
-      [[ $compiled == true ]] && compile=--compile
-        measure "$results" "\"model\":\"$name\",\"who\":\"pytorch\",\"compiled\":$compiled" \
-        "${peer_gpt[@]}" $model --vocab-size $vocab --precision bf16 $compile $timing
-    done
+    echo "== ${shape%% *}: torch.compile and kiln ${predicted_best%%:*}"
+    peer_row "$shape" true
+    kiln_row "$shape" "$predicted_best"
+  done
+  for shape in "${shapes[@]}"; do
+    echo "== ${shape%% *}: kiln's other settings$( ((eager)) && echo " and PyTorch eager")"
+    for setting in "${others[@]}"; do kiln_row "$shape" "$setting"; done
+    if ((eager)); then peer_row "$shape" false; fi
   done
 
-  python3 - "$results" <<'PY'
-import json, sys
+  python3 - "$results" "$vocab" <<'PY'
+import json, math, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
+vocab = int(sys.argv[2])
+settings = ["bf16", "fp8", "fp8 cudnn", "fp8 cls cudnn"]
+def done(row):
+    return not row.get("failed") and not row.get("skipped")
 def speed(row):
-    return (f"{row['tokens_per_second']:.0f}", f"{row['peak_memory_gib']:.1f}") if not row.get("failed") else ("failed", "")
+    if not done(row):
+        return ("skipped" if row.get("skipped") else "failed", "", "", "")
+    losses = row.get("losses") or [float("nan")]
+    return (f"{row['tokens_per_second']:.0f}", f"{row['peak_memory_gib']:.1f}", f"{losses[-1]:.3f}",
+            f"{row.get('wall_s', '')}")
 def roofline(row):  # the measured step's share of its roofline (kiln bench train: perf/roofline.h)
-    share = 0 if row.get("failed") else row["share_of_roofline"]
+    share = row.get("share_of_roofline", 0) if done(row) else 0
     return f"{100 * share:.0f}%" if share > 0 else "n/a"
 def ratio(kiln, peer):
-    if kiln.get("failed") or peer.get("failed"):
+    if not (kiln and peer and done(kiln) and done(peer)):
         return ""
     return f"{kiln['tokens_per_second'] / peer['tokens_per_second']:.2f}"
+def order(row):
+    return (0, settings.index(row["setting"])) if row["who"] == "kiln" else (1, row["compiled"])
 print()
-print(f"{'model':>6} {'mb':>3} {'who':>20} | {'tok/s':>9} {'GiB':>6} {'of roofline':>11} |"
+print(f"(loss: the last step's; uniformly random tokens give about ln {vocab} = {math.log(vocab):.3f}; kiln bench"
+      " train ends with an error where a run's losses leave ln V -0.25/+1.5)")
+print(f"{'model':>6} {'mb':>3} {'who':>20} | {'tok/s':>9} {'GiB':>6} {'loss':>7} {'wall s':>6} {'of roofline':>11} |"
       f" {'vs eager':>8} {'vs compile':>10}")
 for model in dict.fromkeys(r["model"] for r in rows):
     peers = {r["compiled"]: r for r in rows if r["model"] == model and r["who"] == "pytorch"}
-    eager, compiled = peers[False], peers[True]
-    for r in rows:
-        if r["model"] != model:
-            continue
+    eager, compiled = peers.get(False), peers.get(True)
+    for r in sorted((r for r in rows if r["model"] == model), key=order):
         who = f"kiln {r['setting']}" if r["who"] == "kiln" else ("torch.compile" if r["compiled"] else "torch eager")
         mb = r.get("mb", "")
         share = roofline(r) if r["who"] == "kiln" else ""
         ratios = (ratio(r, eager), ratio(r, compiled)) if r["who"] == "kiln" else ("", "")
-        print(f"{model:>6} {mb:>3} {who:>20} | {speed(r)[0]:>9} {speed(r)[1]:>6} {share:>11} |"
+        tokens, gib, loss, wall = speed(r)
+        print(f"{model:>6} {mb:>3} {who:>20} | {tokens:>9} {gib:>6} {loss:>7} {wall:>6} {share:>11} |"
               f" {ratios[0]:>8} {ratios[1]:>10}")
 # The speed issue's bar, per size: kiln's faster setting at 1.25x or more of PyTorch's faster run, at a
-# peak below the lower of PyTorch's two peaks.
+# peak below the lower of PyTorch's peaks.
 print()
 for model in dict.fromkeys(r["model"] for r in rows):
-    kiln = [r for r in rows if r["model"] == model and r["who"] == "kiln" and not r.get("failed")]
-    peers = [r for r in rows if r["model"] == model and r["who"] == "pytorch" and not r.get("failed")]
+    kiln = [r for r in rows if r["model"] == model and r["who"] == "kiln" and done(r)]
+    peers = [r for r in rows if r["model"] == model and r["who"] == "pytorch" and done(r)]
     if not kiln or not peers:
-        print(f"{model}: no verdict (a run failed)")
+        print(f"{model}: no verdict (no kiln run or no PyTorch run finished)")
         continue
     best = max(kiln, key=lambda r: r["tokens_per_second"])
     peer = max(peers, key=lambda r: r["tokens_per_second"])
@@ -266,7 +336,7 @@ fi
 
 if runs levers; then
   read -r _ layers hidden heads micro <<< "$lever_shape"
-  model="--num-layers $layers --hidden-size $hidden --num-attention-heads $heads --seq-length $seq --micro-batch-size $micro"
+  model=$(model_flags "$lever_shape")
   echo "== levers on ${lever_shape%% *} micro-batch $micro (each row one kiln bench train; the first is the table's setting)"
   levers=$out/levers.jsonl
   : > "$levers"
@@ -275,7 +345,7 @@ if runs levers; then
                 "--fp8-format hybrid --no-fp8-fast-accumulation" "--fp8-format hybrid --cuda-graph" \
                 "--fp8-format hybrid --matmul-autotune" "--fp8-format hybrid --fp8-classifier" \
                 "--cudnn-attention" "--cudnn-attention --cuda-graph"; do
-    measure "$levers" "\"switch\":\"${switch:-(defaults)}\"" \
+    measure "$levers" "\"switch\":\"${switch:-(defaults)}\"" $reserve_kiln \
       "$kiln" bench train --device cuda --bf16 $model --vocab-size $vocab --skip-gemm-ceiling --json $timing $datasheet $switch
   done
   python3 - "$levers" <<'PY'
@@ -283,8 +353,8 @@ import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
 print(f"{'switch':>46} {'ms/iter':>8} {'tok/s':>9} {'GiB':>6} {'roofline ms':>11}  back-end notes")
 for r in rows:
-    if r.get("failed"):
-        print(f"{r['switch']:>46} {'failed':>8}")
+    if r.get("failed") or r.get("skipped"):
+        print(f"{r['switch']:>46} {'skipped' if r.get('skipped') else 'failed':>8}")
         continue
     print(f"{r['switch']:>46} {r['median_ms_per_iteration']:>8.1f} {r['tokens_per_second']:>9.0f}"
           f" {r['peak_memory_gib']:>6.1f} {r['roofline_ms_per_iteration']:>11.3g}  {r['backend_notes']}")
@@ -298,28 +368,29 @@ PY
     args="--batch $batch --seq-length $seq --num-attention-heads $heads --head-size $size"
     shape_fields="\"shape\":\"${batch}x$seq ${heads}x$size\""
     attention_timing=${timing:+--warmup 1 --iters 1}
-    measure "$attention" "$shape_fields,\"row\":\"kiln fused\"" \
+    measure "$attention" "$shape_fields,\"row\":\"kiln fused\"" $reserve_attention \
       "$kiln" bench attention --device cuda $args --json $attention_timing
-    measure "$attention" "$shape_fields,\"row\":\"kiln fused atomic dQ\"" \
+    measure "$attention" "$shape_fields,\"row\":\"kiln fused atomic dQ\"" $reserve_attention \
       "$kiln" bench attention --device cuda $args --no-deterministic-attention --json $attention_timing
-    measure "$attention" "$shape_fields,\"row\":\"kiln fused wgmma\"" \
+    measure "$attention" "$shape_fields,\"row\":\"kiln fused wgmma\"" $reserve_attention \
       "$kiln" bench attention --device cuda $args --warpgroup-attention --json $attention_timing
-    measure "$attention" "$shape_fields,\"row\":\"kiln wgmma atomic dQ\"" \
+    measure "$attention" "$shape_fields,\"row\":\"kiln wgmma atomic dQ\"" $reserve_attention \
       "$kiln" bench attention --device cuda $args --warpgroup-attention --no-deterministic-attention --json \
       $attention_timing
-    measure "$attention" "$shape_fields,\"row\":\"kiln materialised\"" \
+    measure "$attention" "$shape_fields,\"row\":\"kiln materialised\"" $reserve_attention \
       "$kiln" bench attention --device cuda $args --no-fused-attention --json $attention_timing
-    measure "$attention" "$shape_fields,\"row\":\"kiln on cuDNN\"" \
+    measure "$attention" "$shape_fields,\"row\":\"kiln on cuDNN\"" $reserve_attention \
       "$kiln" bench attention --device cuda $args --cudnn-attention --json $attention_timing
-    measure "$attention" "$shape_fields,\"row\":\"pytorch\"" "${peer_attention[@]}" $args $attention_timing
+    measure "$attention" "$shape_fields,\"row\":\"pytorch\"" $reserve_attention "${peer_attention[@]}" $args \
+      $attention_timing
   done
   python3 - "$attention" <<'PY'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
 print(f"{'shape':>22} {'who':>20} {'fwd ms':>8} {'TFLOP/s':>8} {'bwd ms':>8} {'TFLOP/s':>8}")
 for r in rows:
-    if r.get("failed"):
-        print(f"{r['shape']:>22} {r['row']:>20} {'failed':>8}")
+    if r.get("failed") or r.get("skipped"):
+        print(f"{r['shape']:>22} {r['row']:>20} {'skipped' if r.get('skipped') else 'failed':>8}")
         continue
     print(f"{r['shape']:>22} {r['row']:>20} {r['forward_ms']:>8.2f} {r['forward_tflops']:>8.1f} {r['backward_ms']:>8.2f}"
           f" {r['backward_tflops']:>8.1f}")
@@ -331,8 +402,12 @@ PY
   # (profile-autotune.txt: which product shapes --matmul-autotune moves)
   for switch in "" "--fp8-format hybrid" "--matmul-autotune"; do
     case $switch in "") name=profile ;; --fp8*) name=profile-fp8 ;; *) name=profile-autotune ;; esac
+    if ! fits $reserve_kiln; then
+      skip "kiln bench train --profile-ops $switch"
+      continue
+    fi
     echo "== time by op, ${lever_shape%% *} micro-batch $micro${switch:+ $switch} (--profile-ops: a device wait after every op)"
-    "$kiln" bench train --device cuda --bf16 $model --vocab-size $vocab --skip-gemm-ceiling --warmup-iters 2 \
+    bounded "$kiln" bench train --device cuda --bf16 $model --vocab-size $vocab --skip-gemm-ceiling --warmup-iters 2 \
       --timed-iters $profile_iters --profile-ops $datasheet $switch | tee "$out/$name.txt" ||
       failures+=("kiln bench train --profile-ops $switch")
   done
@@ -347,8 +422,12 @@ if runs counters; then
     shift
     while [[ $1 != -- ]]; do options+=("$1"); shift; done
     shift
+    if ! fits $reserve_ncu; then
+      skip "counters $name"
+      return
+    fi
     echo "== counters: $name"
-    if timeout 300 "${ncu[@]}" --clock-control none -f -o "$out/$name" "${options[@]}" "$@" > "$out/$name.log" 2>&1 &&
+    if bounded timeout 300 "${ncu[@]}" --clock-control none -f -o "$out/$name" "${options[@]}" "$@" > "$out/$name.log" 2>&1 &&
         "${ncu[@]}" --import "$out/$name.ncu-rep" > "$out/$name.txt" &&
         "${ncu[@]}" --import "$out/$name.ncu-rep" --csv --page details > "$out/$name-details.csv" &&
         "${ncu[@]}" --import "$out/$name.ncu-rep" --csv --page raw > "$out/$name.csv"; then
@@ -470,7 +549,11 @@ if runs loss; then
         fp8-classifier) switch="--fp8-format hybrid --fp8-classifier" ;;
         *) switch="--cudnn-attention" ;;
       esac
-      if ! "$kiln" train --device cuda --bf16 --data-path "${loss_data}_text_document" --vocab-size 50257 \
+      if ! fits $reserve_loss; then
+        skip "loss $setting"
+        continue
+      fi
+      if ! bounded "$kiln" train --device cuda --bf16 --data-path "${loss_data}_text_document" --vocab-size 50257 \
           --num-layers $layers --hidden-size $hidden --num-attention-heads $heads --seq-length $seq \
           --micro-batch-size $micro --global-batch-size $micro --train-iters $loss_iters --lr 6e-4 --min-lr 6e-5 \
           --lr-decay-style cosine --lr-warmup-iters $((loss_iters / 10)) --weight-decay 0.1 --clip-grad 1.0 \
@@ -500,7 +583,8 @@ print(f"{'setting':>26} {'first loss':>10} {'last loss':>10} {'validation':>10} 
 for setting in settings:
     train, validation = runs[setting]
     if not train:
-        print(f"{setting:>26} {'failed':>10}")
+        ran = os.path.exists(os.path.join(sys.argv[1], f"loss-{setting}.log"))
+        print(f"{setting:>26} {'failed' if ran else 'skipped':>10}")
         continue
     steps = [step for step in train if step in reference_train]
     gaps = [(abs(train[step] - reference_train[step]), step) for step in steps]
@@ -528,6 +612,10 @@ if ((bundle)); then
   fi
 fi
 
+if ((${#skipped[@]})); then
+  echo "== ${#skipped[@]} skipped, the deadline of $deadline s reached:"
+  printf '  %s\n' "${skipped[@]}"
+fi
 if ((${#failures[@]})); then
   echo "== ${#failures[@]} failed:" >&2
   printf '  %s\n' "${failures[@]}" >&2
