@@ -111,7 +111,9 @@ TEST_P(Fp8LossGradient, CodesAreTheClassifiersOwnCastOfTheGradient) {
       for (int64_t m = 0; m < s.M; ++m)
         for (int64_t v = 0; v < s.Vp; ++v) {
           ASSERT_EQ(cast.codes_t[v * s.M + m], cast.codes[m * s.Vp + v]) << "codes (" << m << ", " << v << ") transposed";
-          if (in.targets[m] == kIgnore || v >= s.V) ASSERT_EQ(cast.codes[m * s.Vp + v], 0.0f) << m << ", " << v;
+          if (in.targets[m] == kIgnore || v >= s.V) {
+            ASSERT_EQ(cast.codes[m * s.Vp + v], 0.0f) << m << ", " << v;
+          }
         }
       float largest = kAmaxBefore;
       for (const float x : plain.gradient) largest = std::max(largest, std::fabs(x));
