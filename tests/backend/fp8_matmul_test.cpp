@@ -3,7 +3,9 @@
 // operands with the scales taken back out, the bias, its gradient and GELU's derivative from the
 // values before the casts, each cast tensor's max |x| folded into its amax, both weight layouts,
 // E5M2 and E4M3 gradients; `in`'s codes kept by a forward (in_fp8_t) and a backward from them alone
-// bit for bit the backward that casts `in` itself. And fp8_update_scales' rule on hand-computed rows.
+// bit for bit the backward that casts `in` itself; the weight cast once by a Convert (weight_fp8)
+// and products from those codes bit for bit the products that cast it. And fp8_update_scales'
+// rule on hand-computed rows.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -234,6 +236,132 @@ TEST_P(Fp8Products, AScaleInverseLessThan16ByteAlignedIsRefused) {
                               Tensor{}, layout(), Tensor{}, &fp8});
   });
   EXPECT_NE(error.find("argument 'fp8 weight scale_inv' must be 16-byte aligned"), std::string::npos) << error;
+}
+
+// The weight cast already (ops.h, weight_fp8): a Convert with fp8 casts it once, in both layouts,
+// as the products would; products reading those codes give bit for bit what products casting the
+// weight give, never read the weight itself (NaN here) and leave its amax to the Convert.
+struct WeightCodes {
+  Tensor forward, backward;  // [N, K] and [K, N]
+};
+WeightCodes convert_weight(Backend& backend, DeviceTensors& t, const Tensor& weight, const Fp8Operand& fp8,
+                           WeightLayout layout) {
+  const Tensor rows = t.upload(std::vector<uint8_t>(K * N, 0x7F), weight.shape, DType::F8E4M3);
+  const Tensor columns =
+      t.upload(std::vector<uint8_t>(K * N, 0x7F), {weight.shape[1], weight.shape[0]}, DType::F8E4M3);
+  backend.convert({rows, weight, &fp8, columns});
+  // As stored, the weight is [N, K] with OutIn, [K, N] with InOut.
+  return layout == WeightLayout::OutIn ? WeightCodes{rows, columns} : WeightCodes{columns, rows};
+}
+
+TEST_P(Fp8Products, ConvertCastsAMatrixAsTheProductsWould) {
+  DeviceTensors t(*backend_, DType::BF16);
+  const Fp8Operand fp8 = operand(t, weight_scale_);
+  const WeightCodes codes = convert_weight(*backend_, t, t.acts(weight_, weight_shape()), fp8, layout());
+  std::vector<float> forward(N * K), backward(K * N);
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t n = 0; n < N; ++n)
+      forward[n * K + k] = backward[k * N + n] =
+          fp8::decode(fp8::encode(weight(k, n) * 32.0f, fp8::Format::E4M3), fp8::Format::E4M3);
+  EXPECT_EQ(t.download(codes.forward), forward);
+  EXPECT_EQ(t.download(codes.backward), backward);
+  EXPECT_EQ(t.download(fp8.amax)[0], largest_magnitude(weight_));
+  EXPECT_EQ(t.download(fp8.scale)[0], 32.0f);  // read, not written
+  // One layout alone.
+  const Tensor only = t.upload(std::vector<uint8_t>(K * N, 0x7F), weight_shape(), DType::F8E4M3);
+  backend_->convert({only, t.acts(weight_, weight_shape()), &fp8});
+  EXPECT_EQ(t.download(only), t.download(layout() == WeightLayout::OutIn ? codes.forward : codes.backward));
+}
+
+TEST_P(Fp8Products, ProductsFromTheWeightsCodesAreTheProductsThatCastIt) {
+  DeviceTensors t(*backend_, DType::BF16);
+  const Fp8Matmul fp8{operand(t, in_scale_), operand(t, weight_scale_), operand(t, dout_scale_),
+                      std::get<2>(GetParam())};
+  const Tensor in = t.acts(in_, {M, K}), weight = t.acts(weight_, weight_shape()), bias = t.acts(bias_, {N});
+  const Tensor unread = t.poisoned_acts(weight_shape());  // the weight's shape, NaN: never read
+  const WeightCodes codes = convert_weight(*backend_, t, weight, fp8.weight, layout());
+  const float weight_amax = t.download(fp8.weight.amax)[0];
+  EXPECT_EQ(weight_amax, largest_magnitude(weight_));
+
+  const Tensor from_codes = t.poisoned_acts({M, N});
+  MatmulForward forward{from_codes, in, unread, bias, layout(), Tensor{}, &fp8};
+  forward.weight_fp8 = codes.forward;
+  backend_->matmul_forward(forward);
+  const Tensor casting = t.poisoned_acts({M, N});
+  backend_->matmul_forward({casting, in, weight, bias, layout(), Tensor{}, &fp8});
+  EXPECT_EQ(t.download(from_codes), t.download(casting));
+
+  struct Gradients {
+    Tensor din, dweight, dbias;
+  };
+  const auto backward = [&](const Tensor& weight_read, const Tensor& weight_codes) {
+    const Gradients g{t.poisoned_acts({M, K}), t.floats(std::vector<float>(K * N, 0.5f), weight_shape()),
+                      t.floats(std::vector<float>(N, 0.25f), {N})};
+    MatmulBackward pass{g.din, g.dweight, g.dbias, t.acts(dout_, {M, N}), in, weight_read, layout(),
+                        t.acts(gelu_in_, {M, K}), &fp8};
+    pass.weight_fp8 = weight_codes;
+    backend_->matmul_backward(pass);
+    return g;
+  };
+  backend_->fill({fp8.weight.amax, 0.0f});
+  const Gradients read = backward(unread, codes.backward);
+  EXPECT_EQ(t.download(fp8.weight.amax)[0], 0.0f) << "the weight's codes were cast already, its amax folded";
+  const Gradients cast_here = backward(weight, Tensor{});
+  EXPECT_EQ(t.download(read.din), t.download(cast_here.din));
+  EXPECT_EQ(t.download(read.dweight), t.download(cast_here.dweight));
+  EXPECT_EQ(t.download(read.dbias), t.download(cast_here.dbias));
+  EXPECT_EQ(t.download(fp8.weight.amax)[0], weight_amax);
+}
+
+TEST_P(Fp8Products, WeightCodesOfTheWrongShapeOrWithoutAnFp8ProductAreRefused) {
+  DeviceTensors t(*backend_, DType::BF16);
+  const Fp8Matmul fp8{operand(t, in_scale_), operand(t, weight_scale_), operand(t, dout_scale_)};
+  const Tensor in = t.acts(in_, {M, K}), weight = t.acts(weight_, weight_shape());
+  const WeightCodes codes = convert_weight(*backend_, t, weight, fp8.weight, layout());
+  const auto forward_error = [&](const Tensor& weight_codes, const Fp8Matmul* product) {
+    MatmulForward forward{t.poisoned_acts({M, N}), in, weight, Tensor{}, layout(), Tensor{}, product};
+    forward.weight_fp8 = weight_codes;
+    return error_of([&] { backend_->matmul_forward(forward); });
+  };
+  EXPECT_NE(forward_error(codes.backward, &fp8).find(
+                "matmul_forward: argument 'weight_fp8' must be [N, K] = [32, 64], got [64, 32]"),
+            std::string::npos);
+  EXPECT_NE(forward_error(codes.forward, nullptr).find("matmul_forward: argument 'weight_fp8' (fp8 codes of the "
+                                                       "weight) is given to a product without fp8"),
+            std::string::npos);
+  const auto backward_error = [&](const Tensor& din, const Tensor& weight_codes) {
+    MatmulBackward pass{din, t.floats(std::vector<float>(K * N, 0.0f), weight_shape()), Tensor{},
+                        t.acts(dout_, {M, N}), in, weight, layout(), Tensor{}, &fp8};
+    pass.weight_fp8 = weight_codes;
+    return error_of([&] { backend_->matmul_backward(pass); });
+  };
+  EXPECT_NE(backward_error(t.poisoned_acts({M, K}), codes.forward)
+                .find("matmul_backward: argument 'weight_fp8' must be [K, N] = [64, 32], got [32, 64]"),
+            std::string::npos);
+  EXPECT_NE(backward_error(Tensor{}, codes.backward)
+                .find("matmul_backward: argument 'weight_fp8' is given without 'din'"),
+            std::string::npos);
+}
+
+TEST_P(Fp8Products, ConvertsToFp8OfNoMatrixOrOddSidesAreRefused) {
+  DeviceTensors t(*backend_, DType::BF16);
+  const Fp8Operand fp8 = operand(t, weight_scale_);
+  const auto error = [&](const Convert& args) { return error_of([&] { backend_->convert(args); }); };
+  const Tensor codes = t.upload(std::vector<uint8_t>(K * N, 0), {K, N}, DType::F8E4M3);
+  EXPECT_NE(error({codes.reshaped({K * N}), t.acts(weight_, {K * N}), &fp8})
+                .find("convert: a cast to fp8 takes a matrix [R, C], got 'in' [2048]"),
+            std::string::npos);
+  EXPECT_NE(error({codes.reshaped({K * N / 8, 8}), t.acts(weight_, {K * N / 8, 8}), &fp8})
+                .find("convert: a matrix cast to fp8 needs R and C multiples of 16, got 256 x 8"),
+            std::string::npos);
+  EXPECT_NE(error({Tensor{}, t.acts(weight_, {K, N}), &fp8}).find("'fp8' is given without 'out' or 'out_t'"),
+            std::string::npos);
+  EXPECT_NE(error({codes, t.acts(weight_, {K, N}), &fp8, codes})
+                .find("convert: argument 'out_t' must be [C, R] = [32, 64], got [64, 32]"),
+            std::string::npos);
+  EXPECT_NE(error({t.poisoned_acts({K, N}), t.acts(weight_, {K, N}), nullptr, codes})
+                .find("convert: argument 'out_t' is given without 'fp8'"),
+            std::string::npos);
 }
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {

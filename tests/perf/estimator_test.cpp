@@ -229,23 +229,31 @@ TEST(Estimator, AnFp8ClassifierAddsItsCastsAndThreeScalingRows) {
   const Estimate classifier = estimate(in);
   // The loss writes the logits' gradient as codes, by rows and by columns, for the classifier's
   // backward (one chunk of M = 128 positions, K = C = 64, N = 1024): 2 M N = 262,144 bytes of
-  // activations beside the logits chunk. The backward then casts only wte as [K, N] and ln_f's
-  // output transposed, 65,536 + 8,192 bytes, less than c_fc's 81,920 above: the scratch stays.
+  // activations beside the logits chunk, and wte's codes in both layouts, cast once for every
+  // chunk, 2 N K = 131,072 more. The products then cast only ln_f's output, 8,192 bytes, less
+  // than c_fc's 81,920 above: the scratch stays.
   EXPECT_EQ(classifier.memory.workspace, blocks.memory.workspace);
-  EXPECT_EQ(classifier.memory.activations, blocks.memory.activations + 2.0 * 128 * 1024);
+  EXPECT_EQ(classifier.memory.activations, blocks.memory.activations + 2.0 * 128 * 1024 + 2.0 * 1024 * 64);
   EXPECT_EQ(classifier.memory.fp8_scaling, (3 + 27.0 * 8 + 1) * 4);  // (2 x 4 + 1) x 3 rows
-  // Its products now run at the fp8 rate, with passes of their own for the casts of ln_f's output
-  // and wte (at GPT-2 124M's shape, micro-batch 64, kiln estimate ops puts the classifier's two
-  // rows at 15.35 ms in bf16 and 8.87 ms in fp8, 4.0 GB of it in those casts).
+  // Its products now run at the fp8 rate, each with a pass of its own for the cast of ln_f's output
+  // (read 2 bytes, write 1, an element of 128 x 64); wte's cast is a convert of its own, once: read
+  // 2 bytes an element of 1024 x 64, write 1 in each layout.
   const auto fp8_rows = [](const Estimate& e) {
     std::map<std::string, double> pass_bytes;
     for (const RooflineOp& op : e.roofline.ops)
       if (op.totals.fp8) pass_bytes[op.totals.op] = op.totals.pass_bytes;
     return pass_bytes;
   };
+  const auto bytes_of_row = [](const Estimate& e, const std::string& name) {
+    for (const RooflineOp& op : e.roofline.ops)
+      if (op.totals.op == name) return op.totals.bytes;
+    return 0.0;
+  };
   EXPECT_FALSE(fp8_rows(blocks).count("matmul_forward 128x64x1024 fp8"));
-  EXPECT_GT(fp8_rows(classifier)["matmul_forward 128x64x1024 fp8"], 0.0);
-  EXPECT_GT(fp8_rows(classifier)["matmul_backward 128x64x1024 fp8 dout codes"], 0.0);
+  EXPECT_EQ(bytes_of_row(blocks, "convert fp8"), 0.0);
+  EXPECT_EQ(fp8_rows(classifier)["matmul_forward 128x64x1024 fp8 weight codes"], 3.0 * 128 * 64);
+  EXPECT_EQ(fp8_rows(classifier)["matmul_backward 128x64x1024 fp8 dout codes weight codes"], 3.0 * 128 * 64);
+  EXPECT_EQ(bytes_of_row(classifier, "convert fp8"), 4.0 * 1024 * 64);
 }
 
 TEST(Estimator, BadInputNamesTheFlag) {

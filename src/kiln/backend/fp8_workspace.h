@@ -1,6 +1,7 @@
 // The scratch the CUDA back-end's fp8 products cast their operands into (ops.h, fp8 products):
 // forward, `in` [M,K] and the weight as [N,K]; backward, the output gradient [M,N] and its
-// transpose, the weight as [K,N] and `in` transposed [K,M]; one byte an element, each region
+// transpose, the weight as [K,N] and `in` transposed [K,M] (each only where not given as codes);
+// one byte an element, each region
 // 256-byte aligned; then the bias gradient's partial sums. Shared by the back-end, which carves its
 // workspace so, the model, which asks for the largest of its products
 // (Backend::WorkspaceNeeds::fp8_cast_bytes), and the estimator.
@@ -16,16 +17,19 @@ inline size_t fp8_region_bytes(int64_t elements) {
   return (static_cast<size_t>(elements) + 255) / 256 * 256;
 }
 
-inline size_t fp8_forward_cast_bytes(int64_t M, int64_t K, int64_t N) {
-  return fp8_region_bytes(M * K) + fp8_region_bytes(N * K);
+// `weight_codes_given`: the product reads the weight's codes a Convert cast (ops.h, weight_fp8)
+// and casts no weight of its own.
+inline size_t fp8_forward_cast_bytes(int64_t M, int64_t K, int64_t N, bool weight_codes_given = false) {
+  return fp8_region_bytes(M * K) + (weight_codes_given ? 0 : fp8_region_bytes(N * K));
 }
 
 // `in_codes_kept`: the backward reads `in`'s codes a forward kept (ops.h, in_fp8_t) and casts no
 // `in` of its own; `dout_codes_given`: it reads dout as codes another op cast (ops.h, dout cast
-// already) and casts no dout. The regions are carved in the order above, `in` transposed last.
+// already) and casts no dout; `weight_codes_given` as above. The regions are carved in the order
+// above, `in` transposed last.
 inline size_t fp8_backward_cast_bytes(int64_t M, int64_t K, int64_t N, bool in_codes_kept,
-                                      bool dout_codes_given = false) {
-  return (dout_codes_given ? 0 : 2 * fp8_region_bytes(M * N)) + fp8_region_bytes(K * N) +
+                                      bool dout_codes_given = false, bool weight_codes_given = false) {
+  return (dout_codes_given ? 0 : 2 * fp8_region_bytes(M * N)) + (weight_codes_given ? 0 : fp8_region_bytes(K * N)) +
          (in_codes_kept ? 0 : fp8_region_bytes(K * M));
 }
 
@@ -45,9 +49,9 @@ inline size_t fp8_scratch_bytes(size_t largest_cast_bytes, int64_t M, int64_t wi
 
 // What one product's forward and backward need at most.
 inline size_t fp8_cast_bytes(int64_t M, int64_t K, int64_t N, bool in_codes_kept = false,
-                             bool dout_codes_given = false) {
-  return std::max(fp8_forward_cast_bytes(M, K, N),
-                  fp8_backward_cast_bytes(M, K, N, in_codes_kept, dout_codes_given));
+                             bool dout_codes_given = false, bool weight_codes_given = false) {
+  return std::max(fp8_forward_cast_bytes(M, K, N, weight_codes_given),
+                  fp8_backward_cast_bytes(M, K, N, in_codes_kept, dout_codes_given, weight_codes_given));
 }
 
 }  // namespace kiln

@@ -163,6 +163,13 @@ void require_in_fp8_t(const Tensor& in_fp8_t, bool fp8, const MatmulDims& dims, 
   KILN_CHECK(fp8, "{}: argument 'in_fp8_t' (fp8 codes of the input) is given to a product without fp8", op);
   require_codes_matrix(in_fp8_t, DType::F8E4M3, dims.K, dims.M, device, op, "in_fp8_t", "[K, M]");
 }
+// The weight's codes cast already (ops.h, weight_fp8): [rows, cols] E4M3, only with an fp8 product.
+void require_weight_fp8(const Tensor& weight_fp8, bool fp8, int64_t rows, int64_t cols, Device device, const char* op,
+                        const char* layout) {
+  if (weight_fp8.empty()) return;
+  KILN_CHECK(fp8, "{}: argument 'weight_fp8' (fp8 codes of the weight) is given to a product without fp8", op);
+  require_codes_matrix(weight_fp8, DType::F8E4M3, rows, cols, device, op, "weight_fp8", layout);
+}
 // A GELU output [M, N] cast for the next fp8 product instead of stored (ops.h: MatmulForward's
 // gelu_fp8, GeluForward's fp8): codes in place of the output, in either layout or both.
 void gelu_codes(const Tensor& codes, const Tensor& codes_t, const Fp8Operand& fp8, DType dtype, int64_t M,
@@ -226,6 +233,7 @@ MatmulDims matmul_forward(const MatmulForward& a, Device device) {
   }
   if (a.fp8) require_fp8(*a.fp8, dtype, dims, device, op, false);
   require_in_fp8_t(a.in_fp8_t, a.fp8 != nullptr, dims, device, op);
+  require_weight_fp8(a.weight_fp8, a.fp8 != nullptr, dims.N, dims.K, device, op, "[N, K]");
   KILN_CHECK(a.gelu_fp8 || a.gelu_out_t.empty(), "{}: argument 'gelu_out_t' is given without 'gelu_fp8'", op);
   return dims;
 }
@@ -264,6 +272,9 @@ MatmulDims matmul_backward(const MatmulBackward& a, Device device) {
   }
   if (a.fp8) require_fp8(*a.fp8, dtype, dims, device, op, true);
   require_in_fp8_t(a.in_fp8_t, a.fp8 != nullptr, dims, device, op);
+  require_weight_fp8(a.weight_fp8, a.fp8 != nullptr, dims.K, dims.N, device, op, "[K, N]");
+  KILN_CHECK(a.weight_fp8.empty() || !a.din.empty(),
+             "{}: argument 'weight_fp8' is given without 'din' (only the input gradient reads the weight)", op);
   if (dout_codes)
     require_codes_matrix(a.dout_fp8_t, a.fp8->grad_dtype, dims.N, dims.M, device, op, "dout_fp8_t", "[N, M]");
   return dims;
@@ -408,9 +419,24 @@ int64_t fill(const Fill& a, Device device) {
 }
 
 int64_t convert(const Convert& a, Device device) {
-  compute_dtype(a.out, device, "convert", "out");
-  compute_dtype(a.in, device, "convert", "in");
-  require_numel(a.in, a.out.numel(), "convert", "in");
+  constexpr const char* op = "convert";
+  if (a.fp8) {  // to fp8 codes (ops.h): a matrix, in both layouts or either
+    const DType dtype = compute_dtype(a.in, device, op, "in");
+    KILN_CHECK(a.in.shape.rank == 2, "{}: a cast to fp8 takes a matrix [R, C], got 'in' {}", op,
+               a.in.shape.to_string());
+    const int64_t R = a.in.shape[0], C = a.in.shape[1];
+    require_castable(dtype, R, C, op, "a matrix", "R and C");
+    require_fp8_operand(*a.fp8, device, op, {"fp8 scale", "fp8 scale_inv", "fp8 amax"});
+    KILN_CHECK(!a.out.empty() || !a.out_t.empty(), "{}: 'fp8' is given without 'out' or 'out_t' (the codes go nowhere)",
+               op);
+    if (!a.out.empty()) require_codes_matrix(a.out, DType::F8E4M3, R, C, device, op, "out", "[R, C]");
+    if (!a.out_t.empty()) require_codes_matrix(a.out_t, DType::F8E4M3, C, R, device, op, "out_t", "[C, R]");
+    return a.in.numel();
+  }
+  KILN_CHECK(a.out_t.empty(), "{}: argument 'out_t' is given without 'fp8'", op);
+  compute_dtype(a.out, device, op, "out");
+  compute_dtype(a.in, device, op, "in");
+  require_numel(a.in, a.out.numel(), op, "in");
   return a.out.numel();
 }
 

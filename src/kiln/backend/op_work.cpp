@@ -54,10 +54,11 @@ double attention_flops(const Tensor& qkv, AttentionMask mask) {
 // only reads them. A forward given `in` as codes (ops.h) casts only the weight; the codes' read is
 // `in`'s own bytes.
 // A backward given dout as codes (ops.h) casts no dout; the codes' reads are dout's and dout_fp8_t's
-// own bytes.
+// own bytes. A product given the weight's codes (ops.h, weight_fp8) casts no weight; their read is
+// weight_fp8's own bytes.
 double fp8_copies_bytes(int64_t M, int64_t K, int64_t N, bool forward, bool input_gradient, bool codes_kept,
-                        bool in_cast = true, bool dout_cast = true) {
-  const double in = static_cast<double>(M * K), weight = static_cast<double>(K * N),
+                        bool in_cast = true, bool dout_cast = true, bool weight_cast = true) {
+  const double in = static_cast<double>(M * K), weight = weight_cast ? static_cast<double>(K * N) : 0.0,
                out = dout_cast ? static_cast<double>(M * N) : 0.0;
   if (forward) return 2.0 * ((in_cast ? in : 0.0) + weight) + (codes_kept ? in : 0.0);
   return 2.0 * out + (codes_kept ? in : 2.0 * in) + (input_gradient ? 2.0 * (out + weight) : 0.0);
@@ -65,10 +66,12 @@ double fp8_copies_bytes(int64_t M, int64_t K, int64_t N, bool forward, bool inpu
 
 // The bytes of those casts' passes (OpWork::pass_bytes): each reads its 16-bit operand and writes
 // the codes (the product's reads of them are not part of the pass).
+// `weight`: the 16-bit weight the product casts, or empty where it is given as codes.
 double fp8_cast_passes_bytes(const Tensor& in, const Tensor& weight, const Tensor& dout, int64_t M, int64_t K,
                              int64_t N, bool forward, bool input_gradient, bool codes_kept, bool in_cast = true,
                              bool dout_cast = true) {
-  const double in_codes = static_cast<double>(M * K), weight_codes = static_cast<double>(K * N),
+  const double in_codes = static_cast<double>(M * K),
+               weight_codes = weight.empty() ? 0.0 : static_cast<double>(K * N),
                out_codes = dout_cast ? static_cast<double>(M * N) : 0.0;
   if (forward)
     return (in_cast ? bytes_of({&in}) + in_codes * (codes_kept ? 2.0 : 1.0) : 0.0) + bytes_of({&weight}) +
@@ -117,15 +120,20 @@ OpWork work_of(const MatmulForward& a) {
   const bool fp8 = a.fp8 != nullptr;
   const char* gelu = a.gelu_fp8 ? " +gelu codes" : a.gelu_out.empty() ? "" : " +gelu";
   const bool in_cast = a.in.dtype != DType::F8E4M3, codes_kept = !a.in_fp8_t.empty();
+  const bool weight_cast = a.weight_fp8.empty();
+  const Tensor& weight_read = weight_cast ? a.weight : a.weight_fp8;
+  const Tensor weight_to_cast = weight_cast ? a.weight : Tensor{};
   OpWork work{"matmul_forward " + product_shape(M, K, N) + (a.bias.empty() ? "" : " +bias") + gelu +
-                  (a.residual.empty() ? "" : " +residual") + (fp8 ? " fp8" : ""),
+                  (a.residual.empty() ? "" : " +residual") + (fp8 ? " fp8" : "") + (weight_cast ? "" : " weight codes"),
               product_flops(M, K, N),
-              bytes_of({&a.out, &a.in, &a.weight, &a.bias, &a.gelu_out, &a.gelu_out_t, &a.residual}) +
+              bytes_of({&a.out, &a.in, &weight_read, &a.bias, &a.gelu_out, &a.gelu_out_t, &a.residual}) +
                   (a.gelu_fp8 ? bytes_of({&a.out}) : 0.0) +
-                  (fp8 ? fp8_copies_bytes(M, K, N, /*forward=*/true, false, codes_kept, in_cast) : 0.0),
+                  (fp8 ? fp8_copies_bytes(M, K, N, /*forward=*/true, false, codes_kept, in_cast, true, weight_cast)
+                       : 0.0),
               fp8};
   work.pass_bytes =
-      (fp8 ? fp8_cast_passes_bytes(a.in, a.weight, Tensor{}, M, K, N, /*forward=*/true, false, codes_kept, in_cast)
+      (fp8 ? fp8_cast_passes_bytes(a.in, weight_to_cast, Tensor{}, M, K, N, /*forward=*/true, false, codes_kept,
+                                   in_cast)
            : 0.0) +
       (a.gelu_fp8 ? bytes_of({&a.out, &a.gelu_out, &a.gelu_out_t}) : 0.0);
   return work;
@@ -141,17 +149,22 @@ OpWork work_of(const MatmulBackward& a) {
   const bool fp8 = a.fp8 != nullptr, input_gradient = !a.din.empty();
   const Tensor in_read = codes_kept ? Tensor{} : a.in;
   const Tensor dout_read = dout_cast || input_gradient ? a.dout : Tensor{};
+  const bool weight_cast = a.weight_fp8.empty();
+  const Tensor& weight_read = weight_cast ? a.weight : a.weight_fp8;
+  const Tensor weight_to_cast = weight_cast ? a.weight : Tensor{};
   OpWork work{"matmul_backward " + product_shape(M, K, N) + (a.dbias.empty() ? "" : " +dbias") +
-                  (a.gelu_in.empty() ? "" : " +dgelu") + (fp8 ? " fp8" : "") + (dout_cast ? "" : " dout codes"),
+                  (a.gelu_in.empty() ? "" : " +dgelu") + (fp8 ? " fp8" : "") + (dout_cast ? "" : " dout codes") +
+                  (weight_cast ? "" : " weight codes"),
               product_flops(M, K, N) * (input_gradient ? 2.0 : 1.0),
               gradient_bytes(a.param_store, {&a.dweight, &a.dbias}) +
-                  bytes_of({&a.din, &dout_read, &a.dout_fp8_t, &in_read, &a.weight, &a.gelu_in}) +
-                  (fp8 ? fp8_copies_bytes(M, K, N, /*forward=*/false, input_gradient, codes_kept, true, dout_cast)
+                  bytes_of({&a.din, &dout_read, &a.dout_fp8_t, &in_read, &weight_read, &a.gelu_in}) +
+                  (fp8 ? fp8_copies_bytes(M, K, N, /*forward=*/false, input_gradient, codes_kept, true, dout_cast,
+                                          weight_cast)
                        : 0.0),
               fp8};
   if (fp8)
-    work.pass_bytes = fp8_cast_passes_bytes(in_read, a.weight, a.dout, M, K, N, /*forward=*/false, input_gradient,
-                                            codes_kept, true, dout_cast);
+    work.pass_bytes = fp8_cast_passes_bytes(in_read, weight_to_cast, a.dout, M, K, N, /*forward=*/false,
+                                            input_gradient, codes_kept, true, dout_cast);
   return work;
 }
 // With fp8 the output's codes are written in its place (ops.h); the row says so.
@@ -197,7 +210,11 @@ OpWork work_of(const Fp8UpdateScales& a) {
   return {"fp8_update_scales", 0.0, 2 * bytes_of({&a.state})};
 }
 OpWork work_of(const Fill& a) { return {"fill", 0.0, bytes_of({&a.out})}; }
-OpWork work_of(const Convert& a) { return {"convert", 0.0, bytes_of({&a.out, &a.in})}; }
+// To fp8 codes (ops.h) the row says "fp8": one pass reading `in` and writing the codes, in one
+// layout or both.
+OpWork work_of(const Convert& a) {
+  return {a.fp8 ? "convert fp8" : "convert", 0.0, bytes_of({&a.out, &a.in, &a.out_t})};
+}
 
 void OpLedger::add(const OpWork& work, double ms) {
   add(OpTotals{work.op, 1, work.flops, work.bytes, work.fp8, work.host_copy, ms, work.pass_bytes});

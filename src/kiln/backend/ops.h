@@ -142,6 +142,13 @@ struct Fp8Matmul {
 // MatmulForward with gelu_fp8 (below) or AttentionForward with fp8, which also wrote their
 // transpose for the backward; the forward then casts only the weight, and in_fp8_t is empty.
 //
+// The weight cast already (fp8 only; a weight read by several products, the tied classifier's wte
+// by every chunk's): with weight_fp8 given, the forward reads those E4M3 codes, [N, K] (K
+// contiguous: the weight as stored with OutIn, transposed with InOut), instead of casting `weight`,
+// which it then only takes for its shape. A Convert with fp8 (below) wrote them, with
+// fp8->weight's scale, folding its amax; delayed scaling keeps that scale for the step, so the
+// codes are the ones the forward would cast, and its amax the one it would fold.
+//
 // GELU output cast for the next fp8 product (the MLP's c_proj): with `gelu_fp8` given (that
 // product's Fp8Matmul::in; bf16 or fp16 compute, M and N multiples of 16), out keeps the
 // pre-activation as with gelu_out, and GELU of it (of out as rounded to the compute dtype, GELU's
@@ -163,11 +170,15 @@ struct MatmulForward {
   Tensor residual = {};  // [M, N] in the compute dtype, added before rounding (above; not out), or empty
   const Fp8Operand* gelu_fp8 = nullptr;  // cast the GELU output for the next fp8 product (above), or null
   Tensor gelu_out_t = {};  // with gelu_fp8: [N, M] E4M3, the GELU output's codes transposed, or empty
+  Tensor weight_fp8 = {};  // fp8 only: [N, K] E4M3 codes of the weight, cast already (above), or empty
 };
 // `dout` cast already (fp8 only): dout may be the codes [M, N] of the output gradient in
 // fp8->grad_dtype, cast with fp8->dout's scale (and its amax folded) by the op that wrote them,
 // AttentionBackward or LayerNormBackward with fp8, with their transpose in dout_fp8_t [N, M]; that
 // op took the bias gradient too, so dbias is empty, and the backward casts no dout.
+// The weight cast already (as MatmulForward's, above): with weight_fp8 given ([K, N] E4M3, N
+// contiguous: the weight as stored with InOut, transposed with OutIn; only with din), the input
+// gradient's product reads those codes instead of casting `weight`.
 struct MatmulBackward {
   Tensor din;      // [M, K] = ; may be empty (not needed) unless gelu_in is given
   Tensor dweight;  // same shape as weight, += or = (param_store)
@@ -181,6 +192,7 @@ struct MatmulBackward {
   Tensor in_fp8_t = {};  // fp8 only: [K, M] E4M3 codes of `in` a forward wrote (above), or empty
   GradStore param_store = GradStore::Add;
   Tensor dout_fp8_t = {};  // with dout cast already (above): [N, M] codes in fp8->grad_dtype, else empty
+  Tensor weight_fp8 = {};  // fp8 only: [K, N] E4M3 codes of the weight, cast already (above), or empty
 };
 
 // ---- GELU, tanh approximation (Hendrycks & Gimpel 2016, as in GPT-2) --------------------------
@@ -326,9 +338,16 @@ struct Fill {
 };
 // out = in, element by element, between any two floating dtypes (rounded to nearest even when
 // narrowing): fp32 master weights to bf16/fp16 model parameters and back.
+// Cast for fp8 products that read a tensor already cast (MatmulForward's and MatmulBackward's
+// weight_fp8): with `fp8` given (the products' Fp8Operand; `in` a bf16 or fp16 matrix [R, C], R and C
+// multiples of 16), out receives the E4M3 codes fp8(in * fp8->scale) [R, C] and out_t their
+// transpose [C, R], either of which may be empty (not both), and max |in| is max-accumulated into
+// fp8->amax: the cast those products would each have made.
 struct Convert {
-  Tensor out;
-  Tensor in;  // same element count as out
+  Tensor out;  // with fp8: [R, C] E4M3 codes, or empty
+  Tensor in;   // same element count as out
+  const Fp8Operand* fp8 = nullptr;  // cast to fp8 codes (above), or null
+  Tensor out_t = {};                // with fp8: [C, R] E4M3 codes, or empty
 };
 
 }  // namespace kiln

@@ -122,7 +122,11 @@ GptActivations GptActivations::lay_out(Arena& arena, const GptConfig& config, in
   // One stretch for three buffers that are never in use at the same time (activations.h).
   ArenaOverlay overlay(arena);
   acts.logits = layout.take({std::min(logit_rows, B * T), Vp});
-  if (fp8_classifier) acts.logit_codes = layout.codes({2, std::min(logit_rows, B * T), Vp});
+  if (fp8_classifier) {
+    acts.logit_codes = layout.codes({2, std::min(logit_rows, B * T), Vp});
+    acts.wte_fp8 = layout.codes({Vp, C});
+    acts.wte_fp8_t = layout.codes({C, Vp});
+  }
   overlay.next();
   acts.d_qkv = layout.take({B, T, 3 * C});
   overlay.next();

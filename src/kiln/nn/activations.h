@@ -41,6 +41,9 @@
 // columns (ops.h, SoftmaxCrossEntropy with fp8), for the classifier's backward: logit_codes, as
 // many bytes as the logits chunk, beside it in the same stretch (both are in use at once; the
 // codes cannot take the logits' own memory, which the cross-entropy reads while it writes them).
+// Every chunk's products read wte's E4M3 codes, cast once before the first chunk in both layouts
+// (ops.h, Convert with fp8; the products' weight_fp8): wte_fp8 and wte_fp8_t, 2 Vp C bytes in that
+// stretch too, in place of two casts of wte a chunk.
 // Dtypes (ops.h): activations and their gradients in the model's compute dtype; LayerNorm
 // statistics and losses in fp32; token ids int32; kept fp8 codes fp8_e4m3.
 #pragma once
@@ -83,6 +86,7 @@ struct GptActivations {
   Tensor logits;                   // [min(logit_rows, B*T), Vp]: one chunk's logits, then their gradient (shared)
   Tensor logit_codes;              // fp8 classifier only: [2, min(logit_rows, B*T), Vp], the chunk's logits'
                                    // gradient as codes by rows then by columns (above), else empty
+  Tensor wte_fp8, wte_fp8_t;       // fp8 classifier only: [Vp, C] and [C, Vp] E4M3 codes of wte (above)
   Tensor losses;                   // [B*T]
   // Backward scratch.
   Tensor d_residual;               // [B,T,C]

@@ -121,11 +121,13 @@ Backend::WorkspaceNeeds Gpt::workspace_needs(const GptConfig& config, int64_t ba
   needs.fp8_cast_bytes = std::max({fp8_cast_bytes(M, C, 3 * C, true), fp8_cast_bytes(M, C, C, true),
                                    fp8_cast_bytes(M, C, 4 * C, true), fp8_cast_bytes(M, 4 * C, C, false)});
   // The classifier, a chunk of positions at a time, C -> Vp, reading its output gradient as the
-  // codes the loss cast (activations.h) and casting its other operands itself.
+  // codes the loss cast and wte's as cast once for every chunk (activations.h), and casting ln_f's
+  // output itself.
   if (fp8->classifier)
-    needs.fp8_cast_bytes =
-        std::max(needs.fp8_cast_bytes, fp8_cast_bytes(std::min(logit_rows, M), C, config.padded_vocab_size(),
-                                                      /*in_codes_kept=*/false, /*dout_codes_given=*/true));
+    needs.fp8_cast_bytes = std::max(
+        needs.fp8_cast_bytes, fp8_cast_bytes(std::min(logit_rows, M), C, config.padded_vocab_size(),
+                                             /*in_codes_kept=*/false, /*dout_codes_given=*/true,
+                                             /*weight_codes_given=*/true));
   return needs;
 }
 
@@ -212,11 +214,15 @@ void Gpt::forward_ops() {
   const int64_t chunk = acts_.logits.shape[0];
   const Fp8Matmul* fp8 = classifier_fp8();
   const bool prepare_backward = inputs_.gradients != GradientPass::None;
+  if (fp8)  // wte's codes, once for every chunk's products (activations.h)
+    backend_.convert({acts_.wte_fp8, weights_.wte, &fp8->weight, prepare_backward ? acts_.wte_fp8_t : Tensor{}});
   for (int64_t first = 0; first < rows; first += chunk) {
     const int64_t n = std::min(chunk, rows - first);
     const Tensor logits = acts_.logits.slice(0, n * Vp).reshaped({n, Vp});
     const Tensor lnf = acts_.lnf.slice(first * C, n * C).reshaped({n, C});
-    backend_.matmul_forward({logits, lnf, weights_.wte, Tensor{}, WeightLayout::OutIn, Tensor{}, fp8});
+    MatmulForward classify{logits, lnf, weights_.wte, Tensor{}, WeightLayout::OutIn, Tensor{}, fp8};
+    if (fp8) classify.weight_fp8 = acts_.wte_fp8;
+    backend_.matmul_forward(classify);
     SoftmaxCrossEntropy loss{logits, acts_.losses.slice(first, n), targets_in_use.slice(first, n),
                              config_.vocab_size, ignore_index(), inputs_.gradient_scale, prepare_backward};
     // The first chunk writes wte's gradient if the pass does; the others add.
@@ -225,6 +231,7 @@ void Gpt::forward_ops() {
     classifier.param_store = first == 0 ? grad_store() : GradStore::Add;
     if (fp8 && prepare_backward) {  // the loss casts the gradient for the backward (ops.h)
       classifier.fp8 = fp8;
+      classifier.weight_fp8 = acts_.wte_fp8_t;
       read_gradient_codes(classifier, acts_.logit_codes.slice(0, 2 * n * Vp));
       loss.fp8 = fp8;
       loss.grad_fp8 = classifier.dout;

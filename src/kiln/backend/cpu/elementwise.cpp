@@ -1,6 +1,7 @@
-// Fill (any floating dtype, written directly) and dtype conversion.
+// Fill (any floating dtype, written directly) and dtype conversion, to fp8 codes too.
 #include "kiln/backend/op_checks.h"
 #include "kiln/backend/cpu/cpu_backend.h"
+#include "kiln/backend/cpu/fp8_cast.h"
 
 namespace kiln {
 
@@ -26,6 +27,13 @@ void CpuBackend::fill(const Fill& args) {
 
 void CpuBackend::convert(const Convert& args) {
   const int64_t count = checks::convert(args, Device::CPU);
+  if (args.fp8) {  // to fp8 codes (ops.h): the values widened exactly, then cast as a product would
+    scratch_.reset();
+    const Tensor values{scratch_.take(static_cast<size_t>(count)), args.in.shape, DType::F32, Device::CPU};
+    widen_to_fp32(args.in.data, args.in.dtype, values.as<float>(), count);
+    cast_output_to_fp8(values, args.in.dtype, *args.fp8, DType::F8E4M3, args.out, args.out_t, scratch_);
+    return;
+  }
   const DType from = args.in.dtype, to = args.out.dtype;
   if (from == to) {
     copy_to_device(args.out.data, args.in.data, args.in.bytes());

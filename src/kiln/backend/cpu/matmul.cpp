@@ -4,7 +4,7 @@
 // gradient, accumulated), matching the conventions in ops.h. The GELU fusions are, in the
 // reference, the GELU op after the product (forward; with gelu_fp8 the GELU op that casts) or on
 // din (backward). fp8 products are the same products on the fp32 copies of the operands replaced
-// by what their fp8 casts give back.
+// by what their fp8 casts give back (or, given as codes, decode to).
 #include <cblas.h>
 
 #include <algorithm>
@@ -82,7 +82,11 @@ void CpuBackend::matmul_forward(const MatmulForward& args) {
     } else if (args.fp8) {
       cast_through_fp8(in, args.fp8->in, DType::F8E4M3, args.in_fp8_t);
     }
-    if (args.fp8) cast_through_fp8(weight, args.fp8->weight, DType::F8E4M3);
+    if (!args.weight_fp8.empty())  // cast already (ops.h): [N, K], the weight as OutIn stores it
+      decode_codes(args.weight_fp8, /*transposed=*/args.layout == WeightLayout::InOut, args.fp8->weight,
+                   weight.as<float>());
+    else if (args.fp8)
+      cast_through_fp8(weight, args.fp8->weight, DType::F8E4M3);
     MatmulForward product{f.output(args.out), in, weight, f.input(args.bias), args.layout};
     product.residual = f.input(args.residual);
     matmul_forward_fp32(product);
@@ -137,7 +141,11 @@ void CpuBackend::matmul_backward(const MatmulBackward& args) {
       else cast_through_fp8(dout, args.fp8->dout, args.fp8->grad_dtype);
       if (codes_kept) decode_codes(args.in_fp8_t, /*transposed=*/true, args.fp8->in, in.as<float>());
       else cast_through_fp8(in, args.fp8->in, DType::F8E4M3);
-      cast_through_fp8(weight, args.fp8->weight, DType::F8E4M3);
+      if (!args.weight_fp8.empty())  // cast already (ops.h): [K, N], the weight as InOut stores it
+        decode_codes(args.weight_fp8, /*transposed=*/args.layout == WeightLayout::OutIn, args.fp8->weight,
+                     weight.as<float>());
+      else
+        cast_through_fp8(weight, args.fp8->weight, DType::F8E4M3);
       matmul_backward_fp32({f.output(args.din), args.dweight, Tensor{}, dout, in, weight, args.layout});
     }
     f.write_back();

@@ -362,6 +362,13 @@ void CudaBackend::fill(const Fill& a) {
 
 void CudaBackend::convert(const Convert& a) {
   const int64_t count = checks::convert(a, kCuda);
+  if (a.fp8) {  // to fp8 codes (ops.h), one pass for both layouts
+    check_cuda(cuda::cast_fp8(a.in.data, element_kind(a.in.dtype), a.in.shape[0], a.in.shape[1],
+                              a.fp8->scale.as<float>(), a.fp8->amax.as<float>(), /*e4m3=*/true, a.out.as<uint8_t>(),
+                              a.out_t.as<uint8_t>()),
+               "convert (fp8)");
+    return;
+  }
   check_cuda(cuda::convert(a.out.data, element_kind(a.out.dtype), a.in.data, element_kind(a.in.dtype), count),
              "convert");
 }

@@ -60,14 +60,16 @@ void CudaBackend::matmul_forward(const MatmulForward& a) {
   cuda::LtMatmul& lt = *handles_->matmul;
   Gemm product{{dtype, dtype, handles_->tf32}, false, out_in, M, N, K, 1.0f, a.in.data, K, a.weight.data,
                out_in ? K : N, 0.0f, a.out.data, N};
-  if (a.fp8) {  // in [M,K] and the weight as [N,K], both E4M3 (ops.h)
-    Fp8Regions regions(workspace(fp8_forward_cast_bytes(M, K, N)));
+  if (a.fp8) {  // in [M,K] and the weight as [N,K], both E4M3 (ops.h), each unless given as codes
+    const bool weight_codes = !a.weight_fp8.empty();
+    Fp8Regions regions(workspace(fp8_forward_cast_bytes(M, K, N, weight_codes)));
     uint8_t* in8 = in_codes ? a.in.as<uint8_t>() : regions.take(M * K);
-    uint8_t* weight8 = regions.take(N * K);
+    uint8_t* weight8 = weight_codes ? a.weight_fp8.as<uint8_t>() : regions.take(N * K);
     if (!in_codes)  // with the kept codes too, if asked
       cast(a.in, M, K, a.fp8->in, DType::F8E4M3, in8, a.in_fp8_t.as<uint8_t>());
-    if (out_in) cast(a.weight, N, K, a.fp8->weight, DType::F8E4M3, weight8, nullptr);
-    else cast(a.weight, K, N, a.fp8->weight, DType::F8E4M3, nullptr, weight8);
+    if (!weight_codes)  // [N,K]: the weight as stored with OutIn, transposed with InOut
+      cast(a.weight, out_in ? N : K, out_in ? K : N, a.fp8->weight, DType::F8E4M3, out_in ? weight8 : nullptr,
+           out_in ? nullptr : weight8);
     product = {{DType::F8E4M3, dtype}, false, true, M, N, K, 1.0f, in8, K, weight8, K, 0.0f, a.out.data, N};
     product.a_scale = a.fp8->in.scale_inv.as<float>();
     product.b_scale = a.fp8->weight.scale_inv.as<float>();
@@ -173,15 +175,16 @@ void CudaBackend::matmul_backward(const MatmulBackward& a) {
 }
 
 // fp8 backward (ops.h): dout cast to its gradient format [M,N] and transposed (or its codes as
-// its writer cast them), the weight as [K,N] and `in` transposed [K,M] (or its codes as the forward
-// kept them), all K-contiguous for cuBLASLt; the bias gradient from dout before its cast, summed
+// its writer cast them), the weight as [K,N] (or its codes as a Convert cast them) and `in`
+// transposed [K,M] (or its codes as the forward kept them), all K-contiguous for cuBLASLt; the bias gradient from dout before its cast, summed
 // by that cast; GELU's derivative as in full precision (input_gradient).
 void CudaBackend::matmul_backward_fp8(const MatmulBackward& a, int64_t M, int64_t K, int64_t N) {
   const DType dtype = a.weight.dtype, grad = a.fp8->grad_dtype;
   const bool in_out = a.layout == WeightLayout::InOut;
-  const bool codes_kept = !a.in_fp8_t.empty(), dout_codes = !a.dout_fp8_t.empty();
+  const bool codes_kept = !a.in_fp8_t.empty(), dout_codes = !a.dout_fp8_t.empty(),
+             weight_codes = !a.weight_fp8.empty();
   cuda::LtMatmul& lt = *handles_->matmul;
-  const size_t cast_bytes = fp8_backward_cast_bytes(M, K, N, codes_kept, dout_codes);
+  const size_t cast_bytes = fp8_backward_cast_bytes(M, K, N, codes_kept, dout_codes, weight_codes);
   auto* base = static_cast<uint8_t*>(
       workspace(cast_bytes + (a.dbias.empty() ? 0 : fp8_bias_partials_bytes(M, N))));
   // The bias gradient: dout's column sums, taken by its cast on the way (before the cast, ops.h).
@@ -189,12 +192,13 @@ void CudaBackend::matmul_backward_fp8(const MatmulBackward& a, int64_t M, int64_
   Fp8Regions regions(base);
   uint8_t* dout8 = dout_codes ? a.dout.as<uint8_t>() : regions.take(M * N);
   uint8_t* dout8_t = dout_codes ? a.dout_fp8_t.as<uint8_t>() : regions.take(M * N);
-  uint8_t* weight8 = regions.take(K * N);
+  uint8_t* weight8 = weight_codes ? a.weight_fp8.as<uint8_t>() : regions.take(K * N);
   uint8_t* in8_t = codes_kept ? a.in_fp8_t.as<uint8_t>() : regions.take(K * M);
   if (!dout_codes) cast(a.dout, M, N, a.fp8->dout, grad, a.din.empty() ? nullptr : dout8, dout8_t, bias_partials);
   if (!a.din.empty()) {  // din [M,K] = dout [M,N] x (weight as [K,N])^T, then gelu'(gelu_in)
-    if (in_out) cast(a.weight, K, N, a.fp8->weight, DType::F8E4M3, weight8, nullptr);
-    else cast(a.weight, N, K, a.fp8->weight, DType::F8E4M3, nullptr, weight8);
+    if (!weight_codes)  // [K,N]: the weight as stored with InOut, transposed with OutIn
+      cast(a.weight, in_out ? K : N, in_out ? N : K, a.fp8->weight, DType::F8E4M3, in_out ? weight8 : nullptr,
+           in_out ? nullptr : weight8);
     Gemm product{{grad, dtype, false, DType::F8E4M3}, false, true, M, K, N, 1.0f, dout8, N, weight8, N, 0.0f,
                  a.din.data, K};
     product.a_scale = a.fp8->dout.scale_inv.as<float>();
