@@ -1,10 +1,9 @@
 // The scratch the CUDA back-end's fp8 products cast their operands into (ops.h, fp8 products):
 // forward, `in` [M,K] and the weight as [N,K]; backward, the output gradient [M,N] and its
 // transpose, the weight as [K,N] and `in` transposed [K,M] (each only where not given as codes);
-// one byte an element, each region
-// 256-byte aligned; then the bias gradient's partial sums. Shared by the back-end, which carves its
-// workspace so, the model, which asks for the largest of its products
-// (Backend::WorkspaceNeeds::fp8_cast_bytes), and the estimator.
+// one byte an element, each region 256-byte aligned; then the bias gradient's partial sums. Shared
+// by the back-end, which carves its workspace so, the model, which asks for the largest of its
+// products (Backend::WorkspaceNeeds::fp8_cast_bytes), and the estimator.
 #pragma once
 
 #include <algorithm>

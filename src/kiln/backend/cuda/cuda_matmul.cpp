@@ -176,8 +176,9 @@ void CudaBackend::matmul_backward(const MatmulBackward& a) {
 
 // fp8 backward (ops.h): dout cast to its gradient format [M,N] and transposed (or its codes as
 // its writer cast them), the weight as [K,N] (or its codes as a Convert cast them) and `in`
-// transposed [K,M] (or its codes as the forward kept them), all K-contiguous for cuBLASLt; the bias gradient from dout before its cast, summed
-// by that cast; GELU's derivative as in full precision (input_gradient).
+// transposed [K,M] (or its codes as the forward kept them), all K-contiguous for cuBLASLt; the
+// bias gradient from dout before its cast, summed by that cast; GELU's derivative as in full
+// precision (input_gradient).
 void CudaBackend::matmul_backward_fp8(const MatmulBackward& a, int64_t M, int64_t K, int64_t N) {
   const DType dtype = a.weight.dtype, grad = a.fp8->grad_dtype;
   const bool in_out = a.layout == WeightLayout::InOut;
