@@ -208,10 +208,11 @@ measure() {
     echo "{$fields,\"failed\":true}" | tee -a "$file"
   fi
 }
-# What a run may take at most, for the deadline (seconds; measured on the H100 of 2026-11-25
-# where known, else guessed with room): kiln bench train (start-up, cuDNN's plans compiled by
-# NVRTC, 13 steps of up to 0.2 s), kiln train's 300 loss-stage steps, the PyTorch peer eager and
-# compiled (inductor's compilation of a 36-layer GPT), one bench attention, one ncu run.
+# What a run may take at most, for the deadline (seconds; guessed with room, none yet timed on a
+# GPU: each row's wall_s is the measurement to replace them with): kiln bench train (start-up,
+# cuDNN's plans compiled by NVRTC, 13 steps of up to 0.2 s), kiln train's 300 loss-stage steps, the
+# PyTorch peer eager and compiled (inductor's compilation of a 36-layer GPT), one bench attention,
+# one ncu run.
 reserve_kiln=40 reserve_loss=60 reserve_eager=60 reserve_compile=150 reserve_attention=20 reserve_ncu=120
 
 if runs tests && ! fits 60; then
@@ -249,8 +250,8 @@ if runs table; then
   predicted_best="fp8 cls cudnn:--fp8-format hybrid --cudnn-attention --fp8-classifier"
   others=("bf16" "fp8:--fp8-format hybrid" "fp8 cudnn:--fp8-format hybrid --cudnn-attention")
   kiln_row() {  # kiln_row SHAPE SETTING
-    local name layers hidden heads micro switches=""
-    read -r name layers hidden heads micro <<< "$1"
+    local name micro switches=""
+    read -r name _ _ _ micro <<< "$1"
     [[ $2 == *:* ]] && switches=${2#*:}
     measure "$results" "\"model\":\"$name\",\"who\":\"kiln\",\"setting\":\"${2%%:*}\",\"mb\":$micro" $reserve_kiln \
       "$kiln" bench train --device cuda --bf16 $(model_flags "$1") --vocab-size $vocab --skip-gemm-ceiling --json \
@@ -275,11 +276,11 @@ if runs table; then
     if ((eager)); then peer_row "$shape" false; fi
   done
 
-  python3 - "$results" "$vocab" <<'PY'
+  python3 - "$results" "$vocab" "${others[@]%%:*}" "${predicted_best%%:*}" <<'PY'
 import json, math, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
 vocab = int(sys.argv[2])
-settings = ["bf16", "fp8", "fp8 cudnn", "fp8 cls cudnn"]
+settings = sys.argv[3:]  # kiln's, in the order the table prints them
 def done(row):
     return not row.get("failed") and not row.get("skipped")
 def speed(row):
