@@ -2,9 +2,9 @@
 # One command for a machine with an NVIDIA GPU: build kiln with CUDA for sm_90a (Release) unless a
 # CUDA build is already in build/, run the GPU tests, then run kiln and the PyTorch peer
 # (bench/peers/pytorch_gpt.py) back to back on GPT-2 124M, 350M and 774M at sequence 1024 and
-# print one table with the ratio kiln / PyTorch: kiln in bf16, with fp8 products (--fp8-format
-# hybrid), with fp8 products and cuDNN's attention engines (--cudnn-attention, cuDNN from
-# PyTorch's wheel where it has one), and with the classifier's products in fp8 too
+# print one table with the ratio kiln / PyTorch: kiln in bf16, in bf16 on cuDNN's attention engines
+# (--cudnn-attention, cuDNN from PyTorch's wheel where it has one), with fp8 products (--fp8-format
+# hybrid), with fp8 products and cuDNN's attention, and with the classifier's products in fp8 too
 # (--fp8-classifier), against PyTorch's bf16 torch.compile, each row with its last loss (kiln bench
 # train refuses losses a GPT on random tokens cannot give), and a verdict per size against the speed
 # issue's bar (1.25x PyTorch's faster run, peak memory below PyTorch's). Everything is measured in
@@ -243,12 +243,14 @@ if runs table; then
 
   results=$out/results.jsonl
   : > "$results"
-  # kiln in bf16; with fp8 products (E4M3 forward, E5M2 gradients; bf16 everywhere else); with fp8
-  # products and cuDNN's attention engines; and with the classifier's products in fp8 too, the
-  # setting predicted fastest (bench/NOTES.md). Against torch.compile (the speed issue's bar), and
-  # PyTorch eager with --eager (the CUDA back-end issue's).
+  # kiln with fp8 products (E4M3 forward, E5M2 gradients; bf16 everywhere else), cuDNN's attention
+  # engines and the classifier's products in fp8 too, the setting predicted fastest
+  # (bench/NOTES.md); then in bf16 on cuDNN's attention (the fastest without fp8: the verdict's
+  # fallback if fp8 fails on this GPU), in bf16, with fp8 products alone, and with fp8 products and
+  # cuDNN's attention. Against torch.compile (the speed issue's bar), and PyTorch eager with --eager
+  # (the CUDA back-end issue's).
   predicted_best="fp8 cls cudnn:--fp8-format hybrid --cudnn-attention --fp8-classifier"
-  others=("bf16" "fp8:--fp8-format hybrid" "fp8 cudnn:--fp8-format hybrid --cudnn-attention")
+  others=("bf16 cudnn:--cudnn-attention" "bf16" "fp8:--fp8-format hybrid" "fp8 cudnn:--fp8-format hybrid --cudnn-attention")
   kiln_row() {  # kiln_row SHAPE SETTING
     local name micro switches=""
     read -r name _ _ _ micro <<< "$1"
@@ -264,17 +266,21 @@ if runs table; then
       "${peer_gpt[@]}" $(model_flags "$1") --vocab-size $vocab --precision bf16 $compile $timing
   }
   # The verdict first: each size's torch.compile run and kiln's predicted-best setting, then the
-  # other rows, so a deadline cuts rows, not verdicts.
+  # other settings, one at a time over the sizes, so a deadline cuts the last settings, not
+  # verdicts, and the fallback's rows come before the rest.
   for shape in "${shapes[@]}"; do
     echo "== ${shape%% *}: torch.compile and kiln ${predicted_best%%:*}"
     peer_row "$shape" true
     kiln_row "$shape" "$predicted_best"
   done
-  for shape in "${shapes[@]}"; do
-    echo "== ${shape%% *}: kiln's other settings$( ((eager)) && echo " and PyTorch eager")"
-    for setting in "${others[@]}"; do kiln_row "$shape" "$setting"; done
-    if ((eager)); then peer_row "$shape" false; fi
+  for setting in "${others[@]}"; do
+    echo "== kiln ${setting%%:*}"
+    for shape in "${shapes[@]}"; do kiln_row "$shape" "$setting"; done
   done
+  if ((eager)); then
+    echo "== PyTorch eager"
+    for shape in "${shapes[@]}"; do peer_row "$shape" false; done
+  fi
 
   python3 - "$results" "$vocab" "${others[@]%%:*}" "${predicted_best%%:*}" <<'PY'
 import json, math, sys
