@@ -4,8 +4,9 @@
 // values before the casts, each cast tensor's max |x| folded into its amax, both weight layouts,
 // E5M2 and E4M3 gradients; `in`'s codes kept by a forward (in_fp8_t) and a backward from them alone
 // bit for bit the backward that casts `in` itself; the weight cast once by a Convert (weight_fp8)
-// and products from those codes bit for bit the products that cast it. And fp8_update_scales'
-// rule on hand-computed rows.
+// and products from those codes bit for bit the products that cast it; an input gradient cast for
+// the product reading it next bit for bit that product casting it. And fp8_update_scales' rule on
+// hand-computed rows.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -311,6 +312,97 @@ TEST_P(Fp8Products, ProductsFromTheWeightsCodesAreTheProductsThatCastIt) {
   EXPECT_EQ(t.download(read.dweight), t.download(cast_here.dweight));
   EXPECT_EQ(t.download(read.dbias), t.download(cast_here.dbias));
   EXPECT_EQ(t.download(fp8.weight.amax)[0], weight_amax);
+}
+
+// A product whose input gradient is cast for its reader (ops.h, din_reader: the MLP's c_proj for
+// c_fc) against the two ops in turn: the product storing din (GELU's derivative applied), then the
+// reader's backward casting that din as its output gradient. Bit for bit: the product's own
+// gradients, the reader's gradients and bias gradient, the reader's dout amax, and the codes, which
+// are the cast of the stored din.
+TEST_P(Fp8Products, AnInputGradientCastForItsReaderIsTheReadersCastOfTheStoredOne) {
+  DeviceTensors t(*backend_, DType::BF16);
+  const DType format = std::get<2>(GetParam());
+  const Fp8Matmul fp8{operand(t, in_scale_), operand(t, weight_scale_), operand(t, dout_scale_), format};
+  const Tensor in = t.acts(in_, {M, K}), weight = t.acts(weight_, weight_shape()), dout = t.acts(dout_, {M, N});
+  const Tensor gelu_in = t.acts(gelu_in_, {M, K});
+  // The reader: [M, N] -> [M, K] (InOut weight [N, K]), reading the product's din as its dout.
+  const std::vector<float> reader_in(in_.begin(), in_.begin() + M * N);
+  const Tensor r_in = t.acts(reader_in, {M, N}), r_weight = t.acts(weight_, {N, K});
+  const Scale reader_dout_scale{4000.0f, 0.0f};
+  struct Run {
+    Tensor dweight, r_din, r_dweight, r_dbias;
+    Fp8Matmul reader;
+  };
+  const auto run = [&](bool cast_for_reader) {
+    Run r{t.floats(std::vector<float>(K * N, 0.5f), weight_shape()), t.poisoned_acts({M, N}),
+          t.floats(std::vector<float>(N * K, 0.5f), {N, K}), t.floats(std::vector<float>(K, 0.25f), {K}),
+          Fp8Matmul{operand(t, in_scale_), operand(t, weight_scale_), operand(t, reader_dout_scale), format}};
+    MatmulBackward product{t.poisoned_acts({M, K}), r.dweight, Tensor{}, dout, in, weight, layout(), gelu_in, &fp8};
+    MatmulBackward reader{r.r_din, r.r_dweight, r.r_dbias, product.din, r_in, r_weight, WeightLayout::InOut,
+                          Tensor{}, &r.reader};
+    if (cast_for_reader) {
+      const Tensor rows = t.upload(std::vector<uint8_t>(M * K, 0x7F), {M, K}, format);
+      const Tensor columns = t.upload(std::vector<uint8_t>(M * K, 0x7F), {K, M}, format);
+      product.din = Tensor{};
+      product.din_reader = &r.reader;
+      product.din_fp8 = rows;
+      product.din_fp8_t = columns;
+      product.reader_dbias = r.r_dbias;
+      reader.dout = rows;
+      reader.dout_fp8_t = columns;
+      reader.dbias = Tensor{};
+      backend_->matmul_backward(product);
+      // The codes are the cast of din as the other run stores it (checked below through the reader).
+      const std::vector<float> row_codes = t.download(rows), column_codes = t.download(columns);
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t k = 0; k < K; ++k) EXPECT_EQ(row_codes[m * K + k], column_codes[k * M + m]) << m << ", " << k;
+    } else {
+      backend_->matmul_backward(product);
+    }
+    backend_->matmul_backward(reader);
+    return r;
+  };
+  const Run stored = run(false), cast = run(true);
+  EXPECT_EQ(t.download(cast.dweight), t.download(stored.dweight));
+  EXPECT_EQ(t.download(cast.r_din), t.download(stored.r_din));
+  EXPECT_EQ(t.download(cast.r_dweight), t.download(stored.r_dweight));
+  EXPECT_EQ(t.download(cast.r_dbias), t.download(stored.r_dbias));
+  const float amax = t.download(cast.reader.dout.amax)[0];
+  EXPECT_EQ(amax, t.download(stored.reader.dout.amax)[0]);
+  EXPECT_GT(amax, 0.0f);
+  EXPECT_NE(t.download(cast.r_dbias), std::vector<float>(K, 0.25f)) << "the reader's bias gradient was added";
+}
+
+TEST_P(Fp8Products, AnInputGradientCastWithoutAnFp8ProductOrBesideDinOrDbiasIsRefused) {
+  DeviceTensors t(*backend_, DType::BF16);
+  const Fp8Matmul fp8{operand(t, in_scale_), operand(t, weight_scale_), operand(t, dout_scale_)};
+  const Tensor in = t.acts(in_, {M, K}), weight = t.acts(weight_, weight_shape());
+  const Tensor rows = t.upload(std::vector<uint8_t>(M * K, 0), {M, K}, DType::F8E5M2);
+  const Tensor columns = t.upload(std::vector<uint8_t>(M * K, 0), {K, M}, DType::F8E5M2);
+  const auto error = [&](auto change) {
+    MatmulBackward pass{Tensor{}, t.floats(std::vector<float>(K * N, 0.0f), weight_shape()), Tensor{},
+                        t.acts(dout_, {M, N}), in, weight, layout(), Tensor{}, &fp8};
+    pass.din_reader = &fp8;
+    pass.din_fp8 = rows;
+    pass.din_fp8_t = columns;
+    change(pass);
+    return error_of([&] { backend_->matmul_backward(pass); });
+  };
+  EXPECT_NE(error([](MatmulBackward& p) { p.fp8 = nullptr; })
+                .find("matmul_backward: argument 'din_reader' is given without 'fp8'"),
+            std::string::npos);
+  EXPECT_NE(error([&](MatmulBackward& p) { p.din = t.poisoned_acts({M, K}); })
+                .find("matmul_backward: argument 'din' is given with 'din_reader'"),
+            std::string::npos);
+  EXPECT_NE(error([&](MatmulBackward& p) { p.dbias = t.floats(std::vector<float>(N, 0.0f), {N}); })
+                .find("matmul_backward: argument 'dbias' is given with 'din_reader'"),
+            std::string::npos);
+  EXPECT_NE(error([&](MatmulBackward& p) { p.din_fp8_t = rows; })
+                .find("matmul_backward: argument 'din_fp8_t' must be [K, M] = [64, 48], got [48, 64]"),
+            std::string::npos);
+  EXPECT_NE(error([&](MatmulBackward& p) { p.din_reader = nullptr; })
+                .find("matmul_backward: fp8 codes of din or a reader's bias gradient are given without 'din_reader'"),
+            std::string::npos);
 }
 
 TEST_P(Fp8Products, WeightCodesOfTheWrongShapeOrWithoutAnFp8ProductAreRefused) {

@@ -3,9 +3,11 @@
 // the bias, apply GELU and its derivative and sum the bias gradient in kernels of its own, match the
 // CPU reference as closely as with the epilogues, and say in run_notes() that it fell back. On a GPU
 // this path runs only where real cuBLASLt declines, which no test can arrange. The same for fp8
-// products, whose input gradient takes the GELU derivative in the epilogue where it can.
+// products, whose input gradient takes the GELU derivative in the epilogue where it can, or, cast
+// for the next product, in that cast.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <tuple>
@@ -152,6 +154,49 @@ TEST_P(EmulatedFp8Epilogues, MatchTheCpuWithOrWithoutEpilogues) {
   EXPECT_NE(notes.find(offered ? "2 shapes with an epilogue, 0 fell back" : "0 shapes with an epilogue, 3 fell back"),
             std::string::npos)
       << notes;
+}
+
+// The MLP's c_proj casting its input gradient for c_fc (ops.h, din_reader): with the GELU
+// derivative in the epilogue or, declined, in the cast itself, the codes are the cast of din as
+// the product stores it without din_reader (then through gelu_backward where declined), the
+// amax its largest magnitude, and c_fc's bias gradient its column sums.
+TEST_P(EmulatedFp8Epilogues, AnInputGradientCastForItsReaderIsTheCastOfTheStoredOne) {
+  cuda_emulator::set_cublaslt_epilogues(GetParam());
+  auto gpu = make_backend("cuda");
+  const int64_t M = 64, K = 48, N = 32;
+  Rng rng(7);
+  DeviceTensors t(*gpu, DType::BF16);
+  const Fp8Matmul casts = fixed_fp8_casts(t), reader = fixed_fp8_casts(t);
+  const Tensor hidden = t.acts(random_floats(M * K, rng), {M, K}), pre = t.acts(random_floats(M * K, rng), {M, K});
+  const Tensor weight = t.acts(random_floats(K * N, rng, 0.2f), {K, N}), dout = t.acts(random_floats(M * N, rng), {M, N});
+  const Tensor dweight = t.floats(std::vector<float>(K * N, 0.0f), {K, N});
+  const Tensor din = t.poisoned_acts({M, K});
+  gpu->matmul_backward({din, dweight, Tensor{}, dout, hidden, weight, WeightLayout::InOut, pre, &casts});
+  const std::vector<float> stored = t.download(din);
+
+  const Tensor rows = poisoned_codes(t, {M, K}, DType::F8E5M2), columns = poisoned_codes(t, {K, M}, DType::F8E5M2);
+  const Tensor reader_dbias = t.floats(std::vector<float>(K, 0.25f), {K});
+  MatmulBackward cast{Tensor{}, dweight, Tensor{}, dout, hidden, weight, WeightLayout::InOut, pre, &casts};
+  cast.din_reader = &reader;
+  cast.din_fp8 = rows;
+  cast.din_fp8_t = columns;
+  cast.reader_dbias = reader_dbias;
+  gpu->matmul_backward(cast);
+  const std::vector<float> codes = t.download(rows), codes_t = t.download(columns);
+  const std::vector<float> expected = decoded_cast(stored, 8.0f, DType::F8E5M2);
+  float largest = 0.0f;
+  std::vector<double> sums(K, 0.25);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) {
+      const float value = stored[m * K + k];
+      ASSERT_EQ(codes[m * K + k], expected[m * K + k]) << m << ", " << k;
+      ASSERT_EQ(codes_t[k * M + m], expected[m * K + k]) << m << ", " << k;
+      largest = std::max(largest, std::fabs(value));
+      sums[k] += value;
+    }
+  EXPECT_EQ(t.download(reader.dout.amax)[0], largest);
+  const std::vector<float> dbias = t.download(reader_dbias);
+  for (int64_t k = 0; k < K; ++k) EXPECT_NEAR(dbias[k], sums[k], 1e-5 * (1.0 + std::fabs(sums[k]))) << k;
 }
 
 INSTANTIATE_TEST_SUITE_P(Refusals, EmulatedFp8Epilogues,

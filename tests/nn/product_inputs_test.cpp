@@ -10,7 +10,7 @@
 // since, and every such cast is read: c_attn's by the attention backward (AttentionBackward with
 // fp8), both projections' by the LayerNorm backward after them (LayerNormBackward with fp8: ln_2's
 // for the attention's c_proj, ln_f's and ln_1's for the MLP c_proj before them, across a
-// recomputed chunk's replay). A CPU back-end records what each product's forward read, by weight,
+// recomputed chunk's replay), c_fc's by the MLP c_proj's backward (MatmulBackward with din_reader). A CPU back-end records what each product's forward read, by weight,
 // and each gradient cast, by codes, and compares at backward.
 #include <gtest/gtest.h>
 
@@ -97,6 +97,7 @@ class ProductInputWatcher final : public CpuBackend {
       unread_codes_.erase(args.in_fp8_t.data);
     }
     CpuBackend::matmul_backward(args);
+    if (args.din_reader) note_gradient_codes_written(args.din_reader, args.din_fp8, args.din_fp8_t);
   }
   int from_input = 0, from_codes = 0, from_gradient_codes = 0;
   // Codes kept for a backward that were written again before any backward read them.
@@ -171,8 +172,8 @@ TEST(ProductInputs, EachBackwardReadsWhatItsForwardRead) {
       // selective recomputation from the codes recomputed before its backward.
       const int kept = fp8 ? 4 * static_cast<int>(config.num_layers) : 0;
       EXPECT_EQ(backend.from_codes, 2 * kept);
-      // Per micro-batch and layer, c_attn's and both projections'.
-      EXPECT_EQ(backend.from_gradient_codes, fp8 ? 2 * 3 * static_cast<int>(config.num_layers) : 0);
+      // Per micro-batch and layer, c_attn's, both projections' and c_fc's.
+      EXPECT_EQ(backend.from_gradient_codes, fp8 ? 2 * 4 * static_cast<int>(config.num_layers) : 0);
       EXPECT_EQ(backend.gradient_codes_overwritten_unread, 0);
       EXPECT_EQ(backend.unread_gradient_codes(), 0u);
       EXPECT_EQ(backend.from_input, 2 * (1 + 4 * static_cast<int>(config.num_layers) - kept));

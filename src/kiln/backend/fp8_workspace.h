@@ -24,12 +24,15 @@ inline size_t fp8_forward_cast_bytes(int64_t M, int64_t K, int64_t N, bool weigh
 
 // `in_codes_kept`: the backward reads `in`'s codes a forward kept (ops.h, in_fp8_t) and casts no
 // `in` of its own; `dout_codes_given`: it reads dout as codes another op cast (ops.h, dout cast
-// already) and casts no dout; `weight_codes_given` as above. The regions are carved in the order
-// above, `in` transposed last.
+// already) and casts no dout; `weight_codes_given` as above; `din_cast`: it casts din for the
+// next product (ops.h, din_reader), the product writing din [M,K] in the 16-bit compute dtype into
+// a region of its own first, to be cast from there. The regions are carved in the order above,
+// din's first and `in` transposed last.
 inline size_t fp8_backward_cast_bytes(int64_t M, int64_t K, int64_t N, bool in_codes_kept,
-                                      bool dout_codes_given = false, bool weight_codes_given = false) {
-  return (dout_codes_given ? 0 : 2 * fp8_region_bytes(M * N)) + (weight_codes_given ? 0 : fp8_region_bytes(K * N)) +
-         (in_codes_kept ? 0 : fp8_region_bytes(K * M));
+                                      bool dout_codes_given = false, bool weight_codes_given = false,
+                                      bool din_cast = false) {
+  return (din_cast ? fp8_region_bytes(2 * M * K) : 0) + (dout_codes_given ? 0 : 2 * fp8_region_bytes(M * N)) +
+         (weight_codes_given ? 0 : fp8_region_bytes(K * N)) + (in_codes_kept ? 0 : fp8_region_bytes(K * M));
 }
 
 // A backward with a bias gradient sums the output gradient's columns as its cast reads them, one
@@ -48,9 +51,9 @@ inline size_t fp8_scratch_bytes(size_t largest_cast_bytes, int64_t M, int64_t wi
 
 // What one product's forward and backward need at most.
 inline size_t fp8_cast_bytes(int64_t M, int64_t K, int64_t N, bool in_codes_kept = false,
-                             bool dout_codes_given = false, bool weight_codes_given = false) {
+                             bool dout_codes_given = false, bool weight_codes_given = false, bool din_cast = false) {
   return std::max(fp8_forward_cast_bytes(M, K, N, weight_codes_given),
-                  fp8_backward_cast_bytes(M, K, N, in_codes_kept, dout_codes_given, weight_codes_given));
+                  fp8_backward_cast_bytes(M, K, N, in_codes_kept, dout_codes_given, weight_codes_given, din_cast));
 }
 
 }  // namespace kiln

@@ -266,7 +266,8 @@ MatmulDims matmul_backward(const MatmulBackward& a, Device device) {
     require_numel(a.dbias, dims.N, op, "dbias");
   }
   if (!a.gelu_in.empty()) {
-    KILN_CHECK(!a.din.empty(), "{}: argument 'gelu_in' is given without 'din' to receive its gradient", op);
+    KILN_CHECK(!a.din.empty() || a.din_reader, "{}: argument 'gelu_in' is given without 'din' to receive its gradient",
+               op);
     require(a.gelu_in, dtype, device, op, "gelu_in");
     require_numel(a.gelu_in, dims.M * dims.K, op, "gelu_in");
   }
@@ -277,6 +278,18 @@ MatmulDims matmul_backward(const MatmulBackward& a, Device device) {
              "{}: argument 'weight_fp8' is given without 'din' (only the input gradient reads the weight)", op);
   if (dout_codes)
     require_codes_matrix(a.dout_fp8_t, a.fp8->grad_dtype, dims.N, dims.M, device, op, "dout_fp8_t", "[N, M]");
+  if (a.din_reader) {  // din cast for the next product's backward (ops.h)
+    KILN_CHECK(a.fp8, "{}: argument 'din_reader' is given without 'fp8' (only an fp8 product casts its din)", op);
+    KILN_CHECK(a.din.empty(), "{}: argument 'din' is given with 'din_reader' (din is only cast)", op);
+    KILN_CHECK(a.dbias.empty(), "{}: argument 'dbias' is given with 'din_reader' (dout's codes carry the bias "
+               "gradient of the op that cast them)", op);
+    require_gradient_codes(*a.din_reader, dtype, dims.M, dims.K, a.din_fp8, a.din_fp8_t, a.reader_dbias, device, op,
+                           {"an input gradient", "M and K", "din_fp8", "[M, K]", "din_fp8_t", "[K, M]",
+                            "reader_dbias"});
+  } else {
+    KILN_CHECK(a.din_fp8.empty() && a.din_fp8_t.empty() && a.reader_dbias.empty(),
+               "{}: fp8 codes of din or a reader's bias gradient are given without 'din_reader'", op);
+  }
   return dims;
 }
 

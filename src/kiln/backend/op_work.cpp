@@ -140,13 +140,17 @@ OpWork work_of(const MatmulForward& a) {
 }
 // The weight gradient always (one product), the input gradient when asked for (another). With
 // `in`'s codes kept, `in` is not read. With dout as codes (ops.h) the row says "dout codes": the
-// weight gradient reads their transpose, the input gradient the codes themselves.
+// weight gradient reads their transpose, the input gradient the codes themselves. With din cast
+// for its reader (ops.h, din_reader) the row says "din codes": the product writes the 16-bit din
+// to scratch and a pass reads it and writes its codes in both layouts (GELU's derivative taken in
+// the product's epilogue, as the bf16 products take it).
 OpWork work_of(const MatmulBackward& a) {
   const bool codes_kept = !a.in_fp8_t.empty(), dout_cast = a.dout_fp8_t.empty();
   const int64_t N = last_dim(a.dout);
   const int64_t K = codes_kept ? a.in_fp8_t.shape[0] : last_dim(a.in);
   const int64_t M = codes_kept ? a.in_fp8_t.shape[1] : (K ? a.in.numel() / K : 0);
-  const bool fp8 = a.fp8 != nullptr, input_gradient = !a.din.empty();
+  const bool fp8 = a.fp8 != nullptr, din_cast = a.din_reader != nullptr, input_gradient = !a.din.empty() || din_cast;
+  const double din_scratch = din_cast ? 2.0 * static_cast<double>(M * K) : 0.0;  // 16-bit din, written then read
   const Tensor in_read = codes_kept ? Tensor{} : a.in;
   const Tensor dout_read = dout_cast || input_gradient ? a.dout : Tensor{};
   const bool weight_cast = a.weight_fp8.empty();
@@ -154,17 +158,19 @@ OpWork work_of(const MatmulBackward& a) {
   const Tensor weight_to_cast = weight_cast ? a.weight : Tensor{};
   OpWork work{"matmul_backward " + product_shape(M, K, N) + (a.dbias.empty() ? "" : " +dbias") +
                   (a.gelu_in.empty() ? "" : " +dgelu") + (fp8 ? " fp8" : "") + (dout_cast ? "" : " dout codes") +
-                  (weight_cast ? "" : " weight codes"),
+                  (weight_cast ? "" : " weight codes") + (din_cast ? " din codes" : ""),
               product_flops(M, K, N) * (input_gradient ? 2.0 : 1.0),
-              gradient_bytes(a.param_store, {&a.dweight, &a.dbias}) +
-                  bytes_of({&a.din, &dout_read, &a.dout_fp8_t, &in_read, &weight_read, &a.gelu_in}) +
+              gradient_bytes(a.param_store, {&a.dweight, &a.dbias, &a.reader_dbias}) + 2.0 * din_scratch +
+                  bytes_of({&a.din, &dout_read, &a.dout_fp8_t, &in_read, &weight_read, &a.gelu_in, &a.din_fp8,
+                            &a.din_fp8_t}) +
                   (fp8 ? fp8_copies_bytes(M, K, N, /*forward=*/false, input_gradient, codes_kept, true, dout_cast,
                                           weight_cast)
                        : 0.0),
               fp8};
   if (fp8)
     work.pass_bytes = fp8_cast_passes_bytes(in_read, weight_to_cast, a.dout, M, K, N, /*forward=*/false,
-                                            input_gradient, codes_kept, true, dout_cast);
+                                            input_gradient, codes_kept, true, dout_cast) +
+                      (din_cast ? din_scratch + bytes_of({&a.din_fp8, &a.din_fp8_t}) : 0.0);
   return work;
 }
 // With fp8 the output's codes are written in its place (ops.h); the row says so.

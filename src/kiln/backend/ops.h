@@ -179,8 +179,19 @@ struct MatmulForward {
 // The weight cast already (as MatmulForward's, above): with weight_fp8 given ([K, N] E4M3, N
 // contiguous: the weight as stored with InOut, transposed with OutIn; only with din), the input
 // gradient's product reads those codes instead of casting `weight`.
+// Input gradient cast for the next fp8 product (the MLP's c_fc, whose output gradient is c_proj's
+// input gradient with GELU's derivative applied): with `din_reader` given (that product's
+// Fp8Matmul; only with this product's own `fp8`, bf16 or fp16, M and K multiples of 16, and no
+// dbias of its own), din is empty, not written, and the input gradient (times gelu'(gelu_in) where
+// given) as din would store it, in the compute dtype, is cast as that backward would cast its
+// output gradient: its codes fp8(din * din_reader->dout.scale) in din_reader->grad_dtype into
+// din_fp8 ([M, K]) and, transposed, din_fp8_t ([K, M]), max |din| max-accumulated into
+// din_reader->dout.amax, and that backward's bias gradient, the column sums of din, into
+// reader_dbias (+= or =, param_store; or empty). That backward then reads the codes (dout cast
+// already). Where the GELU derivative cannot go into the product (cuBLASLt may have no fp8 DGELU
+// epilogue), one pass applies it and casts, where a GELU-derivative pass and a cast took two.
 struct MatmulBackward {
-  Tensor din;      // [M, K] = ; may be empty (not needed) unless gelu_in is given
+  Tensor din;      // [M, K] = ; may be empty (not needed, or cast only: din_reader) unless gelu_in is given
   Tensor dweight;  // same shape as weight, += or = (param_store)
   Tensor dbias;    // [N] += or = (param_store), or empty
   Tensor dout;     // [M, N] in the compute dtype, or its codes (above)
@@ -193,6 +204,9 @@ struct MatmulBackward {
   GradStore param_store = GradStore::Add;
   Tensor dout_fp8_t = {};  // with dout cast already (above): [N, M] codes in fp8->grad_dtype, else empty
   Tensor weight_fp8 = {};  // fp8 only: [K, N] E4M3 codes of the weight, cast already (above), or empty
+  const Fp8Matmul* din_reader = nullptr;  // cast din for this product's backward (above), or null
+  Tensor din_fp8 = {}, din_fp8_t = {};    // with din_reader: [M, K] and [K, M] codes in its grad_dtype
+  Tensor reader_dbias = {};               // with din_reader: [K] fp32, += or = (param_store), or empty
 };
 
 // ---- GELU, tanh approximation (Hendrycks & Gimpel 2016, as in GPT-2) --------------------------

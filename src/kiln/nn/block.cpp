@@ -88,6 +88,23 @@ void cast_attention_gradient(AttentionBackward& attention, MatmulBackward& expan
   expansion.dbias = Tensor{};
 }
 
+// With fp8 the MLP's c_proj casts its input gradient (GELU's derivative applied) for c_fc's
+// backward, and takes its bias gradient (ops.h, din_reader): the codes, [M, 4C] then their
+// transpose [4C, M], take d_fc's memory (2 x M x 4C bytes, its 16-bit size).
+void cast_mlp_gradient(MatmulBackward& contraction, MatmulBackward& expansion, const Tensor& d_fc,
+                       const Fp8Matmul& fc) {
+  const int64_t N = d_fc.shape[d_fc.shape.rank - 1];
+  const GradientCodes codes = gradient_codes(d_fc, d_fc.numel() / N, N, fc.grad_dtype);
+  contraction.din = Tensor{};
+  contraction.din_reader = &fc;
+  contraction.din_fp8 = codes.rows;
+  contraction.din_fp8_t = codes.columns;
+  contraction.reader_dbias = expansion.dbias;
+  expansion.dout = codes.rows;
+  expansion.dout_fp8_t = codes.columns;
+  expansion.dbias = Tensor{};
+}
+
 }  // namespace
 
 LayerNormBackward layernorm_backward_feeding(LayerNormBackward backward, const Fp8GradientReader& reader,
@@ -152,11 +169,13 @@ void block_backward(Backend& backend, const GptConfig& config, const BlockWeight
   MatmulBackward contraction{s.d_fc, g.fc_proj_weight, g.fc_proj_bias, d_residual,
                              product_input(acts.fc_post_gelu, acts.fc_post_gelu_fp8_t), w.fc_proj_weight,
                              WeightLayout::InOut, acts.fc_pre_gelu, fc_proj, acts.fc_post_gelu_fp8_t, store};
+  const Fp8Matmul* fc = fp8_of(fp8, &BlockFp8::fc);
+  MatmulBackward expansion_mlp{s.d_hidden, g.fc_weight, g.fc_bias, s.d_fc, product_input(acts.ln2, acts.ln2_fp8_t),
+                               w.fc_weight, WeightLayout::InOut, Tensor{}, fc, acts.ln2_fp8_t, store};
   if (fc_proj) read_gradient_codes(contraction, s.d_residual_fp8);
+  if (fc_proj && fc) cast_mlp_gradient(contraction, expansion_mlp, s.d_fc, *fc);
   backend.matmul_backward(contraction);
-  backend.matmul_backward({s.d_hidden, g.fc_weight, g.fc_bias, s.d_fc, product_input(acts.ln2, acts.ln2_fp8_t),
-                           w.fc_weight, WeightLayout::InOut, Tensor{}, fp8_of(fp8, &BlockFp8::fc),
-                           acts.ln2_fp8_t, store});
+  backend.matmul_backward(expansion_mlp);
   const Fp8Matmul* attn_proj = fp8_of(fp8, &BlockFp8::attn_proj);
   backend.layernorm_backward(layernorm_backward_feeding({d_residual, g.ln2_weight, g.ln2_bias, s.d_hidden,
                                                          acts.residual_mid, w.ln2_weight, acts.ln2_mean, acts.ln2_rstd,

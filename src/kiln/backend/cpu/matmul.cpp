@@ -4,15 +4,18 @@
 // gradient, accumulated), matching the conventions in ops.h. The GELU fusions are, in the
 // reference, the GELU op after the product (forward; with gelu_fp8 the GELU op that casts) or on
 // din (backward). fp8 products are the same products on the fp32 copies of the operands replaced
-// by what their fp8 casts give back (or, given as codes, decode to).
+// by what their fp8 casts give back (or, given as codes, decode to). A din cast for its reader is
+// the backward storing din, then the cast of din as stored.
 #include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "kiln/backend/op_checks.h"
 #include "kiln/backend/cpu/column_sums.h"
 #include "kiln/backend/cpu/cpu_backend.h"
+#include "kiln/backend/cpu/fp8_cast.h"
 #include "kiln/core/fp8_codec.h"
 
 namespace kiln {
@@ -124,6 +127,21 @@ void matmul_backward_fp32(const MatmulBackward& args) {
 
 void CpuBackend::matmul_backward(const MatmulBackward& args) {
   const auto [M, K, N] = checks::matmul_backward(args, Device::CPU);
+  if (args.din_reader) {  // the backward storing din, then din as stored cast for its reader (ops.h)
+    std::vector<uint16_t> stored(static_cast<size_t>(M * K));  // the compute dtype is 16-bit (checked)
+    MatmulBackward storing = args;
+    storing.din = Tensor{stored.data(), Shape{M, K}, args.weight.dtype, Device::CPU};
+    storing.din_reader = nullptr;
+    storing.din_fp8 = storing.din_fp8_t = storing.reader_dbias = Tensor{};
+    CpuBackend::matmul_backward(storing);  // this back-end's, not an override's: one op
+    zero_to_write(args.param_store, {args.reader_dbias});
+    Fp32Scope f(scratch_);
+    const Tensor din = f.input(storing.din);
+    cast_output_to_fp8(din, args.weight.dtype, args.din_reader->dout, args.din_reader->grad_dtype, args.din_fp8,
+                       args.din_fp8_t, scratch_);
+    if (!args.reader_dbias.empty()) add_column_sums(args.reader_dbias.as<float>(), din.as<float>(), M, K);
+    return;
+  }
   zero_to_write(args.param_store, {args.dweight, args.dbias});
   {
     Fp32Scope f(scratch_);

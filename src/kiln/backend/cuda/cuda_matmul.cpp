@@ -113,19 +113,48 @@ void CudaBackend::matmul_forward(const MatmulForward& a) {
 // `product` writes din [M,K]; with gelu_in, din is then multiplied by gelu'(gelu_in): in cuBLASLt's
 // DGELU epilogue where it has an algorithm for it, else in a kernel after the product.
 void CudaBackend::input_gradient(const Gemm& product, const Tensor& gelu_in) {
+  if (!gelu_in_product(product, gelu_in))
+    check_cuda(cuda::gelu_backward(product.C, gelu_in.data, product.C, element_kind(gelu_in.dtype),
+                                   product.M * product.N),
+               "matmul_backward (gelu)");
+}
+
+// Runs `product` (din [M,K]), with gelu_in in cuBLASLt's DGELU epilogue where it has an algorithm
+// for it; returns whether the derivative was applied (false: din is the plain product).
+bool CudaBackend::gelu_in_product(const Gemm& product, const Tensor& gelu_in) {
   cuda::LtMatmul& lt = *handles_->matmul;
-  const int64_t M = product.M, K = product.N;
-  if (handles_->matmul_epilogues && !gelu_in.empty() && gelu_epilogue_applies(product.types, K)) {
+  if (handles_->matmul_epilogues && !gelu_in.empty() && gelu_epilogue_applies(product.types, product.N)) {
     Gemm fused = product;
     fused.epilogue = GemmEpilogue::Dgelu;
     fused.aux = gelu_in.data;
-    fused.aux_ld = K;
-    if (lt.run(fused)) return;
+    fused.aux_ld = product.N;
+    if (lt.run(fused)) return true;
   }
   lt.run(product);
-  if (!gelu_in.empty())
-    check_cuda(cuda::gelu_backward(product.C, gelu_in.data, product.C, element_kind(gelu_in.dtype), M * K),
-               "matmul_backward (gelu)");
+  return gelu_in.empty();
+}
+
+// din cast for its reader (ops.h, din_reader): `product` writes 16-bit din into its region, GELU's
+// derivative applied in its epilogue or else by the cast, which writes din's codes in both layouts
+// with the reader's scale and amax, and, with `partials`, the reader's bias gradient's column sums.
+void CudaBackend::cast_din(const Gemm& product, const MatmulBackward& a, float* partials) {
+  const int64_t M = product.M, K = product.N;
+  const Fp8Operand& reader = a.din_reader->dout;
+  const bool e4m3 = a.din_reader->grad_dtype == DType::F8E4M3;
+  if (gelu_in_product(product, a.gelu_in))
+    check_cuda(cuda::cast_fp8(product.C, element_kind(a.weight.dtype), M, K, reader.scale.as<float>(),
+                              reader.amax.as<float>(), e4m3, a.din_fp8.as<uint8_t>(), a.din_fp8_t.as<uint8_t>(),
+                              partials),
+               "matmul_backward (din cast)");
+  else
+    check_cuda(cuda::cast_gelu_gradient_fp8(product.C, a.gelu_in.data, element_kind(a.weight.dtype), M, K,
+                                            reader.scale.as<float>(), reader.amax.as<float>(), e4m3,
+                                            a.din_fp8.as<uint8_t>(), a.din_fp8_t.as<uint8_t>(), partials),
+               "matmul_backward (din cast through GELU)");
+  if (partials)
+    check_cuda(cuda::sum_column_partials(a.reader_dbias.as<float>(), partials, fp8_cast_tile_rows(M), K,
+                                         a.param_store == GradStore::Write),
+               "matmul_backward (din cast)");
 }
 
 void CudaBackend::matmul_backward(const MatmulBackward& a) {
@@ -178,33 +207,39 @@ void CudaBackend::matmul_backward(const MatmulBackward& a) {
 // its writer cast them), the weight as [K,N] (or its codes as a Convert cast them) and `in`
 // transposed [K,M] (or its codes as the forward kept them), all K-contiguous for cuBLASLt; the
 // bias gradient from dout before its cast, summed by that cast; GELU's derivative as in full
-// precision (input_gradient).
+// precision (input_gradient), or with din cast for its reader, as cast_din says.
 void CudaBackend::matmul_backward_fp8(const MatmulBackward& a, int64_t M, int64_t K, int64_t N) {
   const DType dtype = a.weight.dtype, grad = a.fp8->grad_dtype;
   const bool in_out = a.layout == WeightLayout::InOut;
   const bool codes_kept = !a.in_fp8_t.empty(), dout_codes = !a.dout_fp8_t.empty(),
-             weight_codes = !a.weight_fp8.empty();
+             weight_codes = !a.weight_fp8.empty(), din_cast = a.din_reader != nullptr;
   cuda::LtMatmul& lt = *handles_->matmul;
-  const size_t cast_bytes = fp8_backward_cast_bytes(M, K, N, codes_kept, dout_codes, weight_codes);
+  const size_t cast_bytes = fp8_backward_cast_bytes(M, K, N, codes_kept, dout_codes, weight_codes, din_cast);
+  // One set of column partials: dout's for this product's bias gradient, or din's for its reader's
+  // (checks: not both).
+  const int64_t partial_columns = !a.dbias.empty() ? N : din_cast && !a.reader_dbias.empty() ? K : 0;
   auto* base = static_cast<uint8_t*>(
-      workspace(cast_bytes + (a.dbias.empty() ? 0 : fp8_bias_partials_bytes(M, N))));
+      workspace(cast_bytes + (partial_columns ? fp8_bias_partials_bytes(M, partial_columns) : 0)));
   // The bias gradient: dout's column sums, taken by its cast on the way (before the cast, ops.h).
-  float* bias_partials = a.dbias.empty() ? nullptr : reinterpret_cast<float*>(base + cast_bytes);
+  float* partials = partial_columns ? reinterpret_cast<float*>(base + cast_bytes) : nullptr;
+  float* bias_partials = a.dbias.empty() ? nullptr : partials;
   Fp8Regions regions(base);
+  void* din = din_cast ? regions.take(2 * M * K) : a.din.data;  // din_cast: 16-bit din, cast below
   uint8_t* dout8 = dout_codes ? a.dout.as<uint8_t>() : regions.take(M * N);
   uint8_t* dout8_t = dout_codes ? a.dout_fp8_t.as<uint8_t>() : regions.take(M * N);
   uint8_t* weight8 = weight_codes ? a.weight_fp8.as<uint8_t>() : regions.take(K * N);
   uint8_t* in8_t = codes_kept ? a.in_fp8_t.as<uint8_t>() : regions.take(K * M);
-  if (!dout_codes) cast(a.dout, M, N, a.fp8->dout, grad, a.din.empty() ? nullptr : dout8, dout8_t, bias_partials);
-  if (!a.din.empty()) {  // din [M,K] = dout [M,N] x (weight as [K,N])^T, then gelu'(gelu_in)
+  if (!dout_codes) cast(a.dout, M, N, a.fp8->dout, grad, din ? dout8 : nullptr, dout8_t, bias_partials);
+  if (din) {  // din [M,K] = dout [M,N] x (weight as [K,N])^T, then gelu'(gelu_in)
     if (!weight_codes)  // [K,N]: the weight as stored with InOut, transposed with OutIn
       cast(a.weight, in_out ? K : N, in_out ? N : K, a.fp8->weight, DType::F8E4M3, in_out ? weight8 : nullptr,
            in_out ? nullptr : weight8);
     Gemm product{{grad, dtype, false, DType::F8E4M3}, false, true, M, K, N, 1.0f, dout8, N, weight8, N, 0.0f,
-                 a.din.data, K};
+                 din, K};
     product.a_scale = a.fp8->dout.scale_inv.as<float>();
     product.b_scale = a.fp8->weight.scale_inv.as<float>();
-    input_gradient(product, a.gelu_in);
+    if (din_cast) cast_din(product, a, a.reader_dbias.empty() ? nullptr : partials);
+    else input_gradient(product, a.gelu_in);
   }
   // dweight += (Write: =) in^T dout ([K,N]: A = in^T [K,M], B = dout^T [N,M]) or dout^T in ([N,K]).
   if (!codes_kept) cast(a.in, M, K, a.fp8->in, DType::F8E4M3, nullptr, in8_t);

@@ -8,8 +8,10 @@
 // backward, from the output gradient it casts anyway), into one row of partial sums per tile row,
 // which sum_column_partials() then adds in a fixed order, so the bits do not vary. Or it casts
 // GELU of the input instead, the GELU op's value as it would store it: the MLP's GELU output from
-// its pre-activation, for the second product's fp8 forward or, recomputed, its backward. And the
-// transpose of codes already cast (the logits' gradient, cast by the cross-entropy).
+// its pre-activation, for the second product's fp8 forward or, recomputed, its backward. Or the
+// input times GELU's derivative at a second input, as the GELU backward op would store it: the
+// gradient of the MLP's pre-activation, for the first product's fp8 backward. And the transpose
+// of codes already cast (the logits' gradient, cast by the cross-entropy).
 #include "kiln/backend/cuda/fp8_tile.cuh"
 #include "kiln/backend/cuda/gelu.cuh"
 
@@ -22,9 +24,12 @@ constexpr int kTileRows = kFp8TileRows, kTileColumns = kFp8TileColumns, kVector 
 // takes rows w, w + 8, w + 16, w + 24, lane l columns 4 l to 4 l + 3 of each; then the tile's
 // transpose is written from shared memory (store_fp8_tile_transposed). With
 // column_partials, thread t < 128 then adds tile column t's eight warp sums in warp order into
-// column_partials[y][128 x + t]. With kGelu, each value x is first replaced by gelu(x) rounded to T.
-template <typename T, bool kGelu>
-__global__ void cast_fp8_kernel(const T* in, int64_t rows, int64_t cols, const float* scale_pointer,
+// column_partials[y][128 x + t]. What is cast (Fp8Source): each value x itself, gelu(x) rounded to
+// T, or x gelu'(g) rounded to T, g the same element of gelu_in.
+enum class Fp8Source { Input, Gelu, GeluGradient };
+
+template <typename T, Fp8Source kSource>
+__global__ void cast_fp8_kernel(const T* in, const T* gelu_in, int64_t rows, int64_t cols, const float* scale_pointer,
                                 float* amax, bool e4m3, uint8_t* out, uint8_t* out_t, float* column_partials) {
   constexpr int kWarps = kThreads / 32;
   alignas(16) __shared__ Fp8Tile tile;
@@ -38,10 +43,15 @@ __global__ void cast_fp8_kernel(const T* in, int64_t rows, int64_t cols, const f
     const int64_t row = row0 + r;
     if (row >= rows || col >= cols) continue;
     const auto values = Pack<T, kVector>::load(in + row * cols + col);
+    Pack<T, kVector> at;  // GELU's inputs, for its derivative
+    if constexpr (kSource == Fp8Source::GeluGradient) at = Pack<T, kVector>::load(gelu_in + row * cols + col);
     uint32_t codes = 0;
 #pragma unroll
     for (int v = 0; v < kVector; ++v) {
-      const float value = kGelu ? to_float(from_float<T>(gelu(values[v]))) : values[v];
+      float value = values[v];
+      if constexpr (kSource == Fp8Source::Gelu) value = to_float(from_float<T>(gelu(value)));
+      if constexpr (kSource == Fp8Source::GeluGradient)
+        value = to_float(from_float<T>(gelu_derivative(at[v]) * value));
       largest = fmaxf(largest, fabsf(value));
       sums[v] += value;
       codes |= static_cast<uint32_t>(to_fp8(value * scale, e4m3)) << (8 * v);
@@ -106,17 +116,17 @@ __global__ void fp8_update_scales_kernel(float* state, int64_t tensors, int64_t 
 }  // namespace
 
 namespace {
-template <bool kGelu>
-int launch_cast(const void* in, int kind, int64_t rows, int64_t cols, const float* scale, float* amax, bool e4m3,
-                uint8_t* out, uint8_t* out_t, float* column_partials) {
+template <Fp8Source kSource>
+int launch_cast(const void* in, const void* gelu_in, int kind, int64_t rows, int64_t cols, const float* scale,
+                float* amax, bool e4m3, uint8_t* out, uint8_t* out_t, float* column_partials) {
   if (rows % 16 != 0 || cols % 16 != 0) return static_cast<int>(cudaErrorInvalidValue);
   if (rows == 0 || cols == 0) return 0;
   const dim3 grid(static_cast<unsigned>((cols + kTileColumns - 1) / kTileColumns),
                   static_cast<unsigned>(fp8_cast_tile_rows(rows)));
   return dispatch(kind, [&](auto tag) {
     using E = decltype(tag);
-    launch(cast_fp8_kernel<E, kGelu>, grid, kThreads, 0, static_cast<const E*>(in), rows, cols, scale,
-           amax, e4m3, out, out_t, column_partials);
+    launch(cast_fp8_kernel<E, kSource>, grid, kThreads, 0, static_cast<const E*>(in),
+           static_cast<const E*>(gelu_in), rows, cols, scale, amax, e4m3, out, out_t, column_partials);
     return launch_status();
   });
 }
@@ -124,12 +134,21 @@ int launch_cast(const void* in, int kind, int64_t rows, int64_t cols, const floa
 
 int cast_fp8(const void* in, int kind, int64_t rows, int64_t cols, const float* scale, float* amax,
              bool e4m3, uint8_t* out, uint8_t* out_t, float* column_partials) {
-  return launch_cast<false>(in, kind, rows, cols, scale, amax, e4m3, out, out_t, column_partials);
+  return launch_cast<Fp8Source::Input>(in, nullptr, kind, rows, cols, scale, amax, e4m3, out, out_t,
+                                       column_partials);
 }
 
 int cast_gelu_fp8(const void* in, int kind, int64_t rows, int64_t cols, const float* scale, float* amax,
                   uint8_t* out, uint8_t* out_t) {
-  return launch_cast<true>(in, kind, rows, cols, scale, amax, /*e4m3=*/true, out, out_t, nullptr);
+  return launch_cast<Fp8Source::Gelu>(in, nullptr, kind, rows, cols, scale, amax, /*e4m3=*/true, out, out_t,
+                                      nullptr);
+}
+
+int cast_gelu_gradient_fp8(const void* dout, const void* gelu_in, int kind, int64_t rows, int64_t cols,
+                           const float* scale, float* amax, bool e4m3, uint8_t* out, uint8_t* out_t,
+                           float* column_partials) {
+  return launch_cast<Fp8Source::GeluGradient>(dout, gelu_in, kind, rows, cols, scale, amax, e4m3, out, out_t,
+                                              column_partials);
 }
 
 int transpose_fp8(const uint8_t* codes, int64_t rows, int64_t cols, uint8_t* codes_t) {

@@ -25,13 +25,7 @@ __global__ void gelu_backward_kernel(T* din, const T* in, const T* dout, int64_t
     const auto x = Pack<T, W>::load(in + p * W), g = Pack<T, W>::load(dout + p * W);
     Pack<T, W> d;
 #pragma unroll
-    for (int w = 0; w < W; ++w) {
-      const float tanh_inner = gelu_tanh_inner(x[w]);
-      const float sech_squared = 1.0f - tanh_inner * tanh_inner;
-      const float local = 0.5f * (1.0f + tanh_inner) + 0.5f * x[w] * sech_squared * kGeluSqrt2OverPi *
-                                                           (1.0f + 3.0f * kGeluCubic * x[w] * x[w]);
-      d.set(w, local * g[w]);
-    }
+    for (int w = 0; w < W; ++w) d.set(w, gelu_derivative(x[w]) * g[w]);
     d.store(din + p * W);
   }
 }

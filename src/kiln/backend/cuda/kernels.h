@@ -112,6 +112,12 @@ int transpose_fp8(const uint8_t* codes, int64_t rows, int64_t cols, uint8_t* cod
 // would give, without column sums.
 int cast_gelu_fp8(const void* in, int kind, int64_t rows, int64_t cols, const float* scale, float* amax,
                   uint8_t* out, uint8_t* out_t);
+// cast_fp8 of dout times GELU's derivative at gelu_in, as gelu_backward would store it (rounded to
+// the inputs' type), instead of dout (ops.h, MatmulBackward with gelu_in and din_reader, where the
+// product could not apply the derivative): one pass where gelu_backward and cast_fp8 took two.
+int cast_gelu_gradient_fp8(const void* dout, const void* gelu_in, int kind, int64_t rows, int64_t cols,
+                           const float* scale, float* amax, bool e4m3, uint8_t* out, uint8_t* out_t,
+                           float* column_partials);
 // ops.h, Fp8UpdateScales: rows of [scale, scale_inv, amax, fp8_max, ...] with the history of
 // `history` values from column history_column.
 int fp8_update_scales(float* state, int64_t tensors, int64_t history_column, int64_t history, int64_t position,
