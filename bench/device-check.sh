@@ -28,7 +28,8 @@
 #                                        recomputation, fp8 products, alone, with their forward
 #                                        products' fast accumulation off, with CUDA graphs, with
 #                                        their algorithms timed and with the classifier's products in
-#                                        fp8 too; cuDNN's attention, alone and with
+#                                        fp8 too, also on 16384 positions a chunk; the classifier and
+#                                        loss on 16384 positions a chunk; cuDNN's attention, alone and with
 #                                        CUDA graphs), the attention core (kiln's kernels, cuDNN's)
 #                                        alone against PyTorch's SDPA, and the time split by op
 #                                        (--profile-ops: bf16, with fp8 products, with
@@ -351,6 +352,7 @@ if runs levers; then
                 "--no-matmul-epilogues" "--matmul-autotune" "--recompute-granularity selective" "--fp8-format hybrid" \
                 "--fp8-format hybrid --no-fp8-fast-accumulation" "--fp8-format hybrid --cuda-graph" \
                 "--fp8-format hybrid --matmul-autotune" "--fp8-format hybrid --fp8-classifier" \
+                "--fp8-format hybrid --fp8-classifier --loss-chunk-rows 16384" "--loss-chunk-rows 16384" \
                 "--cudnn-attention" "--cudnn-attention --cuda-graph"; do
     measure "$levers" "\"switch\":\"${switch:-(defaults)}\"" $reserve_kiln \
       "$kiln" bench train --device cuda --bf16 $model --vocab-size $vocab --skip-gemm-ceiling --json $timing $datasheet $switch

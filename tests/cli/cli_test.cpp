@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -146,6 +147,30 @@ TEST(Cli, BenchCommandsOnTheCpu) {
   ASSERT_EQ(train_json["losses"].size(), 3u);  // warm-up and timed iterations
   EXPECT_NEAR(train_json["losses"][0].get<double>(), std::log(64.0), 0.3);
   EXPECT_TRUE(train_json["loss_plausible"].get<bool>());
+  EXPECT_EQ(train_json["loss_chunk_rows"].get<int64_t>(), 4096);
+  // The classifier and loss 3 positions at a time (chunks of 3, 3, 3, 3, 3 and 1): the same losses
+  // but for the order the chunks add wte's gradient in.
+  const Result chunked = run_kiln("bench train --device cpu --num-layers 1 --hidden-size 16 --num-attention-heads 2 "
+                                  "--seq-length 8 --micro-batch-size 2 --vocab-size 64 --warmup-iters 1 --timed-iters 2 "
+                                  "--loss-chunk-rows 3 --profile-ops --json");
+  ASSERT_EQ(chunked.exit_code, 0) << chunked.output;
+  const auto chunked_json = nlohmann::json::parse(chunked.output);
+  EXPECT_EQ(chunked_json["loss_chunk_rows"].get<int64_t>(), 3);
+  std::map<std::string, int64_t> classifier_calls;  // the tied classifier's products, [rows x 16] x [16 x 64]
+  for (const auto& op : chunked_json["op_times"]) {
+    const std::string name = op["op"].get<std::string>();
+    if (name.find("x16x64") != std::string::npos && name.find(" +") == std::string::npos)
+      classifier_calls[name] = op["calls"].get<int64_t>();
+  }
+  // The 16 positions of each of the 2 profiled (timed) iterations: five chunks of 3 and one of 1.
+  EXPECT_EQ(classifier_calls, (std::map<std::string, int64_t>{{"matmul_backward 1x16x64", 2},
+                                                              {"matmul_backward 3x16x64", 10},
+                                                              {"matmul_forward 1x16x64", 2},
+                                                              {"matmul_forward 3x16x64", 10}}));
+  ASSERT_EQ(chunked_json["losses"].size(), 3u);
+  EXPECT_EQ(chunked_json["losses"][0].get<double>(), train_json["losses"][0].get<double>());
+  for (size_t i = 1; i < 3; ++i)
+    EXPECT_NEAR(chunked_json["losses"][i].get<double>(), train_json["losses"][i].get<double>(), 1e-5);
   // A step that computes nonsense fast: its row is printed, then named as wrong, exit 1.
   const Result diverging = run_kiln("bench train --device cpu --num-layers 1 --hidden-size 16 --num-attention-heads 2 "
                                     "--seq-length 8 --micro-batch-size 2 --vocab-size 64 --warmup-iters 1 "
@@ -223,7 +248,8 @@ TEST(Cli, EstimateGpt3) {
   const Result atomic = run_kiln(gpt2 + " --no-deterministic-attention memory");
   ASSERT_EQ(atomic.exit_code, 0) << atomic.output;
   EXPECT_NE(atomic.output.find("op scratch 0.19 GiB"), std::string::npos) << atomic.output;
-  // fp8 products: the largest product's casts and bias partial sums (0.40 GiB, mlp.c_fc's backward)
+  // fp8 products: the largest product's casts and bias partial sums (0.40 GiB, mlp.c_proj's backward
+  // with its 16-bit input gradient to cast for c_fc)
   // outgrow attention's scratch; the products' kept input codes take less than the 16-bit inputs
   // they replace (18.81 GiB of activations in bf16), and the residual gradient's codes in both
   // layouts take 0.09 GiB more.
@@ -232,6 +258,24 @@ TEST(Cli, EstimateGpt3) {
   EXPECT_NE(fp8.output.find("bf16 + fp8 hybrid"), std::string::npos) << fp8.output;
   EXPECT_NE(fp8.output.find("activations 16.32 GiB + op scratch 0.40 GiB + fp8 scaling 0.00 GiB"), std::string::npos)
       << fp8.output;
+  // The classifier and loss on 16384 positions at a time instead of 4096: 12288 rows more of bf16
+  // logits (their gradient takes their place), and with the classifier in fp8 of the gradient's
+  // codes in both layouts.
+  const auto activations = [&](const std::string& flags) {
+    const Result r = run_kiln(gpt2 + flags + " memory --json");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    const auto json = nlohmann::json::parse(r.output);
+    return json["memory_bytes"]["activations"].get<double>();
+  };
+  const double rows = 16384 - 4096, Vp = 50304;
+  EXPECT_EQ(activations(" --loss-chunk-rows 16384") - activations(""), rows * Vp * 2);
+  const std::string fp8_classifier = " --fp8-format hybrid --fp8-classifier";
+  EXPECT_EQ(activations(fp8_classifier + " --loss-chunk-rows 16384") - activations(fp8_classifier), rows * Vp * 4);
+  const Result odd_rows = run_kiln(gpt2 + fp8_classifier + " --loss-chunk-rows 100 memory");
+  EXPECT_EQ(odd_rows.exit_code, 1);
+  EXPECT_NE(odd_rows.output.find("--loss-chunk-rows must be >= 1 (a multiple of 16 with --fp8-classifier), got 100"),
+            std::string::npos)
+      << odd_rows.output;
   const Result no_speed = run_kiln(gpt2);
   EXPECT_EQ(no_speed.exit_code, 1);
   EXPECT_NE(no_speed.output.find("or ask for the memory rows alone"), std::string::npos) << no_speed.output;

@@ -73,6 +73,26 @@ TEST(Levers, TheFp8ClassifierIsASwitchOfItsOwn) {
   EXPECT_FALSE(by_change(estimate_levers(small_model())).count("--fp8-classifier")) << "only with fp8";
 }
 
+// Larger classifier chunks, where a micro-batch has more positions than one chunk: more logits in
+// memory, the same products.
+TEST(Levers, LargerLossChunksCostTheirLogits) {
+  EstimateInput in = small_model();
+  in.vocab_size = 8192;  // logits larger than the buffers they could share memory with
+  in.loss_chunk_rows = 16;
+  const int64_t positions = in.micro_batch_size * in.seq_length;
+  ASSERT_GT(positions, 64);
+  const auto rows = by_change(estimate_levers(in));
+  ASSERT_TRUE(rows.count("--loss-chunk-rows 64") && rows.at("--loss-chunk-rows 64").estimate);
+  const Estimate& larger = *rows.at("--loss-chunk-rows 64").estimate;
+  EstimateInput changed = in;
+  changed.loss_chunk_rows = 64;
+  EXPECT_DOUBLE_EQ(larger.memory.total(), estimate(changed).memory.total());
+  EXPECT_GT(larger.memory.activations, rows.at("(as given)").estimate->memory.activations);
+  in.loss_chunk_rows = positions;
+  for (const LeverEstimate& lever : estimate_levers(in))
+    EXPECT_EQ(lever.change.find("--loss-chunk-rows"), std::string::npos) << "a chunk takes the whole micro-batch";
+}
+
 TEST(Levers, ChangesThatDoNotApplySayWhy) {
   EstimateInput in = small_model();
   in.hidden_size = 72;  // fp8 products need multiples of 16

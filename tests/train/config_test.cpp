@@ -132,6 +132,7 @@ TEST(Config, InconsistentValuesAreErrors) {
   check([](Config& c) { c.device = "tpu"; }, "'device'");
   check([](Config& c) { c.cuda_graph = true; }, "'cuda_graph' needs --device cuda");
   check([](Config& c) { c.matmul_autotune = true; }, "'matmul_autotune' needs --device cuda");
+  check([](Config& c) { c.loss_chunk_rows = 0; }, "config key 'loss_chunk_rows' must be >= 1, got 0");
   check(
       [](Config& c) {
         c.device = "cuda";

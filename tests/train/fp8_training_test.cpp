@@ -292,6 +292,11 @@ TEST(Fp8Config, BadKeysAreNamed) {
               c.fp8_classifier = true;
             }).find("'fp8_classifier' needs fp8_format"),
             std::string::npos);
+  EXPECT_NE(error([](Config& c) {
+              c.fp8_classifier = true;
+              c.loss_chunk_rows = 40;
+            }).find("config key 'loss_chunk_rows' (40) must be a multiple of 16 with fp8_classifier"),
+            std::string::npos);
   EXPECT_EQ(error([](Config&) {}), "");
 }
 

@@ -171,6 +171,7 @@ void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
         {"matmul_autotune", resolved.matmul_autotune}, {"cudnn_attention", resolved.cudnn_attention},
         {"cuda_graph", resolved.cuda_graph}, {"fp8_format", resolved.fp8_format},
         {"fp8_fast_accumulation", resolved.fp8_fast_accumulation}, {"fp8_classifier", resolved.fp8_classifier},
+        {"loss_chunk_rows", resolved.loss_chunk_rows},
         {"backend_notes", backend.run_notes()},
         {"recompute", resolved.recompute_policy().describe()}, {"losses", times.losses},
         {"loss_plausible", losses.problem.empty()}};

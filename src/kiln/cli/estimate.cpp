@@ -142,7 +142,8 @@ void print_levers_json(const std::vector<LeverEstimate>& levers) {
 void print_json(const EstimateInput& in, const Estimate& e, const std::string& report) {
   nlohmann::json out = {
       {"gpu", e.gpu.key}, {"precision", in.precision}, {"fp8_format", in.fp8_format},
-      {"fp8_classifier", in.fp8_classifier}, {"gpus", in.gpus}, {"zero_stage", in.zero_stage},
+      {"fp8_classifier", in.fp8_classifier}, {"loss_chunk_rows", in.loss_chunk_rows}, {"gpus", in.gpus},
+      {"zero_stage", in.zero_stage},
       {"recompute", in.recompute.describe()}, {"parameters_formula", e.parameters_formula},
       {"parameters_exact", e.parameters_exact}, {"flops_per_iteration", e.flops_per_iteration},
       {"flops_without_recompute", e.flops_without_recompute},
@@ -197,6 +198,8 @@ void add_estimate_command(CLI::App& root) {
   command->add_option("--fp8-format", in.fp8_format, "fp8 products in the blocks (with bf16): hybrid or e4m3");
   command->add_flag("--fp8-classifier", in.fp8_classifier, "the classifier's products in fp8 too (with --fp8-format)");
   command->add_option("--fp8-amax-history-len", in.fp8_amax_history_len, "steps of amax kept per fp8 tensor");
+  command->add_option("--loss-chunk-rows", in.loss_chunk_rows,
+                      "positions the classifier and loss take at a time (logits in memory for so many rows)");
   command->add_option("--time-per-iteration", options->time_per_iteration, "measured seconds per iteration");
   command->add_option("--tflops-per-gpu", options->tflops_per_gpu, "target achieved TFLOP/s per GPU");
   command->add_option("--tokens", in.tokens, "training budget in tokens (e.g. 300e9)");

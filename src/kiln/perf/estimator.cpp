@@ -50,6 +50,8 @@ void validate(const EstimateInput& in) {
              in.tflops_per_gpu.value_or(0));
   KILN_CHECK(positive_finite(in.tokens), "--tokens must be a positive number, got {}", in.tokens);
   KILN_CHECK(!in.fp8_classifier || !in.fp8_format.empty(), "--fp8-classifier needs --fp8-format (hybrid or e4m3)");
+  KILN_CHECK(in.loss_chunk_rows >= 1 && (!in.fp8_classifier || in.loss_chunk_rows % 16 == 0),
+             "--loss-chunk-rows must be >= 1 (a multiple of 16 with --fp8-classifier), got {}", in.loss_chunk_rows);
   if (in.fp8_format.empty()) return;
   KILN_CHECK(in.fp8_format == "hybrid" || in.fp8_format == "e4m3", "--fp8-format '{}' is not hybrid or e4m3",
              in.fp8_format);
@@ -146,7 +148,7 @@ Estimate estimate(const EstimateInput& in) {
   const bool fp8 = recipe.has_value();
   const auto activations = [&](int64_t micro) {
     return static_cast<double>(
-        GptActivations::bytes_needed(shape, micro, in.seq_length, in.recompute, dtype, kDefaultLogitRows, fp8,
+        GptActivations::bytes_needed(shape, micro, in.seq_length, in.recompute, dtype, in.loss_chunk_rows, fp8,
                                      in.fp8_classifier));
   };
   // CudaBackend::workspace_bytes' attention, LayerNorm backward and fp8 cast parts (fused attention
@@ -160,7 +162,7 @@ Estimate estimate(const EstimateInput& in) {
     const size_t attention = attention_workspace_bytes(micro, in.num_attention_heads, in.seq_length, dtype, fused,
                                                        fp8_gradient, query_sum_columns);
     const Backend::WorkspaceNeeds needs =
-        Gpt::workspace_needs(shape, micro, in.seq_length, dtype, fp8 ? &*recipe : nullptr);
+        Gpt::workspace_needs(shape, micro, in.seq_length, dtype, fp8 ? &*recipe : nullptr, in.loss_chunk_rows);
     const size_t layernorm = layernorm_backward_scratch_bytes(positions, needs.widest_layernorm, fp8);
     const size_t casts = fp8_scratch_bytes(needs.fp8_cast_bytes, positions, needs.widest_row);
     return static_cast<double>(std::max({attention, layernorm, casts}));
@@ -196,6 +198,7 @@ Estimate estimate(const EstimateInput& in) {
   iteration.recompute = in.recompute;
   iteration.optimizer_shards = in.zero_stage >= 1 ? in.gpus : 1;
   iteration.fp8 = recipe;
+  iteration.loss_chunk_rows = in.loss_chunk_rows;
   out.roofline = roofline(count_iteration_ops(iteration), datasheet_limits(*spec, in.precision));
   out.roofline_tokens_per_second =
       static_cast<double>(in.global_batch_size / in.gpus * in.seq_length) / (out.roofline.ms * 1e-3);

@@ -53,6 +53,7 @@ struct EstimateInput {
   std::string fp8_format;          // empty (no fp8 products), hybrid or e4m3; needs bf16
   int64_t fp8_amax_history_len = 1;
   bool fp8_classifier = false;     // the classifier's products in fp8 too; needs fp8_format
+  int64_t loss_chunk_rows = kDefaultLogitRows;  // positions the classifier and loss take at a time
   std::optional<double> time_per_iteration_s;
   std::optional<double> tflops_per_gpu;
   double tokens = 300e9;

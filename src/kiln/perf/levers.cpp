@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <functional>
 
 #include "kiln/core/error.h"
@@ -56,6 +57,14 @@ std::vector<LeverEstimate> estimate_levers(const EstimateInput& in) {
   if (!in.fp8_format.empty())  // the classifier's products in fp8 too, or not
     add(in.fp8_classifier ? "no --fp8-classifier" : "--fp8-classifier",
         [](EstimateInput& e) { e.fp8_classifier = !e.fp8_classifier; });
+
+  // The classifier and loss on 4 times the positions at a time (up to a micro-batch's): fewer,
+  // larger products and fewer passes over wte's gradient, for more logits in memory.
+  const int64_t positions = in.micro_batch_size * in.seq_length;
+  if (positions > in.loss_chunk_rows) {
+    const int64_t rows = std::min(positions, 4 * in.loss_chunk_rows);
+    add(fmt::format("--loss-chunk-rows {}", rows), [rows](EstimateInput& e) { e.loss_chunk_rows = rows; });
+  }
 
   const int64_t micro = in.micro_batch_size;
   if (micro % 2 == 0)

@@ -40,6 +40,7 @@ IterationShape iteration_shape(const Config& config) {
   shape.dtype = config.compute_dtype();
   shape.recompute = config.recompute_policy();
   shape.fp8 = config.fp8_recipe();
+  shape.loss_chunk_rows = config.loss_chunk_rows;
   return shape;
 }
 
@@ -52,7 +53,7 @@ std::vector<OpTotals> count_iteration_ops(const IterationShape& shape) {
   OpCountingBackend counter;
   Gpt model(shape.gpt, counter, shape.dtype);
   if (shape.fp8) model.enable_fp8(*shape.fp8);
-  model.allocate_activations(shape.micro_batch, shape.seq, shape.recompute);
+  model.allocate_activations(shape.micro_batch, shape.seq, shape.recompute, shape.loss_chunk_rows);
   AdamW optimizer(counter, model.layout(), model.params(), AdamwConfig{});
   // Token 0 everywhere: the ops and their work depend on the shapes alone.
   const std::vector<int32_t> tokens(static_cast<size_t>(shape.micro_batch * shape.seq), 0);

@@ -36,6 +36,7 @@ struct IterationShape {
   RecomputePolicy recompute;
   std::optional<Fp8Recipe> fp8;
   int64_t optimizer_shards = 1;  // GPUs the optimizer state is split over (ZeRO stage >= 1)
+  int64_t loss_chunk_rows = kDefaultLogitRows;  // positions the classifier and loss take at a time
 };
 
 // A resolved training Config's iteration on one of its data-parallel GPUs.

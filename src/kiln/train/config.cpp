@@ -61,6 +61,10 @@ const std::vector<ConfigField>& config_fields() {
       {"fp8_classifier", &Config::fp8_classifier,
        "the tied classifier's products in fp8 too (needs fp8_format; off: bf16, as common fp8 recipes keep the "
        "output head), with 3 more scaled tensors: ln_f's output, wte and the logits' gradient"},
+      {"loss_chunk_rows", &Config::loss_chunk_rows,
+       "positions the tied classifier and the loss take at a time: the logits (and their gradient) of so many "
+       "rows are in memory at once, never the whole micro-batch's; more rows, more memory, fewer and larger "
+       "products (a multiple of 16 with fp8_classifier)"},
       {"fp8_margin", &Config::fp8_margin, "fp8 scales are divided by 2^margin"},
       {"fp8_amax_history_len", &Config::fp8_amax_history_len, "steps of amax kept per fp8 tensor"},
       {"fp8_amax_compute_algo", &Config::fp8_amax_compute_algo,
@@ -297,6 +301,11 @@ void Config::validate() const {
   KILN_CHECK(!fp8_classifier || !fp8_format.empty(),
              "config key 'fp8_classifier' needs fp8_format (--fp8-format hybrid or e4m3): the classifier joins the "
              "blocks' fp8 products");
+  KILN_CHECK(loss_chunk_rows >= 1, "config key 'loss_chunk_rows' must be >= 1, got {}", loss_chunk_rows);
+  KILN_CHECK(!fp8_classifier || loss_chunk_rows % 16 == 0,
+             "config key 'loss_chunk_rows' ({}) must be a multiple of 16 with fp8_classifier (the classifier's fp8 "
+             "products' rows)",
+             loss_chunk_rows);
   KILN_CHECK(fp8_margin >= 0 && fp8_margin <= 30, "config key 'fp8_margin' must be in [0, 30], got {}", fp8_margin);
   KILN_CHECK(fp8_amax_history_len >= 1, "config key 'fp8_amax_history_len' must be >= 1, got {}",
              fp8_amax_history_len);

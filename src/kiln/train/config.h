@@ -19,6 +19,7 @@
 #include <variant>
 #include <vector>
 
+#include "kiln/nn/activations.h"
 #include "kiln/nn/fp8_scaling.h"
 #include "kiln/nn/gpt_config.h"
 #include "kiln/nn/recompute.h"
@@ -80,6 +81,7 @@ struct Config {
   std::string fp8_amax_compute_algo = "most_recent";  // or max
   bool fp8_classifier = false;  // the tied classifier's products in fp8 too (Fp8Recipe::classifier)
   bool fp8_fast_accumulation = true;  // the fp8 forward products' cuBLASLt fast accumulation (CUDA)
+  int64_t loss_chunk_rows = kDefaultLogitRows;  // positions the classifier and loss take at a time
   double loss_scale = 0.0;  // > 0: static scale; 0: dynamic when fp16
   double initial_loss_scale = 4294967296.0;
   double min_loss_scale = 1.0;

@@ -87,7 +87,8 @@ Trainer::Trainer(const Config& config)
   check_memory_fits(gpt);
   model_ = std::make_unique<Gpt>(gpt, *backend_, config_.compute_dtype());
   if (const auto recipe = config_.fp8_recipe()) model_->enable_fp8(*recipe);
-  model_->allocate_activations(config_.micro_batch_size, config_.seq_length, config_.recompute_policy());
+  model_->allocate_activations(config_.micro_batch_size, config_.seq_length, config_.recompute_policy(),
+                               config_.loss_chunk_rows);
   StagerOptions staging;
   staging.ints_per_batch = 2 * static_cast<size_t>(config_.micro_batch_size * config_.seq_length);
   staging.pinned = config_.pin_memory;
@@ -135,10 +136,11 @@ void Trainer::check_memory_fits(const GptConfig& gpt) const {
   const size_t optimizer_bytes = (dtype == DType::F32 ? 2 : 3) * fp32_bytes;
   const std::optional<Fp8Recipe> fp8 = config_.fp8_recipe();
   const size_t activation_bytes = GptActivations::bytes_needed(gpt, config_.micro_batch_size, config_.seq_length,
-                                                               config_.recompute_policy(), dtype, kDefaultLogitRows,
+                                                               config_.recompute_policy(), dtype, config_.loss_chunk_rows,
                                                                fp8.has_value(), fp8 && fp8->classifier);
   const size_t workspace_bytes = backend_->workspace_bytes(
-      Gpt::workspace_needs(gpt, config_.micro_batch_size, config_.seq_length, dtype, fp8 ? &*fp8 : nullptr));
+      Gpt::workspace_needs(gpt, config_.micro_batch_size, config_.seq_length, dtype, fp8 ? &*fp8 : nullptr,
+                           config_.loss_chunk_rows));
   const size_t total = parameter_bytes + fp32_bytes + optimizer_bytes + activation_bytes + workspace_bytes;
   constexpr double kGiB = 1073741824.0;
   KILN_CHECK(total <= free_bytes,
