@@ -168,7 +168,8 @@ TEST_P(EmulatedFp8Epilogues, AnInputGradientCastForItsReaderIsTheCastOfTheStored
   DeviceTensors t(*gpu, DType::BF16);
   const Fp8Matmul casts = fixed_fp8_casts(t), reader = fixed_fp8_casts(t);
   const Tensor hidden = t.acts(random_floats(M * K, rng), {M, K}), pre = t.acts(random_floats(M * K, rng), {M, K});
-  const Tensor weight = t.acts(random_floats(K * N, rng, 0.2f), {K, N}), dout = t.acts(random_floats(M * N, rng), {M, N});
+  const Tensor weight = t.acts(random_floats(K * N, rng, 0.2f), {K, N});
+  const Tensor dout = t.acts(random_floats(M * N, rng), {M, N});
   const Tensor dweight = t.floats(std::vector<float>(K * N, 0.0f), {K, N});
   const Tensor din = t.poisoned_acts({M, K});
   gpu->matmul_backward({din, dweight, Tensor{}, dout, hidden, weight, WeightLayout::InOut, pre, &casts});

@@ -10,8 +10,9 @@
 // since, and every such cast is read: c_attn's by the attention backward (AttentionBackward with
 // fp8), both projections' by the LayerNorm backward after them (LayerNormBackward with fp8: ln_2's
 // for the attention's c_proj, ln_f's and ln_1's for the MLP c_proj before them, across a
-// recomputed chunk's replay), c_fc's by the MLP c_proj's backward (MatmulBackward with din_reader). A CPU back-end records what each product's forward read, by weight,
-// and each gradient cast, by codes, and compares at backward.
+// recomputed chunk's replay), c_fc's by the MLP c_proj's backward (MatmulBackward with
+// din_reader). A CPU back-end records what each product's forward read, by weight, and each
+// gradient cast, by codes, and compares at backward.
 #include <gtest/gtest.h>
 
 #include <cstring>

@@ -124,7 +124,8 @@ OpWork work_of(const MatmulForward& a) {
   const Tensor& weight_read = weight_cast ? a.weight : a.weight_fp8;
   const Tensor weight_to_cast = weight_cast ? a.weight : Tensor{};
   OpWork work{"matmul_forward " + product_shape(M, K, N) + (a.bias.empty() ? "" : " +bias") + gelu +
-                  (a.residual.empty() ? "" : " +residual") + (fp8 ? " fp8" : "") + (weight_cast ? "" : " weight codes"),
+                  (a.residual.empty() ? "" : " +residual") + (fp8 ? " fp8" : "") +
+                  (weight_cast ? "" : " weight codes"),
               product_flops(M, K, N),
               bytes_of({&a.out, &a.in, &weight_read, &a.bias, &a.gelu_out, &a.gelu_out_t, &a.residual}) +
                   (a.gelu_fp8 ? bytes_of({&a.out}) : 0.0) +
@@ -149,7 +150,8 @@ OpWork work_of(const MatmulBackward& a) {
   const int64_t N = last_dim(a.dout);
   const int64_t K = codes_kept ? a.in_fp8_t.shape[0] : last_dim(a.in);
   const int64_t M = codes_kept ? a.in_fp8_t.shape[1] : (K ? a.in.numel() / K : 0);
-  const bool fp8 = a.fp8 != nullptr, din_cast = a.din_reader != nullptr, input_gradient = !a.din.empty() || din_cast;
+  const bool fp8 = a.fp8 != nullptr, din_cast = a.din_reader != nullptr;
+  const bool input_gradient = !a.din.empty() || din_cast;
   const double din_scratch = din_cast ? 2.0 * static_cast<double>(M * K) : 0.0;  // 16-bit din, written then read
   const Tensor in_read = codes_kept ? Tensor{} : a.in;
   const Tensor dout_read = dout_cast || input_gradient ? a.dout : Tensor{};

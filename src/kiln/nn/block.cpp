@@ -74,35 +74,26 @@ GradientCodes gradient_codes(const Tensor& memory, int64_t M, int64_t N, DType f
 // (ops.h): the codes, [M, 3C] then their transpose [3C, M], take d_qkv's memory (2 x M x 3C bytes,
 // its 16-bit size).
 void cast_attention_gradient(AttentionBackward& attention, MatmulBackward& expansion, const BlockScratch& s,
-                             const Fp8Matmul& qkv, GradStore store) {
-  const int64_t N = s.d_qkv.shape[2];
-  const GradientCodes codes = gradient_codes(s.d_qkv, s.d_qkv.numel() / N, N, qkv.grad_dtype);
-  attention.dqkv = Tensor{};
-  attention.fp8 = &qkv;
-  attention.dqkv_fp8 = codes.rows;
-  attention.dqkv_fp8_t = codes.columns;
+                             GradStore store) {
   attention.dbias = expansion.dbias;
+  read_gradient_codes(expansion, s.d_qkv);
+  attention.dqkv = Tensor{};
+  attention.fp8 = expansion.fp8;
+  attention.dqkv_fp8 = expansion.dout;
+  attention.dqkv_fp8_t = expansion.dout_fp8_t;
   attention.param_store = store;
-  expansion.dout = codes.rows;
-  expansion.dout_fp8_t = codes.columns;
-  expansion.dbias = Tensor{};
 }
 
 // With fp8 the MLP's c_proj casts its input gradient (GELU's derivative applied) for c_fc's
 // backward, and takes its bias gradient (ops.h, din_reader): the codes, [M, 4C] then their
 // transpose [4C, M], take d_fc's memory (2 x M x 4C bytes, its 16-bit size).
-void cast_mlp_gradient(MatmulBackward& contraction, MatmulBackward& expansion, const Tensor& d_fc,
-                       const Fp8Matmul& fc) {
-  const int64_t N = d_fc.shape[d_fc.shape.rank - 1];
-  const GradientCodes codes = gradient_codes(d_fc, d_fc.numel() / N, N, fc.grad_dtype);
-  contraction.din = Tensor{};
-  contraction.din_reader = &fc;
-  contraction.din_fp8 = codes.rows;
-  contraction.din_fp8_t = codes.columns;
+void cast_mlp_gradient(MatmulBackward& contraction, MatmulBackward& expansion, const Tensor& d_fc) {
   contraction.reader_dbias = expansion.dbias;
-  expansion.dout = codes.rows;
-  expansion.dout_fp8_t = codes.columns;
-  expansion.dbias = Tensor{};
+  read_gradient_codes(expansion, d_fc);
+  contraction.din = Tensor{};
+  contraction.din_reader = expansion.fp8;
+  contraction.din_fp8 = expansion.dout;
+  contraction.din_fp8_t = expansion.dout_fp8_t;
 }
 
 }  // namespace
@@ -173,7 +164,7 @@ void block_backward(Backend& backend, const GptConfig& config, const BlockWeight
   MatmulBackward expansion_mlp{s.d_hidden, g.fc_weight, g.fc_bias, s.d_fc, product_input(acts.ln2, acts.ln2_fp8_t),
                                w.fc_weight, WeightLayout::InOut, Tensor{}, fc, acts.ln2_fp8_t, store};
   if (fc_proj) read_gradient_codes(contraction, s.d_residual_fp8);
-  if (fc_proj && fc) cast_mlp_gradient(contraction, expansion_mlp, s.d_fc, *fc);
+  if (fc_proj && fc) cast_mlp_gradient(contraction, expansion_mlp, s.d_fc);
   backend.matmul_backward(contraction);
   backend.matmul_backward(expansion_mlp);
   const Fp8Matmul* attn_proj = fp8_of(fp8, &BlockFp8::attn_proj);
@@ -192,7 +183,7 @@ void block_backward(Backend& backend, const GptConfig& config, const BlockWeight
                               static_cast<int>(config.num_heads), AttentionMask::Causal};
   MatmulBackward expansion{s.d_hidden, g.qkv_weight, g.qkv_bias, s.d_qkv, product_input(acts.ln1, acts.ln1_fp8_t),
                            w.qkv_weight, WeightLayout::InOut, Tensor{}, qkv, acts.ln1_fp8_t, store};
-  if (qkv) cast_attention_gradient(attention, expansion, s, *qkv, store);
+  if (qkv) cast_attention_gradient(attention, expansion, s, store);
   backend.attention_backward(attention);
   backend.matmul_backward(expansion);
   backend.layernorm_backward(layernorm_backward_feeding({d_residual, g.ln1_weight, g.ln1_bias, s.d_hidden, input,

@@ -135,9 +135,9 @@ void Trainer::check_memory_fits(const GptConfig& gpt) const {
   const size_t fp32_bytes = count * sizeof(float);  // gradients, each Adam moment, the master copy
   const size_t optimizer_bytes = (dtype == DType::F32 ? 2 : 3) * fp32_bytes;
   const std::optional<Fp8Recipe> fp8 = config_.fp8_recipe();
-  const size_t activation_bytes = GptActivations::bytes_needed(gpt, config_.micro_batch_size, config_.seq_length,
-                                                               config_.recompute_policy(), dtype, config_.loss_chunk_rows,
-                                                               fp8.has_value(), fp8 && fp8->classifier);
+  const size_t activation_bytes =
+      GptActivations::bytes_needed(gpt, config_.micro_batch_size, config_.seq_length, config_.recompute_policy(),
+                                   dtype, config_.loss_chunk_rows, fp8.has_value(), fp8 && fp8->classifier);
   const size_t workspace_bytes = backend_->workspace_bytes(
       Gpt::workspace_needs(gpt, config_.micro_batch_size, config_.seq_length, dtype, fp8 ? &*fp8 : nullptr,
                            config_.loss_chunk_rows));

@@ -217,7 +217,7 @@ void CudaBackend::matmul_backward_fp8(const MatmulBackward& a, int64_t M, int64_
   const size_t cast_bytes = fp8_backward_cast_bytes(M, K, N, codes_kept, dout_codes, weight_codes, din_cast);
   // One set of column partials: dout's for this product's bias gradient, or din's for its reader's
   // (checks: not both).
-  const int64_t partial_columns = !a.dbias.empty() ? N : din_cast && !a.reader_dbias.empty() ? K : 0;
+  const int64_t partial_columns = !a.dbias.empty() ? N : !a.reader_dbias.empty() ? K : 0;
   auto* base = static_cast<uint8_t*>(
       workspace(cast_bytes + (partial_columns ? fp8_bias_partials_bytes(M, partial_columns) : 0)));
   // The bias gradient: dout's column sums, taken by its cast on the way (before the cast, ops.h).

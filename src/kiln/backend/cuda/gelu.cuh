@@ -1,6 +1,7 @@
 // GELU, tanh form (Hendrycks & Gimpel 2016, as GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 // One definition for every kernel that computes it or its derivative (the GELU ops, the casts of a
-// GELU output or of a gradient through GELU for an fp8 product), so they give the same bits. Device code only; .cu files include it.
+// GELU output or of a gradient through GELU for an fp8 product), so they give the same bits.
+// Device code only; .cu files include it.
 #pragma once
 
 #include "kiln/backend/cuda/kernel_common.cuh"
