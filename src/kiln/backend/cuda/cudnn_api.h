@@ -156,6 +156,7 @@ struct Library {
   Status (*execute)(Handle, Descriptor plan, Descriptor variant_pack);
   std::string path;  // the file loaded (what dlopen was given if the loader does not say)
   size_t version = 0;  // cudnnGetVersion(): major * 10000 + minor * 100 + patch
+  size_t cudart_version = 0;  // cudnnGetCudartVersion(), the CUDA runtime it was built for; 0 if absent
   std::string version_text() const;  // "9.19.0"
 };
 
@@ -165,8 +166,14 @@ struct Library {
 const Library& library();
 
 // What library() does once: opens `path` (empty: this program's own symbols) and resolves the entry
-// points, with the same errors; a library refused is closed again.
+// points, with the same errors; a library refused is closed again. A library from a file also loads
+// the NVRTC its runtime-compiled engines use, if present, and keeps it loaded (cudnn_api.cpp says
+// why).
 Library open_library(const std::string& path);
+
+// The NVRTC cuDNN loads for its runtime-compiled engines: "libnvrtc.so.13" for a cuDNN built for
+// the CUDA 13 runtime (cudnnGetCudartVersion() 13000).
+std::string nvrtc_library_name(size_t cudart_version);
 
 // cuDNN's message for the last call that failed on this thread; empty if it gave none.
 std::string last_error();

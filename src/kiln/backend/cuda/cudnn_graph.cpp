@@ -159,7 +159,8 @@ Plan OperationGraph::build(Handle handle) const {
       plan.set(Attribute::PlanHandle, AttributeType::Handle, 1, &handle)
           .set_descriptor(Attribute::PlanEngineConfig, config);
       if (const Status status = library().finalize(plan.raw()); status != 0) {
-        reason = library().get_error_string(status) + (" " + last_error());
+        reason = library().get_error_string(status);
+        reason += ' ' + last_error();
         continue;
       }
       int64_t workspace = 0, returned = 0;
