@@ -34,11 +34,11 @@ std::string chosen_library() {
 
 // cuDNN's runtime-compiled engines (its fused attention ones among them) load NVRTC for each plan
 // they build and unload it after: CudnnGraphCheck.SomeEngineTakesTheBenchmarkShapes loads and
-// unloads libnvrtc.so.13, a 109 MB library, 15 times here (LD_DEBUG=files). Each unload also drops the emergency exception
-// pool of the libstdc++ that NVRTC links statically (72,704 bytes), which LeakSanitizer reports as
-// leaked from an unknown module in -DKILN_SANITIZE builds. Holding that NVRTC loaded for the
-// process turns those loads into reference counts. Where it is absent nothing is held: cuDNN names
-// it when an engine needs it.
+// unloads libnvrtc.so.13, a 109 MB library, 15 times here (LD_DEBUG=files). Each unload also drops
+// the emergency exception pool of the libstdc++ that NVRTC links statically (72,704 bytes), which
+// LeakSanitizer reports as leaked from an unknown module in -DKILN_SANITIZE builds. Holding that
+// NVRTC loaded for the process turns those loads into reference counts. Where it is absent nothing
+// is held: cuDNN names it when an engine needs it.
 void keep_nvrtc_loaded(const Library& lib) {
   if (lib.cudart_version == 0) return;
   dlopen(nvrtc_library_name(lib.cudart_version).c_str(), RTLD_LAZY | RTLD_LOCAL);  // never closed, as cuDNN
@@ -85,7 +85,7 @@ Library open_library(const std::string& path) {
   if (lib.version < kFirstSupportedVersion)
     fail("--cudnn-attention: {} is cuDNN {}; kiln needs cuDNN 9", lib.path, lib.version_text());
   closer.keep = true;  // the library stays loaded for the process
-  if (const void* cudart_version = dlsym(handle, "cudnnGetCudartVersion"))
+  if (void* cudart_version = dlsym(handle, "cudnnGetCudartVersion"))
     lib.cudart_version = reinterpret_cast<size_t (*)()>(cudart_version)();
   if (!path.empty()) keep_nvrtc_loaded(lib);
   return lib;
