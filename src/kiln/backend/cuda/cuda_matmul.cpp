@@ -120,7 +120,8 @@ void CudaBackend::input_gradient(const Gemm& product, const Tensor& gelu_in) {
 }
 
 // Runs `product` (din [M,K]), with gelu_in in cuBLASLt's DGELU epilogue where it has an algorithm
-// for it; returns whether the derivative was applied (false: din is the plain product).
+// for it; returns whether din is final: true without gelu_in or with the epilogue taken, false where
+// din is the plain product and GELU's derivative is still to be applied.
 bool CudaBackend::gelu_in_product(const Gemm& product, const Tensor& gelu_in) {
   cuda::LtMatmul& lt = *handles_->matmul;
   if (handles_->matmul_epilogues && !gelu_in.empty() && gelu_epilogue_applies(product.types, product.N)) {
