@@ -72,7 +72,6 @@ class CudaBackend final : public Backend {
   size_t fixed_workspace_bytes() const;  // held from construction: cuBLASLt's and the norm's scratch
   void matmul_backward_fp8(const MatmulBackward& args, int64_t M, int64_t K, int64_t N);
   void input_gradient(const cuda::Gemm& product, const Tensor& gelu_in);
-  bool gelu_in_product(const cuda::Gemm& product, const Tensor& gelu_in);
   void cast_din(const cuda::Gemm& product, const MatmulBackward& args, float* partials);
   struct Handles;
   std::shared_ptr<MemoryTracker> memory_ = std::make_shared<MemoryTracker>();

@@ -25,6 +25,18 @@ bool gelu_epilogue_applies(const GemmTypes& types, int64_t aux_columns) {
   return (types.inputs != DType::F32 || types.tf32) && aux_columns % 8 == 0;
 }
 
+// GELU's derivative in cuBLASLt's DGELU epilogue, except after an fp8 product. The GPT casts that
+// input gradient for the next product (ops.h, din_reader), and the cast applies the derivative for
+// the same bytes (it reads the pre-activation the epilogue would have); without din_reader a GELU
+// backward kernel follows the product. Measured on an H100 (cuBLAS 13.0, 2026-11-26,
+// bench/NOTES.md): with the epilogue, c_proj's fp8 backward at GPT-2 124M/64 took 2.23 ms, against
+// 0.49 ms for c_fc's fp8 backward (the same FLOPs, no epilogue) and 0.70 ms for c_fc's fp8 forward
+// (the same product shape, with its GELU epilogue and the same cast kernel).
+bool dgelu_epilogue_applies(const GemmTypes& types, int64_t aux_columns) {
+  const bool fp8 = types.inputs == DType::F8E4M3 || types.inputs == DType::F8E5M2;
+  return !fp8 && gelu_epilogue_applies(types, aux_columns);
+}
+
 // Where an fp8 product's operands are cast to (fp8_workspace.h): consecutive 256-byte-aligned
 // regions of the workspace.
 class Fp8Regions {
@@ -111,38 +123,34 @@ void CudaBackend::matmul_forward(const MatmulForward& a) {
 }
 
 // `product` writes din [M,K]; with gelu_in, din is then multiplied by gelu'(gelu_in): in cuBLASLt's
-// DGELU epilogue where it has an algorithm for it, else in a kernel after the product.
+// DGELU epilogue where that applies (dgelu_epilogue_applies) and it has an algorithm for it, else
+// in a kernel after the product.
 void CudaBackend::input_gradient(const Gemm& product, const Tensor& gelu_in) {
-  if (!gelu_in_product(product, gelu_in))
+  cuda::LtMatmul& lt = *handles_->matmul;
+  if (handles_->matmul_epilogues && !gelu_in.empty() && dgelu_epilogue_applies(product.types, product.N)) {
+    Gemm fused = product;
+    fused.epilogue = GemmEpilogue::Dgelu;
+    fused.aux = gelu_in.data;
+    fused.aux_ld = product.N;
+    if (lt.run(fused)) return;
+  }
+  lt.run(product);
+  if (!gelu_in.empty())
     check_cuda(cuda::gelu_backward(product.C, gelu_in.data, product.C, element_kind(gelu_in.dtype),
                                    product.M * product.N),
                "matmul_backward (gelu)");
 }
 
-// Runs `product` (din [M,K]), with gelu_in in cuBLASLt's DGELU epilogue where it has an algorithm
-// for it; returns whether din is final: true without gelu_in or with the epilogue taken, false where
-// din is the plain product and GELU's derivative is still to be applied.
-bool CudaBackend::gelu_in_product(const Gemm& product, const Tensor& gelu_in) {
-  cuda::LtMatmul& lt = *handles_->matmul;
-  if (handles_->matmul_epilogues && !gelu_in.empty() && gelu_epilogue_applies(product.types, product.N)) {
-    Gemm fused = product;
-    fused.epilogue = GemmEpilogue::Dgelu;
-    fused.aux = gelu_in.data;
-    fused.aux_ld = product.N;
-    if (lt.run(fused)) return true;
-  }
-  lt.run(product);
-  return gelu_in.empty();
-}
-
-// din cast for its reader (ops.h, din_reader): `product` writes 16-bit din into its region, GELU's
-// derivative applied in its epilogue or else by the cast, which writes din's codes in both layouts
-// with the reader's scale and amax, and, with `partials`, the reader's bias gradient's column sums.
+// din cast for its reader (ops.h, din_reader): the fp8 `product` writes 16-bit din into its region,
+// and the cast writes din's codes in both layouts with the reader's scale and amax, GELU's
+// derivative applied on the way where gelu_in is given (not in the product: dgelu_epilogue_applies),
+// and, with `partials`, the reader's bias gradient's column sums.
 void CudaBackend::cast_din(const Gemm& product, const MatmulBackward& a, float* partials) {
   const int64_t M = product.M, K = product.N;
   const Fp8Operand& reader = a.din_reader->dout;
   const bool e4m3 = a.din_reader->grad_dtype == DType::F8E4M3;
-  if (gelu_in_product(product, a.gelu_in))
+  handles_->matmul->run(product);
+  if (a.gelu_in.empty())
     check_cuda(cuda::cast_fp8(product.C, element_kind(a.weight.dtype), M, K, reader.scale.as<float>(),
                               reader.amax.as<float>(), e4m3, a.din_fp8.as<uint8_t>(), a.din_fp8_t.as<uint8_t>(),
                               partials),
