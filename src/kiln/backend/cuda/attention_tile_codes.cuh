@@ -2,13 +2,12 @@
 // attention ops with fp8; flash_attention.h, AttentionCodes): a block's tile of up to 64 positions
 // x hs channels (the forward's output, or one of dq, dk, dv), each warp's 16 rows in m16n8
 // accumulators (flash_tiles.cuh), is written as codes, in both layouts, for c_proj's fp8 forward
-// or c_attn's fp8 backward. A block of several crews (flash_tiles.cuh) writes a tile a crew, each
-// in its own part of the shared memory. Three phases between barriers, in the shared memory the
-// kernel's tiles used: stage_tile() stores the values rounded to the storage type as store_rows()
-// would store them in global memory; cast_staged_tile() casts them to codes, one thread a column,
-// summing the column's rows where asked (a tile's partial sum of a bias gradient) and folding max
-// |x| into the amax; store_tile_codes() writes the codes by rows and transposed. write_tile_codes()
-// runs the three for each crew's tile. Device code only.
+// or c_attn's fp8 backward. Three phases between barriers, in the shared memory the kernel's tiles
+// used: stage_tile() stores the values rounded to the storage type as store_rows() would store
+// them in global memory; cast_staged_tile() casts them to codes, one thread a column, summing the
+// column's rows where asked (a tile's partial sum of a bias gradient) and folding max |x| into the
+// amax; store_tile_codes() writes the codes by rows and transposed. write_tile_codes() runs the
+// three for one tile. Device code only.
 #pragma once
 
 #include "kiln/backend/cuda/flash_attention.h"
@@ -21,8 +20,8 @@ namespace kiln::cuda::flash {
 template <int HS>
 constexpr int kCodesPitch = HS + 16;
 
-// Shared memory one tile's ending takes (each crew's): the rounded gradient (a tile's layout,
-// flash_tiles.cuh), then its codes.
+// Shared memory one tile's ending takes: the rounded gradient (a tile's layout, flash_tiles.cuh),
+// then its codes.
 template <typename T, int HS>
 constexpr size_t kStagedTileBytes = static_cast<size_t>(kTileRows) * kPitch<HS> * sizeof(T);
 template <typename T, int HS>
@@ -47,27 +46,27 @@ __device__ inline CodesTile codes_tile(int NH, int T_, int hs, int first, int pa
           min(kTileRows, T_ - first), hs};
 }
 
-// Phase one, every thread of a crew (a block of `Crews`), after a barrier that frees `shared` (the
-// crew's kTileCodesSharedBytes<T, HS> bytes): the warp's rows of the tile, its first `rows` rows
-// and `hs` columns, times `factor` (of rows group and group + 8, as store_rows takes it), rounded
-// to T as they would be stored. Nothing more while the accumulators hold registers.
-template <typename T, int HS, int Crews>
-__device__ void stage_tile(const float (&acc)[HS / 8][4], const float (&factor)[2], int rows,
-                           int hs, unsigned char* shared) {
-  store_rows<T, HS>(reinterpret_cast<T*>(shared), kPitch<HS>, rows, hs,
-                    crew_thread<Crews>() / 32 * 16, acc, factor);
+// Phase one, every thread, after a barrier that frees `shared` (kTileCodesSharedBytes<T, HS>
+// bytes): the warp's rows of the tile, its first `rows` rows and `hs` columns, times `factor` (of
+// rows group and group + 8, as store_rows takes it), rounded to T as they would be stored.
+// Nothing more while the accumulators hold registers.
+template <typename T, int HS>
+__device__ void stage_tile(const float (&acc)[HS / 8][4], const float (&factor)[2], int rows, int hs,
+                           unsigned char* shared) {
+  store_rows<T, HS>(reinterpret_cast<T*>(shared), kPitch<HS>, rows, hs, static_cast<int>(threadIdx.x) / 32 * 16, acc,
+                    factor);
 }
 
-// Phase two, every thread of a crew, after a barrier that completes phase one: the crew's thread c
-// < hs casts column c of the staged tile into the staged codes, adding its rows in order (its
-// partial sum, where codes.column_partials is given) and folding max |x| into the amax.
-template <typename T, int HS, int Crews>
+// Phase two, every thread, after a barrier that completes phase one: thread c < hs casts column c
+// of the staged tile into the staged codes, adding its rows in order (its partial sum, where
+// codes.column_partials is given) and folding max |x| into the amax.
+template <typename T, int HS>
 __device__ __noinline__ void cast_staged_tile(const AttentionCodes& codes, const CodesTile& tile,
-                                              unsigned char* shared) {
+                                     unsigned char* shared) {
   static_assert(HS <= kThreads, "a thread a column");
   const T* const staged = reinterpret_cast<const T*>(shared);
   unsigned char* const staged_codes = shared + kStagedTileBytes<T, HS>;
-  const int column = crew_thread<Crews>();
+  const int column = static_cast<int>(threadIdx.x);
   const float scale = *codes.scale;
   float largest = 0.0f;
   if (column < tile.hs) {
@@ -85,14 +84,14 @@ __device__ __noinline__ void cast_staged_tile(const AttentionCodes& codes, const
   if (threadIdx.x % 32 == 0) max_into(codes.amax, largest);
 }
 
-// Phase three, every thread of a crew, after a barrier that completes phase two: the staged codes
-// by rows and transposed.
-template <typename T, int HS, int Crews>
+// Phase three, every thread, after a barrier that completes phase two: the staged codes by rows
+// and transposed.
+template <typename T, int HS>
 __device__ __noinline__ void store_tile_codes(const AttentionCodes& codes, const CodesTile& tile,
-                                              const unsigned char* shared_tile) {
+                                     const unsigned char* shared_tile) {
   const unsigned char* const shared = shared_tile + kStagedTileBytes<T, HS>;
   const int chunks = tile.hs / 8;  // by rows: 8 bytes a thread
-  for (int i = crew_thread<Crews>(); i < tile.rows * chunks; i += kThreads) {
+  for (int i = static_cast<int>(threadIdx.x); i < tile.rows * chunks; i += kThreads) {
     const int row = i / chunks, chunk = i % chunks;
     *reinterpret_cast<uint2*>(codes.rows + (tile.row0 + row) * tile.N + tile.column0 + chunk * 8) =
         *reinterpret_cast<const uint2*>(shared + row * kCodesPitch<HS> + chunk * 8);
@@ -102,37 +101,32 @@ __device__ __noinline__ void store_tile_codes(const AttentionCodes& codes, const
   if (!codes.columns) return;
   if (tile.row0 % 16 == 0 && tile.rows % 16 == 0) {
     const int pieces = tile.rows / 16;
-    for (int i = crew_thread<Crews>(); i < tile.hs * pieces; i += kThreads) {
+    for (int i = static_cast<int>(threadIdx.x); i < tile.hs * pieces; i += kThreads) {
       const int column = i / pieces, first = i % pieces * 16;
       *reinterpret_cast<uint4*>(codes.columns + (tile.column0 + column) * tile.M + tile.row0 + first) =
           column_piece(shared + first * kCodesPitch<HS> + column, kCodesPitch<HS>);
     }
   } else {
-    for (int i = crew_thread<Crews>(); i < tile.hs * tile.rows; i += kThreads) {
+    for (int i = static_cast<int>(threadIdx.x); i < tile.hs * tile.rows; i += kThreads) {
       const int column = i / tile.rows, row = i % tile.rows;
       codes.columns[(tile.column0 + column) * tile.M + tile.row0 + row] = shared[row * kCodesPitch<HS> + column];
     }
   }
 }
 
-// The three phases for each crew's one tile of part `part` of `parts` (codes_tile), from position
-// `first` (the crew's), barriers included, crew c staging at c kTileCodesSharedBytes<T, HS> bytes
-// into `shared`; a crew whose tile starts past the sequence only keeps the barriers. Call with
-// every thread of the block, after the kernel's last read of its tiles, with every warp's
+// The three phases for a block's one tile of part `part` of `parts` (codes_tile), from position
+// `first`, barriers included: call after the kernel's last read of its tiles, with every warp's
 // accumulators final.
-template <typename T, int HS, int Crews = 1>
-__device__ void write_tile_codes(const float (&acc)[HS / 8][4], const float (&factor)[2],
-                                 const AttentionCodes& codes, int NH, int T_, int hs, int first,
-                                 int part, int parts, unsigned char* shared) {
-  const bool present = first < T_;
-  unsigned char* const staging = shared + crew<Crews>() * kTileCodesSharedBytes<T, HS>;
+template <typename T, int HS>
+__device__ void write_tile_codes(const float (&acc)[HS / 8][4], const float (&factor)[2], const AttentionCodes& codes,
+                                 int NH, int T_, int hs, int first, int part, int parts, unsigned char* shared) {
   __syncthreads();  // no warp still reads the tiles, whose memory now stages this one
-  if (present) stage_tile<T, HS, Crews>(acc, factor, min(kTileRows, T_ - first), hs, staging);
+  stage_tile<T, HS>(acc, factor, min(kTileRows, T_ - first), hs, shared);
   __syncthreads();
   const CodesTile tile = codes_tile(NH, T_, hs, first, part, parts);
-  if (present) cast_staged_tile<T, HS, Crews>(codes, tile, staging);
+  cast_staged_tile<T, HS>(codes, tile, shared);
   __syncthreads();
-  if (present) store_tile_codes<T, HS, Crews>(codes, tile, staging);
+  store_tile_codes<T, HS>(codes, tile, shared);
 }
 
 }  // namespace kiln::cuda::flash

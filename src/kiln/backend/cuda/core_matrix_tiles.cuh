@@ -19,22 +19,18 @@ template <typename T, int HS>
 struct CoreMatrixTiles {
   static constexpr int kTile = kTileRows * HS;
   static constexpr uint32_t kRowGroupBytes = 128, kColumnGroupBytes = kTileRows * 16;
-  // One query tile a forward block (PaddedTiles has two at heads of 64 to share its fragment loads;
+  // One query tile a forward block, as PaddedTiles (whose two-tile form shared its fragment loads;
   // wgmma reads both operands from shared memory, so has none to share). Its forward kernel
   // (flash_forward.cu) overlaps products with the softmax instead, so the forms for R row groups
   // a warp (PaddedTiles' scores_from_tiles and accumulate_tiles) have no counterpart here.
   static constexpr int kForwardQueryTiles = 1;
-  // One crew a backward block: the products here take a block's one warpgroup's A rows from the
-  // tile they are given, and a second crew would need its own tile passed (not built).
-  static constexpr int kBackwardCrews = 1;
   static __device__ int offset(int row, int column) {
     return (column / 8 * 8 + row / 8) * 64 + row % 8 * 8 + column % 8;
   }
   // The copy of copy_tile (flash_tiles.cuh) into this layout: two threads per row take the 32
   // contiguous bytes of a pair of column groups (whole sectors of global memory).
-  template <int Crews = 1>
   static __device__ void copy(T* tile, const T* source, int rows, int64_t stride, int hs) {
-    for (int chunk = crew_thread<Crews>(); chunk < kTileRows * HS / 8; chunk += kThreads) {
+    for (int chunk = static_cast<int>(threadIdx.x); chunk < kTileRows * HS / 8; chunk += kThreads) {
       const int row = chunk / 2 % kTileRows, column = (chunk / (2 * kTileRows) * 2 + chunk % 2) * 8;
       const bool inside = row < rows && column < hs;
       copy_async_16(tile + offset(row, column), inside ? source + row * stride + column : source,

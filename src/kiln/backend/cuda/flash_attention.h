@@ -5,8 +5,7 @@
 // like kernels.h. Other head sizes and GPUs: general_attention.h.
 //
 // Tiles of 64 queries x 64 keys, 64 or 128 channels wide (heads of 64 and 128 fill them; narrower
-// heads, e.g. 24 or 80, are zero-padded to the next width; the mma.sync forward takes two query
-// tiles a block at widths of 64); four warps; mma.sync products with
+// heads, e.g. 24 or 80, are zero-padded to the next width); four warps; mma.sync products with
 // every fragment in registers, fp32 accumulation and softmax statistics; streamed tiles
 // double-buffered by cp.async (flash_tiles.cuh). Forward: flash_forward.cu. On an H100/H200 built
 // with sm_90a code the products of both are wgmma instead of mma.sync (core_matrix_tiles.cuh). Backward

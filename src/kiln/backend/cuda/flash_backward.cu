@@ -1,31 +1,25 @@
 // Fused attention backward on tensor cores (flash_attention.h; the forward is flash_forward.cu),
 // with every product's fragments in registers (mma.sync, flash_tiles.cuh; on Hopper wgmma,
-// core_matrix_tiles.cuh, which reads a block's own tiles from shared memory instead). D =
-// rowsum(dout * out) first (general_attention.h), then, deterministic (the default), two kernels
-// (Dao 2023 Algorithm 2, split so that no two blocks write one gradient row: no atomics, 7 products
-// per pair of tiles), or else one kernel that also adds dQ (5 products per pair, Algorithm 2 as
-// written). All recompute P = exp(s - lse) from the saved log-sum-exp, in base 2 with the scale
-// folded in, and round P to 16 bits as the forward's P V product did.
+// core_matrix_tiles.cuh, which reads a block's own tiles from shared memory instead). D = rowsum(dout * out)
+// first (general_attention.h), then, deterministic (the default), two kernels (Dao 2023 Algorithm
+// 2, split so that no two blocks write one gradient row: no atomics, 7 products per pair of tiles),
+// or else one kernel that also adds dQ (5 products per pair, Algorithm 2 as written). All recompute
+// P = exp(s - lse) from the saved log-sum-exp, in base 2 with the scale folded in, and round P to
+// 16 bits as the forward's P V product did.
 //
-// Key kernel, warp w owning keys [16w, 16w + 16) of its block's, looping over the query tiles
-// that see them: S^T = K Q^T, P^T, dV += P^T dO; dP^T = V dO^T, dS^T = P^T (dP^T - D) scale,
+// Key kernel, one block per 64 keys, warp w owning keys [16w, 16w + 16), looping over the query
+// tiles that see them: S^T = K Q^T, P^T, dV += P^T dO; dP^T = V dO^T, dS^T = P^T (dP^T - D) scale,
 // dK += dS^T Q. With the warp's rows being keys, P^T and dS^T come out of their products in the
 // accumulator layout that is the A operand of the next product, so neither leaves registers; the
 // per-query lse and D are read from shared memory by column.
-// Query kernel, warp w owning queries [16w, 16w + 16) of its block's, looping over the key tiles
-// they see: S = Q K^T, P, dP = dO V^T, dS = P (dP - D) scale, dQ += dS K.
-// Deterministic at heads of 64 on mma.sync, each block is two crews of four warps (flash_tiles.cuh;
-// elsewhere one), each owning a 64-row tile of the block's 128 keys or queries, so that each tile
-// the block streams through L2 serves 128 rows: those tiles are most of the kernels' L2 traffic
-// (16 KB a pair of 64 x 64 tiles with one crew, 8 KB with two), and FlashAttention-2's backward
-// likewise takes 128 keys a block. A crew skips the streamed tiles none of its rows meet (causal,
-// or past the sequence's end).
-// Not deterministic: the key kernel, one crew a block, also writes each pair's dS^T into shared
-// memory and forms dQ_tile = dS K from it (dS read transposed: ldmatrix.trans, or wgmma's M-major
-// A), added into fp32 sums [B*T, C] with atomic adds (so the order, and the sums' rounding, varies
-// from run to run); the sums are zeroed before and rounded into dqkv after
-// (query_gradient_from_sums_kernel). This saves the query kernel's two products and exponentials
-// per pair (its S and dP again) for a pass over the sums: zeroed, added to in L2, read once.
+// Query kernel, one block per 64 queries, warp w owning queries [16w, 16w + 16), looping over the
+// key tiles they see: S = Q K^T, P, dP = dO V^T, dS = P (dP - D) scale, dQ += dS K.
+// Not deterministic: the key kernel also writes each pair's dS^T into shared memory and forms
+// dQ_tile = dS K from it (dS read transposed: ldmatrix.trans, or wgmma's M-major A), added into fp32
+// sums [B*T, C] with atomic adds (so the order, and the sums' rounding, varies from run to run);
+// the sums are zeroed before and rounded into dqkv after (query_gradient_from_sums_kernel). This
+// saves the query kernel's two products and exponentials per pair (its S and dP again) for a pass
+// over the sums: zeroed, added to in L2, read once.
 // The tiles a kernel streams (Q and dO, or K and V) are double-buffered by cp.async, with one
 // __syncthreads per tile; its own tiles stay in shared memory and their A fragments are read from
 // there per product, which keeps the head-128 kernels within the register file.
@@ -50,62 +44,40 @@ namespace kiln::cuda {
 namespace flash {
 namespace {
 
-// The crews of a block: the key kernel that adds dQ has one (its dS^T tile and dQ products are
-// laid out for one crew's 64 keys).
-template <typename Tiles, bool AddsQueryGradient = false>
-constexpr int kCrews = AddsQueryGradient ? 1 : Tiles::kBackwardCrews;
-
-// The key kernel keeps a crew's K and V tiles (all crews' K, then their V) and streams Q and dO,
-// then stages the per-query lse and D of both buffers after the tiles; the query kernel keeps Q and
-// dO likewise and streams K and V.
-template <typename T, typename Tiles, int Crews>
-using BackwardTiles = SharedTiles<T, Tiles, 2 * Crews>;
+// The key kernel keeps K and V and streams Q and dO, then stages the per-query lse and D of both
+// buffers after the tiles; the query kernel keeps Q and dO and streams K and V.
+template <typename T, typename Tiles>
+using BackwardTiles = SharedTiles<T, Tiles, 2>;
 
 // The key kernel that adds dQ also keeps a score tile for dS^T after the statistics.
 template <typename T, typename Tiles, bool AddsQueryGradient = false>
 constexpr size_t backward_shared_bytes() {
-  return BackwardTiles<T, Tiles, kCrews<Tiles, AddsQueryGradient>>::kBytes +
-         4 * kTileRows * sizeof(float) + (AddsQueryGradient ? Tiles::kScoreTile * sizeof(T) : 0);
+  return BackwardTiles<T, Tiles>::kBytes + 4 * kTileRows * sizeof(float) +
+         (AddsQueryGradient ? Tiles::kScoreTile * sizeof(T) : 0);
 }
 static_assert(kTileRows == kAttentionGradientTileRows);  // the column sums' partial rows
-// The codes of a crew's gradient tiles fit in its part of the tiles' memory: two a crew (dk, dv) in
-// the key kernel, one (dq) in the query kernel.
-template <typename Tiles, int HS>
-constexpr bool kCodesFitInTiles = BackwardTiles<__half, Tiles, Tiles::kBackwardCrews>::kBytes >=
-                                  2 * Tiles::kBackwardCrews* kTileCodesSharedBytes<__half, HS>&&
-                                          BackwardTiles<__half, Tiles, 1>::kBytes >=
-                                  2 * kTileCodesSharedBytes<__half, HS>;
-static_assert(kCodesFitInTiles<PaddedTiles<__half, 64>, 64> &&
-              kCodesFitInTiles<PaddedTiles<__half, 128>, 128> &&
-              kCodesFitInTiles<CoreMatrixTiles<__half, 64>, 64> &&
-              kCodesFitInTiles<CoreMatrixTiles<__half, 128>, 128>);
+// The key kernel's two tiles of codes (dk, dv) fit in its tiles' memory, as does the query kernel's one.
+template <int HS>
+constexpr bool kCodesFitInTiles =
+    BackwardTiles<__half, PaddedTiles<__half, HS>>::kBytes >= 2 * kTileCodesSharedBytes<__half, HS> &&
+    BackwardTiles<__half, CoreMatrixTiles<__half, HS>>::kBytes >= 2 * kTileCodesSharedBytes<__half, HS>;
+static_assert(kCodesFitInTiles<64> && kCodesFitInTiles<128>);
 
-// Whether a crew's 64 rows from `own0` meet any of the streamed tile's 64 from `streamed0`: its
-// rows start inside the sequence and, causal, its keys are not all after its queries (own rows are
-// keys in the key kernel, queries in the query kernel).
-__device__ __forceinline__ bool crew_meets_tile(bool own_are_keys, int own0, int streamed0, int T_,
-                                                bool causal) {
-  const int k0 = own_are_keys ? own0 : streamed0, q0 = own_are_keys ? streamed0 : own0;
-  return own0 < T_ && !(causal && k0 > q0 + kTileRows - 1);
-}
-
-// At head 64, ptxas left to itself aims at three blocks per SM and spills; two blocks of one crew
-// is what its registers allow anyway (about 170 a thread), so it is told two (one of two crews).
-// At head 128 (0: no minimum) its own choice has no spills; a minimum there made it spill.
+// At head 64, ptxas left to itself aims at three blocks per SM and spills; two blocks is what its
+// registers allow anyway (about 170 a thread), so it is told two. At head 128 (0: no minimum) its
+// own choice has no spills; a minimum there made it spill.
 // With AddsQueryGradient the kernel also adds each pair's dS K into dq_sums (dqkv's q part is left
 // to query_gradient_from_sums_kernel); else dq_sums is unused.
 template <typename T, int HS, typename Tiles, bool AddsQueryGradient>
-__global__ void __launch_bounds__(kCrews<Tiles, AddsQueryGradient> * kThreads,
-                                  HS == 64 ? 2 / kCrews<Tiles, AddsQueryGradient> : 0)
-    key_gradients_kernel(T* dqkv, [[maybe_unused]] float* dq_sums, const T* dout, const T* qkv,
-                         const float* lse, const float* row_dots, const int32_t* key_mask, int NH,
-                         int T_, int hs, bool causal, float scale, AttentionCodes codes) {
+__global__ void __launch_bounds__(kThreads, HS == 64 ? 2 : 0)
+    key_gradients_kernel(T* dqkv, [[maybe_unused]] float* dq_sums, const T* dout, const T* qkv, const float* lse,
+                         const float* row_dots, const int32_t* key_mask, int NH, int T_, int hs,
+                         bool causal, float scale, AttentionCodes codes) {
 #if KILN_TENSOR_CORE_BODIES
-  constexpr int kBlockCrews = kCrews<Tiles, AddsQueryGradient>;
   KILN_DYNAMIC_SHARED_MEMORY(shared);
-  const BackwardTiles<T, Tiles, kBlockCrews> tiles_at{reinterpret_cast<T*>(shared)};
-  T* const k = tiles_at.own(0);            // the crews' K tiles, one after another
-  T* const v = tiles_at.own(kBlockCrews);  // and their V tiles
+  const BackwardTiles<T, Tiles> tiles_at{reinterpret_cast<T*>(shared)};
+  T* const k = tiles_at.own(0);
+  T* const v = tiles_at.own(1);
   const auto queries = [&](int buffer) { return tiles_at.first(buffer); };
   const auto gradients = [&](int buffer) { return tiles_at.second(buffer); };
   // Per buffer: the tile's 64 lse values (base-2 units), then its 64 D values.
@@ -117,9 +89,7 @@ __global__ void __launch_bounds__(kCrews<Tiles, AddsQueryGradient> * kThreads,
   // 128 registers, ptxas had to inject warpgroup fences to fit it: C7519).
   constexpr bool kEarlyScoreGradients = Tiles::kAsynchronous && HS == 64;
   const Head head(NH, T_, hs);
-  const int k0 = static_cast<int>(blockIdx.x) * kBlockCrews * kTileRows;  // the block's first key
-  const int own_crew = crew<kBlockCrews>();
-  const int crew_k0 = k0 + own_crew * kTileRows;  // this crew's keys
+  const int k0 = static_cast<int>(blockIdx.x) * kTileRows;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int in_group = lane % 4;
   const T* sequence = qkv + head.qkv_offset;
@@ -128,10 +98,8 @@ __global__ void __launch_bounds__(kCrews<Tiles, AddsQueryGradient> * kThreads,
   const Visibility visible{T_, causal, key_mask ? key_mask + head.key_mask_offset : nullptr};
   const float scale_log2 = scale * kLog2E;
   // Thread i < 64 stages lse of query q0 + i (in base-2 units), thread 64 + i its D times scale
-  // (dS^T below is then P^T (dP^T scale - D scale), one multiply-add and a multiply an element):
-  // the first crew's threads.
-  const bool stages = kBlockCrews == 1 || threadIdx.x < 2 * kTileRows,
-             stages_lse = threadIdx.x < kTileRows;
+  // (dS^T below is then P^T (dP^T scale - D scale), one multiply-add and a multiply an element).
+  const bool stages_lse = threadIdx.x < kTileRows;
   const float* staged = (stages_lse ? lse : row_dots) + head.statistics_offset;
   const float staged_scale = stages_lse ? kLog2E : scale;
   const auto statistic = [&](int q0) {
@@ -141,29 +109,14 @@ __global__ void __launch_bounds__(kCrews<Tiles, AddsQueryGradient> * kThreads,
 
   const int first_query = causal ? k0 : 0;  // earlier queries see none of these keys
   const int tiles = (T_ - first_query + kTileRows - 1) / kTileRows;
-  // Each crew copies its own tiles; the first crew copies the streamed Q tiles, the last the dO
-  // ones. Captured by value: by reference, the head-128 mma.sync kernel that adds dQ spilled 36
-  // bytes in bf16 (none this way) and 24-32 in fp16 (8-16), at 255 registers (sm_90a).
-  const auto copy_streamed = [=](int buffer, int first) {
-    if (own_crew == 0)
-      Tiles::template copy<kBlockCrews>(queries(buffer),
-                                        sequence + static_cast<int64_t>(first) * head.stride,
-                                        T_ - first, head.stride, hs);
-    if (own_crew == kBlockCrews - 1)
-      Tiles::template copy<kBlockCrews>(gradients(buffer),
-                                        gradient + static_cast<int64_t>(first) * head.C, T_ - first,
-                                        head.C, hs);
-  };
-  if (kBlockCrews == 1 || crew_k0 < T_) {  // a block's first crew has keys
-    const int64_t own = static_cast<int64_t>(crew_k0) * head.stride;
-    Tiles::template copy<kBlockCrews>(k + own_crew * Tiles::kTile, sequence + head.C + own,
-                                      T_ - crew_k0, head.stride, hs);
-    Tiles::template copy<kBlockCrews>(v + own_crew * Tiles::kTile, sequence + 2 * head.C + own,
-                                      T_ - crew_k0, head.stride, hs);
-  }
-  copy_streamed(0, first_query);
+  Tiles::copy(k, sequence + head.C + static_cast<int64_t>(k0) * head.stride, T_ - k0, head.stride, hs);
+  Tiles::copy(v, sequence + 2 * head.C + static_cast<int64_t>(k0) * head.stride, T_ - k0, head.stride, hs);
+  Tiles::copy(queries(0), sequence + static_cast<int64_t>(first_query) * head.stride, T_ - first_query,
+              head.stride, hs);
+  Tiles::copy(gradients(0), gradient + static_cast<int64_t>(first_query) * head.C, T_ - first_query, head.C,
+              hs);
   copy_commit();
-  if (stages) statistics[threadIdx.x] = statistic(first_query);
+  statistics[threadIdx.x] = statistic(first_query);
 
   float dk[HS / 8][4], dv[HS / 8][4];
   zero(dk);
@@ -176,16 +129,13 @@ __global__ void __launch_bounds__(kCrews<Tiles, AddsQueryGradient> * kThreads,
     __syncthreads();  // this tile landed for every thread; no warp still reads the other buffer
     float next_statistic = 0.0f;
     if (tile + 1 < tiles) {
-      copy_streamed(1 - buffer, q0 + kTileRows);
+      const int next = q0 + kTileRows;
+      Tiles::copy(queries(1 - buffer), sequence + static_cast<int64_t>(next) * head.stride, T_ - next,
+                  head.stride, hs);
+      Tiles::copy(gradients(1 - buffer), gradient + static_cast<int64_t>(next) * head.C, T_ - next, head.C,
+                  hs);
       copy_commit();
-      if (stages)
-        next_statistic = statistic(q0 + kTileRows);  // stored once this tile's products are issued
-    }
-    if (kBlockCrews > 1 &&
-        !crew_meets_tile(true, crew_k0, q0, T_, causal)) {  // one crew meets every tile
-      if (stages && tile + 1 < tiles)
-        statistics[(1 - buffer) * 2 * kTileRows + threadIdx.x] = next_statistic;
-      continue;
+      next_statistic = statistic(next);  // stored once this tile's products are issued
     }
     const float* tile_lse = statistics + buffer * 2 * kTileRows;
     const float* tile_dots = tile_lse + kTileRows;
@@ -201,7 +151,7 @@ __global__ void __launch_bounds__(kCrews<Tiles, AddsQueryGradient> * kThreads,
     // Query columns past the sequence's end need no mask: their Q and dO rows are zeros and their
     // lse and D are staged as 0, so P^T = 1 and dS^T = 0 there, finite values that meet only the
     // zero rows of dO and Q.
-    const bool masked = tile_hides_keys(key_mask != nullptr, causal, q0, crew_k0, T_);
+    const bool masked = tile_hides_keys(key_mask != nullptr, causal, q0, k0, T_);
     for_each_element(s, [&](float& score, int row, int column) {  // P^T
       const float row_lse = tile_lse[column];
       const bool seen =
@@ -237,79 +187,61 @@ __global__ void __launch_bounds__(kCrews<Tiles, AddsQueryGradient> * kThreads,
       }
     }
     Tiles::finish(dk);
-    if (stages && tile + 1 < tiles)
-      statistics[(1 - buffer) * 2 * kTileRows + threadIdx.x] = next_statistic;
+    if (tile + 1 < tiles) statistics[(1 - buffer) * 2 * kTileRows + threadIdx.x] = next_statistic;
   }
 
-  const float unscaled[2] = {1.0f, 1.0f};
-  if (codes.rows) {   // as write_tile_codes, for dk and dv together, the crew's two tiles side by
-                      // side
-    __syncthreads();  // no warp still reads the tiles, whose memory now stages the gradients
-    unsigned char* const staged_dk = shared + own_crew * 2 * kTileCodesSharedBytes<T, HS>;
-    unsigned char* const staged_dv = staged_dk + kTileCodesSharedBytes<T, HS>;
-    const bool present = kBlockCrews == 1 || crew_k0 < T_;
-    if (present) {
-      stage_tile<T, HS, kBlockCrews>(dk, unscaled, min(kTileRows, T_ - crew_k0), hs, staged_dk);
-      stage_tile<T, HS, kBlockCrews>(dv, unscaled, min(kTileRows, T_ - crew_k0), hs, staged_dv);
-    }
+  if (codes.rows) {
+    __syncthreads();  // no warp still reads the tiles, whose memory now stages the gradient
+    unsigned char* const staged_dv = shared + kTileCodesSharedBytes<T, HS>;
+    const int rows = min(kTileRows, T_ - k0);
+    const float unscaled[2] = {1.0f, 1.0f};
+    stage_tile<T, HS>(dk, unscaled, rows, hs, shared);
+    stage_tile<T, HS>(dv, unscaled, rows, hs, staged_dv);
     __syncthreads();
-    const CodesTile dk_tile = codes_tile(NH, T_, hs, crew_k0, 1, 3),
-                    dv_tile = codes_tile(NH, T_, hs, crew_k0, 2, 3);
-    if (present) {
-      cast_staged_tile<T, HS, kBlockCrews>(codes, dk_tile, staged_dk);
-      cast_staged_tile<T, HS, kBlockCrews>(codes, dv_tile, staged_dv);
-    }
+    const CodesTile dk_tile = codes_tile(NH, T_, hs, k0, 1, 3), dv_tile = codes_tile(NH, T_, hs, k0, 2, 3);
+    cast_staged_tile<T, HS>(codes, dk_tile, shared);
+    cast_staged_tile<T, HS>(codes, dv_tile, staged_dv);
     __syncthreads();
-    if (present) {
-      store_tile_codes<T, HS, kBlockCrews>(codes, dk_tile, staged_dk);
-      store_tile_codes<T, HS, kBlockCrews>(codes, dv_tile, staged_dv);
-    }
+    store_tile_codes<T, HS>(codes, dk_tile, shared);
+    store_tile_codes<T, HS>(codes, dv_tile, staged_dv);
     return;
   }
+  const float unscaled[2] = {1.0f, 1.0f};
   T* rows = dqkv + head.qkv_offset;
   store_rows<T, HS>(rows + head.C, head.stride, T_, hs, k0 + warp * 16, dk, unscaled);
   store_rows<T, HS>(rows + 2 * head.C, head.stride, T_, hs, k0 + warp * 16, dv, unscaled);
 #endif
 }
 
-// A block's dQ tiles, every warp's 16 rows final (the block's rows from q0): stored into dqkv's q
-// part, or with fp8 codes written only as codes (attention_tile_codes.cuh, in `shared`:
-// kTileCodesSharedBytes<T, HS> a crew).
-template <typename T, int HS, int Crews>
-__device__ void store_query_gradient(const float (&dq)[HS / 8][4], T* dqkv, const Head& head,
-                                     int NH, int T_, int hs, int q0, const AttentionCodes& codes,
-                                     unsigned char* shared) {
+// A block's dQ tile, every warp's 16 rows final: stored into dqkv's q part, or with fp8 codes
+// written only as codes (attention_tile_codes.cuh, in `shared`: kTileCodesSharedBytes<T, HS>).
+template <typename T, int HS>
+__device__ void store_query_gradient(const float (&dq)[HS / 8][4], T* dqkv, const Head& head, int NH, int T_, int hs,
+                                     int q0, const AttentionCodes& codes, unsigned char* shared) {
   const float unscaled[2] = {1.0f, 1.0f};
   if (codes.rows) {
-    write_tile_codes<T, HS, Crews>(dq, unscaled, codes, NH, T_, hs, q0 + crew<Crews>() * kTileRows,
-                                   0, 3, shared);
+    write_tile_codes<T, HS>(dq, unscaled, codes, NH, T_, hs, q0, 0, 3, shared);
     return;
   }
   store_rows<T, HS>(dqkv + head.qkv_offset, head.stride, T_, hs, q0 + static_cast<int>(threadIdx.x) / 32 * 16, dq,
                     unscaled);
 }
 
-// With two crews (head 64) ptxas takes 176 registers: one block of 8 warps an SM, as the key
-// kernel (one crew took 146, three blocks of 4 warps). Bounded to two blocks (128 registers), it
-// spilled 12-16 bytes (sm_90a), which tests/support/check_ptxas_report.sh refuses.
 template <typename T, int HS, typename Tiles>
-__global__ void __launch_bounds__(Tiles::kBackwardCrews * kThreads)
+__global__ void __launch_bounds__(kThreads)
     query_gradients_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
                            const float* row_dots, const int32_t* key_mask, int NH, int T_, int hs,
                            bool causal, float scale, AttentionCodes codes) {
 #if KILN_TENSOR_CORE_BODIES
-  constexpr int kBlockCrews = Tiles::kBackwardCrews;
   KILN_DYNAMIC_SHARED_MEMORY(shared);
-  const BackwardTiles<T, Tiles, kBlockCrews> tiles_at{reinterpret_cast<T*>(shared)};
-  T* const q = tiles_at.own(0);            // the crews' Q tiles, one after another
-  T* const g = tiles_at.own(kBlockCrews);  // and their dO tiles
+  const BackwardTiles<T, Tiles> tiles_at{reinterpret_cast<T*>(shared)};
+  T* const q = tiles_at.own(0);
+  T* const g = tiles_at.own(1);
   const auto keys = [&](int buffer) { return tiles_at.first(buffer); };
   const auto values = [&](int buffer) { return tiles_at.second(buffer); };
 
   const Head head(NH, T_, hs);
-  const int q0 = static_cast<int>(blockIdx.x) * kBlockCrews * kTileRows;  // the block's first query
-  const int own_crew = crew<kBlockCrews>();
-  const int crew_q0 = q0 + own_crew * kTileRows;  // this crew's queries
+  const int q0 = static_cast<int>(blockIdx.x) * kTileRows;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int group = lane / 4;
   const T* sequence = qkv + head.qkv_offset;
@@ -324,29 +256,12 @@ __global__ void __launch_bounds__(Tiles::kBackwardCrews * kThreads)
     row_dot[r] = query < T_ ? row_dots[head.statistics_offset + query] * scale : 0.0f;
   }
 
-  const int key_end = causal ? min(T_, q0 + kBlockCrews * kTileRows) : T_;
+  const int key_end = causal ? min(T_, q0 + kTileRows) : T_;
   const int tiles = (key_end + kTileRows - 1) / kTileRows;
-  // Each crew copies its own tiles; the first crew copies the streamed K tiles, the last the V
-  // ones (captured by value, as the key kernel's).
-  const auto copy_streamed = [=](int buffer, int first) {
-    const int64_t offset = static_cast<int64_t>(first) * head.stride;
-    if (own_crew == 0)
-      Tiles::template copy<kBlockCrews>(keys(buffer), sequence + head.C + offset, T_ - first,
-                                        head.stride, hs);
-    if (own_crew == kBlockCrews - 1)
-      Tiles::template copy<kBlockCrews>(values(buffer), sequence + 2 * head.C + offset, T_ - first,
-                                        head.stride, hs);
-  };
-  if (kBlockCrews == 1 || crew_q0 < T_) {  // a block's first crew has queries
-    Tiles::template copy<kBlockCrews>(q + own_crew * Tiles::kTile,
-                                      sequence + static_cast<int64_t>(crew_q0) * head.stride,
-                                      T_ - crew_q0, head.stride, hs);
-    Tiles::template copy<kBlockCrews>(
-        g + own_crew * Tiles::kTile,
-        dout + head.output_offset + static_cast<int64_t>(crew_q0) * head.C, T_ - crew_q0, head.C,
-        hs);
-  }
-  copy_streamed(0, 0);
+  Tiles::copy(q, sequence + static_cast<int64_t>(q0) * head.stride, T_ - q0, head.stride, hs);
+  Tiles::copy(g, dout + head.output_offset + static_cast<int64_t>(q0) * head.C, T_ - q0, head.C, hs);
+  Tiles::copy(keys(0), sequence + head.C, T_, head.stride, hs);
+  Tiles::copy(values(0), sequence + 2 * head.C, T_, head.stride, hs);
   copy_commit();
 
   float dq[HS / 8][4];
@@ -357,17 +272,17 @@ __global__ void __launch_bounds__(Tiles::kBackwardCrews * kThreads)
     Tiles::landed();
     __syncthreads();  // this tile landed for every thread; no warp still reads the other buffer
     if (tile + 1 < tiles) {
-      copy_streamed(1 - buffer, k0 + kTileRows);
+      const int64_t next = static_cast<int64_t>(k0 + kTileRows) * head.stride;
+      Tiles::copy(keys(1 - buffer), sequence + head.C + next, T_ - k0 - kTileRows, head.stride, hs);
+      Tiles::copy(values(1 - buffer), sequence + 2 * head.C + next, T_ - k0 - kTileRows, head.stride, hs);
       copy_commit();
     }
-    if (kBlockCrews > 1 && !crew_meets_tile(false, crew_q0, k0, T_, causal))
-      continue;  // one crew meets each
     // S = Q K^T and dP = dO V^T, independent products, in flight together.
     float s[kTileRows / 8][4], dp[kTileRows / 8][4];
     Tiles::start_scores_from_tile(s, q, keys(buffer));
     Tiles::start_scores_from_tile(dp, g, values(buffer));
     Tiles::finish_all_but_newest(s);  // dP on the tensor cores under P's exponentials
-    const bool masked = tile_hides_keys(key_mask != nullptr, causal, crew_q0, k0, T_);
+    const bool masked = tile_hides_keys(key_mask != nullptr, causal, q0, k0, T_);
     for_each_element(s, [&](float& score, int row, int column) {  // P
       const float lse_row = row < 8 ? row_lse[0] : row_lse[1];
       const bool seen =
@@ -384,7 +299,7 @@ __global__ void __launch_bounds__(Tiles::kBackwardCrews * kThreads)
     pack_fragments<T>(ds, dp);
     Tiles::accumulate(dq, ds, keys(buffer));  // dQ += dS K
   }
-  store_query_gradient<T, HS, kBlockCrews>(dq, dqkv, head, NH, T_, hs, q0, codes, shared);
+  store_query_gradient<T, HS>(dq, dqkv, head, NH, T_, hs, q0, codes, shared);
 #endif
 }
 
@@ -400,7 +315,7 @@ __global__ void __launch_bounds__(kThreads)
   const int q0 = static_cast<int>(blockIdx.x) * kTileRows;
   float dq[HS / 8][4];
   load_rows<HS>(dq, dq_sums + head.output_offset, head.C, T_, hs, q0 + static_cast<int>(threadIdx.x) / 32 * 16);
-  store_query_gradient<T, HS, 1>(dq, dqkv, head, NH, T_, hs, q0, codes, shared);
+  store_query_gradient<T, HS>(dq, dqkv, head, NH, T_, hs, q0, codes, shared);
 #endif
 }
 
@@ -416,27 +331,23 @@ int backward(void* dqkv, const void* dout, const void* qkv, const void* out, con
              float scale, void* workspace, bool deterministic, const AttentionCodes& codes) {
   auto* row_dots = static_cast<float*>(workspace);
   if (const int status = attention_row_dots(row_dots, dout, out, kind, B, seq, NH, hs)) return status;
-  // A block per `crews` tiles of 64 rows, a crew of kThreads threads each.
-  const auto grid = [&](int crews) {
-    return dim3(static_cast<unsigned>((seq + crews * kTileRows - 1) / (crews * kTileRows)),
-                static_cast<unsigned>(B * NH));
-  };
-  const auto launch_key_kernel = [&](auto kernel, int crews, size_t bytes, float* dq_sums) {
-    launch(kernel, grid(crews), crews * kThreads, bytes, static_cast<T*>(dqkv), dq_sums,
-           static_cast<const T*>(dout), static_cast<const T*>(qkv), lse, row_dots, key_mask,
-           static_cast<int>(NH), static_cast<int>(seq), static_cast<int>(hs), causal, scale, codes);
+  const dim3 grid(static_cast<unsigned>((seq + kTileRows - 1) / kTileRows),
+                  static_cast<unsigned>(B * NH));
+  const auto launch_key_kernel = [&](auto kernel, size_t bytes, float* dq_sums) {
+    launch(kernel, grid, kThreads, bytes, static_cast<T*>(dqkv), dq_sums, static_cast<const T*>(dout),
+           static_cast<const T*>(qkv), lse, row_dots, key_mask, static_cast<int>(NH), static_cast<int>(seq),
+           static_cast<int>(hs), causal, scale, codes);
   };
   if (deterministic) {
-    constexpr int crews = kCrews<Tiles>;
     constexpr size_t bytes = backward_shared_bytes<T, Tiles>();
     const auto key_kernel = key_gradients_kernel<T, HS, Tiles, false>;
     const auto query_kernel = query_gradients_kernel<T, HS, Tiles>;
     if (const int status = allow_shared_bytes(key_kernel, bytes)) return status;
     if (const int status = allow_shared_bytes(query_kernel, bytes)) return status;
-    launch_key_kernel(key_kernel, crews, bytes, nullptr);
-    launch(query_kernel, grid(crews), crews * kThreads, bytes, static_cast<T*>(dqkv),
-           static_cast<const T*>(dout), static_cast<const T*>(qkv), lse, row_dots, key_mask,
-           static_cast<int>(NH), static_cast<int>(seq), static_cast<int>(hs), causal, scale, codes);
+    launch_key_kernel(key_kernel, bytes, nullptr);
+    launch(query_kernel, grid, kThreads, bytes, static_cast<T*>(dqkv), static_cast<const T*>(dout),
+           static_cast<const T*>(qkv), lse, row_dots, key_mask, static_cast<int>(NH), static_cast<int>(seq),
+           static_cast<int>(hs), causal, scale, codes);
     return static_cast<int>(cudaGetLastError());
   }
   auto* dq_sums =
@@ -445,11 +356,10 @@ int backward(void* dqkv, const void* dout, const void* qkv, const void* out, con
   constexpr size_t bytes = backward_shared_bytes<T, Tiles, true>();
   const auto key_kernel = key_gradients_kernel<T, HS, Tiles, true>;
   if (const int status = allow_shared_bytes(key_kernel, bytes)) return status;
-  launch_key_kernel(key_kernel, kCrews<Tiles, true>, bytes, dq_sums);
+  launch_key_kernel(key_kernel, bytes, dq_sums);
   const size_t codes_bytes = codes.rows ? kTileCodesSharedBytes<T, HS> : 0;
-  launch(query_gradient_from_sums_kernel<T, HS>, grid(1), kThreads, codes_bytes,
-         static_cast<T*>(dqkv), static_cast<const float*>(dq_sums), static_cast<int>(NH),
-         static_cast<int>(seq), static_cast<int>(hs), codes);
+  launch(query_gradient_from_sums_kernel<T, HS>, grid, kThreads, codes_bytes, static_cast<T*>(dqkv),
+         static_cast<const float*>(dq_sums), static_cast<int>(NH), static_cast<int>(seq), static_cast<int>(hs), codes);
   return static_cast<int>(cudaGetLastError());
 }
 

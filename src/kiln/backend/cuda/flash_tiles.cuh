@@ -6,9 +6,7 @@
 // padded by 16 bytes so that the 8 row addresses of an ldmatrix fall in distinct banks. A warp owns
 // 16 rows of its products; an m16n8 accumulator `float[4]` holds, for groupID g = lane / 4 and
 // t = lane % 4, rows g (elements 0, 1) and g + 8 (2, 3) at columns 2t and 2t + 1 of its 8.
-// A crew is kThreads threads (four warps) working on one 64-row tile; a block is one crew, or
-// several whose tiles lie one after another (the backward's, flash_backward.cu), so that warp w of
-// the block owns rows [16w, 16w + 16) of them all. Device code only; kernels wrap their bodies in
+// Blocks are kThreads threads (four warps). Device code only; kernels wrap their bodies in
 // `#if KILN_TENSOR_CORE_BODIES` (below). PaddedTiles (end of file) packages these products as the
 // tile interface the kernels take; core_matrix_tiles.cuh offers the same on Hopper's wgmma.
 #pragma once
@@ -43,18 +41,6 @@ constexpr float kLog2E = 1.44269504088896341f;  // exp(x) = 2^(x log2 e)
 template <int HS>
 constexpr int kPitch = HS + 8;
 
-// This thread's crew in a block of `Crews`, and its index within its crew: with one crew, 0 and
-// threadIdx.x, for ptxas does not bound threadIdx.x by the launch bounds (a `% kThreads` in a
-// one-crew kernel's tile copies cost the head-128 wgmma key kernel 16 registers and spills).
-template <int Crews>
-__device__ __forceinline__ int crew() {
-  return Crews == 1 ? 0 : static_cast<int>(threadIdx.x) / kThreads;
-}
-template <int Crews>
-__device__ __forceinline__ int crew_thread() {
-  return Crews == 1 ? static_cast<int>(threadIdx.x) : static_cast<int>(threadIdx.x) % kThreads;
-}
-
 // Where a block's (batch, head) = blockIdx.y slices start: in qkv [B, T, 3C], in the [B, T, C]
 // tensors (out, dout, and dqkv's rows likewise at qkv_offset), in the [B, NH, T] statistics (lse,
 // D) and in the [B, T] key mask.
@@ -72,15 +58,15 @@ struct Head {
   }
 };
 
-// Queues this thread's part of its crew's copy (a block of `Crews`) of min(rows, 64) rows of hs
-// elements (`stride` apart; hs a multiple of 8, rows > 0) into `tile` by cp.async; rows past `rows`
-// and columns past hs become zeros, so they add nothing to any product. The caller commits and
-// waits (warp_matrix.cuh).
-template <typename T, int HS, int Crews>
+// Queues this thread's part of the copy of min(rows, 64) rows of hs elements (`stride` apart; hs a
+// multiple of 8, rows > 0) into `tile` by cp.async; rows past `rows` and columns past hs become
+// zeros, so they add nothing to any product. The caller commits and waits (warp_matrix.cuh).
+template <typename T, int HS>
 __device__ __forceinline__ void copy_tile(T* tile, const T* source, int rows, int64_t stride,
                                           int hs) {
   constexpr int kChunksPerRow = HS / 8;  // 16 bytes each
-  for (int chunk = crew_thread<Crews>(); chunk < kTileRows * kChunksPerRow; chunk += kThreads) {
+  for (int chunk = static_cast<int>(threadIdx.x); chunk < kTileRows * kChunksPerRow;
+       chunk += kThreads) {
     const int row = chunk / kChunksPerRow, column = chunk % kChunksPerRow * 8;
     const bool inside = row < rows && column < hs;
     copy_async_16(tile + row * kPitch<HS> + column,
@@ -343,31 +329,27 @@ __device__ __forceinline__ void load_rows(float (&acc)[HS / 8][4], const float* 
 
 // The products of the attention kernels on this file's tiles, as one interface that
 // core_matrix_tiles.cuh also offers (the kernels take either as their Tiles parameter): tiles of
-// kTile elements; copy<Crews>() queues the crew's cp.async of a tile (copy_tile); landed() is what
-// a thread does after its copies landed, or after its stores into a tile, and before the barrier
-// that lets products read the tile; scores_from_tile() forms a warp's 16 rows of X Y^T (X the
-// warp's rows of a tile), accumulate() adds P Y; scores_from_tiles() and accumulate_tiles() do the
-// same for R row groups a warp (R tiles of X; above), where each row group is active (PaddedTiles
-// only); start_scores_from_tile() and start_accumulate() may return before their products are done
-// (kAsynchronous; here they are done), finish() waits for every product started,
-// finish_all_but_newest() for all but the last start_*() call's. store_packed() writes a warp's
-// rows of a packed [64 x 64] product into a score tile (kScoreTile elements), which
-// multiply_transposed() reads transposed: a warp's 16 rows of S^T Y over a window of
-// kTransposedColumns columns of a tile Y.
+// kTile elements; copy() queues a tile's cp.async (copy_tile); landed() is what a thread does
+// after its copies landed, or after its stores into a tile, and before the barrier that lets
+// products read the tile; scores_from_tile() forms a warp's 16 rows of X Y^T
+// (X the warp's rows of a tile), accumulate() adds P Y; scores_from_tiles() and accumulate_tiles()
+// do the same for R row groups a warp (R tiles of X; above), where each row group is active
+// (PaddedTiles only); start_scores_from_tile() and start_accumulate() may return before their
+// products are done (kAsynchronous; here they are done), finish() waits for every product started,
+// finish_all_but_newest() for all but the last start_*() call's. store_packed() writes a warp's rows of
+// a packed [64 x 64] product into a score tile (kScoreTile elements), which multiply_transposed()
+// reads transposed: a warp's 16 rows of S^T Y over a window of kTransposedColumns columns of a
+// tile Y.
 template <typename T, int HS>
 struct PaddedTiles {
   static constexpr int kTile = kTileRows * kPitch<HS>;
-  // The query tiles a forward block takes (flash_forward.cu): two at heads of 64, so that each K
-  // and V fragment a warp loads feeds its rows in both (FlashAttention-2's 128-query tiles); one at
-  // 128, where a second tile's output accumulators (64 more registers a thread) would not fit.
-  static constexpr int kForwardQueryTiles = HS == 64 ? 2 : 1;
-  // The crews of a deterministic backward block (flash_backward.cu): two at heads of 64, so that
-  // each tile it streams from L2 serves 128 of its own rows, not 64; one at 128, where the key
-  // kernel is at 255 registers and spilled 32-48 bytes with two (sm_90a).
-  static constexpr int kBackwardCrews = HS == 64 ? 2 : 1;
-  template <int Crews = 1>
+  // The query tiles a forward block takes (flash_forward.cu): one. Two at heads of 64, each K and V
+  // fragment a warp loads feeding its rows in both (FlashAttention-2's 128-query tiles), measured
+  // slower on an H100 (64x1024, 12 heads of 64: 0.67 ms against one tile's 0.58; bench/NOTES.md,
+  // 2026-11-26); at 128 a second tile's accumulators (64 more registers a thread) do not fit.
+  static constexpr int kForwardQueryTiles = 1;
   static __device__ void copy(T* tile, const T* source, int rows, int64_t stride, int hs) {
-    copy_tile<T, HS, Crews>(tile, source, rows, stride, hs);
+    copy_tile<T, HS>(tile, source, rows, stride, hs);
   }
   static __device__ void landed() {}
   // s[r] = X_r Y^T for this warp's 16 rows X_r of tile r of `rows` (R tiles, kTile elements
