@@ -188,8 +188,9 @@ struct MatmulForward {
 // din_fp8 ([M, K]) and, transposed, din_fp8_t ([K, M]), max |din| max-accumulated into
 // din_reader->dout.amax, and that backward's bias gradient, the column sums of din, into
 // reader_dbias (+= or =, param_store; or empty). That backward then reads the codes (dout cast
-// already). Where the GELU derivative cannot go into the product (cuBLASLt may have no fp8 DGELU
-// epilogue), one pass applies it and casts, where a GELU-derivative pass and a cast took two.
+// already). The CUDA back-end applies GELU's derivative in that cast, not in the product (its fp8
+// DGELU epilogue measured slow on an H100): one pass where a GELU-derivative pass and a cast took
+// two.
 struct MatmulBackward {
   Tensor din;      // [M, K] = ; may be empty (not needed, or cast only: din_reader) unless gelu_in is given
   Tensor dweight;  // same shape as weight, += or = (param_store)
