@@ -19,11 +19,6 @@ template <typename T, int HS>
 struct CoreMatrixTiles {
   static constexpr int kTile = kTileRows * HS;
   static constexpr uint32_t kRowGroupBytes = 128, kColumnGroupBytes = kTileRows * 16;
-  // One query tile a forward block, as PaddedTiles (whose two-tile form shared its fragment loads;
-  // wgmma reads both operands from shared memory, so has none to share). Its forward kernel
-  // (flash_forward.cu) overlaps products with the softmax instead, so the forms for R row groups
-  // a warp (PaddedTiles' scores_from_tiles and accumulate_tiles) have no counterpart here.
-  static constexpr int kForwardQueryTiles = 1;
   static __device__ int offset(int row, int column) {
     return (column / 8 * 8 + row / 8) * 64 + row % 8 * 8 + column % 8;
   }

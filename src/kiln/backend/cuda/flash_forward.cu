@@ -1,7 +1,8 @@
 // Fused attention forward on tensor cores (flash_attention.h) with every matrix fragment in
 // registers: the FlashAttention-2 forward (Dao 2023, Algorithm 1). One block of four warps per
-// (batch, head) and R tiles of 64 queries (Tiles::kForwardQueryTiles); warp w owns queries
-// [16w, 16w + 16) of each tile. Per 64-key tile:
+// (batch, head) and 64 queries; warp w owns queries [16w, 16w + 16). (Two 64-query tiles a block
+// at heads of 64, FlashAttention-2's 128-query tiles, measured slower on an H100: 0.67 ms against
+// 0.58 at 64x1024, 12 heads of 64; bench/NOTES.md, 2026-11-26.) Per 64-key tile:
 //   S = Q K^T (fp32 accumulators: this warp's 16 x 64 scores, 32 per lane);
 //   online softmax on those registers: running maximum m and sum l per row (Milakov & Gimelshein
 //   2018), in base 2 (exp(x) = 2^(x log2 e), the scale folded in), a row's four lanes combining
@@ -41,13 +42,13 @@ namespace kiln::cuda {
 namespace flash {
 namespace {
 
-// R query tiles, then K and V twice.
-template <typename T, typename Tiles, int R>
-using ForwardTiles = SharedTiles<T, Tiles, R>;
+// Q, then K and V twice.
+template <typename T, typename Tiles>
+using ForwardTiles = SharedTiles<T, Tiles, 1>;
 template <int HS>
 constexpr bool kCodesFitInTiles =
-    ForwardTiles<__half, PaddedTiles<__half, HS>, 1>::kBytes >= kTileCodesSharedBytes<__half, HS> &&
-    ForwardTiles<__half, CoreMatrixTiles<__half, HS>, 1>::kBytes >= kTileCodesSharedBytes<__half, HS>;
+    ForwardTiles<__half, PaddedTiles<__half, HS>>::kBytes >= kTileCodesSharedBytes<__half, HS> &&
+    ForwardTiles<__half, CoreMatrixTiles<__half, HS>>::kBytes >= kTileCodesSharedBytes<__half, HS>;
 static_assert(kCodesFitInTiles<64> && kCodesFitInTiles<128>, "the output's codes stage in the tiles' memory");
 
 // The online softmax of a warp's 16 rows of a query tile across key tiles, for this lane's two rows
@@ -107,84 +108,64 @@ __device__ __forceinline__ void rescale_rows(float (&o)[HS / 8][4], const float 
   }
 }
 
-// After the last key tile: out = O / l and lse for each present query tile r (queries
-// [q0 + 64 r, q0 + 64 r + 64)), then, with codes, out's codes a tile at a time in `shared` (the
-// tiles' memory: every warp must be done reading its tiles).
-template <typename T, int HS, int R>
-__device__ void write_outputs(const float (&o)[R][HS / 8][4], OnlineSoftmax (&softmax)[R], const bool (&present)[R],
-                              int q0, const Head& head, T* out, float* lse, int T_, int hs, int NH,
-                              const AttentionCodes& codes, unsigned char* shared) {
+// After the last key tile: out = O / l and lse for the block's queries [q0, q0 + 64), then, with
+// codes, out's codes in `shared` (the tiles' memory: every warp must be done reading its tiles).
+template <typename T, int HS>
+__device__ void write_outputs(const float (&o)[HS / 8][4], OnlineSoftmax& softmax, int q0, const Head& head, T* out,
+                              float* lse, int T_, int hs, int NH, const AttentionCodes& codes,
+                              unsigned char* shared) {
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int group = lane / 4, in_group = lane % 4;
-  float inverse[R][2];
+  float inverse[2];
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      float& sum = softmax[r].sum[half];
-      sum += __shfl_xor_sync(kFullWarp, sum, 1);
-      sum += __shfl_xor_sync(kFullWarp, sum, 2);
-      inverse[r][half] = sum > 0.0f ? 1.0f / sum : 0.0f;  // a row that sees no key: zeros
-    }
-    if (!present[r]) continue;
-    const int first = q0 + r * kTileRows;
-    store_rows<T, HS>(out + head.output_offset, head.C, T_, hs, first + warp * 16, o[r], inverse[r]);
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int query = first + warp * 16 + group + half * 8;
-      const float sum = softmax[r].sum[half];
-      if (in_group == 0 && query < T_)
-        lse[head.statistics_offset + query] = sum > 0.0f ? (softmax[r].max[half] + log2f(sum)) / kLog2E : -INFINITY;
-    }
+  for (int half = 0; half < 2; ++half) {
+    float& sum = softmax.sum[half];
+    sum += __shfl_xor_sync(kFullWarp, sum, 1);
+    sum += __shfl_xor_sync(kFullWarp, sum, 2);
+    inverse[half] = sum > 0.0f ? 1.0f / sum : 0.0f;  // a row that sees no key: zeros
   }
-  if (codes.rows)  // the output cast too (attention_tile_codes.cuh), a tile at a time
+  store_rows<T, HS>(out + head.output_offset, head.C, T_, hs, q0 + warp * 16, o, inverse);
 #pragma unroll
-    for (int r = 0; r < R; ++r)
-      if (present[r]) write_tile_codes<T, HS>(o[r], inverse[r], codes, NH, T_, hs, q0 + r * kTileRows, 0, 1, shared);
+  for (int half = 0; half < 2; ++half) {
+    const int query = q0 + warp * 16 + group + half * 8;
+    const float sum = softmax.sum[half];
+    if (in_group == 0 && query < T_)
+      lse[head.statistics_offset + query] = sum > 0.0f ? (softmax.max[half] + log2f(sum)) / kLog2E : -INFINITY;
+  }
+  if (codes.rows)  // the output cast too (attention_tile_codes.cuh)
+    write_tile_codes<T, HS>(o, inverse, codes, NH, T_, hs, q0, 0, 1, shared);
 }
 
-template <typename T, int HS, int R>
+template <typename T, int HS>
 __global__ void __launch_bounds__(kThreads)
     forward_kernel(T* out, float* lse, const T* qkv, const int32_t* key_mask, int NH, int T_,
                    int hs, bool causal, float scale, AttentionCodes codes) {
 #if KILN_TENSOR_CORE_BODIES
   using Tiles = PaddedTiles<T, HS>;
   KILN_DYNAMIC_SHARED_MEMORY(shared);
-  const ForwardTiles<T, Tiles, R> tiles_at{reinterpret_cast<T*>(shared)};
-  T* const q = tiles_at.own(0);  // the R query tiles, one after another
+  const ForwardTiles<T, Tiles> tiles_at{reinterpret_cast<T*>(shared)};
+  T* const q = tiles_at.own(0);
   const auto keys = [&](int buffer) { return tiles_at.first(buffer); };
   const auto values = [&](int buffer) { return tiles_at.second(buffer); };
 
   const Head head(NH, T_, hs);
-  const int q0 = static_cast<int>(blockIdx.x) * R * kTileRows;
+  const int q0 = static_cast<int>(blockIdx.x) * kTileRows;
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int64_t C = head.C, stride = head.stride;
   const T* sequence = qkv + head.qkv_offset;
   const Visibility visible{T_, causal, key_mask ? key_mask + head.key_mask_offset : nullptr};
   const float scale_log2 = scale * kLog2E;
-  // Query tile r holds queries [first(r), first(r) + 64); it is present where some are in the
-  // sequence (the first always is; a block's later ones may not be). Warp w owns rows
-  // [16w, 16w + 16) of each. (Conditions the compiler can fold at R = 1 are written so that it
-  // does: with them at run time, ptxas spilled at head 128.)
-  const auto first = [&](int r) { return q0 + r * kTileRows; };
-  bool present[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) present[r] = r == 0 || first(r) < T_;
 
-  const int key_end = causal ? min(T_, q0 + R * kTileRows) : T_;
+  const int key_end = causal ? min(T_, q0 + kTileRows) : T_;
   const int tiles = (key_end + kTileRows - 1) / kTileRows;
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-    if (present[r])
-      Tiles::copy(tiles_at.own(r), sequence + static_cast<int64_t>(first(r)) * stride, T_ - first(r), stride, hs);
+  Tiles::copy(q, sequence + static_cast<int64_t>(q0) * stride, T_ - q0, stride, hs);
   Tiles::copy(keys(0), sequence + C, T_, stride, hs);
   Tiles::copy(values(0), sequence + 2 * C, T_, stride, hs);
   copy_commit();
 
-  float o[R][HS / 8][4];
-#pragma unroll
-  for (int r = 0; r < R; ++r) zero(o[r]);
-  OnlineSoftmax softmax[R];
+  float o[HS / 8][4];
+  zero(o);
+  OnlineSoftmax softmax;
 
   for (int tile = 0; tile < tiles; ++tile) {
     const int k0 = tile * kTileRows;
@@ -198,35 +179,22 @@ __global__ void __launch_bounds__(kThreads)
       Tiles::copy(values((tile + 1) % 2), sequence + 2 * C + next, T_ - k0 - kTileRows, stride, hs);
       copy_commit();
     }
-    // Query tiles that see some key of this one (causal: not those wholly before it; the last
-    // tile sees every key tile the block reads).
-    bool active[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-      active[r] = present[r] && (r == R - 1 || !causal || k0 <= first(r) + kTileRows - 1);
 
     // S = Q K^T, Q's A operand read from its tile for every key tile. Held in registers across key
     // tiles instead, on the H100 (wgmma, nvcc 13.0) every product after the first key tile came out
     // wrong at head 64 (normalised error 0.35 at T = 150 against 0.0024 on mma.sync), although each
     // product alone is exact (bench/NOTES.md, 2026-11-25): the operand is not kept across the loop.
-    float s[R][kTileRows / 8][4];
-    Tiles::scores_from_tiles(s, q, keys(tile % 2), active);
-
-    uint32_t p[R][kTileRows / 16][4];  // O += P V, P straight from the score accumulators
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      if (!active[r]) continue;
-      hide_unseen_keys(s[r], tile_hides_keys(key_mask != nullptr, causal, first(r), k0, T_), visible,
-                       first(r) + warp * 16, k0);
-      float rescale[2];
-      softmax[r].step(s[r], scale_log2, rescale);
-      rescale_rows<HS>(o[r], rescale);
-      pack_fragments<T>(p[r], s[r]);
-    }
-    Tiles::accumulate_tiles(o, p, values(tile % 2), active);
+    float s[kTileRows / 8][4];
+    Tiles::scores_from_tile(s, q, keys(tile % 2));
+    hide_unseen_keys(s, tile_hides_keys(key_mask != nullptr, causal, q0, k0, T_), visible, q0 + warp * 16, k0);
+    float rescale[2];
+    softmax.step(s, scale_log2, rescale);
+    rescale_rows<HS>(o, rescale);
+    uint32_t p[kTileRows / 16][4];  // O += P V, P straight from the score accumulators
+    pack_fragments<T>(p, s);
+    Tiles::accumulate(o, p, values(tile % 2));
   }
-  write_outputs<T, HS, R>(o, softmax, present, q0, head, out, lse, T_, hs, NH, codes,
-                          reinterpret_cast<unsigned char*>(shared));
+  write_outputs<T, HS>(o, softmax, q0, head, out, lse, T_, hs, NH, codes, reinterpret_cast<unsigned char*>(shared));
 #endif
 }
 
@@ -249,7 +217,7 @@ __global__ void __launch_bounds__(kThreads)
 #if KILN_TENSOR_CORE_BODIES
   using Tiles = CoreMatrixTiles<T, HS>;
   KILN_DYNAMIC_SHARED_MEMORY(shared);
-  const ForwardTiles<T, Tiles, 1> tiles_at{reinterpret_cast<T*>(shared)};
+  const ForwardTiles<T, Tiles> tiles_at{reinterpret_cast<T*>(shared)};
   T* const q = tiles_at.own(0);
   const auto keys = [&](int buffer) { return tiles_at.first(buffer); };
   const auto values = [&](int buffer) { return tiles_at.second(buffer); };
@@ -272,9 +240,9 @@ __global__ void __launch_bounds__(kThreads)
   copy_key_rows(keys(0), 0, 1);
   copy_commit();
 
-  float o[1][HS / 8][4];
-  zero(o[0]);
-  OnlineSoftmax softmax[1];
+  float o[HS / 8][4];
+  zero(o);
+  OnlineSoftmax softmax;
   // Waits for K_j and V_{j-1}, then queues the copies of K_{j+1} and V_j.
   const auto arrive = [&](int tile) {
     copy_wait<0>();
@@ -289,7 +257,7 @@ __global__ void __launch_bounds__(kThreads)
                                  float(&rescale)[2]) {
     const int k0 = tile * kTileRows;
     hide_unseen_keys(s, tile_hides_keys(key_mask != nullptr, causal, q0, k0, T_), visible, q0 + warp * 16, k0);
-    softmax[0].step(s, scale_log2, rescale);
+    softmax.step(s, scale_log2, rescale);
     pack_fragments<T>(p_j, s);
   };
   // P of the tiles, alternately in two sets of registers (tile j's in p[j % 2]): tile j's is written
@@ -310,11 +278,11 @@ __global__ void __launch_bounds__(kThreads)
     arrive(tile);
     float s[kTileRows / 8][4], rescale[2];
     Tiles::start_scores_from_tile(s, q, keys(tile % 2));
-    Tiles::start_accumulate(o[0], previous, values((tile - 1) % 2));
+    Tiles::start_accumulate(o, previous, values((tile - 1) % 2));
     Tiles::finish_all_but_newest(s);
     probabilities(s, tile, current, rescale);
-    Tiles::finish(o[0]);
-    rescale_rows<HS>(o[0], rescale);
+    Tiles::finish(o);
+    rescale_rows<HS>(o, rescale);
   };
   int tile = 1;
   for (; tile + 1 < tiles; tile += 2) {
@@ -326,30 +294,27 @@ __global__ void __launch_bounds__(kThreads)
   Tiles::landed();
   __syncthreads();
   if ((tiles - 1) % 2 == 0)  // constant indices: the registers stay registers
-    Tiles::accumulate(o[0], p[0], values((tiles - 1) % 2));
+    Tiles::accumulate(o, p[0], values((tiles - 1) % 2));
   else
-    Tiles::accumulate(o[0], p[1], values((tiles - 1) % 2));
-  const bool present[1] = {true};
-  write_outputs<T, HS, 1>(o, softmax, present, q0, head, out, lse, T_, hs, NH, codes,
-                          reinterpret_cast<unsigned char*>(shared));
+    Tiles::accumulate(o, p[1], values((tiles - 1) % 2));
+  write_outputs<T, HS>(o, softmax, q0, head, out, lse, T_, hs, NH, codes, reinterpret_cast<unsigned char*>(shared));
 #endif
 }
 
 template <typename T, int HS, typename Tiles>
 int forward(void* out, float* lse, const void* qkv, const int32_t* key_mask, int64_t B, int64_t seq,
             int64_t NH, int64_t hs, bool causal, float scale, const AttentionCodes& codes) {
-  constexpr int R = Tiles::kForwardQueryTiles;
-  constexpr size_t bytes = ForwardTiles<T, Tiles, R>::kBytes;
+  constexpr size_t bytes = ForwardTiles<T, Tiles>::kBytes;
   const auto kernel = [] {
     if constexpr (std::is_same_v<Tiles, CoreMatrixTiles<T, HS>>)
       return overlapped_forward_kernel<T, HS>;
     else
-      return forward_kernel<T, HS, R>;
+      return forward_kernel<T, HS>;
   }();
   if (const cudaError_t status =
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes))
     return static_cast<int>(status);
-  const dim3 grid(static_cast<unsigned>((seq + R * kTileRows - 1) / (R * kTileRows)),
+  const dim3 grid(static_cast<unsigned>((seq + kTileRows - 1) / kTileRows),
                   static_cast<unsigned>(B * NH));
   launch(kernel, grid, kThreads, bytes, static_cast<T*>(out), lse, static_cast<const T*>(qkv),
          key_mask, static_cast<int>(NH), static_cast<int>(seq), static_cast<int>(hs), causal,

@@ -82,29 +82,13 @@ __device__ __forceinline__ void load_row_fragment(uint32_t (&a)[4], const T* til
   load_matrices(a, tile + (row0 + lane % 16) * kPitch<HS> + step * 16 + lane / 16 * 8);
 }
 
-// x viewed as an array of one element: the forms below that take R row groups, at R = 1.
-template <typename A>
-__device__ __forceinline__ A (&as_one(A& x))[1] {
-  return *reinterpret_cast<A(*)[1]>(&x);
-}
-template <typename A>
-__device__ __forceinline__ const A (&as_one(const A& x))[1] {
-  return *reinterpret_cast<const A(*)[1]>(&x);
-}
-
-// The products below come in forms for R row groups of 16 a warp: R A operands (R tiles' rows)
-// against one B operand (another tile), each of B's fragments loaded from shared memory once for
-// all R, so that a fragment load feeds 2R products instead of 2 (FlashAttention-2's 128-query
-// forward tiles: a warp's rows in two tiles). Row group r takes part only where active[r]
-// (block-uniform): the others' accumulators are left as they were.
-
-// acc[r] [16 x 64] += A_r Y_step^T for k-step `step`: A_r's 16 x 16 fragment times columns
+// acc [16 x 64] += A_step Y_step^T for k-step `step`: A's 16 x 16 fragment times columns
 // [16 step, 16 step + 16) of the 64 rows Y of `tile` (B[k][n] = Y[n][k], which is ldmatrix's
 // untransposed layout of Y's rows).
-template <typename T, int HS, int R>
-__device__ __forceinline__ void add_step_by_rows_transposed(float (&acc)[R][kTileRows / 8][4],
-                                                            const uint32_t (&a)[R][4], const T* tile,
-                                                            int step, const bool (&active)[R]) {
+template <typename T, int HS>
+__device__ __forceinline__ void add_step_by_rows_transposed(float (&acc)[kTileRows / 8][4],
+                                                            const uint32_t (&a)[4], const T* tile,
+                                                            int step) {
   const int lane = static_cast<int>(threadIdx.x) % 32;
 #pragma unroll
   for (int pair = 0; pair < kTileRows / 16; ++pair) {
@@ -112,12 +96,8 @@ __device__ __forceinline__ void add_step_by_rows_transposed(float (&acc)[R][kTil
     load_matrices(b, tile + (pair * 16 + lane % 8 + lane / 16 * 8) * kPitch<HS> + step * 16 +
                          lane / 8 % 2 * 8);
     const uint32_t first[2] = {b[0], b[1]}, second[2] = {b[2], b[3]};
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-      if (active[r]) {
-        mma_16x8x16<T>(acc[r][2 * pair], a[r], first);
-        mma_16x8x16<T>(acc[r][2 * pair + 1], a[r], second);
-      }
+    mma_16x8x16<T>(acc[2 * pair], a, first);
+    mma_16x8x16<T>(acc[2 * pair + 1], a, second);
   }
 }
 
@@ -128,33 +108,27 @@ __device__ __forceinline__ void zero(float (&acc)[N][4]) {
   for (int n = 0; n < N; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 }
 
-// acc[r] [16 x 64] = A_r Y^T: A_r rows [row0, row0 + 16) of tile r of `a_tiles` (R tiles of
-// kTileRows x kPitch<HS> one after another), read one k-step's fragments at a time (so that only
-// R occupy registers), Y the 64 rows of `tile`.
-template <typename T, int HS, int R>
-__device__ __forceinline__ void multiply_by_rows_transposed(float (&acc)[R][kTileRows / 8][4],
-                                                            const T* a_tiles, int row0, const T* tile,
-                                                            const bool (&active)[R]) {
-#pragma unroll
-  for (int r = 0; r < R; ++r) zero(acc[r]);
+// acc [16 x 64] = A Y^T: A rows [row0, row0 + 16) of `a_tile`, read one k-step's fragment at a
+// time (so that only one occupies registers), Y the 64 rows of `tile`.
+template <typename T, int HS>
+__device__ __forceinline__ void multiply_by_rows_transposed(float (&acc)[kTileRows / 8][4],
+                                                            const T* a_tile, int row0,
+                                                            const T* tile) {
+  zero(acc);
 #pragma unroll
   for (int step = 0; step < HS / 16; ++step) {
-    uint32_t a[R][4];
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-      if (active[r]) load_row_fragment<T, HS>(a[r], a_tiles + r * kTileRows * kPitch<HS>, row0, step);
-    add_step_by_rows_transposed<T, HS, R>(acc, a, tile, step, active);
+    uint32_t a[4];
+    load_row_fragment<T, HS>(a, a_tile, row0, step);
+    add_step_by_rows_transposed<T, HS>(acc, a, tile, step);
   }
 }
 
-// acc[r] [16 x N] += A_r Y: A_r [16 x 64] as fragments (pack_fragments), Y columns [column0,
-// column0 + N) of the [64 x HS] `tile` (B[k][n] = Y[k][column0 + n], ldmatrix's transposed layout of
-// Y's rows); accumulate_step_by_rows adds one k-step's: A_r's columns and Y's rows [16 step,
-// 16 step + 16). The forms without R are R = 1.
-template <typename T, int HS, int N, int R>
-__device__ __forceinline__ void accumulate_step_by_rows(float (&acc)[R][N / 8][4], const uint32_t (&a)[R][4],
-                                                        const T* tile, int step, int column0,
-                                                        const bool (&active)[R]) {
+// acc [16 x N] += A Y: A [16 x 64] as fragments (pack_fragments), Y columns [column0, column0 + N)
+// of the [64 x HS] `tile` (B[k][n] = Y[k][column0 + n], ldmatrix's transposed layout of Y's rows);
+// accumulate_step_by_rows adds one k-step's: A's columns and Y's rows [16 step, 16 step + 16).
+template <typename T, int HS, int N = HS>
+__device__ __forceinline__ void accumulate_step_by_rows(float (&acc)[N / 8][4], const uint32_t (&a)[4],
+                                                        const T* tile, int step, int column0) {
   const int lane = static_cast<int>(threadIdx.x) % 32;
 #pragma unroll
   for (int pair = 0; pair < N / 16; ++pair) {
@@ -162,33 +136,15 @@ __device__ __forceinline__ void accumulate_step_by_rows(float (&acc)[R][N / 8][4
     load_matrices_transposed(b, tile + (step * 16 + lane % 8 + lane / 8 % 2 * 8) * kPitch<HS> + column0 +
                                     pair * 16 + lane / 16 * 8);
     const uint32_t first[2] = {b[0], b[1]}, second[2] = {b[2], b[3]};
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-      if (active[r]) {
-        mma_16x8x16<T>(acc[r][2 * pair], a[r], first);
-        mma_16x8x16<T>(acc[r][2 * pair + 1], a[r], second);
-      }
+    mma_16x8x16<T>(acc[2 * pair], a, first);
+    mma_16x8x16<T>(acc[2 * pair + 1], a, second);
   }
 }
-template <typename T, int HS, int N = HS>
-__device__ __forceinline__ void accumulate_step_by_rows(float (&acc)[N / 8][4], const uint32_t (&a)[4],
-                                                        const T* tile, int step, int column0) {
-  const bool every[1] = {true};
-  accumulate_step_by_rows<T, HS, N, 1>(as_one(acc), as_one(a), tile, step, column0, every);
-}
-template <typename T, int HS, int R>
-__device__ __forceinline__ void accumulate_by_rows(float (&acc)[R][HS / 8][4],
-                                                   const uint32_t (&a)[R][kTileRows / 16][4],
-                                                   const T* tile, const bool (&active)[R]) {
+template <typename T, int HS>
+__device__ __forceinline__ void accumulate_by_rows(float (&acc)[HS / 8][4],
+                                                   const uint32_t (&a)[kTileRows / 16][4], const T* tile) {
 #pragma unroll
-  for (int step = 0; step < kTileRows / 16; ++step) {
-    uint32_t a_step[R][4];
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) a_step[r][i] = a[r][step][i];
-    accumulate_step_by_rows<T, HS, HS, R>(acc, a_step, tile, step, 0, active);
-  }
+  for (int step = 0; step < kTileRows / 16; ++step) accumulate_step_by_rows<T, HS>(acc, a[step], tile, step, 0);
 }
 
 // The accumulators of a [16 x 64] product rounded to T as the A fragments of the next product over
@@ -331,49 +287,28 @@ __device__ __forceinline__ void load_rows(float (&acc)[HS / 8][4], const float* 
 // core_matrix_tiles.cuh also offers (the kernels take either as their Tiles parameter): tiles of
 // kTile elements; copy() queues a tile's cp.async (copy_tile); landed() is what a thread does
 // after its copies landed, or after its stores into a tile, and before the barrier that lets
-// products read the tile; scores_from_tile() forms a warp's 16 rows of X Y^T
-// (X the warp's rows of a tile), accumulate() adds P Y; scores_from_tiles() and accumulate_tiles()
-// do the same for R row groups a warp (R tiles of X; above), where each row group is active
-// (PaddedTiles only); start_scores_from_tile() and start_accumulate() may return before their
-// products are done (kAsynchronous; here they are done), finish() waits for every product started,
-// finish_all_but_newest() for all but the last start_*() call's. store_packed() writes a warp's rows of
-// a packed [64 x 64] product into a score tile (kScoreTile elements), which multiply_transposed()
-// reads transposed: a warp's 16 rows of S^T Y over a window of kTransposedColumns columns of a
-// tile Y.
+// products read the tile; scores_from_tile() forms a warp's 16 rows of X Y^T (X the warp's rows
+// of a tile), accumulate() adds P Y; start_scores_from_tile() and start_accumulate() may return
+// before their products are done (kAsynchronous; here they are done), finish() waits for every
+// product started, finish_all_but_newest() for all but the last start_*() call's. store_packed()
+// writes a warp's rows of a packed [64 x 64] product into a score tile (kScoreTile elements),
+// which multiply_transposed() reads transposed: a warp's 16 rows of S^T Y over a window of
+// kTransposedColumns columns of a tile Y.
 template <typename T, int HS>
 struct PaddedTiles {
   static constexpr int kTile = kTileRows * kPitch<HS>;
-  // The query tiles a forward block takes (flash_forward.cu): one. Two at heads of 64, each K and V
-  // fragment a warp loads feeding its rows in both (FlashAttention-2's 128-query tiles), measured
-  // slower on an H100 (64x1024, 12 heads of 64: 0.67 ms against one tile's 0.58; bench/NOTES.md,
-  // 2026-11-26); at 128 a second tile's accumulators (64 more registers a thread) do not fit.
-  static constexpr int kForwardQueryTiles = 1;
   static __device__ void copy(T* tile, const T* source, int rows, int64_t stride, int hs) {
     copy_tile<T, HS>(tile, source, rows, stride, hs);
   }
   static __device__ void landed() {}
-  // s[r] = X_r Y^T for this warp's 16 rows X_r of tile r of `rows` (R tiles, kTile elements
-  // apart), for each active r.
-  template <int R>
-  static __device__ void scores_from_tiles(float (&s)[R][kTileRows / 8][4], const T* rows, const T* tile,
-                                           const bool (&active)[R]) {
-    multiply_by_rows_transposed<T, HS, R>(s, rows, static_cast<int>(threadIdx.x) / 32 * 16, tile, active);
-  }
-  // o[r] += P_r Y, Y the [64 x HS] `tile`, for each active r.
-  template <int R>
-  static __device__ void accumulate_tiles(float (&o)[R][HS / 8][4], const uint32_t (&p)[R][kTileRows / 16][4],
-                                          const T* tile, const bool (&active)[R]) {
-    accumulate_by_rows<T, HS, R>(o, p, tile, active);
-  }
-  // The same at R = 1.
+  // s = X Y^T for this warp's 16 rows X of tile `rows`, Y the 64 rows of `tile`.
   static __device__ void scores_from_tile(float (&s)[kTileRows / 8][4], const T* rows, const T* tile) {
-    const bool every[1] = {true};
-    scores_from_tiles(as_one(s), rows, tile, every);
+    multiply_by_rows_transposed<T, HS>(s, rows, static_cast<int>(threadIdx.x) / 32 * 16, tile);
   }
+  // o += P Y, Y the [64 x HS] `tile`.
   static __device__ void accumulate(float (&o)[HS / 8][4], const uint32_t (&p)[kTileRows / 16][4],
                                     const T* tile) {
-    const bool every[1] = {true};
-    accumulate_tiles(as_one(o), as_one(p), tile, every);
+    accumulate_by_rows<T, HS>(o, p, tile);
   }
   static __device__ void start_scores_from_tile(float (&s)[kTileRows / 8][4], const T* rows, const T* tile) {
     scores_from_tile(s, rows, tile);
