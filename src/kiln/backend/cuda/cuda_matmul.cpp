@@ -33,8 +33,7 @@ bool gelu_epilogue_applies(const GemmTypes& types, int64_t aux_columns) {
 // 0.49 ms for c_fc's fp8 backward (the same FLOPs, no epilogue) and 0.70 ms for c_fc's fp8 forward
 // (the same product shape, with its GELU epilogue and the same cast kernel).
 bool dgelu_epilogue_applies(const GemmTypes& types, int64_t aux_columns) {
-  const bool fp8 = types.inputs == DType::F8E4M3 || types.inputs == DType::F8E5M2;
-  return !fp8 && gelu_epilogue_applies(types, aux_columns);
+  return !checks::is_fp8(types.inputs) && gelu_epilogue_applies(types, aux_columns);
 }
 
 // Where an fp8 product's operands are cast to (fp8_workspace.h): consecutive 256-byte-aligned
