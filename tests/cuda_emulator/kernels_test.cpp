@@ -130,38 +130,97 @@ TEST_P(EmulatedKernels, LayerNormForward) {
   EXPECT_TRUE(out.guard_intact()) << "written past its end";
 }
 
-// The LayerNorm that casts its output (32 rows a block, tiles of 128 columns) against the plain
-// one and the cast kernel, in the same bits, under both thread schedules: 48 rows (a block and a
-// half), 272 columns (two tiles and a part).
+// The LayerNorm that casts its output against the plain one and the cast kernel, in the same bits,
+// under both thread schedules: 48 rows (a block of 32 and a half); 272 and 768 columns, rows held
+// in registers (2 and 3 packs of 8 a lane in 16-bit types; in fp32 272 in 3 packs of 4, 768 in
+// tiles), and 1296, wider than registers hold in any dtype (tiles of 128 columns, the last partial).
 TEST_P(EmulatedKernels, LayerNormCastToFp8IsTheCastOfItsOutput) {
-  constexpr int64_t M = 48, C = 272;
-  const HostTensor in = acts({M, C}, 1, 2.0f), weight = acts({C}, 3), bias = acts({C}, 4),
-                   scale = HostTensor(DType::F32, {1}, {8.0f});
-  struct Outputs {
-    HostTensor mean, rstd, codes, codes_t, amax;
-  };
-  const auto fresh = [&] {
-    return Outputs{HostTensor::poisoned(DType::F32, {M}), HostTensor::poisoned(DType::F32, {M}),
-                   HostTensor::poisoned(DType::F8E4M3, {M, C}), HostTensor::poisoned(DType::F8E4M3, {C, M}),
-                   HostTensor(DType::F32, {1}, {0.0f})};
-  };
-  const Outputs plain = fresh(), cast = fresh();
-  const HostTensor out = poisoned({M, C});
-  ASSERT_TRUE(launched(cuda::layernorm_forward(out.data(), plain.mean.as<float>(), plain.rstd.as<float>(), in.data(),
-                                               weight.data(), bias.data(), kind(), M, C, 1e-5f)));
-  ASSERT_TRUE(launched(cuda::cast_fp8(out.data(), kind(), M, C, scale.as<float>(), plain.amax.as<float>(), true,
-                                      plain.codes.as<uint8_t>(), plain.codes_t.as<uint8_t>(), nullptr)));
-  ASSERT_TRUE(launched(cuda::layernorm_forward_fp8(cast.codes.as<uint8_t>(), cast.codes_t.as<uint8_t>(),
-                                                   cast.mean.as<float>(), cast.rstd.as<float>(), in.data(),
-                                                   weight.data(), bias.data(), kind(), M, C, 1e-5f,
-                                                   scale.as<float>(), cast.amax.as<float>())));
-  EXPECT_EQ(cast.codes.floats(), plain.codes.floats()) << "codes";
-  EXPECT_EQ(cast.codes_t.floats(), plain.codes_t.floats()) << "transposed codes";
-  EXPECT_EQ(cast.amax.floats(), plain.amax.floats()) << "amax";
-  EXPECT_EQ(cast.mean.floats(), plain.mean.floats()) << "mean";
-  EXPECT_EQ(cast.rstd.floats(), plain.rstd.floats()) << "rstd";
-  for (const HostTensor* written : {&cast.codes, &cast.codes_t})
-    EXPECT_TRUE(written->guard_intact()) << "written past its end";
+  constexpr int64_t M = 48;
+  for (const int64_t C : {272, 768, 1296}) {
+    SCOPED_TRACE(fmt::format("C {}", C));
+    const HostTensor in = acts({M, C}, 1, 2.0f), weight = acts({C}, 3), bias = acts({C}, 4),
+                     scale = HostTensor(DType::F32, {1}, {8.0f});
+    struct Outputs {
+      HostTensor mean, rstd, codes, codes_t, amax;
+    };
+    const auto fresh = [&] {
+      return Outputs{HostTensor::poisoned(DType::F32, {M}), HostTensor::poisoned(DType::F32, {M}),
+                     HostTensor::poisoned(DType::F8E4M3, {M, C}), HostTensor::poisoned(DType::F8E4M3, {C, M}),
+                     HostTensor(DType::F32, {1}, {0.0f})};
+    };
+    const Outputs plain = fresh(), cast = fresh();
+    const HostTensor out = poisoned({M, C});
+    ASSERT_TRUE(launched(cuda::layernorm_forward(out.data(), plain.mean.as<float>(), plain.rstd.as<float>(),
+                                                 in.data(), weight.data(), bias.data(), kind(), M, C, 1e-5f)));
+    ASSERT_TRUE(launched(cuda::cast_fp8(out.data(), kind(), M, C, scale.as<float>(), plain.amax.as<float>(), true,
+                                        plain.codes.as<uint8_t>(), plain.codes_t.as<uint8_t>(), nullptr)));
+    ASSERT_TRUE(launched(cuda::layernorm_forward_fp8(cast.codes.as<uint8_t>(), cast.codes_t.as<uint8_t>(),
+                                                     cast.mean.as<float>(), cast.rstd.as<float>(), in.data(),
+                                                     weight.data(), bias.data(), kind(), M, C, 1e-5f,
+                                                     scale.as<float>(), cast.amax.as<float>())));
+    EXPECT_EQ(cast.codes.floats(), plain.codes.floats()) << "codes";
+    EXPECT_EQ(cast.codes_t.floats(), plain.codes_t.floats()) << "transposed codes";
+    EXPECT_EQ(cast.amax.floats(), plain.amax.floats()) << "amax";
+    EXPECT_EQ(cast.mean.floats(), plain.mean.floats()) << "mean";
+    EXPECT_EQ(cast.rstd.floats(), plain.rstd.floats()) << "rstd";
+    for (const HostTensor* written : {&cast.codes, &cast.codes_t})
+      EXPECT_TRUE(written->guard_intact()) << "written past its end";
+  }
+}
+
+// The LayerNorm backward that casts its input gradient against the plain backward followed by the
+// cast with column sums, in the same bits: din (added to what it held), its codes in both layouts,
+// amax and the product's bias gradient; the LayerNorm's own parameter gradients summed in another
+// order (tiles of 32 rows, not runs), so close. Shapes as the forward's above, under both thread
+// schedules.
+TEST_P(EmulatedKernels, LayerNormBackwardCastToFp8IsTheCastOfItsInputGradient) {
+  constexpr int64_t M = 48;
+  for (const int64_t C : {272, 768, 1296}) {
+    SCOPED_TRACE(fmt::format("C {}", C));
+    const HostTensor in = acts({M, C}, 1, 2.0f), weight = acts({C}, 2), bias = acts({C}, 3), dout = acts({M, C}, 4),
+                     din_before = acts({M, C}, 5), scale = HostTensor(DType::F32, {1}, {16.0f});
+    const HostTensor mean = HostTensor::poisoned(DType::F32, {M}), rstd = HostTensor::poisoned(DType::F32, {M});
+    const HostTensor normed = poisoned({M, C});
+    cpu.layernorm_forward({normed.view(), mean.view(), rstd.view(), in.view(), weight.view(), bias.view()});
+    struct Outputs {
+      HostTensor din, dweight, dbias, product_dbias, codes, codes_t, amax;
+    };
+    const auto fresh = [&] {
+      return Outputs{copy_of(din_before, dtype()),
+                     HostTensor(DType::F32, {C}, std::vector<float>(C, 0.0f)),
+                     HostTensor(DType::F32, {C}, std::vector<float>(C, 0.0f)),
+                     HostTensor(DType::F32, {C}, std::vector<float>(C, 0.0f)),
+                     HostTensor::poisoned(DType::F8E5M2, {M, C}),
+                     HostTensor::poisoned(DType::F8E5M2, {C, M}),
+                     HostTensor(DType::F32, {1}, {0.0f})};
+    };
+    const Outputs plain = fresh(), cast = fresh();
+    const size_t scratch = layernorm_backward_scratch_bytes(M, C, true);
+    const HostTensor workspace = HostTensor::poisoned(DType::F32, {static_cast<int64_t>(scratch / 4)});
+    ASSERT_TRUE(launched(cuda::layernorm_backward(plain.din.data(), plain.dweight.as<float>(),
+                                                  plain.dbias.as<float>(), dout.data(), in.data(), weight.data(),
+                                                  kind(), mean.as<float>(), rstd.as<float>(), M, C, false, false,
+                                                  workspace.data())));
+    ASSERT_TRUE(launched(cuda::cast_fp8(plain.din.data(), kind(), M, C, scale.as<float>(), plain.amax.as<float>(),
+                                        false, plain.codes.as<uint8_t>(), plain.codes_t.as<uint8_t>(),
+                                        workspace.as<float>())));
+    ASSERT_TRUE(launched(cuda::sum_column_partials(plain.product_dbias.as<float>(), workspace.as<float>(),
+                                                   fp8_cast_tile_rows(M), C, false)));
+    ASSERT_TRUE(launched(cuda::layernorm_backward_fp8(
+        cast.din.data(), cast.dweight.as<float>(), cast.dbias.as<float>(), cast.product_dbias.as<float>(), dout.data(),
+        in.data(), weight.data(), kind(), mean.as<float>(), rstd.as<float>(), M, C, false, false, scale.as<float>(),
+        cast.amax.as<float>(), false, cast.codes.as<uint8_t>(), cast.codes_t.as<uint8_t>(), workspace.data())));
+    EXPECT_EQ(cast.din.floats(), plain.din.floats()) << "din";
+    EXPECT_EQ(cast.codes.floats(), plain.codes.floats()) << "codes";
+    EXPECT_EQ(cast.codes_t.floats(), plain.codes_t.floats()) << "transposed codes";
+    EXPECT_EQ(cast.amax.floats(), plain.amax.floats()) << "amax";
+    EXPECT_EQ(cast.product_dbias.floats(), plain.product_dbias.floats()) << "the product's bias gradient";
+    expect_close(cast.dweight, plain.dweight, 1e-5, "dweight");
+    expect_close(cast.dbias, plain.dbias, 1e-5, "dbias");
+    for (const HostTensor* written : {&cast.din, &cast.codes, &cast.codes_t})
+      EXPECT_TRUE(written->guard_intact()) << "written past its end";
+    EXPECT_TRUE(workspace.guard_intact()) << "partial sums written past layernorm_backward_scratch_bytes";
+  }
 }
 
 // LayerNorm backward on M x C rows against the CPU; then again with din one element further into a

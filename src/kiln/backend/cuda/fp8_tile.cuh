@@ -47,16 +47,26 @@ __device__ __forceinline__ uint4 column_piece(const uint8_t* first, int pitch) {
   return make_uint4(words[0], words[1], words[2], words[3]);
 }
 
-// Writes the tile of rows [row0, row0 + 32) and columns [col0, col0 + 128) of a rows x cols
-// matrix, staged in `tile`, into its transpose out_t [cols, rows]: thread t writes half t % 2 (16
-// rows) of tile column t / 2 as one 16-byte row piece. Call after a barrier that completes the
-// tile; rows is a multiple of 16, so a piece is whole or absent.
+// Writes rows [row0, row0 + 32) and columns [col0, col0 + columns) of a rows x cols matrix of
+// codes, staged in shared memory from `staged` on (the rows `pitch` bytes apart), into its
+// transpose out_t [cols, rows]: thread t writes half t % 2 (16 rows) of staged columns t / 2,
+// t / 2 + kThreads / 2, ..., each as one 16-byte row piece. Call after a barrier that completes the
+// staging; rows is a multiple of 16, so a piece is whole or absent. With `pitch` 4 more than a
+// multiple of 8, the two halves' bytes of a column lie 16 banks apart.
+__device__ __forceinline__ void store_fp8_columns_transposed(const uint8_t* staged, int pitch, int columns,
+                                                             uint8_t* out_t, int64_t row0, int64_t col0, int64_t rows,
+                                                             int64_t cols) {
+  const int first = threadIdx.x % 2 * 16;
+  const int64_t out_col = row0 + first;
+  if (out_col >= rows) return;
+  for (int c = threadIdx.x / 2; c < columns && col0 + c < cols; c += kThreads / 2)
+    *reinterpret_cast<uint4*>(out_t + (col0 + c) * rows + out_col) = column_piece(staged + first * pitch + c, pitch);
+}
+
+// The same for a tile of kFp8TileColumns columns from col0 on, staged in an Fp8Tile.
 __device__ __forceinline__ void store_fp8_tile_transposed(const Fp8Tile& tile, uint8_t* out_t, int64_t row0,
                                                           int64_t col0, int64_t rows, int64_t cols) {
-  const int c = threadIdx.x / 2, first = threadIdx.x % 2 * 16;
-  const int64_t out_row = col0 + c, out_col = row0 + first;
-  if (out_row >= cols || out_col >= rows) return;
-  *reinterpret_cast<uint4*>(out_t + out_row * rows + out_col) = column_piece(&tile[first][c], sizeof(tile[0]));
+  store_fp8_columns_transposed(&tile[0][0], sizeof(tile[0]), kFp8TileColumns, out_t, row0, col0, rows, cols);
 }
 
 }  // namespace kiln::cuda
