@@ -1,7 +1,8 @@
 // Launchers of the CUDA back-end's own kernels, defined in one .cu file per op family (embedding,
 // layernorm and layernorm_fp8, bias, gelu, elementwise, attention_softmax, cross_entropy,
-// optimizer; the fused attention has its own header). Plain pointers and sizes only, no kiln headers, so nvcc compiles
-// the .cu files without fmt; CudaBackend (cuda_backend.cpp) validates arguments and calls these.
+// optimizer; the fused attention has its own header). Plain pointers and sizes only, no kiln
+// headers, so nvcc compiles the .cu files without fmt; CudaBackend (cuda_backend.cpp) validates
+// arguments and calls these.
 // All pointers are device memory; every launcher issues its work on the compute stream (stream.h)
 // and returns the launch status (cudaError_t as int, 0 on success).
 //
