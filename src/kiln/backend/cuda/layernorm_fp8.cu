@@ -25,10 +25,14 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kMaxRowPacks = 5;
 
 // The shared memory of a block of the register form: its 32 rows of codes, rows C + 4 bytes apart
-// (store_fp8_columns_transposed's bank rule); the backward then reuses it for its warps' column
-// sums, kWarps x C floats, which fit.
+// (store_fp8_columns_transposed's bank rule); the backward's then also the warps' column sums,
+// [kBackwardSums][kWarps][C] floats (16-byte aligned after the codes: C is a multiple of 16).
+constexpr int kBackwardSums = 3;  // dweight, dbias, the product's bias gradient
 __host__ __device__ inline int staged_pitch(int64_t C) { return static_cast<int>(C) + 4; }
-inline size_t staged_bytes(int64_t C) { return static_cast<size_t>(kFp8TileRows) * staged_pitch(C); }
+__host__ __device__ inline size_t staged_codes_bytes(int64_t C) {
+  return static_cast<size_t>(kFp8TileRows) * staged_pitch(C);
+}
+inline size_t staged_sums_bytes(int64_t C) { return static_cast<size_t>(kBackwardSums * kWarps * C) * sizeof(float); }
 
 // Calls launch(std::integral_constant<int, P>{}) with the fewest packs of W a lane, P, that hold a
 // row of C; C is at most 32 W kMaxRowPacks.
@@ -178,12 +182,12 @@ struct GradientCodes {
   uint8_t* rows;     // [M, C]
   uint8_t* columns;  // [C, M]
 };
-constexpr int kBackwardSums = 3;  // dweight, dbias, the product's bias gradient
-
 // The register form: a warp holds its row of dout and of the input; din's previous values are
 // read where they are added to. A lane keeps its columns' three sums, 3 W P floats: ptxas (nvcc
 // 13.0, sm_90a) gives 168 registers a thread at C = 768 in bf16, 210 at 1024 and 251 at 1280, so
-// one block an SM. Bounded to two blocks (128 registers), it spilled 300 bytes at 768.
+// one block an SM (bounded to two, 128 registers, it spilled 300 bytes at 768). So its shared
+// memory costs no residency: the sums are staged at once beside the codes (98 KB at C = 768, 164
+// KB at 1280), and the block's last phase is one barrier, not one per sum.
 template <typename T, int W, int P>
 __global__ void __launch_bounds__(kThreads, 1)
     layernorm_backward_fp8_rows_kernel(T* din, float* partials, const T* dout, const T* in, const T* weight,
@@ -205,7 +209,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int64_t c = row_column<W>(lane, p), at = row * C + c;
       if (c >= C) continue;
       const Pack<T, W> gain = Pack<T, W>::load(weight + c);
-      Pack<T, W> stored = write_din ? Pack<T, W>{} : Pack<T, W>::load(din + at);  // din's values, unused where written over
+      Pack<T, W> stored = write_din ? Pack<T, W>{} : Pack<T, W>::load(din + at);  // unused where written over
       CodePack<W> packed;
 #pragma unroll
       for (int w = 0; w < W; ++w) {
@@ -222,28 +226,27 @@ __global__ void __launch_bounds__(kThreads, 1)
       packed.stage(staged + r * pitch + c);
     }
   }
-  __syncthreads();  // the codes are staged
-  store_fp8_columns_transposed(staged, pitch, static_cast<int>(C), codes.columns, row0, 0, M, C);
-  float* const warp_sums = reinterpret_cast<float*>(staged);  // [kWarps][C], over the staged codes
-#pragma unroll  // sums[k] stays in registers
-  for (int k = 0; k < kBackwardSums; ++k) {
-    __syncthreads();  // the staging is read: the codes (k = 0) or the previous sums
+  // Each warp's sums staged beside the codes, then every column's added over the warps in order.
+  float* const warp_sums = reinterpret_cast<float*>(staged + staged_codes_bytes(C));  // [k][warp][C]
+#pragma unroll
+  for (int k = 0; k < kBackwardSums; ++k)
 #pragma unroll
     for (int p = 0; p < P; ++p) {
       const int64_t c = row_column<W>(lane, p);
       if (c >= C) continue;
 #pragma unroll
       for (int w = 0; w < W; w += 4)
-        *reinterpret_cast<float4*>(warp_sums + warp * C + c + w) =
+        *reinterpret_cast<float4*>(warp_sums + (k * kWarps + warp) * C + c + w) =
             make_float4(sums[k][p][w], sums[k][p][w + 1], sums[k][p][w + 2], sums[k][p][w + 3]);
     }
-    __syncthreads();  // the warps' sums are staged
-    for (int64_t c = threadIdx.x; c < C; c += kThreads) {
-      float total = 0.0f;
+  __syncthreads();  // the codes and the sums are staged
+  store_fp8_columns_transposed(staged, pitch, static_cast<int>(C), codes.columns, row0, 0, M, C);
+  for (int64_t i = threadIdx.x; i < kBackwardSums * C; i += kThreads) {
+    const int64_t k = i / C, c = i % C;
+    float total = 0.0f;
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) total += warp_sums[w * C + c];
-      partials[(k * blocks + blockIdx.x) * C + c] = total;
-    }
+    for (int w = 0; w < kWarps; ++w) total += warp_sums[(k * kWarps + w) * C + c];
+    partials[(k * blocks + blockIdx.x) * C + c] = total;
   }
   largest = block_max(largest);
   if (threadIdx.x == 0) max_into(codes.amax, largest);
@@ -315,6 +318,17 @@ __global__ void layernorm_backward_fp8_tiles_kernel(T* din, float* partials, con
   if (threadIdx.x == 0) max_into(codes.amax, largest);
 }
 
+// Raises a kernel's dynamic shared memory limit to `bytes`; false, the error cleared, where this
+// GPU gives a block less (an A100 163 KB, others 99), so that the caller takes the tile form.
+template <typename Kernel>
+bool allow_shared_memory(Kernel kernel, size_t bytes) {
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)) ==
+      cudaSuccess)
+    return true;
+  cudaGetLastError();
+  return false;
+}
+
 // The 4-element accesses of the tile forms need every row's pointer aligned to 4 elements.
 template <typename E>
 int tile_alignment_status(std::initializer_list<const void*> pointers) {
@@ -341,7 +355,7 @@ int layernorm_forward_fp8(uint8_t* codes, uint8_t* codes_t, float* mean, float* 
         if (rows_fit_registers<W>(C, {codes, codes_t, in, weight, bias}))
           return with_row_packs<W>(C, [&](auto packs) {
             launch(layernorm_forward_fp8_rows_kernel<E, W, decltype(packs)::value>, blocks, kThreads,
-                   staged_bytes(C), codes, codes_t, mean, rstd, static_cast<const E*>(in),
+                   staged_codes_bytes(C), codes, codes_t, mean, rstd, static_cast<const E*>(in),
                    static_cast<const E*>(weight), static_cast<const E*>(bias), M, C, eps, scale, amax);
             return launch_status();
           });
@@ -367,15 +381,22 @@ int layernorm_backward_fp8(void* din, float* dweight, float* dbias, float* produ
     if (const int misaligned = tile_alignment_status<E>({din, dout, in, weight})) return misaligned;
     return with_pack_width<E>(C, {din, dout, in, weight}, [&](auto width) {
       constexpr int W = decltype(width)::value;
-      if constexpr (W == kPackWidth<E>)
-        if (rows_fit_registers<W>(C, {codes, codes_t, din, dout, in, weight}))
-          return with_row_packs<W>(C, [&](auto packs) {
-            launch(layernorm_backward_fp8_rows_kernel<E, W, decltype(packs)::value>, static_cast<unsigned>(blocks),
-                   kThreads, staged_bytes(C), static_cast<E*>(din), partials, static_cast<const E*>(dout),
-                   static_cast<const E*>(in), static_cast<const E*>(weight), mean, rstd, M, C, write_din,
-                   gradient_codes);
+      if constexpr (W == kPackWidth<E>) {
+        if (rows_fit_registers<W>(C, {codes, codes_t, din, dout, in, weight})) {
+          bool launched = false;
+          const int rows_status = with_row_packs<W>(C, [&](auto packs) {
+            const auto kernel = layernorm_backward_fp8_rows_kernel<E, W, decltype(packs)::value>;
+            const size_t shared_bytes = staged_codes_bytes(C) + staged_sums_bytes(C);  // 164 KB at C = 1280
+            if (!allow_shared_memory(kernel, shared_bytes)) return 0;  // the tile form, below
+            launch(kernel, static_cast<unsigned>(blocks), kThreads, shared_bytes, static_cast<E*>(din), partials,
+                   static_cast<const E*>(dout), static_cast<const E*>(in), static_cast<const E*>(weight), mean, rstd,
+                   M, C, write_din, gradient_codes);
+            launched = true;
             return launch_status();
           });
+          if (launched || rows_status != 0) return rows_status;
+        }
+      }
       launch(layernorm_backward_fp8_tiles_kernel<E, W>, static_cast<unsigned>(blocks), kThreads, 0,
              static_cast<E*>(din), partials, static_cast<const E*>(dout), static_cast<const E*>(in),
              static_cast<const E*>(weight), mean, rstd, M, C, write_din, gradient_codes);
