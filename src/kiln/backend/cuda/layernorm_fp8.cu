@@ -182,17 +182,21 @@ struct GradientCodes {
   uint8_t* rows;     // [M, C]
   uint8_t* columns;  // [C, M]
 };
-// The register form: a warp holds its row of dout and of the input; din's previous values are
-// read where they are added to. A lane keeps its columns' three sums, 3 W P floats: ptxas (nvcc
-// 13.0, sm_90a) gives 168 registers a thread at C = 768 in bf16, 210 at 1024 and 251 at 1280, so
-// one block an SM (bounded to two, 128 registers, it spilled 300 bytes at 768). So its shared
-// memory costs no residency: the sums are staged at once beside the codes (98 KB at C = 768, 164
-// KB at 1280), and the block's last phase is one barrier, not one per sum.
+// The register form: a warp holds its row of dout, of the input and of din's previous values (see
+// kPreviousWithRow). A lane keeps its columns' three sums, 3 W P floats: ptxas (nvcc 13.0, sm_90a)
+// gives 185 registers a thread at C = 768 in bf16, 234 at 1024 and 248 at 1280, so one block an
+// SM (bounded to two, 128 registers, it spilled 300 bytes at 768). So its shared memory costs no
+// residency: the sums are staged at once beside the codes (98 KB at C = 768, 164 KB at 1280), and
+// the block's last phase is one barrier, not one a sum.
 template <typename T, int W, int P>
 __global__ void __launch_bounds__(kThreads, 1)
     layernorm_backward_fp8_rows_kernel(T* din, float* partials, const T* dout, const T* in, const T* weight,
                                        const float* means, const float* rstds, int64_t M, int64_t C, bool write_din,
                                        GradientCodes codes) {
+  // din's previous values are read with the row where registers allow, so a row waits on memory
+  // once; at 5 packs (1280 columns in bf16) ptxas spilled holding them, so they are read there
+  // where they are added to.
+  constexpr bool kPreviousWithRow = P <= 4;
   KILN_DYNAMIC_SHARED_MEMORY(staged);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, pitch = staged_pitch(C);
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kFp8TileRows, blocks = gridDim.x;
@@ -200,21 +204,23 @@ __global__ void __launch_bounds__(kThreads, 1)
   float largest = 0.0f, sums[kBackwardSums][P][W] = {};
   for (int r = warp; r < kFp8TileRows && row0 + r < M; r += kWarps) {
     const int64_t row = row0 + r;
-    RowPacks<T, W, P> g, x;
+    RowPacks<T, W, P> g, x, previous{};  // previous: din's values, unused where written over
     g.load(dout + row * C, C, lane);
     x.load(in + row * C, C, lane);
+    if (kPreviousWithRow && !write_din) previous.load(din + row * C, C, lane);
     const RowGradient gradient = row_gradient(g, x, weight, means[row], rstds[row], C, lane);
 #pragma unroll
     for (int p = 0; p < P; ++p) {
       const int64_t c = row_column<W>(lane, p), at = row * C + c;
       if (c >= C) continue;
       const Pack<T, W> gain = Pack<T, W>::load(weight + c);
-      Pack<T, W> stored = write_din ? Pack<T, W>{} : Pack<T, W>::load(din + at);  // unused where written over
+      if (!kPreviousWithRow && !write_din) previous.packs[p] = Pack<T, W>::load(din + at);
+      Pack<T, W> stored;
       CodePack<W> packed;
 #pragma unroll
       for (int w = 0; w < W; ++w) {
         const float xhat = normalised_input(x.packs[p][w], gradient);
-        stored.set(w, input_gradient(g.packs[p][w], gain[w], xhat, gradient, write_din, stored[w]));
+        stored.set(w, input_gradient(g.packs[p][w], gain[w], xhat, gradient, write_din, previous.packs[p][w]));
         sums[0][p][w] += g.packs[p][w] * xhat;
         sums[1][p][w] += g.packs[p][w];
         sums[2][p][w] += stored[w];
