@@ -87,6 +87,8 @@ __global__ void layernorm_forward_fp8_rows_kernel(uint8_t* codes, uint8_t* codes
   float largest = 0.0f;
   for (int r = warp; r < kFp8TileRows && row0 + r < M; r += kWarps) {
     const int64_t row = row0 + r;
+    if (r + kWarps < kFp8TileRows && row + kWarps < M)  // the warp's next row
+      prefetch_row_to_l2(in + (row + kWarps) * C, C * static_cast<int64_t>(sizeof(T)), lane);
     RowPacks<T, W, P> x;
     x.load(in + row * C, C, lane);
     const RowStatistics s = row_statistics(x, C, eps, lane);
@@ -184,7 +186,7 @@ struct GradientCodes {
 };
 // The register form: a warp holds its row of dout, of the input and of din's previous values (see
 // kPreviousWithRow). A lane keeps its columns' three sums, 3 W P floats: ptxas (nvcc 13.0, sm_90a)
-// gives 185 registers a thread at C = 768 in bf16, 234 at 1024 and 248 at 1280, so one block an
+// gives 185 registers a thread at C = 768 in bf16, 234 at 1024 and 242 at 1280, so one block an
 // SM (bounded to two, 128 registers, it spilled 300 bytes at 768). So its shared memory costs no
 // residency: the sums are staged at once beside the codes (98 KB at C = 768, 164 KB at 1280), and
 // the block's last phase is one barrier, not one a sum.
@@ -204,6 +206,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   float largest = 0.0f, sums[kBackwardSums][P][W] = {};
   for (int r = warp; r < kFp8TileRows && row0 + r < M; r += kWarps) {
     const int64_t row = row0 + r;
+    if (r + kWarps < kFp8TileRows && row + kWarps < M) {  // the warp's next row
+      const int64_t next = (row + kWarps) * C, bytes = C * static_cast<int64_t>(sizeof(T));
+      prefetch_row_to_l2(dout + next, bytes, lane);
+      prefetch_row_to_l2(in + next, bytes, lane);
+      if (!write_din) prefetch_row_to_l2(din + next, bytes, lane);
+    }
     RowPacks<T, W, P> g, x, previous{};  // previous: din's values, unused where written over
     g.load(dout + row * C, C, lane);
     x.load(in + row * C, C, lane);

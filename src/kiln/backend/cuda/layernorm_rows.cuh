@@ -31,6 +31,19 @@ struct RowPacks {
   }
 };
 
+// Asks L2 for the 128-byte lines of a row of `bytes` bytes from `row` on, lane l taking lines l,
+// l + 32, ...: the row a warp takes next, so that its loads then wait on L2, not DRAM, while this
+// row's work goes on. A hint (prefetch.global.L2): no effect on any result; none on the emulator.
+__device__ __forceinline__ void prefetch_row_to_l2(const void* row, int64_t bytes, int lane) {
+#if defined(__CUDA_ARCH__)
+  const uintptr_t start = reinterpret_cast<uintptr_t>(row), end = start + static_cast<uintptr_t>(bytes);
+  for (uintptr_t line = (start & ~uintptr_t{127}) + 128 * lane; line < end; line += 32 * 128)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
+#else
+  (void)row, (void)bytes, (void)lane;
+#endif
+}
+
 struct RowStatistics {
   float mean, rstd;
 };
