@@ -1,6 +1,7 @@
 // Softmax + cross-entropy over the (padded) vocabulary, writing the logits' gradient in place, or
 // its fp8 codes for the classifier's fp8 backward; one block per row, two passes over it (online
-// softmax, then the gradient) instead of three, 16 bytes at a time where the padded row allows.
+// softmax, then the gradient) instead of three, 16 bytes at a time where the padded row allows;
+// the second pass reads the row from shared memory where the first staged it there (below).
 // Exponentials are base 2 (exp(x) = 2^(x log2 e)): one multiply-add and one ex2 an element
 // (exp2_flushed: no subnormal results, fast_exp2.cuh), and the online softmax rescales its sum once
 // a pack of W elements, not once an element.
@@ -12,9 +13,13 @@ namespace kiln::cuda {
 namespace {
 
 // 1024 threads a block, two blocks an SM: the rows being read at once (264 on an H100's 132 SMs,
-// 26 MB at GPT-2's 50,304 bf16 columns) fit the 50 MB L2, so the gradient pass reads its row
+// 26 MB at GPT-2's 50,304 bf16 columns) fit the 50 MB L2, so the gradient pass could read its row
 // again from L2, not DRAM. With 256-thread blocks, eight an SM, the 1,056 rows in flight (105 MB)
-// did not fit, and much of the second pass went to DRAM.
+// did not fit, and much of the second pass went to DRAM. On the H100 (2026-11-26) a call over
+// 4096 such rows still took 0.38 ms, the time of 1.24 GB at its 3.3 TB/s: read, read again and
+// written, so the second read missed L2 too, under the stream of gradient writes. So where two
+// blocks an SM also hold their rows in shared memory (100.6 KB a row of 50,304 bf16 columns, in
+// an H100's 228 KB an SM, not an A100's 164) the first pass stages the row there (kStaged).
 constexpr int kRowThreads = 1024;
 constexpr float kLog2E = 1.44269504088896341f;
 
@@ -97,13 +102,16 @@ constexpr int kPacksInFlight = 2;
 
 // Columns are ints (V and Vp below 2^31: the targets are int32). With kCodes the gradient pass
 // writes the gradient's codes (rounded to T first, as stored) into cast.codes and leaves the row as
-// it was.
-template <typename T, int W, bool kCodes>
+// it was. With kStaged the first pass also stores each pack in the block's dynamic shared memory
+// (Vp elements), and the gradient pass reads them there.
+template <typename T, int W, bool kCodes, bool kStaged>
 __global__ void __launch_bounds__(kRowThreads, 2)
     cross_entropy_kernel(T* logits, float* losses, const int32_t* targets, int V, int Vp, int32_t ignore_index,
                          float loss_scale, bool write_grad, GradientCodes cast) {
   using P = Pack<T, W>;
   constexpr int kStride = kRowThreads * W;  // between a thread's packs
+  KILN_DYNAMIC_SHARED_MEMORY(shared);
+  T* const staged = reinterpret_cast<T*>(shared);
   const int64_t row = blockIdx.x;
   T* x = logits + row * Vp;
   const int32_t target = targets[row];
@@ -111,8 +119,12 @@ __global__ void __launch_bounds__(kRowThreads, 2)
   const int first = static_cast<int>(threadIdx.x) * W;  // this thread's packs: first, first + kStride, ...
 
   SoftmaxState state;
-  for_each_pack<kPacksInFlight, W>(x, first, kStride, Vp, [&](const P& values, int v) { state.add(values, V - v); });
-  state = block_merge(state);
+  for_each_pack<kPacksInFlight, W>(x, first, kStride, Vp, [&](const P& values, int v) {
+    state.add(values, V - v);
+    if constexpr (kStaged) values.store(staged + v);
+  });
+  state = block_merge(state);  // its barrier also completes the staged row
+  const T* const row_values = kStaged ? staged : x;  // what the gradient pass reads
   const float log_sum = state.max + logf(state.sum);  // ln of the row's sum of exp(x)
   const float log2_sum = fmaf(state.max, kLog2E, log2f(state.sum));  // and log2
   if (threadIdx.x == 0) losses[row] = ignored ? 0.0f : log_sum - to_float(x[target]);
@@ -125,7 +137,7 @@ __global__ void __launch_bounds__(kRowThreads, 2)
     const float scale = *cast.scale;
     uint8_t* codes = cast.codes + row * Vp;
     float largest = 0.0f;
-    for_each_pack<1, W>(x, first, kStride, Vp, [&](const P& values, int v) {
+    for_each_pack<1, W>(row_values, first, kStride, Vp, [&](const P& values, int v) {
       CodePack<W> pack;
 #pragma unroll
       for (int w = 0; w < W; ++w) {
@@ -140,7 +152,7 @@ __global__ void __launch_bounds__(kRowThreads, 2)
     return;
   }
   __syncthreads();  // the loss read x[target] before it is overwritten
-  for_each_pack<1, W>(x, first, kStride, Vp, [&](const P& values, int v) {
+  for_each_pack<1, W>(row_values, first, kStride, Vp, [&](const P& values, int v) {
     P gradients;
 #pragma unroll
     for (int w = 0; w < W; ++w) gradients.set(w, gradient(values, v, w));
@@ -151,6 +163,18 @@ __global__ void __launch_bounds__(kRowThreads, 2)
 }  // namespace
 
 namespace {
+// Whether two blocks an SM fit this GPU with `bytes` of dynamic shared memory each, beside their
+// static shared memory and the 1 KB the GPU reserves a block (allowed 2 KB together).
+bool two_blocks_an_sm_fit(size_t bytes) {
+  int device = 0, per_sm = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return 2 * (bytes + 2048) <= static_cast<size_t>(per_sm);
+}
+
 template <bool kCodes>
 int launch_cross_entropy(void* logits, int kind, float* losses, const int32_t* targets, int64_t M, int64_t V,
                          int64_t Vp, int32_t ignore_index, float loss_scale, bool write_grad, GradientCodes cast) {
@@ -159,9 +183,13 @@ int launch_cross_entropy(void* logits, int kind, float* losses, const int32_t* t
   return dispatch(kind, [&](auto tag) {
     using E = decltype(tag);
     return with_pack_width<E>(Vp, {logits, cast.codes}, [&](auto width) {
-      launch(cross_entropy_kernel<E, decltype(width)::value, kCodes>, static_cast<unsigned>(M), kRowThreads, 0,
-             static_cast<E*>(logits), losses, targets, static_cast<int>(V), static_cast<int>(Vp), ignore_index,
-             loss_scale, write_grad, cast);
+      constexpr int W = decltype(width)::value;
+      const size_t row_bytes = static_cast<size_t>(Vp) * sizeof(E);
+      const auto staged = cross_entropy_kernel<E, W, kCodes, true>;
+      const bool stage = two_blocks_an_sm_fit(row_bytes) && allow_shared_memory(staged, row_bytes);
+      launch(stage ? staged : cross_entropy_kernel<E, W, kCodes, false>, static_cast<unsigned>(M), kRowThreads,
+             stage ? row_bytes : 0, static_cast<E*>(logits), losses, targets, static_cast<int>(V),
+             static_cast<int>(Vp), ignore_index, loss_scale, write_grad, cast);
       return launch_status();
     });
   });

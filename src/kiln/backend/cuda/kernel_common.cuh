@@ -81,6 +81,18 @@ __device__ __forceinline__ void for_each_pack(const T* base, Index first, Index 
 #define GRID_STRIDE(i, count) \
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (count); i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
+// Raises a kernel's dynamic shared memory limit to `bytes`; false, the error cleared, where this
+// GPU gives a block less (an H100 227 KB, an A100 163, others 99), so that the caller launches
+// another form (host side).
+template <typename Kernel>
+bool allow_shared_memory(Kernel kernel, size_t bytes) {
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)) ==
+      cudaSuccess)
+    return true;
+  cudaGetLastError();
+  return false;
+}
+
 // Calls launch(T{}) with T the storage type of `kind`; returns its status.
 template <typename Launch>
 int dispatch(int kind, Launch launch) {

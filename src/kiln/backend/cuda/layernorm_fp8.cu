@@ -332,17 +332,6 @@ __global__ void layernorm_backward_fp8_tiles_kernel(T* din, float* partials, con
   if (threadIdx.x == 0) max_into(codes.amax, largest);
 }
 
-// Raises a kernel's dynamic shared memory limit to `bytes`; false, the error cleared, where this
-// GPU gives a block less (an A100 163 KB, others 99), so that the caller takes the tile form.
-template <typename Kernel>
-bool allow_shared_memory(Kernel kernel, size_t bytes) {
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)) ==
-      cudaSuccess)
-    return true;
-  cudaGetLastError();
-  return false;
-}
-
 // The 4-element accesses of the tile forms need every row's pointer aligned to 4 elements.
 template <typename E>
 int tile_alignment_status(std::initializer_list<const void*> pointers) {
