@@ -96,8 +96,9 @@ struct alignas(W) CodePack {
 // elements at a time (Pack, element.cuh; Vp is a multiple of W, so a pack never leaves the row).
 // The first pass, from DRAM, loads kPacksInFlight packs a thread before using any, so that a
 // thread keeps 32 bytes of loads in flight rather than waiting on each pack's exponentials; the
-// gradient pass (its row in shared memory or L2) one: more spilled registers at the 32 a thread that two
-// blocks of 1024 an SM allow (ptxas, sm_90a: 24 bytes with two, 8 with four in the first pass).
+// gradient pass (its row in shared memory or L2) one: more spilled registers at the 32 a thread
+// that two blocks of 1024 an SM allow (ptxas, sm_90a: 24 bytes with two, 8 with four in the first
+// pass).
 constexpr int kPacksInFlight = 2;
 
 // Columns are ints (V and Vp below 2^31: the targets are int32). With kCodes the gradient pass
