@@ -22,20 +22,20 @@
 #   ... --sizes 124M,350M                which sizes the table stage runs (default all three)
 #   ... --eager                          the table runs PyTorch eager too (the CUDA back-end issue's
 #                                        bar; off: the speed issue's bar is torch.compile)
-#   ... --stages tests,table,levers      which stages run (default tests,table); `levers`: on
-#                                        124M/64, what each switch buys (CUDA graphs, fused attention,
-#                                        on wgmma or mma.sync, its backward adding dQ atomically, matmul
-#                                        epilogues, products' algorithms timed, selective
-#                                        recomputation, fp8 products, alone, with their forward
-#                                        products' fast accumulation off, with CUDA graphs, with
-#                                        their algorithms timed and with the classifier's products in
-#                                        fp8 too, also on 16384 positions a chunk; the classifier and
-#                                        loss on 16384 positions a chunk; cuDNN's attention, alone and with
-#                                        CUDA graphs), the attention core (kiln's kernels, cuDNN's)
-#                                        alone against PyTorch's SDPA, and the time split by op
-#                                        (--profile-ops: the table's fastest setting, bf16,
-#                                        with fp8 products); not part
-#                                        of the 10 minutes
+#   ... --stages tests,table,levers      which stages run (default tests,table); `levers`: first the
+#                                        time split by op (--profile-ops: the table's fastest setting
+#                                        at 124M/64 and at 350M/32; at 124M/64 bf16 and with fp8
+#                                        products), then on 124M/64 what each switch buys (CUDA graphs,
+#                                        fused attention, on wgmma or mma.sync, its backward adding dQ
+#                                        atomically, matmul epilogues, products' algorithms timed,
+#                                        selective recomputation, fp8 products, alone, with their
+#                                        forward products' fast accumulation off, with CUDA graphs,
+#                                        with their algorithms timed and with the classifier's products
+#                                        in fp8 too, also on 16384 positions a chunk; the classifier
+#                                        and loss on 16384 positions a chunk; cuDNN's attention, alone
+#                                        and with CUDA graphs), and the attention core (kiln's kernels,
+#                                        cuDNN's) alone against PyTorch's SDPA; not part of the 10
+#                                        minutes
 #   ... --stages counters                Nsight Compute's counters (ncu: speed of light, occupancy,
 #                                        warp stalls) of the attention kernels at 64x1024 12x64
 #                                        (kiln's on mma.sync, adding dQ atomically, on wgmma; SDPA's;
@@ -108,7 +108,7 @@ runs() { [[ ",$stages," == *",$1,"* ]]; }
 seq=1024 vocab=50257 timing="" gemm_sizes=""
 datasheet=""  # kiln bench train finds the GPU's datasheet by its name
 shapes=("124M 12 768 12 64" "350M 24 1024 16 32" "774M 36 1280 20 16")
-lever_shape=${shapes[0]}
+lever_shape=${shapes[0]} lagging_shape=${shapes[1]}  # the levers' shape; the size furthest from the bar
 attention_shapes=("64 12 64" "16 16 128" "16 32 80")
 # kiln's fastest setting as measured (bench/NOTES.md, 2026-11-26): fp8 products (E4M3 forward, E5M2
 # gradients; bf16 everywhere else), the classifier's too, on cuDNN's attention engines, the
@@ -135,7 +135,7 @@ if [[ -n $rehearse ]]; then
   seq=32 vocab=256 timing="--warmup-iters 1 --timed-iters 1" gemm_sizes="--m 64 --n 48 --k 32 --iters 1"
   datasheet="--gpu h100-sxm"  # the emulator's name is in no datasheet
   shapes=("124M 1 32 2 2" "350M 2 32 2 1" "774M 1 48 3 1")
-  lever_shape=${shapes[0]}
+  lever_shape=${shapes[0]} lagging_shape=${shapes[1]}
   attention_shapes=("1 2 64" "1 1 80")
   loss_shape="1 32 2 2" loss_iters=4 loss_logging="--log-interval 2 --eval-interval 2 --eval-iters 1"
   peer_gpt=(python3 tests/support/stand_in_peer.py gpt)
@@ -348,6 +348,24 @@ fi
 if runs levers; then
   read -r _ layers hidden heads micro <<< "$lever_shape"
   model=$(model_flags "$lever_shape")
+  # First, where the time goes (--profile-ops, per op), before the deadline can cut it: the table's
+  # fastest setting at 124M (profile-fastest.txt: what limits the verdict) and at 350M, the size
+  # furthest from the bar on 2026-11-26 (profile-fastest-350M.txt); bf16 on kiln's attention
+  # (profile.txt) and with fp8 products (profile-fp8.txt) at 124M.
+  profile_iters=5
+  [[ -n $timing ]] && profile_iters=1
+  for profiled in "profile-fastest:$lever_shape:${fastest#*:}" "profile-fastest-350M:$lagging_shape:${fastest#*:}" \
+                  "profile:$lever_shape:" "profile-fp8:$lever_shape:--fp8-format hybrid"; do
+    IFS=: read -r name shape switch <<< "$profiled"
+    if ! fits $reserve_kiln; then
+      skip "kiln bench train ${shape%% *} --profile-ops $switch"
+      continue
+    fi
+    echo "== time by op, ${shape%% *} micro-batch ${shape##* }${switch:+ $switch} (--profile-ops: a device wait after every op)"
+    bounded "$kiln" bench train --device cuda --bf16 $(model_flags "$shape") --vocab-size $vocab --skip-gemm-ceiling \
+      --warmup-iters 2 --timed-iters $profile_iters --profile-ops $datasheet $switch | tee "$out/$name.txt" ||
+      failures+=("kiln bench train ${shape%% *} --profile-ops $switch")
+  done
   echo "== levers on ${lever_shape%% *} micro-batch $micro (each row one kiln bench train; the first is the table's setting)"
   levers=$out/levers.jsonl
   : > "$levers"
@@ -407,22 +425,6 @@ for r in rows:
     print(f"{r['shape']:>22} {r['row']:>20} {r['forward_ms']:>8.2f} {r['forward_tflops']:>8.1f} {r['backward_ms']:>8.2f}"
           f" {r['backward_tflops']:>8.1f}")
 PY
-  read -r _ layers hidden heads micro <<< "$lever_shape"
-  profile_iters=5
-  [[ -n $timing ]] && profile_iters=1
-  # The table's fastest setting (profile-fastest.txt: what limits the verdict), bf16 on kiln's
-  # attention (profile.txt) and with fp8 products (profile-fp8.txt)
-  for switch in "${fastest#*:}" "" "--fp8-format hybrid"; do
-    case $switch in "${fastest#*:}") name=profile-fastest ;; "") name=profile ;; *) name=profile-fp8 ;; esac
-    if ! fits $reserve_kiln; then
-      skip "kiln bench train --profile-ops $switch"
-      continue
-    fi
-    echo "== time by op, ${lever_shape%% *} micro-batch $micro${switch:+ $switch} (--profile-ops: a device wait after every op)"
-    bounded "$kiln" bench train --device cuda --bf16 $model --vocab-size $vocab --skip-gemm-ceiling --warmup-iters 2 \
-      --timed-iters $profile_iters --profile-ops $datasheet $switch | tee "$out/$name.txt" ||
-      failures+=("kiln bench train --profile-ops $switch")
-  done
 fi
 
 if runs counters; then
