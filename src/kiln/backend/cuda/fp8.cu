@@ -37,21 +37,34 @@ __global__ void cast_fp8_kernel(const T* in, const T* gelu_in, int64_t rows, int
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kTileRows,
                 col0 = static_cast<int64_t>(blockIdx.x) * kTileColumns, col = col0 + lane * kVector;
+  // The thread's rows are all loaded before any is cast: kRowsPerWarp loads in flight a thread (twice
+  // that with GELU's inputs), not one. As one loop of load and cast, which nvcc did not unroll, each
+  // row's load waited out DRAM's latency before the next was issued.
+  constexpr int kRowsPerWarp = kTileRows / kWarps;
+  static_assert(kTileRows % kWarps == 0);
+  using P = Pack<T, kVector>;
+  P values[kRowsPerWarp] = {}, at[kRowsPerWarp] = {};  // at: GELU's inputs, for its derivative
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    const int64_t row = row0 + warp + i * kWarps;
+    if (row >= rows || col >= cols) continue;
+    values[i] = P::load(in + row * cols + col);
+    if constexpr (kSource == Fp8Source::GeluGradient) at[i] = P::load(gelu_in + row * cols + col);
+  }
   const float scale = *scale_pointer;
   float largest = 0.0f, sums[kVector] = {};
-  for (int r = warp; r < kTileRows; r += kWarps) {
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    const int r = warp + i * kWarps;
     const int64_t row = row0 + r;
     if (row >= rows || col >= cols) continue;
-    const auto values = Pack<T, kVector>::load(in + row * cols + col);
-    Pack<T, kVector> at;  // GELU's inputs, for its derivative
-    if constexpr (kSource == Fp8Source::GeluGradient) at = Pack<T, kVector>::load(gelu_in + row * cols + col);
     uint32_t codes = 0;
 #pragma unroll
     for (int v = 0; v < kVector; ++v) {
-      float value = values[v];
+      float value = values[i][v];
       if constexpr (kSource == Fp8Source::Gelu) value = to_float(from_float<T>(gelu(value)));
       if constexpr (kSource == Fp8Source::GeluGradient)
-        value = to_float(from_float<T>(gelu_derivative(at[v]) * value));
+        value = to_float(from_float<T>(gelu_derivative(at[i][v]) * value));
       largest = fmaxf(largest, fabsf(value));
       sums[v] += value;
       codes |= static_cast<uint32_t>(to_fp8(value * scale, e4m3)) << (8 * v);
