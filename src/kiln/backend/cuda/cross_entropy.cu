@@ -17,7 +17,7 @@ namespace {
 // again from L2, not DRAM. With 256-thread blocks, eight an SM, the 1,056 rows in flight (105 MB)
 // did not fit, and much of the second pass went to DRAM. On the H100 (2026-11-26) a call over
 // 4096 such rows still took 0.38 ms, the time of 1.24 GB at its 3.3 TB/s: read, read again and
-// written, so the second read missed L2 too, under the stream of gradient writes. So where two
+// written, as if the second read missed L2 too, under the stream of gradient writes. So where two
 // blocks an SM also hold their rows in shared memory (100.6 KB a row of 50,304 bf16 columns, in
 // an H100's 228 KB an SM, not an A100's 164) the first pass stages the row there (kStaged).
 constexpr int kRowThreads = 1024;

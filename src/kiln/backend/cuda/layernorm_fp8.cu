@@ -7,13 +7,15 @@
 // cast's tile (M a multiple of 16, C of 16), in one of two forms:
 // - rows in registers, where a row fits kMaxRowPacks packs of W = kPackWidth a lane (C up to 1280
 //   in 16-bit types: every GPT-2 size) and the pointers are 16-byte aligned: warp w loads rows w,
-//   w + 8, w + 16, w + 24 once each, one at a time, takes the row's sums from the registers
-//   (layernorm_rows.cuh) and writes its outputs from them, staging the codes of all 32 rows in
-//   shared memory for the transposed store at the end. dout and the input leave DRAM once.
+//   w + 8, w + 16, w + 24 once each, one at a time (asking L2 for the next while it works on one),
+//   takes the row's sums from the registers (layernorm_rows.cuh) and writes its outputs from them,
+//   staging the codes of all 32 rows in shared memory for the transposed store at the end. dout
+//   and the input leave DRAM once.
 // - rows in tiles (any C): the warps first take a row each in turn for its sums, then the rows go
 //   in tiles of 128 columns as in the cast (warp w rows w, w + 8, ..., lane l columns 4 l to
 //   4 l + 3), read again. With 32 rows of dout and the input a block, the blocks resident on an
-//   H100 hold about twice its L2 between the two reads, so the second mostly comes from DRAM.
+//   H100 (eight an SM) hold about twice its L2 between the two reads, so the second is likely to
+//   come from DRAM again: the register form's reason.
 #include "kiln/backend/cuda/fp8_tile.cuh"
 #include "kiln/backend/cuda/layernorm_rows.cuh"
 #include "kiln/backend/layernorm_workspace.h"
@@ -58,7 +60,9 @@ template <int W>
 struct CodePack {
   static_assert(W % 4 == 0);
   uint32_t words[W / 4] = {};
-  __device__ __forceinline__ void set(int w, uint8_t code) { words[w / 4] |= static_cast<uint32_t>(code) << (8 * (w % 4)); }
+  __device__ __forceinline__ void set(int w, uint8_t code) {
+    words[w / 4] |= static_cast<uint32_t>(code) << (8 * (w % 4));
+  }
   __device__ __forceinline__ void store(uint8_t* at) const {  // at: W-byte aligned
     if constexpr (W == 8) {
       *reinterpret_cast<uint2*>(at) = make_uint2(words[0], words[1]);
@@ -195,8 +199,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     layernorm_backward_fp8_rows_kernel(T* din, float* partials, const T* dout, const T* in, const T* weight,
                                        const float* means, const float* rstds, int64_t M, int64_t C, bool write_din,
                                        GradientCodes codes) {
-  // din's previous values are read with the row where registers allow, so a row waits on memory
-  // once; at 5 packs (1280 columns in bf16) ptxas spilled holding them, so they are read there
+  // din's previous values are read with the row where registers allow, so that a row waits on
+  // memory once; at 5 packs (1280 columns in bf16) holding them spilled, so there they are read
   // where they are added to.
   constexpr bool kPreviousWithRow = P <= 4;
   KILN_DYNAMIC_SHARED_MEMORY(staged);
