@@ -288,6 +288,37 @@ TEST_P(EmulatedKernels, LayerNormBackwardOverSeveralSlices) {
   layernorm_backward_matches_the_cpu(70, 4104, GradStore::Write, GradStore::Write);
 }
 
+// The partial sums' last pass (column_sums_finish, bias.cu) over 600 chunks of 40 columns: more
+// chunks than its 16 warps load 16 at a time, so a thread batches its loads three times, the last
+// batch partial. Each column must be the sum in the documented order, to the bit: warp k adds
+// chunks k, k + 16, ... in turn, then the warps' sums are added in warp order; added and written.
+TEST_P(EmulatedKernels, ColumnPartialsAddInTheirDocumentedOrder) {
+  if (dtype() != DType::F32) GTEST_SKIP() << "partial sums are floats in every dtype: run once";
+  constexpr int64_t kChunks = 600, N = 40, kWarps = 16;
+  const std::vector<float> partials = randoms(kChunks * N, 9), before = randoms(N, 10);
+  std::vector<float> in_order(N);
+  for (int64_t n = 0; n < N; ++n) {
+    float total = 0.0f;
+    for (int64_t k = 0; k < kWarps; ++k) {
+      float warp = 0.0f;
+      for (int64_t chunk = k; chunk < kChunks; chunk += kWarps) warp += partials[chunk * N + n];
+      total = k == 0 ? warp : total + warp;
+    }
+    in_order[n] = total;
+  }
+  const HostTensor device_partials(DType::F32, {kChunks, N}, partials);
+  for (const GradStore store : kStores) {
+    SCOPED_TRACE(name_of(store));
+    const HostTensor sums(DType::F32, {N}, held_before(store, before));
+    ASSERT_TRUE(launched(cuda::sum_column_partials(sums.as<float>(), device_partials.as<float>(), kChunks, N,
+                                                   store == GradStore::Write)));
+    std::vector<float> expected = in_order;
+    if (store == GradStore::Add)
+      for (int64_t n = 0; n < N; ++n) expected[n] = before[n] + in_order[n];
+    EXPECT_EQ(sums.floats(), expected);
+  }
+}
+
 // N = 72 takes 16-byte packs in every dtype; the same rows one element further into a buffer are
 // misaligned for packs and take the element-wise path, which must give the same bits (the order of
 // addition per column does not depend on the pack width). The sums added and written.

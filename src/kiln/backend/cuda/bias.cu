@@ -26,8 +26,11 @@ __global__ void column_sums_partial_kernel(float* partials, const T* in, int64_t
 // 32 columns, warp k adds chunks k, k + kFinishWarps, ... and the warps' sums are then added in warp
 // order. Spreading the chunks over warps keeps a column's loads in flight together; one thread per
 // column looping over the chunks (the first version) waited on each load in turn, which at the fp8
-// bias gradient's 2048 tile rows (M = 65,536) was about a hundred microseconds a call.
-constexpr int kFinishWarps = 16;
+// bias gradient's 2048 tile rows (M = 65,536) was about a hundred microseconds a call. A thread
+// also loads kFinishInFlight of its chunks before adding them (in the same order): at 2048 chunks
+// its 128 loads wait on memory 8 times, not 32 (nvcc's unrolling by 4). The fp8 LayerNorm backward
+// ends in two of these calls, and the bias gradients of the fp8 products' casts in one each.
+constexpr int kFinishWarps = 16, kFinishInFlight = 16;
 
 __global__ void column_sums_finish_kernel(float* sums_a, float* sums_b, const float* partial_a,
                                           const float* partial_b, int64_t chunks, int64_t N, bool overwrite) {
@@ -35,8 +38,9 @@ __global__ void column_sums_finish_kernel(float* sums_a, float* sums_b, const fl
   const int64_t column = blockIdx.x * 32 + threadIdx.x;
   const float* partials = blockIdx.y == 0 ? partial_a : partial_b;
   float sum = 0.0f;
-  if (column < N)
-    for (int64_t chunk = threadIdx.y; chunk < chunks; chunk += kFinishWarps) sum += partials[chunk * N + column];
+  if (column < N)  // chunks threadIdx.y, threadIdx.y + kFinishWarps, ...
+    for_each_pack<kFinishInFlight, 1>(partials + column, threadIdx.y * N, kFinishWarps * N, chunks * N,
+                                      [&](const Pack<float, 1>& value, int64_t) { sum += value[0]; });
   warp_sums[threadIdx.y][threadIdx.x] = sum;
   __syncthreads();
   if (threadIdx.y == 0 && column < N) {
