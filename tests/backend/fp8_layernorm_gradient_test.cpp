@@ -5,7 +5,8 @@
 // |din|, the product's bias gradient is din's column sums (added or written), and the product's
 // backward reading the codes gives bit for bit what it gives casting din itself. Shapes cross the
 // CUDA kernel's edges: 48 rows (a tile of 32 and half of one), 80 columns (less than a tile of
-// 128), 272 (two tiles and part of a third) and 2064 (wider than the plain kernel's 2048-column
+// 128), 272 (two tiles and part of a third), 768 (GPT-2 124M's width: rows held in registers, three
+// packs of 8 a lane) and 2064 (wider than registers hold, and than the plain kernel's 2048-column
 // slice). Arguments that do not fit are refused by name.
 #include <gtest/gtest.h>
 
@@ -25,7 +26,7 @@ constexpr int64_t kK = 32;  // the product: out [M, C] = in [M, kK] @ weight [kK
 struct Size {
   int64_t M, C;
 };
-const Size kSizes[] = {{48, 272}, {64, 80}, {48, 2064}};
+const Size kSizes[] = {{48, 272}, {64, 80}, {32, 768}, {48, 2064}};
 
 // The LayerNorm's and the product's inputs, the same on every run of one size.
 struct Inputs {
