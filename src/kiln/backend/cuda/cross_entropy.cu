@@ -187,7 +187,14 @@ int launch_cross_entropy(void* logits, int kind, float* losses, const int32_t* t
       constexpr int W = decltype(width)::value;
       const size_t row_bytes = static_cast<size_t>(Vp) * sizeof(E);
       const auto staged = cross_entropy_kernel<E, W, kCodes, true>;
-      const bool stage = two_blocks_an_sm_fit(row_bytes) && allow_shared_memory(staged, row_bytes);
+      // Two blocks an SM is the point: the carveout is asked to give shared memory all it can (the
+      // default leaves the split to the driver).
+      bool stage = two_blocks_an_sm_fit(row_bytes) && allow_shared_memory(staged, row_bytes);
+      if (stage && cudaFuncSetAttribute(staged, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                        cudaSharedmemCarveoutMaxShared) != cudaSuccess) {
+        cudaGetLastError();  // refused: the plain form, not an error
+        stage = false;
+      }
       launch(stage ? staged : cross_entropy_kernel<E, W, kCodes, false>, static_cast<unsigned>(M), kRowThreads,
              stage ? row_bytes : 0, static_cast<E*>(logits), losses, targets, static_cast<int>(V),
              static_cast<int>(Vp), ignore_index, loss_scale, write_grad, cast);
