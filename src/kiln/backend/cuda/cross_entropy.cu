@@ -86,11 +86,6 @@ struct GradientCodes {
   bool e4m3 = false;
 };
 
-// W codes stored as one access.
-template <int W>
-struct alignas(W) CodePack {
-  uint8_t code[W];
-};
 
 // Two passes over the row: the online softmax state, then (with write_grad) the gradient. W
 // elements at a time (Pack, element.cuh; Vp is a multiple of W, so a pack never leaves the row).
@@ -146,7 +141,7 @@ __global__ void __launch_bounds__(kRowThreads, 2)
         largest = fmaxf(largest, fabsf(stored));
         pack.code[w] = to_fp8(stored * scale, cast.e4m3);
       }
-      *reinterpret_cast<CodePack<W>*>(codes + v) = pack;
+      pack.store(codes + v);
     });
     largest = row_block_max(largest);
     if (threadIdx.x == 0) max_into(cast.amax, largest);

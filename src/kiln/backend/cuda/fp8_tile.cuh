@@ -1,7 +1,10 @@
-// The pieces of an fp8 cast that the cast kernel (fp8.cu) and the LayerNorm that casts its own
-// output (layernorm.cu) share: the conversion, the amax update, and the transposed write of a
-// 32 x 128 tile of codes staged in shared memory. Device code only; .cu files include it.
+// The pieces of an fp8 cast that the cast kernel (fp8.cu), the LayerNorms that cast
+// (layernorm_fp8.cu) and the cross-entropy that casts its gradient (cross_entropy.cu) share: the
+// conversion, a pack's codes, the amax update, and the transposed write of codes staged in shared
+// memory. Device code only; .cu files include it.
 #pragma once
+
+#include <cstring>
 
 #include "kiln/backend/cuda/kernel_common.cuh"
 #include "kiln/backend/fp8_workspace.h"
@@ -28,6 +31,22 @@ __device__ __forceinline__ uint8_t to_fp8(float value, bool e4m3) {
   return fp8::encode(value, e4m3 ? fp8::Format::E4M3 : fp8::Format::E5M2);
 #endif
 }
+
+// The W codes of one pack of W elements (Pack, element.cuh): stored to memory as one W-byte access
+// (`at` W-byte aligned), or, for W a multiple of 4, staged into a shared row of codes 4 bytes at a
+// time (a staged row is 4-byte aligned, not W).
+template <int W>
+struct alignas(W) CodePack {
+  uint8_t code[W];
+  __device__ __forceinline__ void store(uint8_t* at) const { *reinterpret_cast<CodePack*>(at) = *this; }
+  __device__ __forceinline__ void stage(uint8_t* at) const {
+    static_assert(W % 4 == 0);
+    uint32_t words[W / 4];
+    memcpy(words, code, W);
+#pragma unroll
+    for (int i = 0; i < W / 4; ++i) reinterpret_cast<uint32_t*>(at)[i] = words[i];
+  }
+};
 
 // amax >= 0 and a float's bits order like signed integers for non-negative values.
 __device__ __forceinline__ void max_into(float* amax, float value) {

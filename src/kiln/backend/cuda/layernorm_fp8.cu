@@ -54,29 +54,6 @@ bool rows_fit_registers(int64_t C, std::initializer_list<const void*> pointers) 
   return C <= 32 * W * kMaxRowPacks && aligned_to(16, pointers);
 }
 
-// The W codes of one pack, kept as 4-byte words: stored to memory as one access and staged into a
-// shared row as words (a staged row is 4-byte aligned).
-template <int W>
-struct CodePack {
-  static_assert(W % 4 == 0);
-  uint32_t words[W / 4] = {};
-  __device__ __forceinline__ void set(int w, uint8_t code) {
-    words[w / 4] |= static_cast<uint32_t>(code) << (8 * (w % 4));
-  }
-  __device__ __forceinline__ void store(uint8_t* at) const {  // at: W-byte aligned
-    if constexpr (W == 8) {
-      *reinterpret_cast<uint2*>(at) = make_uint2(words[0], words[1]);
-    } else {
-#pragma unroll
-      for (int i = 0; i < W / 4; ++i) reinterpret_cast<uint32_t*>(at)[i] = words[i];
-    }
-  }
-  __device__ __forceinline__ void stage(uint8_t* at) const {
-#pragma unroll
-    for (int i = 0; i < W / 4; ++i) reinterpret_cast<uint32_t*>(at)[i] = words[i];
-  }
-};
-
 // ---- The forward --------------------------------------------------------------------------------
 
 // The register form: each output element rounded to T, as the plain forward stores it, then cast.
@@ -110,7 +87,7 @@ __global__ void layernorm_forward_fp8_rows_kernel(uint8_t* codes, uint8_t* codes
       for (int w = 0; w < W; ++w) {
         const float rounded = to_float(from_float<T>(normalised(x.packs[p][w], s, gain[w], shift[w])));
         largest = fmaxf(largest, fabsf(rounded));
-        packed.set(w, to_fp8(rounded * scale, true));
+        packed.code[w] = to_fp8(rounded * scale, true);
       }
       packed.store(codes + row * C + c);
       packed.stage(staged + r * pitch + c);
@@ -190,7 +167,7 @@ struct GradientCodes {
 };
 // The register form: a warp holds its row of dout, of the input and of din's previous values (see
 // kPreviousWithRow). A lane keeps its columns' three sums, 3 W P floats: ptxas (nvcc 13.0, sm_90a)
-// gives 185 registers a thread at C = 768 in bf16, 234 at 1024 and 242 at 1280, so one block an
+// gives 186 registers a thread at C = 768 in bf16, 236 at 1024 and 249 at 1280, so one block an
 // SM (bounded to two, 128 registers, it spilled 300 bytes at 768). So its shared memory costs no
 // residency: the sums are staged at once beside the codes (98 KB at C = 768, 164 KB at 1280), and
 // the block's last phase is one barrier, not one a sum.
@@ -237,7 +214,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         sums[1][p][w] += g.packs[p][w];
         sums[2][p][w] += stored[w];
         largest = fmaxf(largest, fabsf(stored[w]));
-        packed.set(w, to_fp8(stored[w] * scale, codes.e4m3));
+        packed.code[w] = to_fp8(stored[w] * scale, codes.e4m3);
       }
       stored.store(din + at);
       packed.store(codes.rows + at);
