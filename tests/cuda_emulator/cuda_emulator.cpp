@@ -82,7 +82,7 @@ void* start_stack(char* stack, size_t bytes, void (*entry)()) {
 }
 
 constexpr int kLaunchFailure = 719, kInvalidValue = 1, kInvalidConfiguration = 9;
-constexpr size_t kDefaultSharedBytes = 48 * 1024, kMaxSharedBytes = 227 * 1024;
+constexpr size_t kDefaultSharedBytes = 48 * 1024;
 constexpr size_t kStackBytes = 256 * 1024;
 constexpr size_t kGuardBytes = 256;
 constexpr size_t kSharedAlignment = 128;  // as launch.cuh's KILN_DYNAMIC_SHARED_MEMORY promises
@@ -148,6 +148,7 @@ Schedule schedule = Schedule::Forward;
 int last_error = 0;
 std::string last_failure;
 std::map<const void*, size_t> shared_allowance;
+size_t max_shared_per_block = kH100SharedBytesPerBlock, shared_per_sm = kH100SharedBytesPerSm;
 
 // A fiber's stack, with an inaccessible page below it so that an overflow faults instead of
 // silently overwriting the next stack.
@@ -324,8 +325,8 @@ int check_configuration(const void* kernel, dim3 grid, dim3 block_shape, size_t 
     return finish(kInvalidConfiguration, "invalid launch configuration: grid " + describe(grid) +
                                              ", block " + describe(block_shape));
   const auto allowance = shared_allowance.find(kernel);
-  const size_t allowed =
-      allowance == shared_allowance.end() ? kDefaultSharedBytes : allowance->second;
+  const size_t allowed = std::min(
+      allowance == shared_allowance.end() ? kDefaultSharedBytes : allowance->second, max_shared_per_block);
   if (shared_bytes > allowed)
     return finish(kInvalidValue, std::to_string(shared_bytes) +
                                      " bytes of dynamic shared memory requested, " +
@@ -394,8 +395,15 @@ int peek_last_error() { return last_error; }
 
 const std::string& failure() { return last_failure; }
 
+void set_shared_memory_limits(size_t per_block, size_t per_sm) {
+  max_shared_per_block = per_block;
+  shared_per_sm = per_sm;
+}
+
+size_t shared_bytes_per_sm() { return shared_per_sm; }
+
 int set_max_dynamic_shared_bytes(const void* kernel, int bytes) {
-  if (bytes < 0 || static_cast<size_t>(bytes) > kMaxSharedBytes) return kInvalidValue;
+  if (bytes < 0 || static_cast<size_t>(bytes) > max_shared_per_block) return kInvalidValue;
   shared_allowance[kernel] = static_cast<size_t>(bytes);
   return 0;
 }

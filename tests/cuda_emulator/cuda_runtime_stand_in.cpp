@@ -200,7 +200,9 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int dev
     case cudaDevAttrComputeCapabilityMajor: *value = 9; return cudaSuccess;
     case cudaDevAttrComputeCapabilityMinor: *value = 0; return cudaSuccess;
     case cudaDevAttrMultiProcessorCount: *value = 1; return cudaSuccess;
-    case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *value = 228 * 1024; return cudaSuccess;  // an H100's
+    case cudaDevAttrMaxSharedMemoryPerMultiprocessor:
+      *value = static_cast<int>(cuda_emulator::shared_bytes_per_sm());
+      return cudaSuccess;
     default: return cudaErrorInvalidValue;
   }
 }

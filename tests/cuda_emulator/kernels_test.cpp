@@ -56,6 +56,8 @@ class EmulatedKernels
     return HostTensor(dtype, tensor.view().shape, tensor.floats());
   }
   void layernorm_backward_matches_the_cpu(int64_t M, int64_t C, GradStore din_store, GradStore param_store);
+  void layernorm_backward_cast_is_the_cast_of_its_gradient(int64_t M, int64_t C);
+  void softmax_cross_entropy_matches_the_cpu(int64_t M, int64_t V, int64_t Vp);
   CpuBackend cpu;
 };
 
@@ -174,53 +176,56 @@ TEST_P(EmulatedKernels, LayerNormCastToFp8IsTheCastOfItsOutput) {
 // order (tiles of 32 rows, not runs), so close. Shapes as the forward's above, under both thread
 // schedules.
 TEST_P(EmulatedKernels, LayerNormBackwardCastToFp8IsTheCastOfItsInputGradient) {
-  constexpr int64_t M = 48;
   for (const int64_t C : {272, 768, 1296}) {
     SCOPED_TRACE(fmt::format("C {}", C));
-    const HostTensor in = acts({M, C}, 1, 2.0f), weight = acts({C}, 2), bias = acts({C}, 3), dout = acts({M, C}, 4),
-                     din_before = acts({M, C}, 5), scale = HostTensor(DType::F32, {1}, {16.0f});
-    const HostTensor mean = HostTensor::poisoned(DType::F32, {M}), rstd = HostTensor::poisoned(DType::F32, {M});
-    const HostTensor normed = poisoned({M, C});
-    cpu.layernorm_forward({normed.view(), mean.view(), rstd.view(), in.view(), weight.view(), bias.view()});
-    struct Outputs {
-      HostTensor din, dweight, dbias, product_dbias, codes, codes_t, amax;
-    };
-    const auto fresh = [&] {
-      return Outputs{copy_of(din_before, dtype()),
-                     HostTensor(DType::F32, {C}, std::vector<float>(C, 0.0f)),
-                     HostTensor(DType::F32, {C}, std::vector<float>(C, 0.0f)),
-                     HostTensor(DType::F32, {C}, std::vector<float>(C, 0.0f)),
-                     HostTensor::poisoned(DType::F8E5M2, {M, C}),
-                     HostTensor::poisoned(DType::F8E5M2, {C, M}),
-                     HostTensor(DType::F32, {1}, {0.0f})};
-    };
-    const Outputs plain = fresh(), cast = fresh();
-    const size_t scratch = layernorm_backward_scratch_bytes(M, C, true);
-    const HostTensor workspace = HostTensor::poisoned(DType::F32, {static_cast<int64_t>(scratch / 4)});
-    ASSERT_TRUE(launched(cuda::layernorm_backward(plain.din.data(), plain.dweight.as<float>(),
-                                                  plain.dbias.as<float>(), dout.data(), in.data(), weight.data(),
-                                                  kind(), mean.as<float>(), rstd.as<float>(), M, C, false, false,
-                                                  workspace.data())));
-    ASSERT_TRUE(launched(cuda::cast_fp8(plain.din.data(), kind(), M, C, scale.as<float>(), plain.amax.as<float>(),
-                                        false, plain.codes.as<uint8_t>(), plain.codes_t.as<uint8_t>(),
-                                        workspace.as<float>())));
-    ASSERT_TRUE(launched(cuda::sum_column_partials(plain.product_dbias.as<float>(), workspace.as<float>(),
-                                                   fp8_cast_tile_rows(M), C, false)));
-    ASSERT_TRUE(launched(cuda::layernorm_backward_fp8(
-        cast.din.data(), cast.dweight.as<float>(), cast.dbias.as<float>(), cast.product_dbias.as<float>(), dout.data(),
-        in.data(), weight.data(), kind(), mean.as<float>(), rstd.as<float>(), M, C, false, false, scale.as<float>(),
-        cast.amax.as<float>(), false, cast.codes.as<uint8_t>(), cast.codes_t.as<uint8_t>(), workspace.data())));
-    EXPECT_EQ(cast.din.floats(), plain.din.floats()) << "din";
-    EXPECT_EQ(cast.codes.floats(), plain.codes.floats()) << "codes";
-    EXPECT_EQ(cast.codes_t.floats(), plain.codes_t.floats()) << "transposed codes";
-    EXPECT_EQ(cast.amax.floats(), plain.amax.floats()) << "amax";
-    EXPECT_EQ(cast.product_dbias.floats(), plain.product_dbias.floats()) << "the product's bias gradient";
-    expect_close(cast.dweight, plain.dweight, 1e-5, "dweight");
-    expect_close(cast.dbias, plain.dbias, 1e-5, "dbias");
-    for (const HostTensor* written : {&cast.din, &cast.codes, &cast.codes_t})
-      EXPECT_TRUE(written->guard_intact()) << "written past its end";
-    EXPECT_TRUE(workspace.guard_intact()) << "partial sums written past layernorm_backward_scratch_bytes";
+    layernorm_backward_cast_is_the_cast_of_its_gradient(48, C);
   }
+}
+
+void EmulatedKernels::layernorm_backward_cast_is_the_cast_of_its_gradient(int64_t M, int64_t C) {
+  const HostTensor in = acts({M, C}, 1, 2.0f), weight = acts({C}, 2), bias = acts({C}, 3), dout = acts({M, C}, 4),
+                   din_before = acts({M, C}, 5), scale = HostTensor(DType::F32, {1}, {16.0f});
+  const HostTensor mean = HostTensor::poisoned(DType::F32, {M}), rstd = HostTensor::poisoned(DType::F32, {M});
+  const HostTensor normed = poisoned({M, C});
+  cpu.layernorm_forward({normed.view(), mean.view(), rstd.view(), in.view(), weight.view(), bias.view()});
+  struct Outputs {
+    HostTensor din, dweight, dbias, product_dbias, codes, codes_t, amax;
+  };
+  const auto fresh = [&] {
+    return Outputs{copy_of(din_before, dtype()),
+                   HostTensor(DType::F32, {C}, std::vector<float>(C, 0.0f)),
+                   HostTensor(DType::F32, {C}, std::vector<float>(C, 0.0f)),
+                   HostTensor(DType::F32, {C}, std::vector<float>(C, 0.0f)),
+                   HostTensor::poisoned(DType::F8E5M2, {M, C}),
+                   HostTensor::poisoned(DType::F8E5M2, {C, M}),
+                   HostTensor(DType::F32, {1}, {0.0f})};
+  };
+  const Outputs plain = fresh(), cast = fresh();
+  const size_t scratch = layernorm_backward_scratch_bytes(M, C, true);
+  const HostTensor workspace = HostTensor::poisoned(DType::F32, {static_cast<int64_t>(scratch / 4)});
+  ASSERT_TRUE(launched(cuda::layernorm_backward(plain.din.data(), plain.dweight.as<float>(),
+                                                plain.dbias.as<float>(), dout.data(), in.data(), weight.data(),
+                                                kind(), mean.as<float>(), rstd.as<float>(), M, C, false, false,
+                                                workspace.data())));
+  ASSERT_TRUE(launched(cuda::cast_fp8(plain.din.data(), kind(), M, C, scale.as<float>(), plain.amax.as<float>(),
+                                      false, plain.codes.as<uint8_t>(), plain.codes_t.as<uint8_t>(),
+                                      workspace.as<float>())));
+  ASSERT_TRUE(launched(cuda::sum_column_partials(plain.product_dbias.as<float>(), workspace.as<float>(),
+                                                 fp8_cast_tile_rows(M), C, false)));
+  ASSERT_TRUE(launched(cuda::layernorm_backward_fp8(
+      cast.din.data(), cast.dweight.as<float>(), cast.dbias.as<float>(), cast.product_dbias.as<float>(), dout.data(),
+      in.data(), weight.data(), kind(), mean.as<float>(), rstd.as<float>(), M, C, false, false, scale.as<float>(),
+      cast.amax.as<float>(), false, cast.codes.as<uint8_t>(), cast.codes_t.as<uint8_t>(), workspace.data())));
+  EXPECT_EQ(cast.din.floats(), plain.din.floats()) << "din";
+  EXPECT_EQ(cast.codes.floats(), plain.codes.floats()) << "codes";
+  EXPECT_EQ(cast.codes_t.floats(), plain.codes_t.floats()) << "transposed codes";
+  EXPECT_EQ(cast.amax.floats(), plain.amax.floats()) << "amax";
+  EXPECT_EQ(cast.product_dbias.floats(), plain.product_dbias.floats()) << "the product's bias gradient";
+  expect_close(cast.dweight, plain.dweight, 1e-5, "dweight");
+  expect_close(cast.dbias, plain.dbias, 1e-5, "dbias");
+  for (const HostTensor* written : {&cast.din, &cast.codes, &cast.codes_t})
+    EXPECT_TRUE(written->guard_intact()) << "written past its end";
+  EXPECT_TRUE(workspace.guard_intact()) << "partial sums written past layernorm_backward_scratch_bytes";
 }
 
 // LayerNorm backward on M x C rows against the CPU; then again with din one element further into a
@@ -385,32 +390,47 @@ TEST_P(EmulatedKernels, GeluFillAndConvert) {
 // Rows of 1024 columns (less than one sweep of a 1024-thread block) and of GPT-2's padded
 // vocabulary (50,304: several sweeps, a pair of packs in flight and a lone one at the row's end).
 TEST_P(EmulatedKernels, SoftmaxCrossEntropyWithPaddingAndIgnoredRows) {
-  struct Rows {
-    int64_t M, V, Vp;
-  };
-  for (const Rows rows : {Rows{37, 1000, 1024}, Rows{5, 50257, 50304}}) {
-    const auto [M, V, Vp] = rows;
-    std::vector<int32_t> target_values(static_cast<size_t>(M));
-    Rng rng(5);
-    for (int32_t& target : target_values) target = static_cast<int32_t>(rng.below(static_cast<uint64_t>(V)));
-    target_values[3] = -100;
-    target_values[static_cast<size_t>(M) - 1] = static_cast<int32_t>(V - 1);  // the last real column
-    const HostTensor targets = HostTensor::ints({M}, target_values);
-    const float loss_scale = dtype() == DType::F16 ? 1024.0f : 0.5f;
-    for (const bool write_grad : {false, true}) {
-      const HostTensor logits = acts({M, Vp}, 1, 4.0f), expected_logits = copy_of(logits, dtype());
-      const HostTensor losses = HostTensor::poisoned(DType::F32, {M}),
-                       expected_losses = HostTensor::poisoned(DType::F32, {M});
-      cpu.softmax_cross_entropy({expected_logits.view(), expected_losses.view(), targets.view(), V,
-                                 -100, loss_scale, write_grad});
-      ASSERT_TRUE(launched(cuda::softmax_cross_entropy(logits.data(), kind(), losses.as<float>(),
-                                                       targets.as<int32_t>(), M, V, Vp, -100,
-                                                       loss_scale, write_grad)));
-      const std::string what = fmt::format("V {}, {}", V, write_grad ? "with gradient: " : "losses only: ");
-      expect_close(losses, expected_losses, 1e-5, what + "losses");
-      expect_close(logits, expected_logits, bound(dtype()), what + "logits");
-    }
+  softmax_cross_entropy_matches_the_cpu(37, 1000, 1024);
+  softmax_cross_entropy_matches_the_cpu(5, 50257, 50304);
+}
+
+void EmulatedKernels::softmax_cross_entropy_matches_the_cpu(int64_t M, int64_t V, int64_t Vp) {
+  std::vector<int32_t> target_values(static_cast<size_t>(M));
+  Rng rng(5);
+  for (int32_t& target : target_values) target = static_cast<int32_t>(rng.below(static_cast<uint64_t>(V)));
+  target_values[3] = -100;
+  target_values[static_cast<size_t>(M) - 1] = static_cast<int32_t>(V - 1);  // the last real column
+  const HostTensor targets = HostTensor::ints({M}, target_values);
+  const float loss_scale = dtype() == DType::F16 ? 1024.0f : 0.5f;
+  for (const bool write_grad : {false, true}) {
+    const HostTensor logits = acts({M, Vp}, 1, 4.0f), expected_logits = copy_of(logits, dtype());
+    const HostTensor losses = HostTensor::poisoned(DType::F32, {M}),
+                     expected_losses = HostTensor::poisoned(DType::F32, {M});
+    cpu.softmax_cross_entropy({expected_logits.view(), expected_losses.view(), targets.view(), V,
+                               -100, loss_scale, write_grad});
+    ASSERT_TRUE(launched(cuda::softmax_cross_entropy(logits.data(), kind(), losses.as<float>(),
+                                                     targets.as<int32_t>(), M, V, Vp, -100,
+                                                     loss_scale, write_grad)));
+    const std::string what = fmt::format("V {}, {}", V, write_grad ? "with gradient: " : "losses only: ");
+    expect_close(losses, expected_losses, 1e-5, what + "losses");
+    expect_close(logits, expected_logits, bound(dtype()), what + "logits");
   }
+}
+
+// On a GPU that gives a block 99 KB of shared memory and an SM 100 KB (as some do), the kernels
+// that would ask for more take their other forms, with the same results: the fp8 LayerNorm
+// backward at 1024 columns (131 KB in the register form: the tile form) and the cross-entropy over
+// GPT-2's vocabulary (two staged rows an SM do not fit: the plain form).
+TEST_P(EmulatedKernels, ASmallerGpusSharedMemoryTakesTheOtherForms) {
+  struct Limits {
+    Limits() { cuda_emulator::set_shared_memory_limits(99 * 1024, 100 * 1024); }
+    ~Limits() {
+      cuda_emulator::set_shared_memory_limits(cuda_emulator::kH100SharedBytesPerBlock,
+                                              cuda_emulator::kH100SharedBytesPerSm);
+    }
+  } smaller_gpu;
+  layernorm_backward_cast_is_the_cast_of_its_gradient(48, 1024);
+  softmax_cross_entropy_matches_the_cpu(5, 50257, 50304);
 }
 
 // Rows of 2^30 columns or more are refused before anything is read (the kernel's column indices

@@ -91,8 +91,14 @@ int peek_last_error();
 // Why the last failed launch failed; empty when none has.
 const std::string& failure();
 // cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes): launches of
-// `kernel` may then use up to `bytes` (227 KiB at most, an H100's limit) instead of 48 KiB.
+// `kernel` may then use up to `bytes` (at most the device's limit a block) instead of 48 KiB.
 int set_max_dynamic_shared_bytes(const void* kernel, int bytes);
+// The shared memory the emulated device gives a block (the most a kernel may be allowed) and an SM
+// (cudaDevAttrMaxSharedMemoryPerMultiprocessor): an H100's by default; a test sets a smaller GPU's
+// to reach the forms kernels take there.
+constexpr size_t kH100SharedBytesPerBlock = 227 * 1024, kH100SharedBytesPerSm = 228 * 1024;
+void set_shared_memory_limits(size_t per_block, size_t per_sm);
+size_t shared_bytes_per_sm();
 
 // Which products with an epilogue the cuBLASLt stand-in accepts: all (the default), none from
 // its heuristic (no algorithm found), or none when run (an algorithm offered, then
