@@ -6,10 +6,10 @@
 # (--cudnn-attention, cuDNN from PyTorch's wheel where it has one), with fp8 products (--fp8-format
 # hybrid), with fp8 products and cuDNN's attention, and with the classifier's products in fp8 too
 # (--fp8-classifier) and the loss on 16384 positions a chunk (--loss-chunk-rows), the fastest
-# measured, against PyTorch's bf16 torch.compile, each row with its last loss (kiln bench
-# train refuses losses a GPT on random tokens cannot give), and a verdict per size against the speed
-# issue's bar (1.25x PyTorch's faster run, peak memory below PyTorch's). Everything is measured in
-# this one run.
+# measured, that also with each product's algorithm chosen by timing (--matmul-autotune), against
+# PyTorch's bf16 torch.compile, each row with its last loss (kiln bench train refuses losses a GPT
+# on random tokens cannot give), and a verdict per size against the speed issue's bar (1.25x
+# PyTorch's faster run, peak memory below PyTorch's). Everything is measured in this one run.
 #
 #   bench/device-check.sh [--build]      (--build: rebuild even if build/kiln exists)
 #   bench/device-check.sh --prebuilt     use build-pack/ from scripts/pack-for-device.sh (for a
@@ -110,11 +110,14 @@ datasheet=""  # kiln bench train finds the GPU's datasheet by its name
 shapes=("124M 12 768 12 64" "350M 24 1024 16 32" "774M 36 1280 20 16")
 lever_shape=${shapes[0]} lagging_shape=${shapes[1]}  # the levers' shape; the size furthest from the bar
 attention_shapes=("64 12 64" "16 16 128" "16 32 80")
-# kiln's fastest setting as measured (bench/NOTES.md, 2026-11-26): fp8 products (E4M3 forward, E5M2
+# kiln's fastest setting, from what its parts measured (bench/NOTES.md, 2026-11-26): fp8 products (E4M3 forward, E5M2
 # gradients; bf16 everywhere else), the classifier's too, on cuDNN's attention engines, the
-# classifier and loss on 16384 positions a chunk. The table's verdict rows and the levers stage's
-# first profile run it.
-fastest="fp8 cls cudnn 16k:--fp8-format hybrid --fp8-classifier --cudnn-attention --loss-chunk-rows 16384"
+# classifier and loss on 16384 positions a chunk, each product's cuBLASLt algorithm chosen by timing
+# (-1.2 ms a 124M/64 step with fp8 products, -1.5 in bf16, measured apart). The table's verdict rows
+# and the levers stage's first profiles run it; the table's next row runs it untimed (`untuned`):
+# the verdict's fallback, and what the timing buys in this setting.
+fastest_switches="--fp8-format hybrid --fp8-classifier --cudnn-attention --loss-chunk-rows 16384"
+fastest="fp8 cls cudnn 16k tuned:$fastest_switches --matmul-autotune" untuned="fp8 cls cudnn 16k:$fastest_switches"
 # The loss stage: "layers hidden heads micro-batch", steps, logging; its text is tokenized into
 # loss-data/ beside the binaries (scripts/prepare-loss-data.sh).
 loss_shape="12 768 12 16" loss_iters=300 loss_logging="--log-interval 10 --eval-interval 100 --eval-iters 4"
@@ -250,11 +253,13 @@ if runs table; then
 
   results=$out/results.jsonl
   : > "$results"
-  # kiln in its fastest setting (above); then in bf16 on cuDNN's attention (the fastest without fp8:
-  # the verdict's fallback if fp8 fails on this GPU), in bf16, with fp8 products alone, and with fp8
-  # products and cuDNN's attention. Against torch.compile (the speed issue's bar), and PyTorch eager
-  # with --eager (the CUDA back-end issue's).
-  others=("bf16 cudnn:--cudnn-attention" "bf16" "fp8:--fp8-format hybrid" "fp8 cudnn:--fp8-format hybrid --cudnn-attention")
+  # kiln in its fastest setting (above); then untuned (the verdict's fallback should the timing
+  # fail), in bf16 on cuDNN's attention (the fastest without fp8: the fallback should fp8 fail on
+  # this GPU), in bf16, with fp8 products alone, and with fp8 products and cuDNN's attention.
+  # Against torch.compile (the speed issue's bar), and PyTorch eager with --eager (the CUDA back-end
+  # issue's).
+  others=("$untuned" "bf16 cudnn:--cudnn-attention" "bf16" "fp8:--fp8-format hybrid"
+          "fp8 cudnn:--fp8-format hybrid --cudnn-attention")
   kiln_row() {  # kiln_row SHAPE SETTING
     local name micro switches=""
     read -r name _ _ _ micro <<< "$1"
@@ -311,7 +316,7 @@ def order(row):
 print()
 print(f"(loss: the last step's; uniformly random tokens give about ln {vocab} = {math.log(vocab):.3f}; kiln bench"
       " train ends with an error where a run's losses leave ln V -0.25/+1.5)")
-print(f"{'model':>6} {'mb':>3} {'who':>24} | {'tok/s':>9} {'GiB':>6} {'loss':>7} {'wall s':>6} {'of roofline':>11} |"
+print(f"{'model':>6} {'mb':>3} {'who':>30} | {'tok/s':>9} {'GiB':>6} {'loss':>7} {'wall s':>6} {'of roofline':>11} |"
       f" {'vs eager':>8} {'vs compile':>10}")
 for model in dict.fromkeys(r["model"] for r in rows):
     peers = {r["compiled"]: r for r in rows if r["model"] == model and r["who"] == "pytorch"}
@@ -322,7 +327,7 @@ for model in dict.fromkeys(r["model"] for r in rows):
         share = roofline(r) if r["who"] == "kiln" else ""
         ratios = (ratio(r, eager), ratio(r, compiled)) if r["who"] == "kiln" else ("", "")
         tokens, gib, loss, wall = speed(r)
-        print(f"{model:>6} {mb:>3} {who:>24} | {tokens:>9} {gib:>6} {loss:>7} {wall:>6} {share:>11} |"
+        print(f"{model:>6} {mb:>3} {who:>30} | {tokens:>9} {gib:>6} {loss:>7} {wall:>6} {share:>11} |"
               f" {ratios[0]:>8} {ratios[1]:>10}")
 # The speed issue's bar, per size: kiln's faster setting at 1.25x or more of PyTorch's faster run, at a
 # peak below the lower of PyTorch's peaks.

@@ -6,13 +6,15 @@
 // timed inside a CUDA graph's capture; and without autotune only the heuristic's first runs. Also
 // the two decisions on their own (which candidate to keep, which products repeat exactly), and
 // whole training runs, whose every product (epilogues, accumulation over micro-batches, fp8, CUDA
-// graphs) must come out bit for bit as without timing, the emulator's algorithms computing alike.
+// graphs, and the device check's verdict setting with cuDNN's attention) must come out bit for bit as
+// without timing or graphs, the emulator's algorithms computing alike.
 #include <cuda_runtime.h>  // the emulator's
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -281,6 +283,37 @@ TEST(EmulatedMatmulTuningInTraining, ChangesNoBitOfARun) {
     EXPECT_GT(runs[1], 2 * runs[0]) << "fp8 and graphs: " << fp8_and_graphs;
   }
   cuda_emulator::set_cublaslt_algorithms({});
+}
+
+// The device check's verdict setting (bench/device-check.sh, `fastest`): fp8 products, the
+// classifier's too, attention on cuDNN's engines (the emulator's stand-in), the loss in chunks and
+// every product's algorithm timed; replayed from CUDA graphs, the run is bit for bit the direct one.
+TEST(EmulatedMatmulTuningInTraining, TheFastestSettingReplaysFromGraphsBitForBit) {
+  TempDir dir;
+  write_toy_dataset(dir.path(), 61, 20000, 2000);
+  Config config = small_gpt_config(dir.path(), "cuda");
+  config.bf16 = true;
+  config.train_iters = 4;
+  config.fp8_format = "hybrid";
+  config.fp8_classifier = true;
+  config.cudnn_attention = true;
+  config.loss_chunk_rows = 48;  // 128 positions a micro-batch: chunks of 48, 48 and 32
+  config.matmul_autotune = true;
+  cuda_emulator::set_cublaslt_algorithms({3.0, 0.0});
+  const std::vector<IterationStats> direct = train_and_record(config);
+  config.cuda_graph = true;
+  Trainer trainer(config);
+  IterationRecorder recorder;
+  trainer.add_observer(&recorder);
+  trainer.run();
+  cuda_emulator::set_cublaslt_algorithms({});
+  expect_resumed_bit_for_bit(recorder.iterations, direct, 0);
+  const std::string notes = trainer.backend().run_notes();
+  EXPECT_NE(notes.find("algorithms timed for"), std::string::npos) << notes;
+  EXPECT_NE(notes.find("CUDA graphs: 2 captured, 6 replays"), std::string::npos) << notes;
+  std::smatch calls;
+  ASSERT_TRUE(std::regex_search(notes, calls, std::regex("attention forward calls on cuDNN [^:]*: ([0-9]+)"))) << notes;
+  EXPECT_GT(std::stoi(calls[1].str()), 0) << notes;
 }
 
 }  // namespace
