@@ -70,6 +70,34 @@ TEST(OpTiming, ForwardsOpsAndTimesEachByNameAndShape) {
   EXPECT_TRUE(timing.times().empty());
 }
 
+// The device work a back-end timed inside an op's calls (Backend::take_launch_times; the CPU's
+// has none) adds up by name across the calls, most time first, and prints under the op.
+TEST(OpTiming, AddsUpTheDeviceWorkInsideAnOpByName) {
+  OpLedger ledger;
+  const OpWork product{.op = "matmul_forward 8x8x8 +gelu codes fp8", .flops = 1024.0};
+  ledger.add(product, 2.0, {{"cuBLASLt product", 0.5}, {"cast_fp8_kernel<bf16, (Fp8Source)1>", 1.0},
+                            {"cuBLASLt product", 0.25}});
+  ledger.add(product, 1.0, {{"cast_fp8_kernel<bf16, (Fp8Source)1>", 0.5}});
+  const std::vector<OpTotals> times = ledger.totals();
+  ASSERT_EQ(times.size(), 1u);
+  EXPECT_EQ(times[0].calls, 2);
+  ASSERT_EQ(times[0].launches.size(), 2u);
+  EXPECT_EQ(times[0].launches[0].what, "cast_fp8_kernel<bf16, (Fp8Source)1>");  // 1.5 ms: most first
+  EXPECT_EQ(times[0].launches[0].launches, 2);
+  EXPECT_DOUBLE_EQ(times[0].launches[0].total_ms, 1.5);
+  EXPECT_EQ(times[0].launches[1].launches, 2);
+  EXPECT_DOUBLE_EQ(times[0].launches[1].total_ms, 0.75);
+  // Indented under the op: launches, total ms, ms per op call, share of the op's 3 ms.
+  const std::string table = OpTimingBackend::format(times);
+  EXPECT_NE(table.find("\n  cast_fp8_kernel<bf16, (Fp8Source)1>"), std::string::npos) << table;
+  EXPECT_NE(table.find("2       1.500      0.7500   50.0% of the op"), std::string::npos) << table;
+  EXPECT_NE(table.find("2       0.750      0.3750   25.0% of the op"), std::string::npos) << table;
+  OpTimingBackend cpu(make_backend("cpu"));
+  DeviceTensors t(cpu);
+  cpu.fill({t.poisoned({8}), 1.0f});
+  for (const OpTotals& time : cpu.times()) EXPECT_TRUE(time.launches.empty()) << time.op;
+}
+
 TEST(OpTiming, CountsAttentionAndBackwardProductsWork) {
   OpTimingBackend timing(make_backend("cpu"));
   Rng rng(5);

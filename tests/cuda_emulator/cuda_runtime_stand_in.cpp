@@ -445,6 +445,10 @@ cudaError_t cudaFuncSetAttribute(const void* kernel, cudaFuncAttribute attribute
   if (attribute != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaSuccess;
   return status(cuda_emulator::set_max_dynamic_shared_bytes(kernel, value));
 }
+// Emulated kernels are host functions without a device entry's name: none is given.
+cudaError_t cudaFuncGetName(const char** name, const void*) {
+  return status(name ? cudaErrorInvalidDeviceFunction : cudaErrorInvalidValue);
+}
 
 }  // extern "C"
 

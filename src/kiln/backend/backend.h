@@ -13,8 +13,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kiln/backend/batch_stager.h"
+#include "kiln/backend/launch_time.h"
 #include "kiln/backend/ops.h"
 
 namespace kiln {
@@ -107,6 +109,12 @@ class Backend {
     (void)ops;
     return nullptr;
   }
+  // Profiling (--profile-ops, op_timing.h): while launch timing is on, the back-end times on the
+  // device each piece of work it issues inside an op (a kernel, a library's product or attention
+  // call); take_launch_times() waits for them and hands over those issued since it was last called,
+  // in issue order. A back-end that cannot (the CPU's: its ops are their own work) hands over none.
+  virtual void set_launch_timing(bool on) { (void)on; }
+  virtual std::vector<LaunchTime> take_launch_times() { return {}; }
   // Input batches to the device, overlapped with compute (batch_stager.h).
   virtual std::unique_ptr<BatchStager> make_batch_stager(const StagerOptions& options) = 0;
 

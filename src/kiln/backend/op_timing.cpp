@@ -6,7 +6,11 @@
 
 namespace kiln {
 
-OpTimingBackend::OpTimingBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
+OpTimingBackend::OpTimingBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {
+  inner_->set_launch_timing(true);
+}
+
+OpTimingBackend::~OpTimingBackend() { inner_->set_launch_timing(false); }
 
 template <typename Call>
 auto OpTimingBackend::timed(const OpWork& work, Call call) {
@@ -15,7 +19,8 @@ auto OpTimingBackend::timed(const OpWork& work, Call call) {
     inner_->synchronize();
     ledger_.add(work,
                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                    .count());
+                    .count(),
+                inner_->take_launch_times());
   };
   if constexpr (std::is_void_v<decltype(call())>) {
     call();
@@ -49,6 +54,12 @@ std::string OpTimingBackend::format(const std::vector<OpTotals>& times,
     table += fmt::format("{:<52} {:>7} {:>11.3f} {:>11.4f} {:>6.1f}% {:>16}{}\n", time.op,
                          time.calls, time.total_ms, time.total_ms / static_cast<double>(time.calls),
                          total > 0 ? 100.0 * time.total_ms / total : 0.0, rate, roofline);
+    // The device work inside the op: per op call, and its share of the op's (wall) time.
+    for (const LaunchTotals& launch : time.launches)
+      table += fmt::format("  {:<50} {:>7} {:>11.3f} {:>11.4f} {:>6.1f}% of the op\n", launch.what,
+                           launch.launches, launch.total_ms,
+                           launch.total_ms / static_cast<double>(time.calls),
+                           time.total_ms > 0 ? 100.0 * launch.total_ms / time.total_ms : 0.0);
   }
   table += fmt::format("{:<52} {:>7} {:>11.3f}\n", "all ops", "", total);
   return table;

@@ -224,8 +224,10 @@ OpWork work_of(const Convert& a) {
   return {a.fp8 ? "convert fp8" : "convert", 0.0, bytes_of({&a.out, &a.in, &a.out_t})};
 }
 
-void OpLedger::add(const OpWork& work, double ms) {
-  add(OpTotals{work.op, 1, work.flops, work.bytes, work.fp8, work.host_copy, ms, work.pass_bytes});
+void OpLedger::add(const OpWork& work, double ms, const std::vector<LaunchTime>& launches) {
+  OpTotals call{work.op, 1, work.flops, work.bytes, work.fp8, work.host_copy, ms, work.pass_bytes, {}};
+  for (const LaunchTime& launch : launches) call.launches.push_back({launch.what, 1, launch.ms});
+  add(call);
 }
 
 void OpLedger::add(const OpTotals& totals) {
@@ -238,6 +240,13 @@ void OpLedger::add(const OpTotals& totals) {
   entry.fp8 = totals.fp8;
   entry.host_copy = totals.host_copy;
   entry.total_ms += totals.total_ms;
+  for (const LaunchTotals& launch : totals.launches) {
+    auto same = std::find_if(entry.launches.begin(), entry.launches.end(),
+                             [&](const LaunchTotals& known) { return known.what == launch.what; });
+    if (same == entry.launches.end()) same = entry.launches.insert(entry.launches.end(), {launch.what, 0, 0.0});
+    same->launches += launch.launches;
+    same->total_ms += launch.total_ms;
+  }
 }
 
 std::vector<OpTotals> OpLedger::totals() const {
@@ -245,6 +254,9 @@ std::vector<OpTotals> OpLedger::totals() const {
   for (const auto& [op, totals] : entries_) result.push_back(totals);
   std::stable_sort(result.begin(), result.end(),
                    [](const OpTotals& a, const OpTotals& b) { return a.total_ms > b.total_ms; });
+  for (OpTotals& totals : result)
+    std::stable_sort(totals.launches.begin(), totals.launches.end(),
+                     [](const LaunchTotals& a, const LaunchTotals& b) { return a.total_ms > b.total_ms; });
   return result;
 }
 

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/backend/launch_time.h"
 #include "kiln/backend/ops.h"
 
 namespace kiln {
@@ -52,6 +53,13 @@ OpWork work_of(const Fp8UpdateScales& args);
 OpWork work_of(const Fill& args);
 OpWork work_of(const Convert& args);
 
+// The device work of one name inside an op's calls (Backend::take_launch_times), added up.
+struct LaunchTotals {
+  std::string what;
+  int64_t launches = 0;
+  double total_ms = 0.0;
+};
+
 // Every call of one label, added up.
 struct OpTotals {
   std::string op;
@@ -60,11 +68,13 @@ struct OpTotals {
   bool fp8 = false, host_copy = false;
   double total_ms = 0.0;  // measured time over all calls (0 where nothing was run)
   double pass_bytes = 0.0;  // of `bytes`, those moved by passes of their own (OpWork)
+  std::vector<LaunchTotals> launches = {};  // where the back-end timed them: most time first
 };
 
 class OpLedger {
  public:
-  void add(const OpWork& work, double ms = 0.0);  // one call
+  // One call, with the device work the back-end timed inside it.
+  void add(const OpWork& work, double ms = 0.0, const std::vector<LaunchTime>& launches = {});
   void add(const OpTotals& totals);               // calls added up elsewhere
   // Each label once; most measured time first, labels in order among equal times.
   std::vector<OpTotals> totals() const;

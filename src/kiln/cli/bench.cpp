@@ -179,8 +179,12 @@ void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
       out["op_times"] = nlohmann::json::array();
       for (const OpTotals& time : timing->times()) {
         const bool bounded = limits && !time.host_copy;
+        nlohmann::json launches = nlohmann::json::array();
+        for (const LaunchTotals& launch : time.launches)
+          launches.push_back({{"what", launch.what}, {"launches", launch.launches}, {"total_ms", launch.total_ms}});
         out["op_times"].push_back({{"op", time.op}, {"calls", time.calls}, {"total_ms", time.total_ms},
-                                   {"roofline_ms", bounded ? roofline_ms(time, *limits) : 0.0}});
+                                   {"roofline_ms", bounded ? roofline_ms(time, *limits) : 0.0},
+                                   {"launches", launches}});
       }
     }
     fmt::print("{}\n", out.dump());
@@ -206,7 +210,8 @@ void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
   if (const std::string notes = backend.run_notes(); !notes.empty()) fmt::print("# {}\n", notes);
   if (const OpTimingBackend* timing = trainer.op_timing())
     fmt::print("# time by op over the {} timed iterations (--profile-ops: a device wait after every op, so the "
-               "iterations above are slower than unprofiled)\n{}",
+               "iterations above are slower than unprofiled; indented under an op, the device work inside it as "
+               "timed on the device)\n{}",
                options.timed_iters, OpTimingBackend::format(timing->times(), limits ? &*limits : nullptr));
   fmt::print("# losses: first {:.4f}, last {:.4f} (uniformly random tokens: between {:.4f} and {:.4f} if the step is "
              "right)\n",

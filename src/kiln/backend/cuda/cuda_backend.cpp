@@ -10,6 +10,7 @@
 #include "kiln/backend/layernorm_workspace.h"
 #include "kiln/backend/cuda/cuda_backend_shared.h"
 #include "kiln/backend/cuda/flash_attention.h"
+#include "kiln/backend/cuda/launch_timing.h"
 #include "kiln/backend/cuda/stream.h"
 #include "kiln/backend/op_checks.h"
 
@@ -231,6 +232,9 @@ void CudaBackend::copy_to_host(void* host_dst, const void* device_src, size_t by
 void CudaBackend::synchronize() {
   check_cuda(cudaStreamSynchronize(cuda::compute_stream()), "synchronize");
 }
+
+void CudaBackend::set_launch_timing(bool on) { cuda::set_launch_timing(on); }
+std::vector<LaunchTime> CudaBackend::take_launch_times() { return cuda::take_launch_times(); }
 
 void CudaBackend::embedding_forward(const EmbeddingForward& a) {
   const auto [B, T, C] = checks::embedding_forward(a, kCuda);

@@ -44,6 +44,8 @@ class CudaBackend final : public Backend {
   size_t workspace_bytes(const WorkspaceNeeds& needs) const override;
   std::unique_ptr<BatchStager> make_batch_stager(const StagerOptions& options) override;
   std::unique_ptr<OpGraph> capture(const std::function<void()>& ops) override;  // op_graph.cpp
+  void set_launch_timing(bool on) override;                                       // launch_timing.h
+  std::vector<LaunchTime> take_launch_times() override;
   // How many graphs capture() made and how often they were replayed (run_notes() reports them).
   struct GraphCounts {
     int64_t captures = 0, replays = 0;

@@ -11,6 +11,7 @@
 #include "kiln/backend/cuda/cuda_check.h"
 #include "kiln/backend/cuda/cudnn_graph.h"
 #include "kiln/backend/cuda/kernels.h"
+#include "kiln/backend/cuda/launch_timing.h"
 #include "kiln/backend/cuda/stream.h"
 
 namespace kiln::cuda {
@@ -84,6 +85,7 @@ void CudnnAttention::forward(const CudnnAttentionShape& shape, void* out, float*
                                              {f.lse, lse},
                                              {f.out, out}};
   if (shape.causal) bindings.emplace_back(f.lowest, &lowest);
+  const TimedLaunch timed("cuDNN attention forward");
   made.plan->run(handle_, bindings, workspace);
 }
 
@@ -112,6 +114,7 @@ void CudnnAttention::backward(const CudnnAttentionShape& shape, void* dqkv, cons
                                              {b.scale, &scale},
                                              {b.one, &one}};
   if (shape.causal) bindings.emplace_back(b.lowest, &lowest);
+  const TimedLaunch timed("cuDNN attention backward");
   made.plan->run(handle_, bindings, workspace);
 }
 

@@ -216,10 +216,13 @@ int embedding_backward(float* dwte, float* dwpe, const void* dout, int kind, con
   void* sort_storage = sorted_positions + positions;
   size_t sort_bytes = workspace_bytes - 3 * static_cast<size_t>(positions) * sizeof(int32_t);
   launch(iota_kernel, blocks_for(positions), kThreads, 0, positions_in, positions);
-  if (const cudaError_t status = cub::DeviceRadixSort::SortPairs(
-          sort_storage, sort_bytes, tokens, sorted_tokens, positions_in, sorted_positions,
-          static_cast<int>(positions), 0, static_cast<int>(sizeof(int32_t) * 8), compute_stream()))
-    return static_cast<int>(status);
+  {
+    const TimedLaunch timed("CUB radix sort");
+    if (const cudaError_t status = cub::DeviceRadixSort::SortPairs(
+            sort_storage, sort_bytes, tokens, sorted_tokens, positions_in, sorted_positions,
+            static_cast<int>(positions), 0, static_cast<int>(sizeof(int32_t) * 8), compute_stream()))
+      return static_cast<int>(status);
+  }
   return dispatch(kind, [&](auto tag) {
     using E = decltype(tag);
     const E* grad = static_cast<const E*>(dout);

@@ -2,13 +2,14 @@
 // syntax (<<<...>>> and extern __shared__), behind launch() and KILN_DYNAMIC_SHARED_MEMORY, so
 // that a host compiler can also build the kernel files for tests/cuda_emulator, which runs them on
 // the CPU in CI. Under nvcc these are the plain CUDA forms; included by every .cu file that
-// launches a kernel.
+// launches a kernel. While --profile-ops times launches (launch_timing.h), each is bracketed.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstddef>
 
+#include "kiln/backend/cuda/launch_timing.h"
 #include "kiln/backend/cuda/stream.h"
 
 namespace kiln::cuda {
@@ -19,6 +20,7 @@ namespace kiln::cuda {
 // read with cudaGetLastError() as after any launch.
 template <typename... Params, typename... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, Args... args) {
+  const TimedLaunch timed(reinterpret_cast<const void*>(kernel));
   kernel<<<grid, block, shared_bytes, compute_stream()>>>(args...);
 }
 
@@ -31,6 +33,7 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_byte
 
 template <typename... Params, typename... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, Args... args) {
+  const TimedLaunch timed(reinterpret_cast<const void*>(kernel));
   ::cuda_emulator::launch_on(compute_stream(), kernel, grid, block, shared_bytes, args...);
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kiln/backend/cuda/cuda_check.h"
+#include "kiln/backend/cuda/launch_timing.h"
 #include "kiln/backend/cuda/lt_matmul_tuning.h"
 #include "kiln/backend/cuda/stream.h"
 #include "kiln/core/error.h"
@@ -263,7 +264,11 @@ bool LtMatmul::run(const Gemm& product) {
   // Timed in place, so only on a call that running again does not change (an accumulating one is not).
   if (plan.awaiting_timing && product_repeats_exactly(product) && !compute_stream_capturing())
     choose_by_timing(plan, product);
-  const auto status = static_cast<cublasStatus_t>(launch(plan, plan.chosen, product));
+  cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
+  {
+    const TimedLaunch timed("cuBLASLt product");
+    status = static_cast<cublasStatus_t>(launch(plan, plan.chosen, product));
+  }
   if (status == CUBLAS_STATUS_NOT_SUPPORTED && product.epilogue != GemmEpilogue::None) {
     plan.supported = false;  // the heuristic offered an algorithm the call then refused: fall back from now on
     return false;

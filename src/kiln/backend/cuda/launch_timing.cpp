@@ -1,0 +1,135 @@
+#include "kiln/backend/cuda/launch_timing.h"
+
+#include <cuda_runtime_api.h>
+#include <cxxabi.h>
+
+#include <cstdlib>
+#include <map>
+#include <memory>
+
+#include "kiln/backend/cuda/cuda_check.h"
+#include "kiln/backend/cuda/stream.h"
+
+namespace kiln::cuda {
+namespace {
+
+struct Pending {
+  cudaEvent_t start = nullptr, end = nullptr;
+  const void* kernel = nullptr;
+  const char* label = nullptr;
+  bool ended = false;  // the end event was recorded
+};
+
+struct State {
+  bool on = false;
+  std::vector<Pending> pending;
+  std::vector<cudaEvent_t> spare;           // events whose times were taken, for reuse
+  std::map<const void*, std::string> names;  // kernels' display names, resolved once each
+};
+
+State& state() {
+  static State s;
+  return s;
+}
+
+cudaEvent_t event() {
+  State& s = state();
+  if (!s.spare.empty()) {
+    cudaEvent_t reused = s.spare.back();
+    s.spare.pop_back();
+    return reused;
+  }
+  cudaEvent_t created = nullptr;
+  check_cuda(cudaEventCreate(&created), "creating an event to time a launch");
+  return created;
+}
+
+bool compute_stream_capturing() {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  check_cuda(cudaStreamIsCapturing(compute_stream(), &status), "cudaStreamIsCapturing");
+  return status != cudaStreamCaptureStatusNone;
+}
+
+// Starts timing a piece of work; its index in the pending list, or -1 where nothing is timed.
+int begin(const void* kernel, const char* label) {
+  State& s = state();
+  if (!s.on || compute_stream_capturing()) return -1;
+  Pending pending{event(), event(), kernel, label};
+  check_cuda(cudaEventRecord(pending.start, compute_stream()), "recording a launch's start");
+  s.pending.push_back(pending);
+  return static_cast<int>(s.pending.size()) - 1;
+}
+
+const std::string& name_of(const void* kernel) {
+  State& s = state();
+  auto [at, added] = s.names.try_emplace(kernel);
+  if (added) {
+    const char* mangled = nullptr;
+    at->second = cudaFuncGetName(&mangled, kernel) == cudaSuccess && mangled ? kernel_display_name(mangled)
+                                                                             : "a kernel (no name from CUDA)";
+    cudaGetLastError();  // a failed lookup leaves no error behind for the next launch's check
+  }
+  return at->second;
+}
+
+void replace_all(std::string& text, const std::string& from, const std::string& to) {
+  for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
+    text.replace(at, from.size(), to);
+}
+
+}  // namespace
+
+void set_launch_timing(bool on) { state().on = on; }
+bool launch_timing() { return state().on; }
+
+TimedLaunch::TimedLaunch(const void* kernel) : index_(begin(kernel, nullptr)) {}
+TimedLaunch::TimedLaunch(const char* label) : index_(begin(nullptr, label)) {}
+
+TimedLaunch::~TimedLaunch() {
+  if (index_ < 0) return;
+  Pending& pending = state().pending[static_cast<size_t>(index_)];
+  pending.ended = cudaEventRecord(pending.end, compute_stream()) == cudaSuccess;  // no throw from here
+}
+
+std::vector<LaunchTime> take_launch_times() {
+  State& s = state();
+  std::vector<LaunchTime> times;
+  std::vector<Pending> pending = std::move(s.pending);
+  s.pending.clear();
+  for (const Pending& p : pending) {
+    float ms = 0.0f;
+    if (p.ended) {
+      check_cuda(cudaEventSynchronize(p.end), "waiting for a timed launch");
+      check_cuda(cudaEventElapsedTime(&ms, p.start, p.end), "reading a launch's time");
+      times.push_back({p.label ? std::string(p.label) : name_of(p.kernel), static_cast<double>(ms)});
+    }
+    s.spare.push_back(p.start);
+    s.spare.push_back(p.end);
+  }
+  return times;
+}
+
+std::string kernel_display_name(const char* mangled) {
+  int status = 0;
+  const std::unique_ptr<char, decltype(&std::free)> demangled(abi::__cxa_demangle(mangled, nullptr, nullptr, &status),
+                                                              &std::free);
+  std::string name = status == 0 && demangled ? demangled.get() : mangled;  // a name given demangled stays
+  // The parameters: from the '(' that opens the parenthesis the name ends with.
+  if (!name.empty() && name.back() == ')') {
+    int depth = 0;
+    for (size_t i = name.size(); i-- > 0;) {
+      depth += name[i] == ')' ? 1 : name[i] == '(' ? -1 : 0;
+      if (depth == 0) {
+        name.erase(i);
+        break;
+      }
+    }
+  }
+  if (name.starts_with("void ")) name.erase(0, 5);  // kernels return nothing
+  for (const char* scope : {"(anonymous namespace)::", "kiln::cuda::", "kiln::"}) replace_all(name, scope, "");
+  replace_all(name, "__nv_bfloat16", "bf16");
+  replace_all(name, "__half", "fp16");
+  return name;
+}
+
+}  // namespace kiln::cuda

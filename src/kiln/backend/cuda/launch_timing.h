@@ -1,0 +1,44 @@
+// Device time of each piece of work the CUDA back-end issues on the compute stream, for
+// --profile-ops (op_timing.h): while on, every kernel launch (launch.cuh), cuBLASLt product,
+// cuDNN attention call and CUB sort is bracketed by two events, and take_launch_times() waits for
+// them and names each, so that a profile's op (a product and the cast behind it, an attention call
+// and the casts of its outputs) splits into the work that took its time, without an external
+// profiler. Off, a launch costs one test of a flag. The events wait on nothing and are recorded
+// only outside a CUDA graph's capture (CudaBackend refuses profiling with graphs anyway).
+// One state per process, as the compute stream is; used from one host thread (Backend's rule).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kiln/backend/launch_time.h"
+
+namespace kiln::cuda {
+
+void set_launch_timing(bool on);
+bool launch_timing();
+
+// Brackets one piece of work: constructed just before it is issued on the compute stream,
+// destroyed just after; named by the kernel's entry (resolved when taken) or by a label.
+class TimedLaunch {
+ public:
+  explicit TimedLaunch(const void* kernel);
+  explicit TimedLaunch(const char* label);
+  ~TimedLaunch();
+  TimedLaunch(const TimedLaunch&) = delete;
+  TimedLaunch& operator=(const TimedLaunch&) = delete;
+
+ private:
+  int index_ = -1;  // in the pending list; -1 when timing is off
+};
+
+// Waits for the pending work's events and returns each piece's name and device time, in the order
+// they were issued; the list starts again empty.
+std::vector<LaunchTime> take_launch_times();
+
+// "cast_fp8_kernel<bf16, (Fp8Source)0>" from a kernel's mangled name (as cudaFuncGetName gives
+// it): the demangled name without its return type, kiln's namespaces and its parameters, CUDA's
+// 16-bit types by their short names. A name that does not demangle is taken as already demangled.
+std::string kernel_display_name(const char* mangled);
+
+}  // namespace kiln::cuda

@@ -1,0 +1,14 @@
+// One piece of device work inside an op (a kernel, a library's product or attention) as a back-end
+// timed it on the device for --profile-ops (Backend::take_launch_times, op_timing.h).
+#pragma once
+
+#include <string>
+
+namespace kiln {
+
+struct LaunchTime {
+  std::string what;  // the kernel's name, or the library call's label ("cuBLASLt product")
+  double ms = 0.0;   // from just before it started to just after it ended, on the device
+};
+
+}  // namespace kiln
