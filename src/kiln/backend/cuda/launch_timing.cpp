@@ -23,7 +23,7 @@ struct Pending {
 struct State {
   bool on = false;
   std::vector<Pending> pending;
-  std::vector<cudaEvent_t> spare;           // events whose times were taken, for reuse
+  std::vector<cudaEvent_t> spare;           // events whose times were taken, for reuse while on
   std::map<const void*, std::string> names;  // kernels' display names, resolved once each
 };
 
@@ -79,15 +79,29 @@ void replace_all(std::string& text, const std::string& from, const std::string& 
 
 }  // namespace
 
-void set_launch_timing(bool on) { state().on = on; }
+void set_launch_timing(bool on) {
+  State& s = state();
+  s.on = on;
+  if (on) return;
+  // Nothing here throws (it runs as a profile unwinds): pending events are destroyed untaken,
+  // which CUDA allows, releasing them once they complete.
+  for (const Pending& pending : s.pending) {
+    cudaEventDestroy(pending.start);
+    cudaEventDestroy(pending.end);
+  }
+  s.pending.clear();
+  for (cudaEvent_t spare : s.spare) cudaEventDestroy(spare);
+  s.spare.clear();
+}
 bool launch_timing() { return state().on; }
 
 TimedLaunch::TimedLaunch(const void* kernel) : index_(begin(kernel, nullptr)) {}
 TimedLaunch::TimedLaunch(const char* label) : index_(begin(nullptr, label)) {}
 
 TimedLaunch::~TimedLaunch() {
-  if (index_ < 0) return;
-  Pending& pending = state().pending[static_cast<size_t>(index_)];
+  std::vector<Pending>& pending_list = state().pending;
+  if (index_ < 0 || static_cast<size_t>(index_) >= pending_list.size()) return;  // dropped since (timing off)
+  Pending& pending = pending_list[static_cast<size_t>(index_)];
   pending.ended = cudaEventRecord(pending.end, compute_stream()) == cudaSuccess;  // no throw from here
 }
 

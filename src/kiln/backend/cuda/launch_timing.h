@@ -15,6 +15,7 @@
 
 namespace kiln::cuda {
 
+// Turning it off drops what was timed and not taken and frees the events; it never throws.
 void set_launch_timing(bool on);
 bool launch_timing();
 
