@@ -44,12 +44,6 @@ cudaEvent_t event() {
   return created;
 }
 
-bool compute_stream_capturing() {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  check_cuda(cudaStreamIsCapturing(compute_stream(), &status), "cudaStreamIsCapturing");
-  return status != cudaStreamCaptureStatusNone;
-}
-
 // Starts timing a piece of work; its index in the pending list, or -1 where nothing is timed.
 int begin(const void* kernel, const char* label) {
   State& s = state();

@@ -105,13 +105,6 @@ cublasLtMatrixLayout_t layout(DType dtype, int64_t rows, int64_t cols, int64_t l
   return result;
 }
 
-// A wait inside a CUDA graph's capture would invalidate it: plans first met there are timed later.
-bool compute_stream_capturing() {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  check_cuda(cudaStreamIsCapturing(compute_stream(), &status), "cudaStreamIsCapturing");
-  return status != cudaStreamCaptureStatusNone;
-}
-
 }  // namespace
 
 struct LtMatmul::Plan {
@@ -261,7 +254,8 @@ bool LtMatmul::run(const Gemm& product) {
   Plan& plan = plan_for(product);
   if (!plan.supported) return false;
   set_pointers(plan.desc, product);  // the plan was made with this call's pointers' alignments
-  // Timed in place, so only on a call that running again does not change (an accumulating one is not).
+  // Timed in place, so only on a call that running again does not change (an accumulating one is not),
+  // and not inside a capture, which its waits would invalidate (a plan first met there is timed later).
   if (plan.awaiting_timing && product_repeats_exactly(product) && !compute_stream_capturing())
     choose_by_timing(plan, product);
   cublasStatus_t status = CUBLAS_STATUS_SUCCESS;

@@ -15,4 +15,11 @@ cudaStream_t compute_stream() {
   return stream;
 }
 
+bool compute_stream_capturing() {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  const cudaError_t error = cudaStreamIsCapturing(compute_stream(), &status);
+  KILN_CHECK(error == cudaSuccess, "CUDA error in cudaStreamIsCapturing: {}", cudaGetErrorString(error));
+  return status != cudaStreamCaptureStatusNone;
+}
+
 }  // namespace kiln::cuda

@@ -15,4 +15,8 @@ namespace kiln::cuda {
 
 cudaStream_t compute_stream();
 
+// Whether the compute stream is being captured into a CUDA graph (CudaBackend::capture), where a
+// wait or an event record outside the graph's own would invalidate the capture.
+bool compute_stream_capturing();
+
 }  // namespace kiln::cuda
