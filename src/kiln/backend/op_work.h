@@ -75,7 +75,7 @@ class OpLedger {
  public:
   // One call, with the device work the back-end timed inside it.
   void add(const OpWork& work, double ms = 0.0, const std::vector<LaunchTime>& launches = {});
-  void add(const OpTotals& totals);               // calls added up elsewhere
+  void add(const OpTotals& totals);  // calls added up elsewhere
   // Each label once; most measured time first, labels in order among equal times.
   std::vector<OpTotals> totals() const;
   void clear() { entries_.clear(); }
