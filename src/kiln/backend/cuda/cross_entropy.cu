@@ -86,7 +86,6 @@ struct GradientCodes {
   bool e4m3 = false;
 };
 
-
 // Two passes over the row: the online softmax state, then (with write_grad) the gradient. W
 // elements at a time (Pack, element.cuh; Vp is a multiple of W, so a pack never leaves the row).
 // The first pass, from DRAM, loads kPacksInFlight packs a thread before using any, so that a
