@@ -90,13 +90,6 @@ __global__ void __launch_bounds__(32 * kBackwardWarps, kBackwardBlocksPerSm)
   for (int64_t row = begin + warp; row < end; row += kBackwardWarps) {
     const T* x = in + row * C;
     const T* g = dout + row * C;
-    // L2 fetches what would otherwise wait on DRAM: din's slice of this row, read after the row's
-    // sums, and the warp's next row (prefetch_row_to_l2: hints, no result changes).
-    if (!write_din) prefetch_row_to_l2(din + row * C + first, columns * static_cast<int64_t>(sizeof(T)), lane);
-    if (row + kBackwardWarps < end) {
-      prefetch_row_to_l2(g + kBackwardWarps * C, C * static_cast<int64_t>(sizeof(T)), lane);
-      prefetch_row_to_l2(x + kBackwardWarps * C, C * static_cast<int64_t>(sizeof(T)), lane);
-    }
     const RowGradient r = row_gradient<T, W>(g, x, weight, means[row], rstds[row], C, lane);
     for (int64_t p = lane; p < packs; p += 32) {
       const int64_t c = first + p * W;
