@@ -217,12 +217,12 @@ measure() {
     echo "{$fields,\"failed\":true}" | tee -a "$file"
   fi
 }
-# What a run may take at most, for the deadline (seconds; guessed with room, none yet timed on a
-# GPU: each row's wall_s is the measurement to replace them with): kiln bench train (start-up,
-# cuDNN's plans compiled by NVRTC, 13 steps of up to 0.2 s), kiln train's 300 loss-stage steps, the
-# PyTorch peer eager and compiled (inductor's compilation of a 36-layer GPT), one bench attention,
-# one ncu run.
-reserve_kiln=40 reserve_loss=60 reserve_eager=60 reserve_compile=150 reserve_attention=20 reserve_ncu=120
+# What a run may take at most, for the deadline (seconds, with room over the wall times measured on
+# an H100 on 2026-11-27, bench/NOTES.md): kiln bench train 7-38 s (start-up, cuDNN's plans compiled
+# by NVRTC, algorithms timed, 13 steps); kiln train's 300 loss-stage steps about 17 s (three in 53);
+# the PyTorch peer compiled 47-94 s (inductor's compilation of up to a 36-layer GPT), eager not yet
+# timed; one bench attention 3-10 s; one ncu run not yet timed.
+reserve_kiln=40 reserve_loss=30 reserve_eager=60 reserve_compile=150 reserve_attention=20 reserve_ncu=120
 
 if runs tests && ! fits 60; then
   skip "the GPU tests"
