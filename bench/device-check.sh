@@ -52,7 +52,7 @@
 #                                        dQ atomically: how far two runs drift that differ in rounding
 #                                        alone), with fp8 products, with the classifier's products in
 #                                        fp8 too, and in bf16 on cuDNN's attention; each run's losses
-#                                        and its largest gap to bf16's; about 2.5 minutes
+#                                        and its largest gap to bf16's; about 2 minutes
 #   ... --bundle                         at the end, pack every file written under $OUT but the .ncu-rep
 #                                        reports into $OUT/device-check.tar.gz, and the reports into
 #                                        $OUT/ncu-reports.tar.gz (for a transfer that takes few files)
@@ -109,12 +109,12 @@ datasheet=""  # kiln bench train finds the GPU's datasheet by its name
 shapes=("124M 12 768 12 64" "350M 24 1024 16 32" "774M 36 1280 20 16")
 lever_shape=${shapes[0]} lagging_shape=${shapes[1]}  # the levers' shape; the size furthest from the bar
 attention_shapes=("64 12 64" "16 16 128" "16 32 80")
-# kiln's fastest setting, from what its parts measured (bench/NOTES.md, 2026-11-26): fp8 products
-# (E4M3 forward, E5M2 gradients; bf16 everywhere else), the classifier's too, on cuDNN's attention
-# engines, the classifier and loss on 16384 positions a chunk, each product's cuBLASLt algorithm
-# chosen by timing (-1.2 ms a 124M/64 step with fp8 products, -1.5 in bf16, measured apart). The table's verdict rows
-# and the levers stage's first profiles run it; the table's next row runs it untimed (`untuned`):
-# the verdict's fallback, and what the timing buys in this setting.
+# kiln's fastest setting as measured on an H100 (bench/NOTES.md, 2026-11-27: 1.44x, 1.43x and 1.49x
+# torch.compile): fp8 products (E4M3 forward, E5M2 gradients; bf16 everywhere else), the
+# classifier's too, on cuDNN's attention engines, the classifier and loss on 16384 positions a
+# chunk, each product's cuBLASLt algorithm chosen by timing (-1.6 to -2.2 ms a step). The table's
+# verdict rows and the levers stage's first profiles run it; the table's next row runs it untimed
+# (`untuned`): the verdict's fallback, and what the timing buys in this setting.
 fastest_switches="--fp8-format hybrid --fp8-classifier --cudnn-attention --loss-chunk-rows 16384"
 fastest="fp8 cls cudnn 16k tuned:$fastest_switches --matmul-autotune" untuned="fp8 cls cudnn 16k:$fastest_switches"
 # The loss stage: "layers hidden heads micro-batch", steps, logging; its text is tokenized into
