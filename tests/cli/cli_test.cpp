@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "support/kiln_process.h"
 #include "support/temp_dir.h"
 
 namespace kiln {
@@ -19,30 +20,9 @@ namespace {
 
 using testing::TempDir;
 
-struct Result {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-// The kiln binary: $KILN_BINARY when set (a build moved to another machine), else the one built
-// beside these tests.
-std::string kiln_binary() {
-  const char* from_environment = std::getenv("KILN_BINARY");
-  return from_environment ? from_environment : KILN_BINARY;
-}
-
-Result run_kiln(const std::string& arguments) {
-  const std::string command = kiln_binary() + " " + arguments + " 2>&1";
-  Result result;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  std::array<char, 4096> buffer{};
-  size_t read = 0;
-  while ((read = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), read);
-  const int status = ::pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
+using Result = testing::CommandResult;
+using testing::kiln_binary;
+using testing::run_kiln;
 
 std::string tiny_model_flags() {
   return "--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 16 --micro-batch-size 2 "

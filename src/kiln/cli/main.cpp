@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   kiln::cli::add_data_command(app);
   kiln::cli::add_bench_command(app);
   kiln::cli::add_estimate_command(app);
+  kiln::cli::add_launch_command(app);
   try {
     app.parse(argc, argv);
     if (show_version) {
