@@ -5,7 +5,7 @@
 set -euo pipefail
 
 packages=(cmake ninja-build g++ make libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libfmt-dev
-          libgtest-dev libopenblas-openmp-dev libicu-dev libcurl4-openssl-dev libssl-dev
+          libgtest-dev libopenblas-openmp-dev libicu-dev libcurl4-openssl-dev libssl-dev libgloo-dev
           nodejs npm python3)
 
 missing=()

@@ -126,8 +126,8 @@ TEST(DataLoader, WorkersHideSlowReads) {
 namespace kiln {
 namespace {
 
-TEST(DataLoader, RanksReadDisjointStridedShardsOfTheGlobalStream) {
-  // DistributedSampler's partition: rank r gets global samples r, r + W, r + 2W, ...
+TEST(DataLoader, RanksReadDisjointSlicesOfTheGlobalStream) {
+  // Megatron's partition: rank r gets batch r of every block of W batches.
   CountingSource source;
   constexpr int64_t kWorld = 3, kBatch = 2, kBatches = 4;
   std::vector<int32_t> first_tokens_seen;
@@ -139,7 +139,7 @@ TEST(DataLoader, RanksReadDisjointStridedShardsOfTheGlobalStream) {
       loader.next_into(b * kBatch, tokens, targets);
       for (int64_t row = 0; row < kBatch; ++row) {
         const int32_t sample = tokens[static_cast<size_t>(row * 4)] / 10;
-        EXPECT_EQ(sample, (b * kBatch + row) * kWorld + rank);
+        EXPECT_EQ(sample, (b * kWorld + rank) * kBatch + row);
         first_tokens_seen.push_back(sample);
       }
     }

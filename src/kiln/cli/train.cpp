@@ -1,12 +1,15 @@
 // `kiln train`: a YAML config (--config) overridden by Megatron-named flags, then training. On a
 // GPU of the datasheet table it states the iteration's roofline first (perf/roofline.h), so the
 // log's tokens/s can be read against the most that GPU allows.
+// Under `kiln launch`, torchrun or `srun` (dist/bootstrap.h) each process is one data-parallel
+// rank: it joins the group before training, and only rank 0 prints and writes files.
 #include <fmt/format.h>
 
 #include <memory>
 
 #include "kiln/cli/commands.h"
 #include "kiln/cli/config_flags.h"
+#include "kiln/dist/process_group.h"
 #include "kiln/obs/log_line.h"
 #include "kiln/perf/gpu_specs.h"
 #include "kiln/perf/roofline.h"
@@ -22,11 +25,22 @@ void add_train_command(CLI::App& root) {
   add_config_flags(*command, flags);
   command->callback([flags, print_config] {
     const Config config = flags->build();
+    const ProcessPlace place = find_process_place(process_environment());
     if (*print_config) {
-      fmt::print("{}", to_yaml(resolve_config(config)));
+      fmt::print("{}", to_yaml(resolve_config(config, place.world_size)));
       return;
     }
-    Trainer trainer(config);
+    std::unique_ptr<ProcessGroup> group;
+    if (place.distributed()) {
+      const Config wanted = resolve_config(config, place.world_size);
+      group = join_process_group(place, wanted.resolved_distributed_backend(),
+                                 wanted.distributed_timeout(), to_yaml(wanted));
+    }
+    Trainer trainer(config, group ? group->communicator.get() : nullptr);
+    if (place.rank != 0) {
+      trainer.run();  // rank 0 alone prints and writes
+      return;
+    }
     const Config& resolved = trainer.config();
     LogLineObserver log(resolved.log_interval);
     const auto gpu = find_gpu_by_device_name(trainer.backend().description());

@@ -34,8 +34,10 @@ void DataLoader::read_batch(int64_t first, Batch& batch) {
   batch.targets.resize(batch.tokens.size());
   const auto row_of = [&](std::vector<int32_t>& values, size_t row) { return std::span(values).subspan(row * seq, seq); };
   std::vector<int64_t> indices(rows);
-  for (size_t row = 0; row < rows; ++row)  // DistributedSampler's stride
-    indices[row] = (first + static_cast<int64_t>(row)) * options_.world_size + options_.rank;
+  for (size_t row = 0; row < rows; ++row) {  // Megatron's slices of each ranks x batch block
+    const int64_t local = first + static_cast<int64_t>(row);
+    indices[row] = (local / batch_size_ * options_.world_size + options_.rank) * batch_size_ + local % batch_size_;
+  }
   if (options_.cache_samples == 0) {
     source_.samples(indices, batch.tokens, batch.targets);
     return;

@@ -6,9 +6,11 @@
 // their indices, so the result is identical for any worker count (tested). Errors raised while a
 // worker reads are re-raised in next(). With cache_samples > 0, decoded samples are kept in a
 // bounded LRU cache shared by the workers. num_workers = 0 reads synchronously in next().
-// Sharding (rank, world_size) follows torch's DistributedSampler: rank r reads every world_size-th
-// sample of the global order starting at r, so local sample i is global sample i * world_size + r;
-// the ranks' batches are disjoint and together cover the global stream.
+// Sharding (rank, world_size) follows Megatron's data-parallel slicing: the global order is cut
+// into blocks of world_size batches and rank r reads batch r of each block, so local sample i is
+// global sample (i / batch x world_size + r) x batch + i % batch. The ranks' batches are disjoint,
+// together cover the global stream, and a global batch of micro x ranks x accumulation samples
+// holds the same samples for any number of ranks.
 // One consumer thread; destruction stops and joins the workers.
 #pragma once
 

@@ -277,6 +277,7 @@ void Gpt::backward() {
       {acts_.d_residual, weight_grads_.lnf_weight, weight_grads_.lnf_bias, acts_.d_hidden, last_residual,
        weights_.lnf_weight, acts_.lnf_mean, acts_.lnf_rstd, store, GradStore::Write},
       reader_of_input_gradient(layers), acts_.d_residual_fp8));
+  announce_final(weight_grads_.lnf_weight);
   const BlockScratch scratch{acts_.d_hidden, acts_.d_qkv, acts_.d_fc, acts_.d_residual_fp8};
   const auto input_of = [&](int64_t layer) {
     return layer ? acts_.blocks[static_cast<size_t>(layer - 1)].residual_out : acts_.embedded;
@@ -303,9 +304,11 @@ void Gpt::backward() {
     }
     block_backward(backend_, config_, weights_.blocks[index], weight_grads_.blocks[index], input_of(layer), kept,
                    scratch, acts_.d_residual, store, block_fp8(layer), reader_of_input_gradient(layer));
+    announce_final(weight_grads_.blocks[index].ln1_weight);
   }
   // wte's gradient has the classifier's part already: the embedding's is added to it.
   backend_.embedding_backward({weight_grads_.wte, weight_grads_.wpe, acts_.d_residual, tokens_in_use_, store});
+  announce_final(grads_);
 }
 
 std::vector<float> Gpt::logits_at(int64_t batch_index, int64_t position) {

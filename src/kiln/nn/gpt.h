@@ -14,6 +14,7 @@
 // Not thread-safe.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <span>
 
@@ -114,6 +115,13 @@ class Gpt {
   // The rest of this micro-batch's parameter gradients into grads(), written or added as the
   // forward's `gradients` pass says; requires that forward just before it.
   void backward();
+  // Told during backward() each time a suffix of grads() is final for this micro-batch: every
+  // gradient at offset >= first_final (ln_f's, then each block's from the last, then all).
+  // Data parallelism starts reducing gradient buckets from it (dist/gradient_buckets.h). The call
+  // comes when the ops are issued, not done: what the listener starts must be ordered after the
+  // back-end's compute stream (the Communicator's contract). Empty: nobody is told.
+  using GradientsFinal = std::function<void(int64_t first_final)>;
+  void set_gradients_final_listener(GradientsFinal listener) { gradients_final_ = std::move(listener); }
 
   // Logits of one position of the last forward (formed now from its final LayerNorm output, in
   // the compute dtype also where the classifier is fp8: one row is no fp8 product's shape), first
@@ -140,6 +148,11 @@ class Gpt {
   Tensor tokens_in_use_;  // acts_.tokens, or the staged tokens of the current micro-batch
   bool backward_ready_ = false;
   std::unique_ptr<Fp8Scaling> fp8_;
+  GradientsFinal gradients_final_;
+  // Tells the listener that every gradient from `first`'s start on is final.
+  void announce_final(const Tensor& first) const {
+    if (gradients_final_) gradients_final_(first.as<float>() - grads_.as<float>());
+  }
   const BlockFp8* block_fp8(int64_t layer) const { return fp8_ ? &fp8_->block(layer) : nullptr; }
   const Fp8Matmul* classifier_fp8() const { return fp8_ ? fp8_->classifier() : nullptr; }
   // How the current training forward's backward stores its parameter gradients.

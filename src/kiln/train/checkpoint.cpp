@@ -178,6 +178,11 @@ std::string save_checkpoint(const std::string& save_dir, const Config& config, c
   return final_dir;
 }
 
+bool holds_checkpoint(const std::string& dir) {
+  std::error_code error;
+  return fs::exists(dir + "/" + kModelFile, error) || fs::exists(dir + "/" + kTracker, error);
+}
+
 std::string resolve_checkpoint_dir(const std::string& load) {
   std::error_code error;
   KILN_CHECK(fs::is_directory(load, error), "checkpoint folder '{}' does not exist", load);

@@ -43,6 +43,9 @@ struct TrainerState {
 std::string save_checkpoint(const std::string& save_dir, const Config& config, const Gpt& model,
                             const AdamW& optimizer, const TrainerState& state, Backend& backend);
 
+// Whether `dir` holds a checkpoint resolve_checkpoint_dir can find (the model file or a tracker).
+bool holds_checkpoint(const std::string& dir);
+
 // The checkpoint folder `load` refers to: `load` itself when it holds model.safetensors, else the
 // iteration named by its tracker file.
 std::string resolve_checkpoint_dir(const std::string& load);

@@ -25,7 +25,8 @@ const std::vector<ConfigField>& config_fields() {
       {"micro_batch_size", &Config::micro_batch_size, "samples per forward/backward"},
       {"global_batch_size", &Config::global_batch_size,
        "samples per optimizer step (0: micro x data-parallel); the rest is gradient accumulation"},
-      {"data_parallel_size", &Config::data_parallel_size, "data-parallel replicas"},
+      {"data_parallel_size", &Config::data_parallel_size,
+       "data-parallel replicas (0: the job's ranks; each rank is one replica)"},
       {"train_iters", &Config::train_iters, "optimizer steps to train"},
       {"lr", &Config::lr, "peak learning rate"},
       {"min_lr", &Config::min_lr, "learning rate at the end of decay"},
@@ -119,6 +120,16 @@ const std::vector<ConfigField>& config_fields() {
       {"save", &Config::save, "checkpoint folder"},
       {"save_interval", &Config::save_interval, "iterations between checkpoints (0: only at the end)"},
       {"load", &Config::load, "checkpoint folder to resume from"},
+      {"distributed_backend", &Config::distributed_backend,
+       "collectives of many ranks: nccl (GPUs) or gloo (CPUs); empty: nccl with --device cuda, gloo with cpu"},
+      {"distributed_timeout_minutes", &Config::distributed_timeout_minutes,
+       "the longest any rank waits for another (rendezvous, collectives) before the run stops naming the wait"},
+      {"ddp_bucket_size", &Config::ddp_bucket_size,
+       "gradient elements reduced together, in reverse layer order (0: max(40 M, 1 M x ranks), Megatron's rule; "
+       "smaller buckets start sooner in the backward)"},
+      {"overlap_grad_reduce", &Config::overlap_grad_reduce,
+       "reduce each gradient bucket as soon as the last micro-batch's backward has finished it, hiding the "
+       "reduction behind the rest of the backward (--no-overlap-grad-reduce: all of it after the backward)"},
   };
   return fields;
 }
@@ -223,7 +234,7 @@ std::string to_yaml(const Config& config) {
   return std::string(out.c_str()) + "\n";
 }
 
-void Config::resolve() {
+void Config::resolve(int world_size) {
   if (!activations_checkpoint_method.empty()) {
     KILN_CHECK(recompute_method.empty() || recompute_method == activations_checkpoint_method,
                "config keys 'activations_checkpoint_method' ({}) and 'recompute_method' ({}) disagree",
@@ -232,6 +243,7 @@ void Config::resolve() {
     if (recompute_granularity == "none") recompute_granularity = "full";
   }
   if (max_position_embeddings == 0) max_position_embeddings = seq_length;
+  if (data_parallel_size == 0) data_parallel_size = world_size;
   if (global_batch_size == 0) global_batch_size = micro_batch_size * data_parallel_size;
   if (lr_decay_iters == 0) lr_decay_iters = train_iters;
 }
@@ -319,6 +331,17 @@ void Config::validate() const {
   KILN_CHECK(save_interval == 0 || !save.empty(),
              "config key 'save_interval' is set but 'save' (the checkpoint folder) is not");
   KILN_CHECK(seed >= 0, "config key 'seed' must be >= 0, got {}", seed);
+  KILN_CHECK(distributed_backend.empty() || distributed_backend == "nccl" || distributed_backend == "gloo",
+             "config key 'distributed_backend': '{}' is not nccl or gloo", distributed_backend);
+  KILN_CHECK(resolved_distributed_backend() != "gloo" || device == "cpu",
+             "config key 'distributed_backend' is gloo with --device cuda: gloo reduces host memory; GPU ranks use "
+             "nccl");
+  KILN_CHECK(resolved_distributed_backend() != "nccl" || device == "cuda",
+             "config key 'distributed_backend' is nccl with --device cpu: NCCL reduces GPU memory; CPU ranks use "
+             "gloo");
+  KILN_CHECK(distributed_timeout_minutes > 0, "config key 'distributed_timeout_minutes' must be positive, got {}",
+             distributed_timeout_minutes);
+  KILN_CHECK(ddp_bucket_size >= 0, "config key 'ddp_bucket_size' must be >= 0, got {}", ddp_bucket_size);
   KILN_CHECK(num_workers >= 0 && num_workers <= 256, "config key 'num_workers' must be in [0, 256], got {}", num_workers);
   KILN_CHECK(prefetch_factor > 0, "config key 'prefetch_factor' must be positive, got {}", prefetch_factor);
   KILN_CHECK(data_cache_samples >= 0, "config key 'data_cache_samples' must be >= 0, got {}", data_cache_samples);

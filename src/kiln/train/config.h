@@ -8,11 +8,12 @@
 // for YAML, the file and line.
 //
 // Boolean keys are flags (`--fp16`) with a negation (`--no-fp16`).
-// Zero means "derive" for: max_position_embeddings (= seq_length), global_batch_size
-// (= micro_batch_size x data_parallel_size), lr_decay_iters (= train_iters), vocab_size (from the
+// Zero means "derive" for: max_position_embeddings (= seq_length), data_parallel_size (= the
+// job's world size), global_batch_size (= micro_batch_size x data_parallel_size), lr_decay_iters (= train_iters), vocab_size (from the
 // data's meta.json). resolve() fills those in; validate() checks the result.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -42,7 +43,7 @@ struct Config {
   // Batch.
   int64_t micro_batch_size = 8;
   int64_t global_batch_size = 0;
-  int64_t data_parallel_size = 1;
+  int64_t data_parallel_size = 0;  // 0: the job's world size (no tensor or pipeline parallelism)
   // Optimisation.
   int64_t train_iters = 100;
   double lr = 6e-4;
@@ -107,8 +108,14 @@ struct Config {
   std::string save;
   int64_t save_interval = 0;
   std::string load;
+  // Many ranks (dist/): one process per device, placed by torchrun's or Slurm's variables.
+  std::string distributed_backend;        // nccl or gloo; empty: nccl on cuda, gloo on cpu
+  double distributed_timeout_minutes = 10;  // bounds every wait on another rank
+  int64_t ddp_bucket_size = 0;            // gradient elements a bucket; 0: max(40 M, 1 M x ranks)
+  bool overlap_grad_reduce = true;        // reduce each bucket while the backward goes on
 
-  void resolve();         // fills the derived (zero) fields
+  // Fills the derived (zero) fields; `world_size` is the number of ranks of the job.
+  void resolve(int world_size = 1);
   void validate() const;  // throws naming the first inconsistent key
 
   int64_t accumulation_steps() const {
@@ -121,6 +128,13 @@ struct Config {
   LossScalerConfig loss_scaler() const;
   std::optional<Fp8Recipe> fp8_recipe() const;  // nullopt: no fp8
   StorageOptions storage_options() const;
+  // distributed_backend, or the device's engine when it is empty.
+  std::string resolved_distributed_backend() const {
+    return !distributed_backend.empty() ? distributed_backend : device == "cuda" ? "nccl" : "gloo";
+  }
+  std::chrono::milliseconds distributed_timeout() const {
+    return std::chrono::milliseconds(static_cast<int64_t>(distributed_timeout_minutes * 60'000.0));
+  }
   std::string precision_name() const { return fp16 ? "fp16" : bf16 ? "bf16" : tf32 ? "tf32" : "fp32"; }
   // Storage and matmul-input dtype of parameters and activations (TF32 is fp32 storage).
   DType compute_dtype() const { return fp16 ? DType::F16 : bf16 ? DType::BF16 : DType::F32; }

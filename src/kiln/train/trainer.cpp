@@ -20,8 +20,8 @@ double mib(size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0)
 
 }  // namespace
 
-Config resolve_config(Config config) {
-  config.resolve();
+Config resolve_config(Config config, int world_size) {
+  config.resolve(world_size);
   const Storage storage(config.storage_options());
   if (config.vocab_size == 0 && config.mock_data) {
     fail("config key 'vocab_size' must be set with mock_data (there is no data to read it from)");
@@ -42,16 +42,22 @@ Config resolve_config(Config config) {
   return config;
 }
 
-Trainer::Trainer(const Config& config)
-    : config_(resolve_config(config)),
+Trainer::Trainer(const Config& config, Communicator* communicator)
+    : communicator_(communicator ? *communicator : single_process_),
+      config_(resolve_config(config, communicator_.world_size())),
       schedule_(config_.lr_schedule()),
       full_recompute_(config_.recompute_policy().granularity == RecomputeGranularity::Full) {
   KILN_CHECK(config_.mock_data || !config_.data_path.empty(),
              "config key 'data_path' is not set: no training data (or use --mock-data)");
-  KILN_CHECK(config_.data_parallel_size == 1,
-             "config key 'data_parallel_size' is {}: data parallelism needs the multi-GPU launcher, "
-             "which this version does not have",
-             config_.data_parallel_size);
+  const int ranks = communicator_.world_size();
+  KILN_CHECK(config_.data_parallel_size == ranks,
+             "config key 'data_parallel_size' is {} but the job has {} rank(s) (tensor and pipeline parallelism "
+             "are 1: every rank is a data-parallel replica); leave it 0 to take the job's size",
+             config_.data_parallel_size, ranks);
+  KILN_CHECK(ranks == 1 || config_.fp8_format.empty(),
+             "config key 'fp8_format' with {} data-parallel ranks: fp8 scales are not yet agreed across ranks "
+             "(their amax would differ); train fp8 on one rank, or bf16 on many",
+             ranks);
   backend_ = make_backend(config_.device,
                           BackendOptions{config_.tf32, config_.fused_attention, config_.matmul_epilogues,
                                          config_.warpgroup_attention, config_.deterministic_attention,
@@ -81,7 +87,7 @@ Trainer::Trainer(const Config& config)
                                                  seed ^ kValidationSeedSalt, storage);
   }
   const LoaderOptions loader{static_cast<int>(config_.num_workers), static_cast<int>(config_.prefetch_factor),
-                             config_.data_cache_samples};
+                             config_.data_cache_samples, communicator_.rank(), ranks};
   train_loader_ = std::make_unique<DataLoader>(*train_data_, config_.micro_batch_size, loader);
   if (val_data_) val_loader_ = std::make_unique<DataLoader>(*val_data_, config_.micro_batch_size, loader);
   check_memory_fits(gpt);
@@ -95,8 +101,18 @@ Trainer::Trainer(const Config& config)
   staging.own_stream = config_.h2d_stream;
   stager_ = backend_->make_batch_stager(staging);
   if (config_.cuda_graph) graphs_ = std::make_unique<MicroBatchGraphs>(*backend_);
+  if (ranks > 1) {
+    std::vector<int64_t> starts;
+    for (const ParameterInfo& entry : model_->layout().entries()) starts.push_back(entry.offset);
+    buckets_ = std::make_unique<GradientBuckets>(
+        communicator_, model_->grads(), starts,
+        config_.ddp_bucket_size > 0 ? config_.ddp_bucket_size : default_bucket_elements(ranks));
+  }
   scaler_ = LossScaler(config_.loss_scaler());
-  if (config_.load.empty()) {
+  // --load naming the --save folder before its first checkpoint starts afresh (Megatron's rule),
+  // so a job restarted by its launcher resumes with the same command; any other --load must hold one.
+  starting_afresh_ = !config_.load.empty() && config_.load == config_.save && !holds_checkpoint(config_.load);
+  if (config_.load.empty() || starting_afresh_) {
     model_->init_weights(static_cast<uint64_t>(config_.seed));
     // Mixed precision: the master copy starts as the (rounded) initial parameters, as in Megatron.
     optimizer_ = std::make_unique<AdamW>(*backend_, model_->layout(), model_->params(), config_.adamw());
@@ -192,30 +208,43 @@ IterationStats Trainer::train_step() {
   const auto start = std::chrono::steady_clock::now();
   const int64_t micro = config_.micro_batch_size, seq = config_.seq_length;
   const int64_t accumulation = config_.accumulation_steps();
+  const int ranks = communicator_.world_size();
+  const int64_t micro_batches = accumulation * ranks;  // of the global batch
   const float scale = scaler_.scale();
-  double loss_sum = 0.0;
+  std::vector<double> losses(static_cast<size_t>(micro_batches), 0.0);
+  // This rank's samples are numbered locally: its micro-batch k starts at local sample
+  // consumed / ranks + k x micro (the loader maps them to the global batch's slices).
+  const int64_t first_local = state_.consumed_samples / ranks;
   // Micro-batch k+1 is read and its copy queued before micro-batch k is computed, so the copy
   // overlaps the compute (batch_stager.h).
-  StagedBatch current = stage(state_.consumed_samples);
+  StagedBatch current = stage(first_local);
   for (int64_t step = 0; step < accumulation; ++step) {
-    const StagedBatch next = step + 1 < accumulation ? stage(state_.consumed_samples + (step + 1) * micro) : StagedBatch{};
+    const bool last = step + 1 == accumulation;
+    const StagedBatch next = !last ? stage(first_local + (step + 1) * micro) : StagedBatch{};
     stager_->wait_for_copy(current.device);
     const GptStagedInputs device{current.device, current.device + current.tokens.size()};
     // The first micro-batch writes the gradients (no pass zeroes them), the others add to them.
     model_->begin_forward(current.tokens, current.targets, micro, seq,
                           step == 0 ? GradientPass::Write : GradientPass::Add,
-                          scale / static_cast<float>(accumulation), device);
+                          scale / static_cast<float>(micro_batches), device);
+    // The last backward starts each gradient bucket as soon as it is final (not from a graph,
+    // whose replay tells nobody).
+    const bool overlap = last && buckets_ && config_.overlap_grad_reduce && !graphs_;
+    if (overlap) model_->set_gradients_final_listener([this](int64_t first) { buckets_->gradients_final_from(first); });
     if (graphs_) {
       graphs_->forward_backward(*model_);
     } else {
       model_->forward_ops();
       model_->backward();
     }
-    loss_sum += model_->loss();  // waits for the device once per micro-batch, with backward queued
+    if (overlap) model_->set_gradients_final_listener({});
+    // Waits for the device once per micro-batch, with backward queued.
+    losses[static_cast<size_t>(step * ranks + communicator_.rank())] = model_->loss();
     stager_->release(current.device);
     current = next;
   }
-  const double lm_loss = loss_sum / static_cast<double>(accumulation);
+  const double reduce_wait_ms = buckets_ ? buckets_->finish() : 0.0;
+  const double lm_loss = global_sum(losses) / static_cast<double>(micro_batches);
   const double grad_norm = std::sqrt(backend_->sum_of_squares({model_->grads()})) / scale;
   const bool skip = scaler_.update(!std::isfinite(grad_norm));
 
@@ -241,6 +270,7 @@ IterationStats Trainer::train_step() {
   stats.consumed_samples = state_.consumed_samples;
   stats.elapsed_ms = seconds * 1e3;
   stats.data_wait_ms = train_loader_->take_wait_ms();
+  stats.grad_reduce_wait_ms = reduce_wait_ms;
   const FlopsShape shape{config_.global_batch_size, seq, config_.num_layers, config_.hidden_size,
                          config_.vocab_size};
   // Megatron counts the recomputed forward in the achieved rate: the 96 (not 72) form under full.
@@ -267,9 +297,17 @@ Trainer::StagedBatch Trainer::stage(int64_t first_sample) {
   return batch;
 }
 
+double Trainer::global_sum(std::vector<double>& per_micro_batch) const {
+  communicator_.all_reduce_host(per_micro_batch, ReduceOp::Sum);  // x + 0 is x: each slot exact
+  double sum = 0.0;
+  for (double value : per_micro_batch) sum += value;
+  return sum;
+}
+
 double Trainer::evaluate() {
   KILN_CHECK(val_data_ != nullptr, "validation needs eval_iters > 0 and val shards");
   const int64_t micro = config_.micro_batch_size;
+  const int ranks = communicator_.world_size(), rank = communicator_.rank();
   // Validation casts with the training scales but must not add its amax to the next step's, so
   // that a run with other validation points (a resumed one) casts exactly as this one.
   std::vector<char> fp8_state;
@@ -277,13 +315,14 @@ double Trainer::evaluate() {
     fp8_state.resize(model_->fp8()->state().bytes());
     backend_->copy_to_host(fp8_state.data(), model_->fp8()->state().data, fp8_state.size());
   }
-  double sum = 0.0;
-  for (int64_t batch = 0; batch < config_.eval_iters; ++batch) {
-    val_loader_->next(batch * micro, tokens_, targets_);
-    sum += model_->forward(tokens_, targets_, micro, config_.seq_length);
+  // Rank r evaluates micro-batches r, r + ranks, ...: its local batch b is global batch b x ranks + r.
+  std::vector<double> losses(static_cast<size_t>(config_.eval_iters), 0.0);
+  for (int64_t batch = rank, local = 0; batch < config_.eval_iters; batch += ranks, ++local) {
+    val_loader_->next(local * micro, tokens_, targets_);
+    losses[static_cast<size_t>(batch)] = model_->forward(tokens_, targets_, micro, config_.seq_length);
   }
   if (model_->fp8()) backend_->copy_to_device(model_->fp8()->state().data, fp8_state.data(), fp8_state.size());
-  return sum / static_cast<double>(config_.eval_iters);
+  return global_sum(losses) / static_cast<double>(config_.eval_iters);
 }
 
 void Trainer::validate(bool at_end) {
@@ -294,9 +333,10 @@ void Trainer::validate(bool at_end) {
 }
 
 void Trainer::save() {
+  last_saved_ = state_.iteration;
+  if (communicator_.rank() != 0) return;  // every rank holds the same state: rank 0 writes it
   const std::string dir =
       save_checkpoint(config_.save, config_, *model_, *optimizer_, state_, *backend_);
-  last_saved_ = state_.iteration;
   for (TrainObserver* observer : observers_) observer->on_checkpoint(state_.iteration, dir);
 }
 
@@ -315,6 +355,9 @@ void Trainer::run() {
                             : fmt::format("indexed data '{}', split {}, {} train tokens per epoch", config_.data_path,
                                           config_.split, train_data_->num_tokens())));
     observer->on_message(memory_summary());
+    if (starting_afresh_)
+      observer->on_message(fmt::format("no checkpoint in '{}' yet: starting from scratch (--load is the --save folder)",
+                                       config_.load));
     if (state_.iteration > 0)
       observer->on_message(fmt::format("resumed from '{}' at iteration {} ({} samples consumed)",
                                        config_.load, state_.iteration, state_.consumed_samples));

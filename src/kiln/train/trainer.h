@@ -6,6 +6,17 @@
 // global batch = micro-batch x data-parallel size x accumulation steps. Validation, checkpoints
 // and logging happen between iterations; observers are told about each event.
 //
+// Data parallelism (a Communicator of world size > 1, dist/): every rank holds the whole model and
+// optimizer state. Micro-batch k of an iteration on rank r is the global batch's micro-batch
+// k x ranks + r (Megatron's slicing: the iteration's samples are the same for any number of ranks,
+// and consumed_samples stays the data position). Each rank's backward is scaled by 1 / (micro-
+// batches of the global batch); the gradient buckets are summed over the ranks during the last
+// micro-batch's backward (dist/gradient_buckets.h), so every rank steps with the same mean
+// gradient and makes the same loss-scale, skip and clip decisions. Losses are gathered and summed
+// in the global micro-batch order, so the loss is the same bits for any number of ranks.
+// Validation splits its micro-batches over the ranks the same way. Only rank 0 writes checkpoints;
+// observers are the caller's to attach (the command line attaches them on rank 0 only).
+//
 // Construction validates the whole configuration, opens the data, builds the model on the chosen
 // back-end and, with `load`, restores weights, optimizer state, counters and the data position, so
 // a resumed run continues exactly where the saved one stopped (bit for bit on the CPU).
@@ -20,6 +31,8 @@
 #include "kiln/data/loader.h"
 #include "kiln/data/token_dataset.h"
 #include "kiln/data/token_source.h"
+#include "kiln/dist/communicator.h"
+#include "kiln/dist/gradient_buckets.h"
 #include "kiln/nn/gpt.h"
 #include "kiln/obs/observer.h"
 #include "kiln/optim/adamw.h"
@@ -33,11 +46,13 @@ namespace kiln {
 
 // Fills derived fields (including vocab_size from the data's meta.json) and validates; the
 // resolved config is what `--print-config` shows and what checkpoints record.
-Config resolve_config(Config config);
+// `world_size`: the ranks of the job (data_parallel_size 0 becomes it).
+Config resolve_config(Config config, int world_size = 1);
 
 class Trainer {
  public:
-  explicit Trainer(const Config& config);
+  // `communicator`: the data-parallel group, which must outlive the Trainer; null: one process.
+  explicit Trainer(const Config& config, Communicator* communicator = nullptr);
 
   void add_observer(TrainObserver* observer) { observers_.push_back(observer); }
   void run();                     // trains until train_iters, validating and saving on schedule
@@ -67,8 +82,13 @@ class Trainer {
     const int32_t* device = nullptr;
   };
   StagedBatch stage(int64_t first_sample);
+  // Sums `per_micro_batch` (one slot per micro-batch of the global batch, this rank's filled,
+  // the others 0) over the ranks, then over the slots in order.
+  double global_sum(std::vector<double>& per_micro_batch) const;
   void calibrate_fp8();
 
+  SingleProcessCommunicator single_process_;
+  Communicator& communicator_;  // the caller's, or single_process_
   Config config_;
   LrSchedule schedule_;        // parsed once from config_
   bool full_recompute_ = false;
@@ -81,11 +101,13 @@ class Trainer {
   std::unique_ptr<DataLoader> train_loader_, val_loader_;  // over train_data_, val_data_
   std::unique_ptr<BatchStager> stager_;  // training micro-batches to the device
   std::unique_ptr<MicroBatchGraphs> graphs_;  // with cuda_graph
+  std::unique_ptr<GradientBuckets> buckets_;  // with more than one rank
   size_t train_shards_ = 0;
   std::vector<TrainObserver*> observers_;
   std::vector<int32_t> tokens_, targets_;
   int64_t last_saved_ = -1, last_validated_ = -1;
-  bool fp8_calibrated_ = false;  // this run measured its first fp8 scales (none were loaded)
+  bool fp8_calibrated_ = false;
+  bool starting_afresh_ = false;  // --load is the --save folder, which holds no checkpoint yet  // this run measured its first fp8 scales (none were loaded)
 };
 
 }  // namespace kiln

@@ -1,0 +1,250 @@
+#include "kiln/dist/gloo_communicator.h"
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/pair.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <exception>
+
+#include "kiln/core/error.h"
+#include "kiln/dist/store.h"
+
+namespace kiln {
+namespace {
+
+// Gloo's rendezvous::Store over kiln's store client: Gloo ships no TCP store of its own in the
+// Debian build, and the ranks already share kiln's.
+class GlooStoreAdapter final : public gloo::rendezvous::Store {
+ public:
+  explicit GlooStoreAdapter(StoreClient& client) : client_(client) {}
+  void set(const std::string& key, const std::vector<char>& data) override { client_.set(key, data); }
+  std::vector<char> get(const std::string& key) override { return client_.get(key); }
+  void wait(const std::vector<std::string>& keys) override { client_.wait(keys); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    client_.wait(keys, timeout);
+  }
+
+ private:
+  StoreClient& client_;
+};
+
+template <typename T>
+gloo::AllreduceOptions::Func reduction(ReduceOp op) {
+  using Raw = void (*)(void*, const void*, const void*, size_t);
+  return op == ReduceOp::Sum ? static_cast<Raw>(&gloo::sum<T>) : static_cast<Raw>(&gloo::max<T>);
+}
+
+// Gloo's all-reduce (ring by default): every rank ends with the same bits.
+template <typename T>
+void all_reduce_in_place(const std::shared_ptr<gloo::Context>& context, T* data, size_t count, ReduceOp op) {
+  gloo::AllreduceOptions options(context);
+  options.setOutput(data, count);
+  options.setReduceFunction(reduction<T>(op));
+  gloo::allreduce(options);
+}
+
+const char* op_name(ReduceOp op) { return op == ReduceOp::Sum ? "sum" : "max"; }
+
+void check_host(const Tensor& data, const char* operation) {
+  KILN_CHECK(data.device == Device::CPU,
+             "gloo {}: the buffer is on the GPU; the gloo backend reduces host memory (use "
+             "--distributed-backend nccl with --device cuda)",
+             operation);
+}
+
+void check_shards(const Tensor& data, int world_size, const char* operation) {
+  KILN_CHECK(data.numel() % world_size == 0, "gloo {}: {} elements do not split into {} equal shards", operation,
+             data.numel(), world_size);
+}
+
+}  // namespace
+
+struct GlooCommunicator::Job final : CommWork {
+  std::string what;
+  std::function<void()> run;
+  std::mutex mutex;
+  std::condition_variable finished;
+  bool done = false;
+  std::exception_ptr failure;
+
+  void wait() override {
+    std::unique_lock lock(mutex);
+    finished.wait(lock, [&] { return done; });
+    if (failure) std::rethrow_exception(failure);
+  }
+};
+
+namespace {
+
+// CommWork handed to the caller: shares the job with the queue.
+struct JobHandle final : CommWork {
+  std::shared_ptr<CommWork> job;
+  void wait() override { job->wait(); }
+};
+
+}  // namespace
+
+GlooCommunicator::GlooCommunicator(int rank, int world_size, StoreClient& store, const Address& address,
+                                   std::chrono::milliseconds timeout)
+    : rank_(rank), world_size_(world_size) {
+  gloo::transport::tcp::attr attr;
+  attr.hostname = address.hostname;
+  attr.iface = address.iface;
+  const std::string where = address.iface.empty() ? address.hostname : "interface " + address.iface;
+  try {
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    auto context = std::make_shared<gloo::rendezvous::Context>(rank, world_size);
+    context->setTimeout(timeout);
+    GlooStoreAdapter adapter(store);
+    gloo::rendezvous::PrefixStore prefixed("gloo", adapter);
+    context->connectFullMesh(prefixed, device);
+    context_ = std::move(context);
+    learn_peer_addresses(store);
+  } catch (const Error&) {
+    throw;  // the store's own error names the key and address
+  } catch (const std::exception& error) {
+    fail("gloo: rank {} of {} could not connect to the other ranks from {}: {}", rank, world_size, where,
+         error.what());
+  }
+  thread_ = std::thread([this] { thread_loop(); });
+}
+
+GlooCommunicator::~GlooCommunicator() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  queued_.notify_all();
+  thread_.join();
+}
+
+void GlooCommunicator::learn_peer_addresses(StoreClient& store) {
+  // Each rank publishes the address its end of every pair listens at; Gloo's errors name the
+  // remote end by that address.
+  const auto key = [](int from, int to) { return fmt::format("gloo_peer/{}/{}", from, to); };
+  for (int peer = 0; peer < world_size_; ++peer) {
+    if (peer == rank_) continue;
+    const std::string address = context_->getPair(peer)->address().str();
+    store.set(key(rank_, peer), std::vector<char>(address.begin(), address.end()));
+  }
+  for (int peer = 0; peer < world_size_; ++peer) {
+    if (peer == rank_) continue;
+    const std::vector<char> address = store.get(key(peer, rank_));
+    peer_addresses_.emplace_back(std::string(address.begin(), address.end()), peer);
+  }
+}
+
+std::string GlooCommunicator::culprit(const std::string& engine_message) const {
+  for (const auto& [address, peer] : peer_addresses_)
+    if (!address.empty() && engine_message.find(address) != std::string::npos)
+      return fmt::format("lost rank {} (its end of the connection is {}): ", peer, address);
+  return "";
+}
+
+void GlooCommunicator::thread_loop() {
+  for (;;) {
+    std::shared_ptr<Job> job;
+    {
+      std::unique_lock lock(mutex_);
+      queued_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;  // stopping, and nothing left to run
+      job = jobs_.front();
+      jobs_.pop_front();
+    }
+    std::exception_ptr failure;
+    try {
+      job->run();
+    } catch (const std::exception& error) {
+      failure = std::make_exception_ptr(Error(fmt::format(
+          "gloo {} on rank {} of {} failed: {}{} (a rank died, hung or was stopped: a lost peer closes its "
+          "connections, a hung one runs into --distributed-timeout-minutes)",
+          job->what, rank_, world_size_, culprit(error.what()), error.what())));
+    }
+    std::lock_guard lock(job->mutex);
+    job->done = true;
+    job->failure = failure;
+    job->finished.notify_all();
+  }
+}
+
+std::unique_ptr<CommWork> GlooCommunicator::submit(std::string what, std::function<void()> run) {
+  auto job = std::make_shared<Job>();
+  job->what = std::move(what);
+  job->run = std::move(run);
+  {
+    std::lock_guard lock(mutex_);
+    jobs_.push_back(job);
+  }
+  queued_.notify_one();
+  auto handle = std::make_unique<JobHandle>();
+  handle->job = std::move(job);
+  return handle;
+}
+
+std::unique_ptr<CommWork> GlooCommunicator::all_reduce(Tensor data, ReduceOp op) {
+  check_host(data, "all_reduce");
+  KILN_CHECK(data.dtype == DType::F32, "gloo all_reduce: fp32 buffers only, got {}", dtype_name(data.dtype));
+  return submit(fmt::format("all_reduce ({}, {} floats)", op_name(op), data.numel()), [this, data, op] {
+    all_reduce_in_place(context_, data.as<float>(), static_cast<size_t>(data.numel()), op);
+  });
+}
+
+std::unique_ptr<CommWork> GlooCommunicator::reduce_scatter(Tensor data) {
+  check_host(data, "reduce_scatter");
+  check_shards(data, world_size_, "reduce_scatter");
+  KILN_CHECK(data.dtype == DType::F32, "gloo reduce_scatter: fp32 buffers only, got {}", dtype_name(data.dtype));
+  // Gloo's one reduce-scatter (ReduceScatterHalvingDoubling, libgloo 2022-05) leaves partial sums
+  // in some ranks' shards at 3 and 4 ranks (GlooCommunicator.ReduceScatterLeavesEachRankTheSumOf-
+  // ItsShard caught it), so the shards come from Gloo's ring all-reduce of the whole buffer: right
+  // on every rank, at twice a reduce-scatter's bytes.
+  return submit(fmt::format("reduce_scatter ({} floats)", data.numel()), [this, data] {
+    all_reduce_in_place(context_, data.as<float>(), static_cast<size_t>(data.numel()), ReduceOp::Sum);
+  });
+}
+
+std::unique_ptr<CommWork> GlooCommunicator::all_gather(Tensor data) {
+  check_host(data, "all_gather");
+  check_shards(data, world_size_, "all_gather");
+  return submit(fmt::format("all_gather ({} bytes)", data.bytes()), [this, data] {
+    const size_t shard = data.bytes() / static_cast<size_t>(world_size_);
+    char* bytes = data.as<char>();
+    // In place: Gloo reads this rank's input from its own slot of the output when no input is set.
+    gloo::AllgatherOptions options(context_);
+    options.setOutput(bytes, shard * static_cast<size_t>(world_size_));
+    gloo::allgather(options);
+  });
+}
+
+std::unique_ptr<CommWork> GlooCommunicator::broadcast(Tensor data, int root) {
+  check_host(data, "broadcast");
+  KILN_CHECK(root >= 0 && root < world_size_, "gloo broadcast: root {} outside world size {}", root, world_size_);
+  return submit(fmt::format("broadcast ({} bytes from rank {})", data.bytes(), root), [this, data, root] {
+    gloo::BroadcastOptions options(context_);
+    options.setOutput(data.as<char>(), data.bytes());
+    options.setRoot(root);
+    gloo::broadcast(options);
+  });
+}
+
+void GlooCommunicator::barrier() {
+  submit("barrier", [this] {
+    gloo::BarrierOptions options(context_);
+    gloo::barrier(options);
+  })->wait();
+}
+
+void GlooCommunicator::all_reduce_host(std::span<double> values, ReduceOp op) {
+  if (values.empty()) return;
+  submit(fmt::format("all_reduce of {} scalars ({})", values.size(), op_name(op)), [this, values, op] {
+    all_reduce_in_place(context_, values.data(), values.size(), op);
+  })->wait();
+}
+
+}  // namespace kiln

@@ -1,0 +1,76 @@
+// GlooCommunicator: the Communicator of CPU ranks, on Gloo (Debian's libgloo, the library behind
+// PyTorch's "gloo" process group) over TCP. Gloo moves and reduces the bytes; this class only
+// queues the operations on one communication thread, so a rank's backward keeps computing while
+// its finished gradient buckets are reduced (ARCHITECTURE.md decision 7's overlap, on a thread).
+//
+// Connection: the ranks exchange their Gloo addresses through the rendezvous store (store.h) and
+// connect a full mesh; construction returns when every rank is connected or throws after
+// `timeout`. Every operation, the connection included, is bounded by `timeout`.
+// Memory: every buffer is host memory (the CPU back-end's tensors).
+// Failure: an engine error (a peer that died: connection reset; one that hangs: timeout) is
+// rethrown from CommWork::wait / the blocking calls as a kiln::Error naming the operation; the
+// communicator is unusable afterwards. Destruction waits for the operation in flight, then closes.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "kiln/dist/communicator.h"
+
+namespace gloo {
+class Context;
+}
+
+namespace kiln {
+
+class StoreClient;
+
+class GlooCommunicator final : public Communicator {
+ public:
+  // Where the other ranks reach this one: a network interface's name (`iface`, e.g. "eth0") or
+  // else a host name or address (127.0.0.1 on one machine). `store` is used only here.
+  struct Address {
+    std::string hostname, iface;
+  };
+  GlooCommunicator(int rank, int world_size, StoreClient& store, const Address& address,
+                   std::chrono::milliseconds timeout);
+  ~GlooCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+  std::string name() const override { return "gloo"; }
+  std::unique_ptr<CommWork> all_reduce(Tensor data, ReduceOp op) override;
+  std::unique_ptr<CommWork> reduce_scatter(Tensor data) override;
+  std::unique_ptr<CommWork> all_gather(Tensor data) override;
+  std::unique_ptr<CommWork> broadcast(Tensor data, int root) override;
+  void barrier() override;
+  void all_reduce_host(std::span<double> values, ReduceOp op) override;
+
+ private:
+  struct Job;
+  // Queues `run` on the communication thread; `what` names the operation in errors.
+  std::unique_ptr<CommWork> submit(std::string what, std::function<void()> run);
+  void thread_loop();
+  void learn_peer_addresses(StoreClient& store);
+  // "lost rank R ...: " when the engine's message names a peer's address; "" otherwise.
+  std::string culprit(const std::string& engine_message) const;
+
+  const int rank_, world_size_;
+  std::shared_ptr<gloo::Context> context_;
+  std::vector<std::pair<std::string, int>> peer_addresses_;  // remote pair address -> its rank
+  std::mutex mutex_;
+  std::condition_variable queued_;
+  std::deque<std::shared_ptr<Job>> jobs_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,45 @@
+// ProcessGroup: what one rank holds to take part in a distributed run: the rendezvous store
+// (served by rank 0 at MASTER_ADDR:MASTER_PORT, store.h), this rank's connection to it, and the
+// Communicator of the chosen engine. join_process_group() is the only way in.
+//
+// Joining: rank 0 starts the store; every rank connects (retrying until the timeout, so the ranks
+// may start in any order), the ranks check that they run one configuration
+// (check_same_configuration), then the engine connects its ranks through the store. Every wait is
+// bounded by `timeout`; a rank that never comes is named by the store's error.
+// Ownership: the group owns all three; destroy the Communicator's users first.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "kiln/dist/bootstrap.h"
+#include "kiln/dist/communicator.h"
+#include "kiln/dist/gloo_communicator.h"
+#include "kiln/dist/store.h"
+
+namespace kiln {
+
+struct ProcessGroup {
+  ProcessPlace place;
+  std::unique_ptr<StoreServer> server;  // rank 0 only
+  std::unique_ptr<StoreClient> store;
+  std::unique_ptr<Communicator> communicator;
+};
+
+// `backend`: "gloo" (CPU ranks) or "nccl" (GPU ranks); `config_yaml`: this rank's resolved
+// configuration.
+std::unique_ptr<ProcessGroup> join_process_group(const ProcessPlace& place, const std::string& backend,
+                                                 std::chrono::milliseconds timeout, const std::string& config_yaml);
+
+// Every rank posts its resolved configuration (YAML, one key a line) and learns whether all agree;
+// when some rank's differs from rank 0's, every rank throws naming the first rank and the first
+// key that differ, with both values, e.g. "rank 1 was started with another configuration than
+// rank 0: hidden_size is 64 there and 128 on rank 0". Bounded by the store's timeout.
+void check_same_configuration(StoreClient& store, int rank, int world_size, const std::string& config_yaml);
+
+// Where the other ranks reach this host: the interface $GLOO_SOCKET_IFNAME names (PyTorch's
+// variable) when set, 127.0.0.1 when the master is on loopback, else this host's name.
+GlooCommunicator::Address gloo_address(const ProcessPlace& place, const EnvironmentLookup& environment);
+
+}  // namespace kiln

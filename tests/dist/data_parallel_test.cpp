@@ -1,0 +1,249 @@
+// Data-parallel training over Gloo, with real processes on 127.0.0.1 started by `kiln launch`
+// (or by hand with torchrun's variables), against one process with the same global batch.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kiln/train/safetensors.h"
+#include "support/kiln_process.h"
+#include "support/temp_dir.h"
+
+namespace kiln {
+namespace {
+
+using testing::CommandResult;
+using testing::kiln_binary;
+using testing::run_command;
+using testing::TempDir;
+
+// A 2-layer GPT on random tokens, 4 steps, validated every 2, saved at the end; ~15 gradient
+// buckets of 2000 elements, so the reduction overlaps the backward.
+struct TinyRun {
+  std::string save{};
+  int micro_batch = 2;
+  std::string extra{};             // more flags
+  std::string hidden_size = "32";  // text: a shell expression in one test
+  int bucket_size = 2000;
+  int train_iters = 4;
+  int eval_iters = 2;
+};
+
+std::string tiny_run(const TinyRun& run) {
+  return fmt::format(
+      "train --num-layers 2 --hidden-size {} --num-attention-heads 2 --seq-length 16 --vocab-size 64 --mock-data "
+      "--micro-batch-size {} --global-batch-size 4 --train-iters {} --lr 1e-3 --eval-iters {} --eval-interval 2 "
+      "--log-interval 1 --num-workers 0 --ddp-bucket-size {} --distributed-timeout-minutes 0.5 --save {} {}",
+      run.hidden_size, run.micro_batch, run.train_iters, run.eval_iters, run.bucket_size, run.save, run.extra);
+}
+
+std::string tiny_run(const std::string& save, int micro_batch, const std::string& extra = "") {
+  return tiny_run(TinyRun{save, micro_batch, extra});
+}
+
+CommandResult launch(int ranks, const std::string& train_arguments) {
+  return run_command(fmt::format("OMP_NUM_THREADS=1 {} launch --standalone --nproc-per-node {} -- {} {}",
+                                 kiln_binary(), ranks, kiln_binary(), train_arguments));
+}
+
+CommandResult single(const std::string& train_arguments) {
+  return run_command(fmt::format("OMP_NUM_THREADS=1 {} {}", kiln_binary(), train_arguments));
+}
+
+// The log's numbers that every rank count must reproduce: each iteration's loss, loss scale and
+// gradient norm and each validation loss, as printed (rank prefixes removed).
+std::vector<std::string> logged_numbers(const std::string& output) {
+  static const std::regex number(R"((lm loss( value)?|loss scale|grad norm|skipped iterations): +([^ |]+))");
+  std::vector<std::string> numbers;
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), number); it != std::sregex_iterator(); ++it)
+    numbers.push_back((*it)[1].str() + "=" + (*it)[3].str());
+  return numbers;
+}
+
+std::vector<float> tensor_values(const SafetensorsEntry& entry) {
+  std::vector<float> values(static_cast<size_t>(entry.shape.numel()));
+  EXPECT_EQ(entry.dtype, DType::F32) << entry.name;
+  std::memcpy(values.data(), entry.data, values.size() * sizeof(float));
+  return values;
+}
+
+// Largest absolute difference between two runs' files, tensor by tensor (the same names).
+double largest_difference(const std::string& file_a, const std::string& file_b) {
+  const SafetensorsFile a(file_a), b(file_b);
+  EXPECT_EQ(a.entries().size(), b.entries().size());
+  double largest = 0.0;
+  for (const auto& [name, entry] : a.entries()) {
+    const std::vector<float> x = tensor_values(entry), y = tensor_values(b.get(name));
+    EXPECT_EQ(x.size(), y.size()) << name;
+    for (size_t i = 0; i < std::min(x.size(), y.size()); ++i)
+      largest = std::max(largest, std::fabs(static_cast<double>(x[i]) - static_cast<double>(y[i])));
+  }
+  return largest;
+}
+
+std::string checkpoint(const TempDir& dir, const std::string& run, const std::string& file) {
+  return dir.path() + "/" + run + "/iter_0000004/" + file;
+}
+
+double value_of(const std::string& logged) { return std::stod(logged.substr(logged.find('=') + 1)); }
+
+// Two runs' logs name the same quantities in the same order, each within `relative` of the other.
+void expect_same_log(const std::string& expected_output, const std::string& output, double relative) {
+  const std::vector<std::string> expected = logged_numbers(expected_output), got = logged_numbers(output);
+  ASSERT_EQ(got.size(), expected.size()) << output;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i].substr(0, got[i].find('=')), expected[i].substr(0, expected[i].find('=')));
+    const double a = value_of(expected[i]), b = value_of(got[i]);
+    if (std::isnan(a)) {
+      EXPECT_TRUE(std::isnan(b)) << expected[i] << " vs " << got[i];
+      continue;
+    }
+    EXPECT_NEAR(a, b, relative * std::max(1.0, std::fabs(a))) << expected[i] << " vs " << got[i];
+  }
+}
+
+// The bound between runs whose gradient sums differ only in rounding order: the one-rank run's
+// accumulation adds each micro-batch inside BLAS's products (beta = 1, block by block), the ranks
+// add whole gradients, so the same numbers are summed in another order. Four Adam steps at
+// lr 1e-3 move a parameter by about 4e-3; a wrong slice of the data or a wrong average moves it by
+// that much, rounding by far less than 1e-5 (measured: 3e-7 at 2 and at 4 ranks).
+constexpr double kRoundingBound = 1e-5;
+
+struct Setting {
+  const char* name;
+  const char* flags;
+};
+
+class DataParallel : public ::testing::TestWithParam<Setting> {};
+
+TEST_P(DataParallel, TwoRanksEqualOneRankWithTwiceTheAccumulation) {
+  const TempDir dir;
+  const std::string flags = GetParam().flags;
+  const CommandResult one = single(tiny_run(dir.path() + "/one", 2, flags));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const CommandResult two = launch(2, tiny_run(dir.path() + "/two", 2, flags));
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  EXPECT_NE(two.output.find("data-parallel 2 x accumulation 1 = global 4"), std::string::npos) << two.output;
+  EXPECT_NE(one.output.find("data-parallel 1 x accumulation 2 = global 4"), std::string::npos) << one.output;
+  // Every iteration logs loss, loss scale, grad norm and skipped count; two validations.
+  ASSERT_EQ(logged_numbers(one.output).size(), 4u * 4u + 2u) << one.output;
+  // The first loss is the same bits: the same parameters and samples, gathered per micro-batch.
+  EXPECT_EQ(logged_numbers(two.output).front(), logged_numbers(one.output).front());
+  expect_same_log(one.output, two.output, 1e-5);
+  EXPECT_LT(largest_difference(checkpoint(dir, "one", "model.safetensors"), checkpoint(dir, "two", "model.safetensors")),
+            kRoundingBound);
+  EXPECT_LT(
+      largest_difference(checkpoint(dir, "one", "optimizer.safetensors"), checkpoint(dir, "two", "optimizer.safetensors")),
+      kRoundingBound);
+}
+
+// fp16 starts at a scale that overflows, so the first steps are skipped on every rank alike and
+// the scale grows back within the run.
+INSTANTIATE_TEST_SUITE_P(
+    Settings, DataParallel,
+    ::testing::Values(Setting{"fp32", ""},
+                      Setting{"fp16_loss_scaling", "--fp16 --initial-loss-scale 1e6 --loss-scale-window 1 --hysteresis 1"},
+                      Setting{"bf16", "--bf16"},
+                      Setting{"full_recompute", "--recompute-granularity full --recompute-method uniform"}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(DataParallelTwoRanks, OverlapAndBucketSizeLeaveTheSameBits) {
+  // Two ranks sum pairs, exact in any order, so where the buckets are cut and when they start
+  // cannot change a bit.
+  const TempDir dir;
+  const CommandResult overlapped = launch(2, tiny_run(dir.path() + "/overlapped", 2));
+  ASSERT_EQ(overlapped.exit_code, 0) << overlapped.output;
+  const CommandResult after = launch(2, tiny_run(TinyRun{.save = dir.path() + "/after", .extra = "--no-overlap-grad-reduce", .bucket_size = 0}));
+  ASSERT_EQ(after.exit_code, 0) << after.output;
+  EXPECT_EQ(logged_numbers(after.output), logged_numbers(overlapped.output));
+  EXPECT_EQ(largest_difference(checkpoint(dir, "overlapped", "model.safetensors"),
+                               checkpoint(dir, "after", "model.safetensors")),
+            0.0);
+}
+
+TEST(DataParallelFourRanks, EqualOneRankWithFourTimesTheAccumulation) {
+  const TempDir dir;
+  const CommandResult one = single(tiny_run(dir.path() + "/one", 1));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const CommandResult four = launch(4, tiny_run(dir.path() + "/four", 1));
+  ASSERT_EQ(four.exit_code, 0) << four.output;
+  EXPECT_EQ(logged_numbers(four.output).front(), logged_numbers(one.output).front());
+  expect_same_log(one.output, four.output, 1e-5);
+  EXPECT_LT(largest_difference(checkpoint(dir, "one", "model.safetensors"), checkpoint(dir, "four", "model.safetensors")),
+            kRoundingBound);
+}
+
+TEST(DataParallelBootstrap, RanksStartedByHandWithTorchrunVariablesTrainAsUnderLaunch) {
+  const TempDir dir;
+  const CommandResult launched = launch(2, tiny_run(dir.path() + "/launched", 2));
+  ASSERT_EQ(launched.exit_code, 0) << launched.output;
+  const std::string port = std::to_string(20000 + ::getpid() % 5000);
+  const std::string common = "OMP_NUM_THREADS=1 WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+                             port + " " + kiln_binary() + " " + tiny_run(dir.path() + "/by_hand", 2);
+  const CommandResult by_hand =
+      run_command("(RANK=1 LOCAL_RANK=1 " + common + " > /dev/null 2>&1 & RANK=0 LOCAL_RANK=0 " + common + "; s=$?; wait $!; exit $s)");
+  ASSERT_EQ(by_hand.exit_code, 0) << by_hand.output;
+  EXPECT_EQ(logged_numbers(by_hand.output), logged_numbers(launched.output));
+  EXPECT_EQ(largest_difference(checkpoint(dir, "launched", "model.safetensors"),
+                               checkpoint(dir, "by_hand", "model.safetensors")),
+            0.0);
+}
+
+TEST(DataParallelBootstrap, RanksWithDifferentConfigurationsStopAtStartNamingTheKey) {
+  const TempDir dir;
+  // Rank 1 asks for another width: every rank stops before training, naming the key.
+  const CommandResult result = run_command(fmt::format(
+      "OMP_NUM_THREADS=1 {} launch --standalone --nproc-per-node 2 -- sh -c 'exec {} {}'", kiln_binary(), kiln_binary(),
+      tiny_run(TinyRun{.save = dir.path() + "/mixed", .hidden_size = "$((32 + 32 * RANK))"})));
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_NE(result.output.find("rank 1 was started with another configuration than rank 0: hidden_size is '64' "
+                               "there and '32' on rank 0"),
+            std::string::npos)
+      << result.output;
+  EXPECT_EQ(result.output.find("iteration"), std::string::npos) << result.output;
+}
+
+TEST(DataParallelBootstrap, DataParallelSizeThatIsNotTheWorldSizeIsAnError) {
+  const TempDir dir;
+  const CommandResult result = launch(2, tiny_run(dir.path() + "/wrong", 2, "--data-parallel-size 1"));
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_NE(result.output.find("config key 'data_parallel_size' is 1 but the job has 2 rank(s)"), std::string::npos)
+      << result.output;
+}
+
+TEST(DataParallelFaults, ARankKilledMidRunStopsTheOthersNamingItAndTheLastCheckpointLoads) {
+  // Ranks started by hand (no launcher to end the others): rank 1 is SIGKILLed once a checkpoint
+  // exists; rank 0 must notice by itself, name rank 1 and exit non-zero long before the timeout.
+  const TempDir dir;
+  const std::string save = dir.path() + "/run";
+  const std::string port = std::to_string(25000 + ::getpid() % 5000);
+  const std::string train =
+      kiln_binary() + " " +
+      tiny_run(TinyRun{.save = save, .extra = "--save-interval 20", .train_iters = 100000, .eval_iters = 0});
+  const std::string common = "OMP_NUM_THREADS=1 WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port;
+  const auto start = std::chrono::steady_clock::now();
+  const CommandResult result = run_command(
+      "(" + common + " RANK=1 LOCAL_RANK=1 " + train + " > /dev/null 2>&1 & victim=$!; " +
+      "(for i in $(seq 400); do [ -f " + save + "/latest_checkpointed_iteration.txt ] && break; sleep 0.05; done; " +
+      "kill -9 $victim) & " +
+      common + " RANK=0 LOCAL_RANK=0 " + train + "; status=$?; wait; exit $status)");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("failed: lost rank 1"), std::string::npos) << result.output;
+  EXPECT_LT(seconds, 20.0) << "the timeout is 30 s: a dead peer must be noticed by its closed connection";
+  // The last checkpoint is whole: one rank resumes from it.
+  const int saved = std::stoi(testing::read_file_bytes(save + "/latest_checkpointed_iteration.txt"));
+  const CommandResult resumed = run_command(
+      "OMP_NUM_THREADS=1 " + kiln_binary() + " " +
+      tiny_run(TinyRun{.save = dir.path() + "/resumed", .extra = "--load " + save, .train_iters = saved + 2, .eval_iters = 0}));
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,119 @@
+// GlooCommunicator's operations among ranks that are threads of this process, each with its own
+// store connection and Gloo context over 127.0.0.1 (the training tests use real processes).
+#include "kiln/dist/gloo_communicator.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "kiln/dist/store.h"
+#include "support/error_of.h"
+
+namespace kiln {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Runs body(communicator) on `ranks` threads, each a rank of one Gloo group; rethrows the first failure.
+void on_ranks(int ranks, const std::function<void(GlooCommunicator&)>& body) {
+  StoreServer server("127.0.0.1", 0);
+  std::vector<std::thread> threads;
+  std::vector<std::string> failures(static_cast<size_t>(ranks));
+  for (int rank = 0; rank < ranks; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        StoreClient store("127.0.0.1", server.port(), 10s);
+        GlooCommunicator communicator(rank, ranks, store, {"127.0.0.1", ""}, 10s);
+        body(communicator);
+      } catch (const std::exception& error) {
+        failures[static_cast<size_t>(rank)] = error.what();
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int rank = 0; rank < ranks; ++rank) EXPECT_EQ(failures[static_cast<size_t>(rank)], "") << "rank " << rank;
+}
+
+Tensor host_tensor(std::vector<float>& values) {
+  return Tensor{values.data(), Shape{static_cast<int64_t>(values.size())}, DType::F32, Device::CPU};
+}
+
+TEST(GlooCommunicator, AllReduceSumsAndTakesTheMaximumOnEveryRank) {
+  on_ranks(3, [](GlooCommunicator& comm) {
+    const int r = comm.rank();
+    std::vector<float> values(1001);  // odd: Gloo's ring cuts it into unequal pieces
+    for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) + 1000.0f * static_cast<float>(r);
+    auto work = comm.all_reduce(host_tensor(values), ReduceOp::Sum);
+    work->wait();
+    for (size_t i = 0; i < values.size(); ++i) ASSERT_EQ(values[i], 3.0f * static_cast<float>(i) + 3000.0f) << i;
+    std::vector<float> largest{static_cast<float>(r), -static_cast<float>(r)};
+    comm.all_reduce(host_tensor(largest), ReduceOp::Max)->wait();
+    EXPECT_EQ(largest, (std::vector<float>{2.0f, 0.0f}));
+  });
+}
+
+TEST(GlooCommunicator, ReduceScatterLeavesEachRankTheSumOfItsShard) {
+  for (const int ranks : {2, 3, 4}) {
+    on_ranks(ranks, [ranks](GlooCommunicator& comm) {
+      const int r = comm.rank();
+      std::vector<float> values(static_cast<size_t>(ranks) * 5);
+      for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i * (r + 1));
+      comm.reduce_scatter(host_tensor(values))->wait();
+      const auto total = static_cast<size_t>(ranks * (ranks + 1) / 2);  // 1 + 2 + ... + ranks
+      for (size_t i = 5 * static_cast<size_t>(r); i < 5 * static_cast<size_t>(r + 1); ++i)
+        EXPECT_EQ(values[i], static_cast<float>(i * total)) << ranks << " ranks, rank " << r << " element " << i;
+    });
+  }
+}
+
+TEST(GlooCommunicator, AllGatherFillsEveryShardInPlaceWhateverTheDtype) {
+  on_ranks(4, [](GlooCommunicator& comm) {
+    const int r = comm.rank();
+    std::vector<uint16_t> values(4 * 3, 0xffff);  // bf16-sized elements
+    for (size_t i = 0; i < 3; ++i) values[3 * static_cast<size_t>(r) + i] = static_cast<uint16_t>(100 * r + i);
+    comm.all_gather(Tensor{values.data(), Shape{12}, DType::BF16, Device::CPU})->wait();
+    for (size_t i = 0; i < values.size(); ++i) EXPECT_EQ(values[i], 100 * (i / 3) + i % 3) << i;
+  });
+}
+
+TEST(GlooCommunicator, BroadcastBarrierAndHostScalars) {
+  on_ranks(2, [](GlooCommunicator& comm) {
+    const int r = comm.rank();
+    std::vector<float> values{static_cast<float>(r), 7.0f * static_cast<float>(r)};
+    comm.broadcast(host_tensor(values), 1)->wait();
+    EXPECT_EQ(values, (std::vector<float>{1.0f, 7.0f}));
+    comm.barrier();
+    std::vector<double> scalars{0.25 + r, r == 1 ? 1e300 : 0.0};
+    comm.all_reduce_host(scalars, ReduceOp::Sum);
+    EXPECT_EQ(scalars, (std::vector<double>{1.5, 1e300}));
+  });
+}
+
+TEST(GlooCommunicator, OperationsCompleteInTheOrderTheyWereIssued) {
+  on_ranks(2, [](GlooCommunicator& comm) {
+    std::vector<std::vector<float>> buckets(8, std::vector<float>(257, 1.0f));
+    std::vector<std::unique_ptr<CommWork>> works;
+    for (auto& bucket : buckets) works.push_back(comm.all_reduce(host_tensor(bucket), ReduceOp::Sum));
+    works.back()->wait();  // the last done means all before it are
+    for (const auto& bucket : buckets) EXPECT_EQ(bucket.front(), 2.0f);
+    for (const auto& work : works) work->wait();
+  });
+}
+
+TEST(GlooCommunicator, GpuBuffersAndUnevenShardsAreErrorsNamingTheOperation) {
+  on_ranks(2, [](GlooCommunicator& comm) {
+    std::vector<float> values(5);
+    Tensor on_gpu = host_tensor(values);
+    on_gpu.device = Device::CUDA;
+    EXPECT_NE(testing::error_of([&] { comm.all_reduce(on_gpu, ReduceOp::Sum); }).find("gloo all_reduce: the buffer is on the GPU"),
+              std::string::npos);
+    EXPECT_NE(testing::error_of([&] { comm.reduce_scatter(host_tensor(values)); })
+                  .find("gloo reduce_scatter: 5 elements do not split into 2 equal shards"),
+              std::string::npos);
+  });
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,115 @@
+// GradientBuckets: bucket boundaries, when each bucket starts, and that a step waits for all.
+#include "kiln/dist/gradient_buckets.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "kiln/nn/gpt.h"
+#include "kiln/backend/registry.h"
+#include "support/error_of.h"
+
+namespace kiln {
+namespace {
+
+// Records the ranges it is asked to reduce, and which of them have been waited for.
+class RecordingCommunicator final : public Communicator {
+ public:
+  struct Call {
+    int64_t begin, count;
+    bool waited = false;
+  };
+  explicit RecordingCommunicator(const float* base) : base_(base) {}
+  int rank() const override { return 0; }
+  int world_size() const override { return 2; }
+  std::string name() const override { return "recording"; }
+  std::unique_ptr<CommWork> all_reduce(Tensor data, ReduceOp) override {
+    calls.push_back({data.as<float>() - base_, data.numel()});
+    return std::make_unique<Work>(calls, calls.size() - 1);
+  }
+  std::unique_ptr<CommWork> reduce_scatter(Tensor) override { return nullptr; }
+  std::unique_ptr<CommWork> all_gather(Tensor) override { return nullptr; }
+  std::unique_ptr<CommWork> broadcast(Tensor, int) override { return nullptr; }
+  void barrier() override {}
+  void all_reduce_host(std::span<double>, ReduceOp) override {}
+  std::vector<Call> calls;
+
+ private:
+  struct Work final : CommWork {
+    Work(std::vector<Call>& calls, size_t index) : calls(calls), index(index) {}
+    void wait() override { calls[index].waited = true; }
+    std::vector<Call>& calls;
+    size_t index;
+  };
+  const float* base_;
+};
+
+TEST(GradientBuckets, CutAtParameterBoundariesFromTheEndOfTheBuffer) {
+  std::vector<float> grads(100);
+  RecordingCommunicator comm(grads.data());
+  const std::vector<int64_t> starts{0, 10, 30, 35, 60, 90};
+  GradientBuckets buckets(comm, Tensor{grads.data(), Shape{100}}, starts, 26);
+  // From the end: [60, 100) reaches 26 at 60; [30, 60) at 30; [0, 30) is what is left.
+  ASSERT_EQ(buckets.buckets().size(), 3u);
+  EXPECT_EQ(buckets.buckets()[0].begin, 60);
+  EXPECT_EQ(buckets.buckets()[0].end, 100);
+  EXPECT_EQ(buckets.buckets()[1].begin, 30);
+  EXPECT_EQ(buckets.buckets()[1].end, 60);
+  EXPECT_EQ(buckets.buckets()[2].begin, 0);
+  EXPECT_EQ(buckets.buckets()[2].end, 30);
+  EXPECT_NE(testing::error_of([&] { GradientBuckets(comm, Tensor{grads.data(), Shape{100}}, starts, 0); })
+                .find("'ddp_bucket_size' must be positive"),
+            std::string::npos);
+}
+
+TEST(GradientBuckets, EachBucketStartsOnceItsRangeIsFinalAndTheStepWaitsForAll) {
+  std::vector<float> grads(100);
+  RecordingCommunicator comm(grads.data());
+  GradientBuckets buckets(comm, Tensor{grads.data(), Shape{100}}, std::vector<int64_t>{0, 10, 30, 35, 60, 90}, 26);
+  buckets.gradients_final_from(90);  // [90, 100) alone is inside no bucket yet
+  EXPECT_TRUE(comm.calls.empty());
+  buckets.gradients_final_from(60);
+  ASSERT_EQ(comm.calls.size(), 1u);
+  EXPECT_EQ(comm.calls[0].begin, 60);
+  EXPECT_EQ(comm.calls[0].count, 40);
+  EXPECT_FALSE(comm.calls[0].waited);  // started, not waited for: the backward goes on
+  buckets.gradients_final_from(35);
+  EXPECT_EQ(comm.calls.size(), 1u);
+  buckets.finish();  // starts [30, 60) and [0, 30), waits for all three
+  ASSERT_EQ(comm.calls.size(), 3u);
+  for (const auto& call : comm.calls) EXPECT_TRUE(call.waited);
+  EXPECT_EQ(buckets.started_during_backward(), 1);
+  // The next step starts over from the top bucket.
+  buckets.gradients_final_from(0);
+  EXPECT_EQ(comm.calls.size(), 6u);
+  EXPECT_EQ(comm.calls[3].begin, 60);
+  buckets.finish();
+  EXPECT_EQ(buckets.started_during_backward(), 3);
+}
+
+TEST(GradientBuckets, TheGptBackwardFinishesItsGradientsFromTheEndOfTheBufferDown) {
+  // The watermark contract the buckets rely on: non-increasing, ending at 0, one call per block
+  // plus ln_f and the embeddings.
+  auto backend = make_backend("cpu");
+  GptConfig config;
+  config.num_layers = 3;
+  config.hidden_size = 16;
+  config.num_heads = 2;
+  config.vocab_size = 32;
+  config.max_position_embeddings = 8;
+  Gpt model(config, *backend);
+  model.init_weights(1);
+  model.allocate_activations(2, 8);
+  std::vector<int64_t> marks;
+  model.set_gradients_final_listener([&](int64_t first) { marks.push_back(first); });
+  std::vector<int32_t> tokens(16, 3), targets(16, 4);
+  model.forward(tokens, targets, 2, 8, GradientPass::Write);
+  model.backward();
+  const ParameterLayout& layout = model.layout();
+  EXPECT_EQ(marks, (std::vector<int64_t>{layout.find("ln_f.weight").offset, layout.find("h.2.ln_1.weight").offset,
+                                         layout.find("h.1.ln_1.weight").offset, layout.find("h.0.ln_1.weight").offset,
+                                         0}));
+}
+
+}  // namespace
+}  // namespace kiln
