@@ -306,6 +306,7 @@ void add_bench_command(CLI::App& root) {
 
   add_bench_loader_command(*bench);
   add_bench_attention_command(*bench);
+  add_bench_comm_command(*bench);
 }
 
 }  // namespace kiln::cli

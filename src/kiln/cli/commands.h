@@ -13,6 +13,7 @@ void add_data_command(CLI::App& root);
 void add_bench_command(CLI::App& root);
 void add_bench_loader_command(CLI::App& bench);     // under `kiln bench`
 void add_bench_attention_command(CLI::App& bench);  // under `kiln bench`
+void add_bench_comm_command(CLI::App& bench);       // under `kiln bench`
 void add_estimate_command(CLI::App& root);
 void add_launch_command(CLI::App& root);
 
