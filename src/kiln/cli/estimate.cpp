@@ -1,15 +1,21 @@
 // `kiln estimate`: parameters, FLOPs, speed, days to train, memory per GPU and the iteration's
 // roofline for a configuration that is not run (perf/estimator.h), as a table or --json.
 // Reports: all (the default), memory (the memory rows alone), ops (the roofline op by op), levers
-// (memory and roofline with one switch changed at a time, perf/levers.h).
+// (memory and roofline with one switch changed at a time, perf/levers.h), comm (data parallelism's
+// communication by ZeRO stage and the scaling table over nodes, perf/communication.h). comm is a
+// report of its own, like the others: it takes flags of its own (links, nodes, buckets, overlap) that
+// the other reports do not read, and needs no speed input (without one it times the roofline).
 #include <fmt/format.h>
 
+#include <cmath>
 #include <memory>
+#include <optional>
 #include <string>
 #include <nlohmann/json.hpp>
 
 #include "kiln/cli/commands.h"
 #include "kiln/core/error.h"
+#include "kiln/perf/communication.h"
 #include "kiln/perf/estimator.h"
 #include "kiln/perf/levers.h"
 
@@ -23,7 +29,12 @@ struct EstimateOptions {
   int64_t recompute_num_layers = 1;
   bool no_deterministic_attention = false;
   bool json = false;
-  std::string report = "all";  // all, memory, ops, levers
+  std::string report = "all";  // all, memory, ops, levers, comm
+  // comm: the links as names or GB/s (one of each pair), nodes, buckets, overlap, scaling kind.
+  std::string link, inter_node_link;
+  double busbw = 0, inter_node_busbw = 0;
+  CommunicationOptions comm;
+  bool no_overlap_grad_reduce = false;
 };
 
 constexpr double kGiB = 1073741824.0;
@@ -174,6 +185,150 @@ void print_json(const EstimateInput& in, const Estimate& e, const std::string& r
   fmt::print("{}\n", out.dump());
 }
 
+// "nvlink4 (360 GB/s: ...)" or "--busbw 100 GB/s".
+std::string link_text(const std::string& name, const std::optional<double>& busbw, const char* flag) {
+  if (!busbw) return "(none given)";
+  if (name.empty()) return fmt::format("{} {:g} GB/s", flag, *busbw);
+  return fmt::format("{} ({:g} GB/s: {})", name, *busbw, find_link(name).basis);
+}
+
+std::string counted(int64_t count, const char* one, const char* many) {
+  return fmt::format("{} {}", count, count == 1 ? one : many);
+}
+
+std::string ms_or_dash(double seconds, bool none) { return none ? "-" : fmt::format("{:.3f}", seconds * 1e3); }
+
+constexpr const char* kStageNames[4] = {"DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
+
+void print_comm(const EstimateInput& in, const EstimateOptions& options, const Estimate& e,
+                const CommunicationReport& r) {
+  print_header("kiln estimate comm", in, e.gpu.key);
+  const std::string source =
+      r.compute_from_roofline
+          ? "the roofline's least time, no --tflops-per-gpu or --time-per-iteration given"
+      : in.time_per_iteration_s
+          ? fmt::format("--time-per-iteration, {:.1f} TFLOP/s per GPU", e.achieved_tflops_per_gpu)
+          : fmt::format("at {:.1f} TFLOP/s per GPU", e.achieved_tflops_per_gpu);
+  fmt::print("compute               {:.4g} ms per iteration on one GPU ({}); forward {:.1f}%, backward {:.1f}% of it "
+             "by FLOPs; {} per iteration\n",
+             r.compute_seconds * 1e3, source, 100 * r.forward_share, 100 * r.backward_share,
+             counted(r.micro_batches, "micro-batch", "micro-batches"));
+  fmt::print("gradients             {} parameters (Psi), reduced in fp32 (4 bytes), gathered by ZeRO in {} ({} bytes); "
+             "{} of >= {} elements ({})\n",
+             e.parameters_exact, in.precision == "bf16" || in.precision == "fp16" ? in.precision : "fp32",
+             in.precision == "bf16" || in.precision == "fp16" ? 2 : 4, counted(r.buckets, "bucket", "buckets"),
+             r.bucket_elements,
+             options.comm.ddp_bucket_size > 0 ? "--ddp-bucket-size" : "max(40 M, 1 M x ranks), kiln train's default");
+  const bool one_gpu = in.gpus == 1;
+  if (one_gpu)
+    fmt::print("link                  1 GPU: nothing to communicate (give --gpus N for the rows below)\n");
+  else
+    fmt::print("link                  {} GPUs {}: {:g} GB/s bus bandwidth (time = bytes a rank sends / busbw, "
+               "nccl-tests)\n",
+               in.gpus, r.spans_nodes ? "across nodes, bounded by the inter-node link" : "on one node",
+               r.busbw_gb_per_s);
+  fmt::print("{:<8} {:>12} {:>17} {:>12} {:>10} {:>7} {:>11} {:>11}\n", "stage", "volume (Psi)", "GB sent per rank",
+             "comm ms", "hidden ms", "hidden", "exposed ms", "memory GiB");
+  for (int stage = 0; stage <= 3; ++stage) {
+    const CommunicationEstimate& c = r.stages[stage];
+    fmt::print("{:<8} {:>12g} {:>17.3f} {:>12} {:>10} {:>7} {:>11} {:>11.2f}{}\n", kStageNames[stage], c.psi,
+               c.bytes_per_rank * 1e-9, ms_or_dash(c.seconds, one_gpu), ms_or_dash(c.hidden_seconds, one_gpu),
+               one_gpu ? "-" : fmt::format("{:.1f}%", 100 * c.hidden_share()), ms_or_dash(c.exposed_seconds, one_gpu),
+               r.memory_bytes[stage] / kGiB, stage == in.zero_stage ? "  <- --zero-stage" : "");
+  }
+  for (const CommunicationPhase& phase : r.stages[in.zero_stage].phases)
+    fmt::print("  {} x{}: {:.3f} GB per rank, {} ms, {}\n", phase.collective, phase.times,
+               phase.bytes_per_rank * 1e-9, ms_or_dash(phase.seconds, one_gpu),
+               phase.behind == "nothing"
+                   ? std::string("all exposed (nothing hides it)")
+                   : fmt::format("{} ms hidden behind the {}", ms_or_dash(phase.hidden_seconds, one_gpu),
+                                 phase.behind));
+  fmt::print("(volume: the ZeRO paper's, 2 Psi for an all-reduce, 3 Psi for ZeRO-3, per micro-batch for ZeRO-2's "
+             "reduce-scatter and all of ZeRO-3; a rank sends (n-1)/n of it, in its dtype; hidden: the backward "
+             "hides every bucket but the last, the first layers'; ZeRO-1/2's parameter gather follows the "
+             "step{}; memory: kiln estimate memory at each stage)\n",
+             options.comm.overlap_param_gather ? " and hides behind the next forward" : ", exposed");
+
+  const std::string kind =
+      options.comm.strong_scaling
+          ? fmt::format("strong: global batch {} at every size", in.global_batch_size)
+          : fmt::format("weak: {:g} samples per GPU at every size",
+                        static_cast<double>(in.global_batch_size) / static_cast<double>(in.gpus));
+  fmt::print("scaling               {}, {}; {} GPUs per node; within a node {}, across nodes {} per node\n",
+             kStageNames[in.zero_stage], kind, options.comm.gpus_per_node,
+             link_text(options.link, options.comm.intra_node_busbw, "--busbw"),
+             link_text(options.inter_node_link, options.comm.inter_node_busbw, "--inter-node-busbw"));
+  fmt::print("{:>5} {:>6} {:>10} {:>11} {:>10} {:>10} {:>11} {:>12} {:>10}\n", "nodes", "GPUs", "busbw GB/s",
+             "compute ms", "comm ms", "exposed ms", "step ms", "tokens/s", "efficiency");
+  for (const ScalingRow& row : r.scaling) {
+    const bool alone = row.gpus == 1;
+    fmt::print("{:>5} {:>6} {:>10} {:>11.3f} {:>10} {:>10} {:>11.3f} {:>12.0f} {:>9.1f}%\n", row.nodes, row.gpus,
+               alone ? "-" : fmt::format("{:g}", row.busbw_gb_per_s), row.compute_seconds * 1e3,
+               ms_or_dash(row.communication_seconds, alone), ms_or_dash(row.exposed_seconds, alone),
+               row.step_seconds * 1e3, row.tokens_per_second, 100 * row.efficiency);
+  }
+  fmt::print("(step = compute + exposed communication; efficiency = tokens/s at n GPUs / (n x tokens/s at 1 GPU))\n");
+}
+
+void print_comm_json(const EstimateInput& in, const EstimateOptions& options, const Estimate& e,
+                     const CommunicationReport& r) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (int stage = 0; stage <= 3; ++stage) {
+    const CommunicationEstimate& c = r.stages[stage];
+    nlohmann::json phases = nlohmann::json::array();
+    for (const CommunicationPhase& p : c.phases)
+      phases.push_back({{"collective", p.collective}, {"behind", p.behind}, {"times", p.times}, {"psi", p.psi},
+                        {"bytes_per_rank", p.bytes_per_rank}, {"seconds", p.seconds},
+                        {"hidden_seconds", p.hidden_seconds}, {"exposed_seconds", p.exposed_seconds}});
+    stages.push_back({{"zero_stage", stage}, {"name", kStageNames[stage]}, {"psi", c.psi},
+                      {"bytes_per_rank", c.bytes_per_rank}, {"seconds", c.seconds},
+                      {"hidden_seconds", c.hidden_seconds}, {"hidden_share", c.hidden_share()},
+                      {"exposed_seconds", c.exposed_seconds}, {"memory_bytes", r.memory_bytes[stage]},
+                      {"phases", phases}});
+  }
+  nlohmann::json scaling = nlohmann::json::array();
+  for (const ScalingRow& row : r.scaling)
+    scaling.push_back({{"nodes", row.nodes}, {"gpus", row.gpus}, {"busbw_gb_per_s", row.busbw_gb_per_s},
+                       {"samples_per_gpu", row.samples_per_gpu}, {"micro_batches", row.micro_batches},
+                       {"buckets", row.buckets}, {"compute_seconds", row.compute_seconds},
+                       {"communication_seconds", row.communication_seconds},
+                       {"exposed_seconds", row.exposed_seconds}, {"step_seconds", row.step_seconds},
+                       {"tokens_per_second", row.tokens_per_second}, {"efficiency", row.efficiency}});
+  const auto busbw_or_null = [](const std::optional<double>& value) {
+    return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
+  };
+  const nlohmann::json out = {
+      {"gpu", e.gpu.key}, {"precision", in.precision}, {"gpus", in.gpus}, {"zero_stage", in.zero_stage},
+      {"parameters_exact", e.parameters_exact},
+      {"communication",
+       {{"compute_seconds", r.compute_seconds}, {"compute_from_roofline", r.compute_from_roofline},
+        {"forward_share", r.forward_share}, {"backward_share", r.backward_share},
+        {"micro_batches", r.micro_batches}, {"buckets", r.buckets}, {"bucket_elements", r.bucket_elements},
+        {"busbw_gb_per_s", r.busbw_gb_per_s}, {"spans_nodes", r.spans_nodes},
+        {"link", options.link}, {"intra_node_busbw_gb_per_s", busbw_or_null(options.comm.intra_node_busbw)},
+        {"inter_node_link", options.inter_node_link},
+        {"inter_node_busbw_gb_per_s", busbw_or_null(options.comm.inter_node_busbw)},
+        {"overlap_grad_reduce", options.comm.overlap_grad_reduce},
+        {"overlap_param_gather", options.comm.overlap_param_gather}, {"stages", stages}}},
+      {"scaling",
+       {{"kind", options.comm.strong_scaling ? "strong" : "weak"}, {"nodes", r.nodes},
+        {"gpus_per_node", options.comm.gpus_per_node}, {"rows", scaling}}}};
+  fmt::print("{}\n", out.dump());
+}
+
+// --link NAME or --busbw GB/s (not both): the bus bandwidth, or nullopt when neither is given.
+std::optional<double> resolve_link(const std::string& name, const char* link_flag, double busbw,
+                                   const char* busbw_flag) {
+  KILN_CHECK(name.empty() || busbw == 0, "give one of {} (a named link) and {} (GB/s), not both", link_flag,
+             busbw_flag);
+  if (!name.empty()) return find_link(name, link_flag).busbw_gb_per_s;
+  if (busbw != 0) {
+    KILN_CHECK(busbw > 0 && std::isfinite(busbw), "{} must be a positive number of GB/s, got {}", busbw_flag, busbw);
+    return busbw;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 void add_estimate_command(CLI::App& root) {
@@ -182,9 +337,10 @@ void add_estimate_command(CLI::App& root) {
   CLI::App* command =
       root.add_subcommand("estimate", "predict parameters, FLOPs, speed, days, memory and the roofline");
   command->add_option("report", options->report,
-                      "all (default), memory (the memory rows alone), ops (the roofline op by op) or levers "
-                      "(memory and roofline with one switch changed at a time)")
-      ->check(CLI::IsMember({"all", "memory", "ops", "levers"}));
+                      "all (default), memory (the memory rows alone), ops (the roofline op by op), levers "
+                      "(memory and roofline with one switch changed at a time) or comm (data parallelism's "
+                      "communication by ZeRO stage and the scaling table over nodes)")
+      ->check(CLI::IsMember({"all", "memory", "ops", "levers", "comm"}));
   command->add_option("--num-layers", in.num_layers, "transformer blocks")->required();
   command->add_option("--hidden-size", in.hidden_size, "model width")->required();
   command->add_option("--num-attention-heads", in.num_attention_heads, "attention heads")->required();
@@ -210,6 +366,24 @@ void add_estimate_command(CLI::App& root) {
   command->add_flag("--no-deterministic-attention", options->no_deterministic_attention,
                     "the attention backward adding dQ in fp32 atomics (its sums in the op scratch)");
   command->add_flag("--json", options->json, "one JSON object");
+  // kiln estimate comm
+  command->add_option("--link", options->link,
+                      "comm: the intra-node link, nvlink4, pcie4, pcie5, efa400, efa3200, eth100");
+  command->add_option("--busbw", options->busbw, "comm: the intra-node bus bandwidth in GB/s (instead of --link)");
+  command->add_option("--inter-node-link", options->inter_node_link, "comm: the link between nodes (e.g. efa3200)");
+  command->add_option("--inter-node-busbw", options->inter_node_busbw,
+                      "comm: each node's network in GB/s (instead of --inter-node-link)");
+  command->add_option("--nodes", options->comm.nodes, "comm: the scaling table's largest node count (default: "
+                                                      "as many as --gpus needs)");
+  command->add_option("--gpus-per-node", options->comm.gpus_per_node, "comm: GPUs per node (default 8)");
+  command->add_option("--ddp-bucket-size", options->comm.ddp_bucket_size,
+                      "comm: gradient elements a bucket (0: max(40 M, 1 M x ranks), as kiln train)");
+  command->add_flag("--no-overlap-grad-reduce", options->no_overlap_grad_reduce,
+                    "comm: reduce the gradients after the backward, not during it");
+  command->add_flag("--overlap-param-gather", options->comm.overlap_param_gather,
+                    "comm: ZeRO-1/2's parameter gather behind the next forward");
+  command->add_flag("--strong-scaling", options->comm.strong_scaling,
+                    "comm: keep --global-batch-size at every size (default: samples per GPU fixed)");
   command->callback([options] {
     EstimateInput input = options->input;
     if (options->time_per_iteration != 0) input.time_per_iteration_s = options->time_per_iteration;
@@ -217,6 +391,21 @@ void add_estimate_command(CLI::App& root) {
     input.deterministic_attention = !options->no_deterministic_attention;
     input.recompute = RecomputePolicy::parse(options->recompute_granularity, options->recompute_method,
                                              options->recompute_num_layers);
+    if (options->report == "comm") {
+      CommunicationOptions comm = options->comm;
+      comm.intra_node_busbw = resolve_link(options->link, "--link", options->busbw, "--busbw");
+      comm.inter_node_busbw =
+          resolve_link(options->inter_node_link, "--inter-node-link", options->inter_node_busbw, "--inter-node-busbw");
+      comm.intra_node_link = options->link;
+      comm.inter_node_link = options->inter_node_link;
+      comm.overlap_grad_reduce = !options->no_overlap_grad_reduce;
+      EstimateOptions shown = *options;
+      shown.comm = comm;
+      const Estimate result = estimate(input);
+      const CommunicationReport report = communication_report(input, result, comm);
+      options->json ? print_comm_json(input, shown, result, report) : print_comm(input, shown, result, report);
+      return;
+    }
     if (options->report == "levers") {
       const std::vector<LeverEstimate> levers = estimate_levers(input);
       options->json ? print_levers_json(levers) : print_levers(input, levers);
