@@ -375,5 +375,70 @@ TEST(Cli, BadInputGivesOneLineErrorAndNonZeroExit) {
   expect_error(run_kiln("generate --load " + (dir / "bad-ckpt")), "trainer_state.json: corrupt trainer state");
 }
 
+
+// The seed course's Megatron-LM command line (pretrain_gpt.py's arguments) runs unchanged but for
+// tiny sizes, 2 iterations, random tokens instead of --data-path, and the flags of other issues
+// (--tensorboard-dir, --log-*-to-tensorboard, --attention-dropout, --hidden-dropout) left out.
+TEST(Cli, MegatronCourseCommandLineRuns) {
+  TempDir dir;
+  // GPT-2's encoder.json and vocab.bpe formats, a toy vocabulary of 6 tokens.
+  std::ofstream(dir / "gpt2-vocab.json") << R"({"a": 0, "b": 1, "c": 2, "ab": 3, "abc": 4, "\u0120": 5})";
+  std::ofstream(dir / "gpt2-merges.txt") << "#version: 0.2\na b\nab c\n";
+  const std::string course =
+      "train --num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 16 --max-position-embeddings 16 "
+      "--micro-batch-size 2 --global-batch-size 4 --lr 0.00015 --train-iters 2 --lr-decay-iters 320000 "
+      "--lr-decay-style cosine --min-lr 1.0e-5 --weight-decay 1e-2 --lr-warmup-fraction .01 --clip-grad 1.0 --fp16 "
+      "--mock-data --vocab-size 64 --vocab-file " + (dir / "gpt2-vocab.json") + " --merge-file " +
+      (dir / "gpt2-merges.txt") +
+      " --split 949,50,1 --log-interval 100 --save-interval 10000 --eval-interval 1000 --eval-iters 10 "
+      "--distributed-backend nccl --save " + (dir / "CKPT") + " --load " + (dir / "CKPT") +
+      " --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --optimizer adam --data-impl mmap "
+      "--exit-duration-in-mins 1190 --DDP-impl local --use-distributed-optimizer --timing-log-level 2 "
+      "--no-masked-softmax-fusion --no-bias-gelu-fusion --no-bias-dropout-fusion --no-gradient-accumulation-fusion "
+      "--adam-beta1 0.9 --adam-beta2 0.95 --init-method-std 0.006 --num-workers 2";
+  const Result printed = run_kiln(course + " --print-config");
+  ASSERT_EQ(printed.exit_code, 0) << printed.output;
+  for (const std::string& line : std::vector<std::string>{
+           "optimizer: adam", "tensor_model_parallel_size: 1", "data_impl: mmap", "ddp_impl: local",
+        "timing_log_level: 2", "masked_softmax_fusion: false", "gradient_accumulation_fusion: false",
+        "vocab_file: " + (dir / "gpt2-vocab.json"), "merge_file: " + (dir / "gpt2-merges.txt")})
+    EXPECT_NE(printed.output.find(line + "\n"), std::string::npos) << line << "\n" << printed.output;
+  const Result trained = run_kiln(course);
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  EXPECT_NE(trained.output.find("validation loss at"), std::string::npos) << trained.output;
+  EXPECT_TRUE(std::filesystem::exists(dir / "CKPT/latest_checkpointed_iteration.txt")) << trained.output;
+}
+
+TEST(Cli, UnknownFlagsAreNamedOneLineEachWithTheClosest) {
+  const Result result = run_kiln("train --hiden-size 3 --lrr 1 --tensorboard-dir TB --log-timers-to-tensorboard "
+                                 "--attention-dropout=0.1 --mock-data --vocab-size 64");
+  EXPECT_EQ(result.exit_code, 109) << result.output;  // CLI11's ExtrasError, as main() exits on parse errors
+  EXPECT_EQ(result.output,
+            "kiln: error: unknown flag '--hiden-size' (did you mean --hidden-size?)\n"
+            "kiln: error: unknown flag '--lrr' (did you mean --lr?)\n"
+            "kiln: error: unknown flag '--tensorboard-dir'\n"
+            "kiln: error: unknown flag '--log-timers-to-tensorboard'\n"
+            "kiln: error: unknown flag '--attention-dropout'\n"
+            "kiln: the flags `kiln train --help` lists are the ones it knows\n"
+            "Run with --help for more information.\n");
+  // kiln bench train shares the flags, and the refusal.
+  const Result bench = run_kiln("bench train --device cpu --num-layer 1 --timed-iters 1");
+  EXPECT_EQ(bench.exit_code, 109) << bench.output;
+  EXPECT_EQ(bench.output.rfind("kiln: error: unknown flag '--num-layer' (did you mean --num-layers?)\n"
+                               "kiln: the flags `kiln bench train --help` lists are the ones it knows\n",
+                               0),
+            0u)
+      << bench.output;
+}
+
+TEST(Cli, TensorParallelismNamesTheKey) {
+  const Result result = run_kiln("train --tensor-model-parallel-size 2 --mock-data --vocab-size 64 " + tiny_model_flags());
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_NE(result.output.find("kiln: error: config key 'tensor_model_parallel_size' is 2: tensor parallelism is not "
+                               "supported yet (kiln is data-parallel only)"),
+            std::string::npos)
+      << result.output;
+}
+
 }  // namespace
 }  // namespace kiln

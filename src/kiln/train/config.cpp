@@ -5,9 +5,13 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
+#include <unordered_set>
 
 #include "kiln/core/error.h"
 
@@ -27,6 +31,12 @@ const std::vector<ConfigField>& config_fields() {
        "samples per optimizer step (0: micro x data-parallel); the rest is gradient accumulation"},
       {"data_parallel_size", &Config::data_parallel_size,
        "data-parallel replicas (0: the job's ranks; each rank is one replica)"},
+      // Megatron's parallel degrees (default 1, megatron/arguments.py _add_distributed_args): kiln takes 1,
+      // so a Megatron command line runs, and names the key when asked for more.
+      {"tensor_model_parallel_size", &Config::tensor_model_parallel_size,
+       "tensor-parallel degree: 1 only (kiln is data-parallel only; more is an error naming this key)"},
+      {"pipeline_model_parallel_size", &Config::pipeline_model_parallel_size,
+       "pipeline-parallel degree: 1 only (kiln is data-parallel only; more is an error naming this key)"},
       {"train_iters", &Config::train_iters, "optimizer steps to train"},
       {"lr", &Config::lr, "peak learning rate"},
       {"min_lr", &Config::min_lr, "learning rate at the end of decay"},
@@ -34,6 +44,10 @@ const std::vector<ConfigField>& config_fields() {
       {"lr_decay_iters", &Config::lr_decay_iters, "iterations to decay over (0: train_iters)"},
       {"lr_warmup_fraction", &Config::lr_warmup_fraction, "warm-up as a fraction of lr_decay_iters"},
       {"lr_warmup_iters", &Config::lr_warmup_iters, "warm-up iterations"},
+      // Megatron: --optimizer, choices adam and sgd, default adam (AdamW: decoupled weight decay).
+      {"optimizer", &Config::optimizer,
+       "adam: Adam with decoupled weight decay (AdamW), Megatron's default and kiln's optimizer; Megatron's sgd "
+       "is not supported"},
       {"adam_beta1", &Config::adam_beta1, "Adam beta1"},
       {"adam_beta2", &Config::adam_beta2, "Adam beta2"},
       {"adam_eps", &Config::adam_eps, "Adam epsilon"},
@@ -94,6 +108,20 @@ const std::vector<ConfigField>& config_fields() {
        "the file KILN_CUDNN_LIBRARY names) where they take the call: bf16/fp16, heads of up to 128 channels in "
        "multiples of 8, causal or no mask; kiln's own kernels take the rest; cuDNN does not promise the same "
        "bits from run to run (CUDA; off by default: not yet measured against kiln's kernels)"},
+      // Megatron's --no-masked-softmax-fusion, --no-bias-gelu-fusion, --no-bias-dropout-fusion and
+      // --no-gradient-accumulation-fusion (action store_false: each fusion is on unless turned off).
+      {"masked_softmax_fusion", &Config::masked_softmax_fusion,
+       "Megatron's fused scale, causal mask and softmax: accepted and recorded, changes nothing (kiln's CUDA "
+       "back-end chooses its own fusions; --no-fused-attention is kiln's switch)"},
+      {"bias_gelu_fusion", &Config::bias_gelu_fusion,
+       "Megatron's fused bias and GELU: accepted and recorded, changes nothing (kiln's CUDA back-end chooses its "
+       "own fusions; --no-matmul-epilogues is kiln's switch)"},
+      {"bias_dropout_fusion", &Config::bias_dropout_fusion,
+       "Megatron's fused bias, dropout and residual add: accepted and recorded, changes nothing (kiln's CUDA "
+       "back-end chooses its own fusions)"},
+      {"gradient_accumulation_fusion", &Config::gradient_accumulation_fusion,
+       "Megatron's weight gradients accumulated inside the products: accepted and recorded, changes nothing "
+       "(kiln's CUDA back-end chooses its own fusions)"},
       {"loss_scale", &Config::loss_scale, "static loss scale (0: dynamic under fp16)"},
       {"initial_loss_scale", &Config::initial_loss_scale, "initial dynamic loss scale"},
       {"min_loss_scale", &Config::min_loss_scale, "smallest dynamic loss scale"},
@@ -102,12 +130,28 @@ const std::vector<ConfigField>& config_fields() {
       {"device", &Config::device, "cpu or cuda"},
       {"seed", &Config::seed, "random seed (initialisation and data order)"},
       {"log_interval", &Config::log_interval, "iterations between log lines"},
+      // Megatron: --timing-log-level, int, default 0, choices 0-2 (megatron/training/arguments.py).
+      {"timing_log_level", &Config::timing_log_level,
+       "Megatron's timer detail, 0, 1 or 2: accepted and recorded; kiln's log line times whole iterations at "
+       "every level (--profile-ops times each op)"},
       {"eval_interval", &Config::eval_interval, "iterations between validations (0: only at the end)"},
       {"eval_iters", &Config::eval_iters, "batches per validation (0: no validation)"},
       {"data_path", &Config::data_path,
        "folder of token shards (train_*.bin, val_*.bin), or Megatron indexed data: PREFIX or '0.3 A 0.7 B'; "
        "local paths or s3://bucket/key"},
       {"split", &Config::split, "train,validation,test weights of indexed datasets' documents"},
+      // Megatron: --data-impl, choices lazy, cached, mmap and infer, default infer (megatron/arguments.py,
+      // before Megatron kept only mmap). kiln reads the mmap format and checks its header either way.
+      {"data_impl", &Config::data_impl,
+       "format of indexed datasets: mmap (Megatron's MMIDIDX .bin/.idx, the one kiln reads) or infer (the same: "
+       "kiln reads the index header); Megatron's older lazy and cached formats are not supported"},
+      // Megatron: --vocab-file and --merge-file, the GPT2BPETokenizer's two files (default none).
+      {"vocab_file", &Config::vocab_file,
+       "GPT-2's encoder.json (Megatron's gpt2-vocab.json; what kiln data's --tokenizer-dir folder holds): kiln "
+       "trains on token ids made beforehand (kiln data), so it only checks that this file and merge_file exist, "
+       "are one GPT-2 BPE vocabulary and that its ids fit vocab_size, which still comes from the data"},
+      {"merge_file", &Config::merge_file,
+       "GPT-2's vocab.bpe, the BPE merges (Megatron's gpt2-merges.txt): checked with vocab_file, needs it"},
       {"num_workers", &Config::num_workers, "data loader threads preparing batches ahead (0: synchronous)"},
       {"prefetch_factor", &Config::prefetch_factor, "batches queued ahead per worker"},
       {"data_cache_samples", &Config::data_cache_samples, "decoded samples kept in an in-memory LRU cache"},
@@ -130,6 +174,21 @@ const std::vector<ConfigField>& config_fields() {
       {"overlap_grad_reduce", &Config::overlap_grad_reduce,
        "reduce each gradient bucket as soon as the last micro-batch's backward has finished it, hiding the "
        "reduction behind the rest of the backward (--no-overlap-grad-reduce: all of it after the backward)"},
+      // Megatron: --DDP-impl, choices local and torch, default local (megatron/arguments.py).
+      {"ddp_impl", &Config::ddp_impl,
+       "Megatron's DistributedDataParallel implementation (also --DDP-impl): local or torch, both meaning kiln's "
+       "own bucketed gradient reduction (ddp_bucket_size, overlap_grad_reduce)",
+       "--DDP-impl"},
+      {"use_distributed_optimizer", &Config::use_distributed_optimizer,
+       "ZeRO-1: gradients are reduce-scattered, each rank keeps the fp32 master weights and Adam moments of its "
+       "shard of the flat buffer only, updates it, and the parameters are all-gathered"},
+      {"overlap_param_gather", &Config::overlap_param_gather,
+       "with use_distributed_optimizer: the parameters' all-gather overlaps the next iteration's data loading"},
+      {"exit_signal_handler", &Config::exit_signal_handler,
+       "on SIGTERM (Slurm's preemption notice): finish the iteration, save a checkpoint and exit 0"},
+      {"exit_duration_in_mins", &Config::exit_duration_in_mins,
+       "save and exit 0 once the run has lasted this many minutes (0: never), before a job's time limit"},
+      {"exit_interval", &Config::exit_interval, "save and exit 0 at the first iteration divisible by this (0: never)"},
   };
   return fields;
 }
@@ -161,6 +220,59 @@ bool parse_bool(const std::string& text, const std::string& origin, const char* 
   if (text == "true" || text == "True" || text == "1" || text == "yes") return true;
   if (text == "false" || text == "False" || text == "0" || text == "no") return false;
   fail("{}: '{}' expects true or false, got '{}'", origin, key, text);
+}
+
+std::string read_named_file(const std::string& path, const char* key) {
+  KILN_CHECK(std::filesystem::is_regular_file(path), "config key '{}': '{}' {}", key, path,
+             std::filesystem::exists(path) ? "is not a file" : "does not exist");
+  std::ifstream stream(path, std::ios::binary);
+  KILN_CHECK(stream.good(), "config key '{}': cannot open '{}'", key, path);
+  std::ostringstream contents;
+  contents << stream.rdbuf();
+  return contents.str();
+}
+
+// Checks that vocab_file (encoder.json) and merge_file (vocab.bpe) are one GPT-2 byte-level BPE
+// vocabulary, in the format Gpt2Tokenizer reads: an object of token -> id, and an optional
+// "#version" line then merges "left right" whose parts and result are all tokens. Returns the
+// vocabulary's size (largest id + 1).
+int64_t check_gpt2_bpe_files(const std::string& vocab_file, const std::string& merge_file) {
+  nlohmann::json encoder;
+  try {
+    encoder = nlohmann::json::parse(read_named_file(vocab_file, "vocab_file"));
+  } catch (const nlohmann::json::exception& error) {
+    fail("config key 'vocab_file': {}: not valid JSON (GPT-2's encoder.json is expected): {}", vocab_file,
+         error.what());
+  }
+  KILN_CHECK(encoder.is_object() && !encoder.empty(),
+             "config key 'vocab_file': {}: expected a JSON object of token -> id (GPT-2's encoder.json)", vocab_file);
+  std::unordered_set<std::string> tokens;
+  int64_t size = 0;
+  for (const auto& [token, id] : encoder.items()) {
+    KILN_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0,
+               "config key 'vocab_file': {}: token '{}' has id {}, not an id >= 0", vocab_file, token, id.dump());
+    size = std::max(size, id.get<int64_t>() + 1);
+    tokens.insert(token);
+  }
+  std::istringstream lines(read_named_file(merge_file, "merge_file"));
+  int64_t line_number = 0, merges = 0;
+  for (std::string line; std::getline(lines, line);) {
+    ++line_number;
+    if ((line_number == 1 && line.starts_with("#version")) || line.empty()) continue;
+    std::istringstream parts(line);
+    std::string left, right, extra;
+    parts >> left >> right;
+    KILN_CHECK(!left.empty() && !right.empty() && !(parts >> extra),
+               "config key 'merge_file': {}:{}: expected a merge of two symbols (GPT-2's vocab.bpe), got '{}'",
+               merge_file, line_number, line);
+    KILN_CHECK(tokens.contains(left) && tokens.contains(right) && tokens.contains(left + right),
+               "config key 'merge_file': {}:{}: merge '{} {}' uses tokens that vocab_file {} does not have (the "
+               "two files are not one vocabulary)",
+               merge_file, line_number, left, right, vocab_file);
+    ++merges;
+  }
+  KILN_CHECK(merges > 0, "config key 'merge_file': {}: no merges (GPT-2's vocab.bpe is expected)", merge_file);
+  return size;
 }
 
 }  // namespace
@@ -333,15 +445,50 @@ void Config::validate() const {
   KILN_CHECK(seed >= 0, "config key 'seed' must be >= 0, got {}", seed);
   KILN_CHECK(distributed_backend.empty() || distributed_backend == "nccl" || distributed_backend == "gloo",
              "config key 'distributed_backend': '{}' is not nccl or gloo", distributed_backend);
-  KILN_CHECK(resolved_distributed_backend() != "gloo" || device == "cpu",
+  // One replica joins no group, so any backend will do: Megatron's default nccl runs on the CPU too.
+  KILN_CHECK(resolved_distributed_backend() != "gloo" || device == "cpu" || data_parallel_size == 1,
              "config key 'distributed_backend' is gloo with --device cuda: gloo reduces host memory; GPU ranks use "
              "nccl");
-  KILN_CHECK(resolved_distributed_backend() != "nccl" || device == "cuda",
+  KILN_CHECK(resolved_distributed_backend() != "nccl" || device == "cuda" || data_parallel_size == 1,
              "config key 'distributed_backend' is nccl with --device cpu: NCCL reduces GPU memory; CPU ranks use "
              "gloo");
+  KILN_CHECK(ddp_impl == "local" || ddp_impl == "torch",
+             "config key 'ddp_impl': '{}' is not local or torch (Megatron's choices; both mean kiln's own bucketed "
+             "reduction)",
+             ddp_impl);
+  for (auto [value, key, parallelism] :
+       {std::tuple{tensor_model_parallel_size, "tensor_model_parallel_size", "tensor"},
+        std::tuple{pipeline_model_parallel_size, "pipeline_model_parallel_size", "pipeline"}}) {
+    KILN_CHECK(value > 0, "config key '{}' must be positive, got {}", key, value);
+    KILN_CHECK(value == 1, "config key '{}' is {}: {} parallelism is not supported yet (kiln is data-parallel only)",
+               key, value, parallelism);
+  }
   KILN_CHECK(distributed_timeout_minutes > 0, "config key 'distributed_timeout_minutes' must be positive, got {}",
              distributed_timeout_minutes);
   KILN_CHECK(ddp_bucket_size >= 0, "config key 'ddp_bucket_size' must be >= 0, got {}", ddp_bucket_size);
+  KILN_CHECK(!overlap_param_gather || use_distributed_optimizer,
+             "config key 'overlap_param_gather' needs use_distributed_optimizer (only ZeRO gathers parameters)");
+  KILN_CHECK(exit_duration_in_mins >= 0, "config key 'exit_duration_in_mins' must be >= 0, got {}",
+             exit_duration_in_mins);
+  KILN_CHECK(exit_interval >= 0, "config key 'exit_interval' must be >= 0, got {}", exit_interval);
+  KILN_CHECK(timing_log_level >= 0 && timing_log_level <= 2, "config key 'timing_log_level' must be 0, 1 or 2, got {}",
+             timing_log_level);
+  KILN_CHECK(optimizer != "sgd",
+             "config key 'optimizer' is sgd: not supported (kiln trains with adam, Adam with decoupled weight decay, "
+             "Megatron's default)");
+  KILN_CHECK(optimizer == "adam", "config key 'optimizer': '{}' is not adam (Megatron's other choice, sgd, is not "
+             "supported)", optimizer);
+  KILN_CHECK(data_impl != "lazy" && data_impl != "cached",
+             "config key 'data_impl' is {}: Megatron's {} indexed datasets are not supported; kiln reads the mmap "
+             "format (MMIDIDX), which Megatron's tools/preprocess_data.py writes by default (--dataset-impl mmap)",
+             data_impl, data_impl);
+  KILN_CHECK(data_impl == "mmap" || data_impl == "infer", "config key 'data_impl': '{}' is not mmap or infer",
+             data_impl);
+  if (const int64_t tokens = tokenizer_vocab_size(); tokens > 0) {
+    KILN_CHECK(vocab_size == 0 || tokens <= vocab_size,
+               "config key 'vocab_file': {} has ids up to {}, beyond vocab_size {} (the model could not embed them)",
+               vocab_file, tokens - 1, vocab_size);
+  }
   KILN_CHECK(num_workers >= 0 && num_workers <= 256, "config key 'num_workers' must be in [0, 256], got {}", num_workers);
   KILN_CHECK(prefetch_factor > 0, "config key 'prefetch_factor' must be positive, got {}", prefetch_factor);
   KILN_CHECK(data_cache_samples >= 0, "config key 'data_cache_samples' must be >= 0, got {}", data_cache_samples);
@@ -358,6 +505,13 @@ void Config::validate() const {
   KILN_CHECK(hysteresis > 0, "config key 'hysteresis' must be positive, got {}", hysteresis);
   KILN_CHECK(init_method_std > 0, "config key 'init_method_std' must be positive, got {}", init_method_std);
   plan_recompute(recompute_policy(), num_layers);
+}
+
+int64_t Config::tokenizer_vocab_size() const {
+  KILN_CHECK(vocab_file.empty() == merge_file.empty(),
+             "config keys 'vocab_file' and 'merge_file' go together (GPT-2's BPE needs both), but only '{}' is set",
+             vocab_file.empty() ? "merge_file" : "vocab_file");
+  return vocab_file.empty() ? 0 : check_gpt2_bpe_files(vocab_file, merge_file);
 }
 
 RecomputePolicy Config::recompute_policy() const {

@@ -44,7 +44,10 @@ struct Config {
   int64_t micro_batch_size = 8;
   int64_t global_batch_size = 0;
   int64_t data_parallel_size = 0;  // 0: the job's world size (no tensor or pipeline parallelism)
+  int64_t tensor_model_parallel_size = 1;    // Megatron's flag; only 1 (kiln is data-parallel only)
+  int64_t pipeline_model_parallel_size = 1;  // Megatron's flag; only 1
   // Optimisation.
+  std::string optimizer = "adam";  // Megatron's default and kiln's only one: Adam, decoupled weight decay
   int64_t train_iters = 100;
   double lr = 6e-4;
   double min_lr = 0.0;
@@ -75,6 +78,12 @@ struct Config {
   bool cudnn_attention = false;  // the fused attention on cuDNN's engines where they take it (CUDA)
   bool profile_ops = false;     // time every back-end op, waiting for the device after each
   bool cuda_graph = false;      // replay each micro-batch's forward and backward from a CUDA graph
+  // Megatron's fusion switches (its --no-... flags), accepted and recorded: kiln's CUDA back-end
+  // chooses its own fusions (fused_attention, matmul_epilogues above).
+  bool masked_softmax_fusion = true;
+  bool bias_gelu_fusion = true;
+  bool bias_dropout_fusion = true;
+  bool gradient_accumulation_fusion = true;
   // fp8 products in the transformer blocks (nn/fp8_scaling.h), Megatron-LM's flags; needs bf16.
   std::string fp8_format;                           // "" (off), hybrid or e4m3
   int64_t fp8_margin = 0;
@@ -92,9 +101,15 @@ struct Config {
   std::string device = "cpu";
   int64_t seed = 1234;
   int64_t log_interval = 10;
+  int64_t timing_log_level = 0;  // Megatron's timer detail (0-2), recorded
   int64_t eval_interval = 100;
   int64_t eval_iters = 10;
   std::string data_path;
+  std::string data_impl = "mmap";  // indexed datasets: mmap (MMIDIDX) or infer (the same to kiln)
+  // GPT-2's BPE files (Megatron's --vocab-file and --merge-file: encoder.json and vocab.bpe). kiln
+  // trains on token ids, so they are only checked: both or neither, readable, one vocabulary.
+  std::string vocab_file;
+  std::string merge_file;
   std::string split = "969,30,1";  // train/validation/test documents of indexed datasets
   bool mock_data = false;   // random tokens instead of data_path (benchmarks)
   int64_t num_workers = 2;  // data loader threads (0: read in the training thread)
@@ -113,6 +128,13 @@ struct Config {
   double distributed_timeout_minutes = 10;  // bounds every wait on another rank
   int64_t ddp_bucket_size = 0;            // gradient elements a bucket; 0: max(40 M, 1 M x ranks)
   bool overlap_grad_reduce = true;        // reduce each bucket while the backward goes on
+  std::string ddp_impl = "local";         // Megatron's --DDP-impl: local or torch, both kiln's own buckets
+  bool use_distributed_optimizer = false;  // ZeRO-1: each rank keeps and updates a shard of the optimizer state
+  bool overlap_param_gather = false;       // the parameters' all-gather overlaps the next step's data loading
+  // Preemption (Megatron's flags): stop cleanly, saving first.
+  bool exit_signal_handler = false;  // SIGTERM: finish the step, save, exit 0
+  double exit_duration_in_mins = 0;  // > 0: save and stop once the run has lasted this long
+  int64_t exit_interval = 0;         // > 0: save and stop at an iteration divisible by it
 
   // Fills the derived (zero) fields; `world_size` is the number of ranks of the job.
   void resolve(int world_size = 1);
@@ -127,6 +149,9 @@ struct Config {
   AdamwConfig adamw() const;
   LossScalerConfig loss_scaler() const;
   std::optional<Fp8Recipe> fp8_recipe() const;  // nullopt: no fp8
+  // The size of the vocabulary vocab_file and merge_file hold (largest id + 1), reading and checking
+  // both as validate() does; 0 when they are not set.
+  int64_t tokenizer_vocab_size() const;
   StorageOptions storage_options() const;
   // distributed_backend, or the device's engine when it is empty.
   std::string resolved_distributed_backend() const {
@@ -147,6 +172,7 @@ struct ConfigField {
   const char* key;  // YAML key; the flag is "--" + key with '_' -> '-'
   ConfigMember member;
   const char* help;
+  const char* flag_alias = nullptr;  // a second spelling of the flag Megatron uses (--DDP-impl), if any
 };
 
 const std::vector<ConfigField>& config_fields();
