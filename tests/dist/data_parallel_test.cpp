@@ -32,14 +32,16 @@ struct TinyRun {
   int bucket_size = 2000;
   int train_iters = 4;
   int eval_iters = 2;
+  int global_batch = 4;
 };
 
 std::string tiny_run(const TinyRun& run) {
   return fmt::format(
       "train --num-layers 2 --hidden-size {} --num-attention-heads 2 --seq-length 16 --vocab-size 64 --mock-data "
-      "--micro-batch-size {} --global-batch-size 4 --train-iters {} --lr 1e-3 --eval-iters {} --eval-interval 2 "
+      "--micro-batch-size {} --global-batch-size {} --train-iters {} --lr 1e-3 --eval-iters {} --eval-interval 2 "
       "--log-interval 1 --num-workers 0 --ddp-bucket-size {} --distributed-timeout-minutes 0.5 --save {} {}",
-      run.hidden_size, run.micro_batch, run.train_iters, run.eval_iters, run.bucket_size, run.save, run.extra);
+      run.hidden_size, run.micro_batch, run.global_batch, run.train_iters, run.eval_iters, run.bucket_size, run.save,
+      run.extra);
 }
 
 std::string tiny_run(const std::string& save, int micro_batch, const std::string& extra = "") {
@@ -86,8 +88,8 @@ double largest_difference(const std::string& file_a, const std::string& file_b) 
   return largest;
 }
 
-std::string checkpoint(const TempDir& dir, const std::string& run, const std::string& file) {
-  return dir.path() + "/" + run + "/iter_0000004/" + file;
+std::string checkpoint(const TempDir& dir, const std::string& run, const std::string& file, int iteration = 4) {
+  return fmt::format("{}/{}/iter_{:07d}/{}", dir.path(), run, iteration, file);
 }
 
 double value_of(const std::string& logged) { return std::stod(logged.substr(logged.find('=') + 1)); }
@@ -177,6 +179,87 @@ TEST(DataParallelFourRanks, EqualOneRankWithFourTimesTheAccumulation) {
   EXPECT_LT(largest_difference(checkpoint(dir, "one", "model.safetensors"), checkpoint(dir, "four", "model.safetensors")),
             kRoundingBound);
 }
+
+TEST(DistributedOptimizer, ZeroOneTrainsAsPlainDataParallelism) {
+  // Two ranks: each steps half of the optimizer state, then the parameters are gathered. Only the
+  // gradient norm's sum (two partial sums) is rounded in another order.
+  const TempDir dir;
+  const CommandResult plain = launch(2, tiny_run(dir.path() + "/plain", 2));
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  const CommandResult zero = launch(2, tiny_run(dir.path() + "/zero", 2, "--use-distributed-optimizer"));
+  ASSERT_EQ(zero.exit_code, 0) << zero.output;
+  EXPECT_NE(zero.output.find("this rank's shard, 1/2 (ZeRO-1)"), std::string::npos) << zero.output;
+  expect_same_log(plain.output, zero.output, 1e-5);
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"})
+    EXPECT_LT(largest_difference(checkpoint(dir, "plain", file), checkpoint(dir, "zero", file)), kRoundingBound)
+        << file;
+}
+
+TEST(DistributedOptimizer, ThreeRanksWithPaddedShardsAndOverlappedGatherTrainAsOneRank) {
+  const TempDir dir;
+  const CommandResult one = single(tiny_run(TinyRun{.save = dir.path() + "/one", .global_batch = 6}));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const CommandResult three = launch(3, tiny_run(TinyRun{.save = dir.path() + "/three",
+                                                         .extra = "--use-distributed-optimizer --overlap-param-gather",
+                                                         .global_batch = 6}));
+  ASSERT_EQ(three.exit_code, 0) << three.output;
+  expect_same_log(one.output, three.output, 1e-5);
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"})
+    EXPECT_LT(largest_difference(checkpoint(dir, "one", file), checkpoint(dir, "three", file)), kRoundingBound)
+        << file;
+}
+
+// Saved at iteration 2 by `saver` ranks, resumed by `resumer` ranks to iteration 4: the same as
+// the saver's uninterrupted run, with the same global batch and data position.
+struct Resharding {
+  int saver, resumer;
+  bool zero;
+};
+
+class CheckpointsAcrossSizes : public ::testing::TestWithParam<Resharding> {};
+
+TEST_P(CheckpointsAcrossSizes, AResumedRunContinuesTheUninterruptedOne) {
+  const auto [saver, resumer, zero] = GetParam();
+  const TempDir dir;
+  const std::string flags = zero ? "--use-distributed-optimizer" : "";
+  const auto run = [&](int ranks, const std::string& save, const std::string& extra) {
+    const std::string arguments = tiny_run(TinyRun{.save = save, .micro_batch = 4 / ranks, .extra = flags + " " + extra});
+    return ranks == 1 ? single(arguments) : launch(ranks, arguments);
+  };
+  const std::string whole = dir.path() + "/whole";
+  const CommandResult uninterrupted = run(saver, whole, "--save-interval 2");
+  ASSERT_EQ(uninterrupted.exit_code, 0) << uninterrupted.output;
+  const CommandResult resumed = run(resumer, dir.path() + "/resumed", "--load " + whole + "/iter_0000002");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from '" + whole + "/iter_0000002' at iteration 2 (8 samples consumed)"),
+            std::string::npos)
+      << resumed.output;
+  // The iterations after the resume log what the uninterrupted run logged.
+  const std::vector<std::string> all = logged_numbers(uninterrupted.output), after = logged_numbers(resumed.output);
+  ASSERT_EQ(after.size(), 2u * 4u + 1u) << resumed.output;  // iterations 3 and 4, validation at 4
+  const auto tail = [](const std::vector<std::string>& numbers, size_t count) {
+    return std::vector<std::string>(numbers.end() - static_cast<std::ptrdiff_t>(count), numbers.end());
+  };
+  std::string expected_text, got_text;
+  for (const std::string& number : tail(all, after.size())) expected_text += number + " ";
+  for (const std::string& number : after) got_text += number + " ";
+  // Within rounding: the two runs sum their gradients over other numbers of ranks.
+  for (size_t i = 0; i < after.size(); ++i) {
+    const double a = value_of(tail(all, after.size())[i]), b = value_of(after[i]);
+    EXPECT_NEAR(a, b, 1e-5 * std::max(1.0, std::fabs(a))) << expected_text << "\nvs\n" << got_text;
+  }
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"})
+    EXPECT_LT(largest_difference(checkpoint(dir, "whole", file), checkpoint(dir, "resumed", file)), kRoundingBound)
+        << file;
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, CheckpointsAcrossSizes,
+                         ::testing::Values(Resharding{4, 2, true}, Resharding{4, 1, true}, Resharding{1, 2, true},
+                                           Resharding{2, 4, false}),
+                         [](const auto& info) {
+                           return std::to_string(info.param.saver) + "_to_" + std::to_string(info.param.resumer) +
+                                  (info.param.zero ? "_zero1" : "_replicated");
+                         });
 
 TEST(DataParallelBootstrap, RanksStartedByHandWithTorchrunVariablesTrainAsUnderLaunch) {
   const TempDir dir;

@@ -13,6 +13,7 @@
 #include "kiln/obs/log_line.h"
 #include "kiln/perf/gpu_specs.h"
 #include "kiln/perf/roofline.h"
+#include "kiln/train/preemption.h"
 #include "kiln/train/trainer.h"
 
 namespace kiln::cli {
@@ -36,6 +37,7 @@ void add_train_command(CLI::App& root) {
       group = join_process_group(place, wanted.resolved_distributed_backend(),
                                  wanted.distributed_timeout(), to_yaml(wanted));
     }
+    if (config.exit_signal_handler) catch_termination_signal();
     Trainer trainer(config, group ? group->communicator.get() : nullptr);
     if (place.rank != 0) {
       trainer.run();  // rank 0 alone prints and writes

@@ -27,18 +27,26 @@ bool is_residual_projection(const std::string& name) {
 
 }  // namespace
 
-Gpt::Gpt(const GptConfig& config, Backend& backend, DType dtype)
+Gpt::Gpt(const GptConfig& config, Backend& backend, DType dtype, int64_t flat_multiple)
     : config_(config), backend_(backend), layout_((config.validate(), config)) {
   KILN_CHECK(dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16,
              "GPT parameters must be fp32, bf16 or fp16, not {}", dtype_name(dtype));
-  const auto count = static_cast<size_t>(layout_.total());
+  KILN_CHECK(flat_multiple >= 1, "flat buffers padded to a multiple of {}", flat_multiple);
+  const int64_t padded = (layout_.total() + flat_multiple - 1) / flat_multiple * flat_multiple;
+  const auto count = static_cast<size_t>(padded);
   param_buffer_ = backend_.allocate(count * dtype_size(dtype));
   grad_buffer_ = backend_.allocate(count * sizeof(float));
-  params_ = flat_view(*param_buffer_, layout_.total(), dtype, backend_.device());
-  grads_ = flat_view(*grad_buffer_, layout_.total(), DType::F32, backend_.device());
+  padded_params_ = flat_view(*param_buffer_, padded, dtype, backend_.device());
+  padded_grads_ = flat_view(*grad_buffer_, padded, DType::F32, backend_.device());
+  params_ = padded_params_.slice(0, layout_.total());
+  grads_ = padded_grads_.slice(0, layout_.total());
   weights_ = GptWeights::bind(layout_, config_, params_);
   weight_grads_ = GptWeights::bind(layout_, config_, grads_);
-  backend_.fill({grads_, 0.0f});
+  backend_.fill({padded_grads_, 0.0f});
+  if (padded > layout_.total()) {  // the parameters' padding: zero, and never written again but by a gather
+    const std::vector<char> zeros(static_cast<size_t>(padded - layout_.total()) * dtype_size(dtype), 0);
+    backend_.copy_to_device(static_cast<char*>(padded_params_.data) + params_.bytes(), zeros.data(), zeros.size());
+  }
 }
 
 void Gpt::init_weights(uint64_t seed) {

@@ -42,13 +42,19 @@ struct GptStagedInputs {
 
 class Gpt {
  public:
-  Gpt(const GptConfig& config, Backend& backend, DType dtype = DType::F32);
+  // `flat_multiple`: the flat parameter and gradient buffers are allocated rounded up to a
+  // multiple of this many elements (the ZeRO shards' equal split); the padding is zero and belongs
+  // to no parameter.
+  Gpt(const GptConfig& config, Backend& backend, DType dtype = DType::F32, int64_t flat_multiple = 1);
 
   const GptConfig& config() const { return config_; }
   DType dtype() const { return params_.dtype; }
   const ParameterLayout& layout() const { return layout_; }
   Tensor params() const { return params_; }  // compute dtype
   Tensor grads() const { return grads_; }    // fp32
+  // The same buffers with their padding (flat_multiple).
+  Tensor padded_params() const { return padded_params_; }
+  Tensor padded_grads() const { return padded_grads_; }
   int64_t num_parameters() const { return layout_.total(); }
 
   // GPT-2 initialisation from `seed`: N(0, std) for matrices and embeddings, residual output
@@ -134,7 +140,7 @@ class Gpt {
   Backend& backend_;
   ParameterLayout layout_;
   std::unique_ptr<DeviceBuffer> param_buffer_, grad_buffer_;
-  Tensor params_, grads_;
+  Tensor params_, grads_, padded_params_, padded_grads_;
   GptWeights weights_, weight_grads_;
   std::unique_ptr<DeviceBuffer> activation_buffer_;
   std::unique_ptr<Arena> arena_;  // borrows activation_buffer_

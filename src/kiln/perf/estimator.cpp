@@ -98,11 +98,13 @@ MemoryEstimate model_state_bytes(double parameters, const std::string& precision
   // kiln's buffers: gradients are fp32 in every precision (4). Mixed precision: 2-byte weights,
   // fp32 master + two moments (12). fp32: the weights are the master copy (4), two moments (8).
   const double weight = mixed ? 2 : 4, gradient = 4, optimizer = mixed ? 12 : 8;
-  const double shards = static_cast<double>(data_parallel);
+  // A sharded buffer is cut into equal shards, padded: ceil(P / Nd) elements a rank (kiln's ZeRO-1
+  // pads the flat buffers so; Megatron's distributed optimizer pads its buckets likewise).
+  const double shard = std::ceil(parameters / static_cast<double>(data_parallel));
   MemoryEstimate memory;
-  memory.weights = parameters * (zero_stage >= 3 ? weight / shards : weight);
-  memory.gradients = parameters * (zero_stage >= 2 ? gradient / shards : gradient);
-  memory.optimizer = parameters * (zero_stage >= 1 ? optimizer / shards : optimizer);
+  memory.weights = zero_stage >= 3 ? shard * weight : parameters * weight;
+  memory.gradients = zero_stage >= 2 ? shard * gradient : parameters * gradient;
+  memory.optimizer = zero_stage >= 1 ? shard * optimizer : parameters * optimizer;
   return memory;
 }
 

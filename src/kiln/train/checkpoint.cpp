@@ -35,12 +35,6 @@ Shape stored_shape(const ParameterInfo& info, const GptConfig& config) {
   return info.shape;
 }
 
-std::vector<float> to_host(Backend& backend, const Tensor& tensor) {
-  std::vector<float> host(static_cast<size_t>(tensor.numel()));
-  backend.copy_to_host(host.data(), tensor.data, tensor.bytes());
-  return host;
-}
-
 void append_entries(std::vector<SafetensorsEntry>& entries, const std::string& prefix,
                     const Gpt& model, const std::vector<float>& host) {
   for (const ParameterInfo& info : model.layout().entries())
@@ -115,17 +109,20 @@ nlohmann::json read_state_json(const std::string& checkpoint_dir) {
 }
 
 void write_checkpoint_files(const std::string& temp_dir, const Config& config, const Gpt& model,
-                            const AdamW& optimizer, const TrainerState& state, Backend& backend) {
-  const std::vector<float> params = to_host(backend, optimizer.master());  // fp32 even under bf16/fp16
+                            const OptimizerSnapshot& optimizer, const TrainerState& state, int world_size,
+                            bool sharded) {
+  const auto count = static_cast<size_t>(model.num_parameters());
+  KILN_CHECK(optimizer.master.size() == count && optimizer.exp_avg.size() == count &&
+                 optimizer.exp_avg_sq.size() == count,
+             "checkpoint: optimizer state of {} / {} / {} values for {} parameters", optimizer.master.size(),
+             optimizer.exp_avg.size(), optimizer.exp_avg_sq.size(), count);
   std::vector<SafetensorsEntry> model_entries;
-  append_entries(model_entries, "", model, params);
+  append_entries(model_entries, "", model, optimizer.master);  // fp32 even under bf16/fp16
   write_safetensors(temp_dir + "/" + kModelFile, model_entries, {{"format", "pt"}});
 
-  const std::vector<float> exp_avg = to_host(backend, optimizer.exp_avg());
-  const std::vector<float> exp_avg_sq = to_host(backend, optimizer.exp_avg_sq());
   std::vector<SafetensorsEntry> optimizer_entries;
-  append_entries(optimizer_entries, "exp_avg.", model, exp_avg);
-  append_entries(optimizer_entries, "exp_avg_sq.", model, exp_avg_sq);
+  append_entries(optimizer_entries, "exp_avg.", model, optimizer.exp_avg);
+  append_entries(optimizer_entries, "exp_avg_sq.", model, optimizer.exp_avg_sq);
   std::vector<float> fp8_state;
   if (model.fp8()) {
     fp8_state = model.fp8()->saved_state();
@@ -143,6 +140,11 @@ void write_checkpoint_files(const std::string& temp_dir, const Config& config, c
                        {"growth_tracker", state.loss_scaler.growth_tracker},
                        {"hysteresis_tracker", state.loss_scaler.hysteresis_tracker}}},
       {"data", {{"seed", config.seed}, {"next_sample_index", state.consumed_samples}}},
+      // The optimizer files hold whole tensors by name, whatever wrote them: any number of ranks
+      // resumes from them (each takes its shard).
+      {"distributed", {{"world_size", world_size},
+                       {"optimizer", sharded ? "sharded (ZeRO-1), saved gathered" : "replicated"},
+                       {"optimizer_layout", "gathered"}}},
       {"config_yaml", to_yaml(config)},
   };
   write_file_atomically(temp_dir + "/" + kStateFile, json.dump(2) + "\n");
@@ -151,7 +153,8 @@ void write_checkpoint_files(const std::string& temp_dir, const Config& config, c
 }  // namespace
 
 std::string save_checkpoint(const std::string& save_dir, const Config& config, const Gpt& model,
-                            const AdamW& optimizer, const TrainerState& state, Backend& backend) {
+                            const OptimizerSnapshot& optimizer, const TrainerState& state, int world_size,
+                            bool sharded) {
   fs::create_directories(save_dir);
   const std::string name = fmt::format("iter_{:07d}", state.iteration);
   const std::string final_dir = save_dir + "/" + name;
@@ -160,7 +163,7 @@ std::string save_checkpoint(const std::string& save_dir, const Config& config, c
   fs::create_directories(temp_dir);
 
   try {
-    write_checkpoint_files(temp_dir, config, model, optimizer, state, backend);
+    write_checkpoint_files(temp_dir, config, model, optimizer, state, world_size, sharded);
   } catch (...) {
     std::error_code ignored;
     fs::remove_all(temp_dir, ignored);  // a failed save leaves nothing behind
@@ -251,17 +254,16 @@ std::vector<float> load_model_weights(const std::string& checkpoint_dir, Gpt& mo
   return weights;
 }
 
-void load_optimizer_state(const std::string& checkpoint_dir, std::span<const float> master_weights, const Gpt& model,
-                          AdamW& optimizer, Backend& backend) {
-  optimizer.load_master(master_weights);
+OptimizerSnapshot read_optimizer_state(const std::string& checkpoint_dir, std::vector<float> master_weights,
+                                       const Gpt& model) {
   const SafetensorsFile file(checkpoint_dir + "/" + kOptimizerFile);
-  const std::vector<float> exp_avg = read_flat(file, "exp_avg.", model);
-  const std::vector<float> exp_avg_sq = read_flat(file, "exp_avg_sq.", model);
-  const auto negative = std::find_if(exp_avg_sq.begin(), exp_avg_sq.end(), [](float v) { return v < 0; });
-  KILN_CHECK(negative == exp_avg_sq.end(), "{}: a second moment 'exp_avg_sq.*' is negative ({} at flat element {})",
-             file.path(), *negative, negative - exp_avg_sq.begin());
-  backend.copy_to_device(optimizer.exp_avg().data, exp_avg.data(), exp_avg.size() * sizeof(float));
-  backend.copy_to_device(optimizer.exp_avg_sq().data, exp_avg_sq.data(), exp_avg_sq.size() * sizeof(float));
+  OptimizerSnapshot state{std::move(master_weights), read_flat(file, "exp_avg.", model),
+                          read_flat(file, "exp_avg_sq.", model)};
+  const auto negative = std::find_if(state.exp_avg_sq.begin(), state.exp_avg_sq.end(), [](float v) { return v < 0; });
+  KILN_CHECK(negative == state.exp_avg_sq.end(),
+             "{}: a second moment 'exp_avg_sq.*' is negative ({} at flat element {})", file.path(), *negative,
+             negative - state.exp_avg_sq.begin());
+  return state;
 }
 
 bool load_fp8_state(const std::string& checkpoint_dir, Gpt& model) {

@@ -39,9 +39,18 @@ struct TrainerState {
   LossScalerState loss_scaler;
 };
 
+// The optimizer state as a checkpoint holds it: whole flat fp32 vectors in layout order, one
+// element a parameter, whatever the number of ranks or shards that kept it (the fp32 master
+// weights are also the model file's weights). So a run saved by 4 ranks resumes on 2 or 1.
+struct OptimizerSnapshot {
+  std::vector<float> master, exp_avg, exp_avg_sq;
+};
+
 // Writes SAVE/iter_XXXXXXX and updates the tracker; returns the checkpoint folder.
+// `world_size` and `sharded` are recorded in trainer_state.json (what wrote it, not a constraint).
 std::string save_checkpoint(const std::string& save_dir, const Config& config, const Gpt& model,
-                            const AdamW& optimizer, const TrainerState& state, Backend& backend);
+                            const OptimizerSnapshot& optimizer, const TrainerState& state, int world_size,
+                            bool sharded);
 
 // Whether `dir` holds a checkpoint resolve_checkpoint_dir can find (the model file or a tracker).
 bool holds_checkpoint(const std::string& dir);
@@ -55,10 +64,10 @@ TrainerState read_trainer_state(const std::string& checkpoint_dir);
 // The model's parameters from model.safetensors, rounded to the model's dtype; returns them as
 // read, in fp32 (the master weights load_optimizer_state wants, so the file is read once).
 std::vector<float> load_model_weights(const std::string& checkpoint_dir, Gpt& model);
-// Adam moments, and the fp32 master weights load_model_weights returned (exact, not re-widened
+// Adam moments, with the fp32 master weights load_model_weights returned (exact, not re-widened
 // from rounded parameters), so a bf16/fp16 run resumes bit for bit.
-void load_optimizer_state(const std::string& checkpoint_dir, std::span<const float> master_weights, const Gpt& model,
-                          AdamW& optimizer, Backend& backend);
+OptimizerSnapshot read_optimizer_state(const std::string& checkpoint_dir, std::vector<float> master_weights,
+                                       const Gpt& model);
 
 // The fp8 scaling state of a model with fp8 products (Gpt::enable_fp8) from optimizer.safetensors;
 // false, loading nothing, when the checkpoint has none or one of another amax history length or

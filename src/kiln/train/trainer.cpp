@@ -4,12 +4,14 @@
 
 #include <chrono>
 #include <cmath>
+#include <utility>
 
 #include "kiln/backend/op_timing.h"
 #include "kiln/backend/registry.h"
 #include "kiln/data/gpt_dataset.h"
 #include "kiln/core/error.h"
 #include "kiln/perf/flops.h"
+#include "kiln/train/preemption.h"
 
 namespace kiln {
 namespace {
@@ -26,6 +28,9 @@ Config resolve_config(Config config, int world_size) {
   if (config.vocab_size == 0 && config.mock_data) {
     fail("config key 'vocab_size' must be set with mock_data (there is no data to read it from)");
   }
+  if (config.vocab_size == 0 && !config.vocab_file.empty() && !config.data_path.empty() &&
+      is_indexed_data_path(config.data_path, storage))
+    config.vocab_size = config.tokenizer_vocab_size();  // Megatron's way: the tokenizer's vocabulary
   if (config.vocab_size == 0) {
     KILN_CHECK(config.data_path.empty() || !is_indexed_data_path(config.data_path, storage),
                "config key 'vocab_size' is 0 and data_path names Megatron indexed data, which does not record it; "
@@ -74,9 +79,9 @@ Trainer::Trainer(const Config& config, Communicator* communicator)
   } else if (is_indexed_data_path(config_.data_path, storage)) {
     train_data_ = make_gpt_data(config_.data_path, config_.split, DataSplit::Train, gpt.vocab_size, config_.seq_length,
                                 config_.train_iters * config_.global_batch_size, seed, storage);
-    if (config_.eval_iters > 0)  // every validation reads the same eval_iters micro-batches
+    if (config_.eval_iters > 0)  // every validation reads the same eval_iters global batches
       val_data_ = make_gpt_data(config_.data_path, config_.split, DataSplit::Validation, gpt.vocab_size,
-                                config_.seq_length, config_.eval_iters * config_.micro_batch_size, seed, storage);
+                                config_.seq_length, config_.eval_iters * config_.global_batch_size, seed, storage);
   } else {
     auto train = std::make_unique<TokenDataset>(config_.data_path, "train", gpt.vocab_size, config_.seq_length, seed,
                                                 storage);
@@ -91,7 +96,13 @@ Trainer::Trainer(const Config& config, Communicator* communicator)
   train_loader_ = std::make_unique<DataLoader>(*train_data_, config_.micro_batch_size, loader);
   if (val_data_) val_loader_ = std::make_unique<DataLoader>(*val_data_, config_.micro_batch_size, loader);
   check_memory_fits(gpt);
-  model_ = std::make_unique<Gpt>(gpt, *backend_, config_.compute_dtype());
+  // ZeRO-1 cuts the flat buffers into equal shards, one a rank: padded to a multiple of the ranks.
+  sharded_ = ranks > 1 && config_.use_distributed_optimizer;
+  model_ = std::make_unique<Gpt>(gpt, *backend_, config_.compute_dtype(), sharded_ ? ranks : 1);
+  if (sharded_) {
+    const int64_t shard = model_->padded_params().numel() / ranks, first = shard * communicator_.rank();
+    shard_ = FlatRange{first, first + shard};
+  }
   if (const auto recipe = config_.fp8_recipe()) model_->enable_fp8(*recipe);
   model_->allocate_activations(config_.micro_batch_size, config_.seq_length, config_.recompute_policy(),
                                config_.loss_chunk_rows);
@@ -101,7 +112,7 @@ Trainer::Trainer(const Config& config, Communicator* communicator)
   staging.own_stream = config_.h2d_stream;
   stager_ = backend_->make_batch_stager(staging);
   if (config_.cuda_graph) graphs_ = std::make_unique<MicroBatchGraphs>(*backend_);
-  if (ranks > 1) {
+  if (ranks > 1 && !sharded_) {
     std::vector<int64_t> starts;
     for (const ParameterInfo& entry : model_->layout().entries()) starts.push_back(entry.offset);
     buckets_ = std::make_unique<GradientBuckets>(
@@ -115,12 +126,14 @@ Trainer::Trainer(const Config& config, Communicator* communicator)
   if (config_.load.empty() || starting_afresh_) {
     model_->init_weights(static_cast<uint64_t>(config_.seed));
     // Mixed precision: the master copy starts as the (rounded) initial parameters, as in Megatron.
-    optimizer_ = std::make_unique<AdamW>(*backend_, model_->layout(), model_->params(), config_.adamw());
+    optimizer_ = std::make_unique<AdamW>(*backend_, model_->layout(), optimizer_params(), config_.adamw(), shard_);
   } else {
+    // The files hold whole tensors: any number of ranks resumes from them, each taking its shard.
     const std::string dir = resolve_checkpoint_dir(config_.load);
-    const std::vector<float> master_weights = load_model_weights(dir, *model_);
-    optimizer_ = std::make_unique<AdamW>(*backend_, model_->layout(), model_->params(), config_.adamw());
-    load_optimizer_state(dir, master_weights, *model_, *optimizer_, *backend_);
+    std::vector<float> master_weights = load_model_weights(dir, *model_);
+    optimizer_ = std::make_unique<AdamW>(*backend_, model_->layout(), optimizer_params(), config_.adamw(), shard_);
+    const OptimizerSnapshot saved = read_optimizer_state(dir, std::move(master_weights), *model_);
+    optimizer_->load_state(saved.master, saved.exp_avg, saved.exp_avg_sq);
     state_ = read_trainer_state(dir);
     optimizer_->set_steps_taken(state_.optimizer_steps);
     if (config_.fp16) scaler_.set_state(state_.loss_scaler);
@@ -170,13 +183,14 @@ void Trainer::check_memory_fits(const GptConfig& gpt) const {
 }
 
 size_t Trainer::planned_device_bytes() const {
-  return model_->params().bytes() + model_->grads().bytes() + optimizer_->master_bytes() + optimizer_->state_bytes() +
+  return model_->padded_params().bytes() + model_->padded_grads().bytes() + optimizer_->master_bytes() +
+         optimizer_->state_bytes() +
          model_->activation_bytes() + model_->workspace_bytes() + stager_->device_bytes() +
          (model_->fp8() ? model_->fp8()->bytes() : 0);
 }
 
 std::string Trainer::memory_summary() const {
-  const size_t param_bytes = model_->params().bytes();
+  const size_t param_bytes = model_->padded_params().bytes();
   const size_t moment_bytes = optimizer_->state_bytes() / 2;
   const size_t master_bytes = optimizer_->master_bytes();
   const size_t total = planned_device_bytes();
@@ -185,11 +199,13 @@ std::string Trainer::memory_summary() const {
     table += fmt::format("  {:<22}{:>12.2f} MiB  {}\n", category, mib(static_cast<size_t>(bytes)), note);
   };
   const std::string dtype(dtype_name(model_->dtype()));
+  const std::string shard =
+      sharded_ ? fmt::format("; this rank's shard, 1/{} (ZeRO-1)", communicator_.world_size()) : "";
   row("parameters", param_bytes, master_bytes ? dtype : dtype + "; also the master weights");
-  if (master_bytes) row("master weights", master_bytes, "fp32, in the optimizer");
-  row("gradients", model_->grads().bytes(), "fp32");
-  row("Adam first moment", moment_bytes, "fp32");
-  row("Adam second moment", moment_bytes, "fp32");
+  if (master_bytes) row("master weights", master_bytes, "fp32, in the optimizer" + shard);
+  row("gradients", model_->padded_grads().bytes(), "fp32");
+  row("Adam first moment", moment_bytes, "fp32" + shard);
+  row("Adam second moment", moment_bytes, "fp32" + shard);
   row("activations", model_->activation_bytes(),
       dtype + "; recompute: " + config_.recompute_policy().describe());
   row("workspace", model_->workspace_bytes(), model_->fp8() ? "op scratch, fp8 casts included" : "op scratch");
@@ -204,8 +220,56 @@ std::string Trainer::memory_summary() const {
   return table;
 }
 
+Tensor Trainer::optimizer_params() const { return sharded_ ? model_->padded_params() : model_->params(); }
+Tensor Trainer::optimizer_grads() const { return sharded_ ? model_->padded_grads() : model_->grads(); }
+
+double Trainer::reduce_gradients() {
+  if (buckets_) return buckets_->finish();
+  if (!sharded_) return 0.0;
+  const auto start = std::chrono::steady_clock::now();
+  communicator_.reduce_scatter(model_->padded_grads())->wait();  // this rank's shard: the sum over ranks
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+double Trainer::gradient_sum_of_squares() {
+  if (!sharded_) return backend_->sum_of_squares({model_->grads()});
+  // Each rank holds the reduced gradients of its shard only (the padding is zero).
+  std::vector<double> sum{backend_->sum_of_squares({model_->padded_grads().slice(shard_.begin, shard_.count())})};
+  communicator_.all_reduce_host(sum, ReduceOp::Sum);
+  return sum[0];
+}
+
+void Trainer::gather_parameters() {
+  param_gather_ = communicator_.all_gather(model_->padded_params());
+  if (!config_.overlap_param_gather) wait_for_parameters();
+}
+
+void Trainer::wait_for_parameters() {
+  if (param_gather_) std::exchange(param_gather_, nullptr)->wait();
+}
+
+OptimizerSnapshot Trainer::optimizer_snapshot() {
+  const auto count = static_cast<size_t>(model_->num_parameters());
+  // The shard's values; with ZeRO-1 every rank's, gathered in a scratch buffer of the whole.
+  const auto whole = [&](const Tensor& shard) {
+    std::vector<float> host(static_cast<size_t>(sharded_ ? model_->padded_params().numel() : shard.numel()));
+    backend_->copy_to_host(host.data() + (sharded_ ? shard_.begin : 0), shard.data, shard.bytes());
+    if (sharded_) {
+      const std::unique_ptr<DeviceBuffer> scratch = backend_->allocate(host.size() * sizeof(float));
+      backend_->copy_to_device(scratch->data(), host.data(), scratch->bytes());
+      const Tensor gathered{scratch->data(), Shape{static_cast<int64_t>(host.size())}, DType::F32, backend_->device()};
+      communicator_.all_gather(gathered)->wait();
+      backend_->copy_to_host(host.data(), scratch->data(), scratch->bytes());
+    }
+    host.resize(count);
+    return host;
+  };
+  return {whole(optimizer_->master()), whole(optimizer_->exp_avg()), whole(optimizer_->exp_avg_sq())};
+}
+
 IterationStats Trainer::train_step() {
   const auto start = std::chrono::steady_clock::now();
+  wait_for_parameters();
   const int64_t micro = config_.micro_batch_size, seq = config_.seq_length;
   const int64_t accumulation = config_.accumulation_steps();
   const int ranks = communicator_.world_size();
@@ -243,16 +307,17 @@ IterationStats Trainer::train_step() {
     stager_->release(current.device);
     current = next;
   }
-  const double reduce_wait_ms = buckets_ ? buckets_->finish() : 0.0;
+  const double reduce_wait_ms = reduce_gradients();
   const double lm_loss = global_sum(losses) / static_cast<double>(micro_batches);
-  const double grad_norm = std::sqrt(backend_->sum_of_squares({model_->grads()})) / scale;
+  const double grad_norm = std::sqrt(gradient_sum_of_squares()) / scale;
   const bool skip = scaler_.update(!std::isfinite(grad_norm));
 
   const int64_t iteration = state_.iteration + 1;
   const float lr = schedule_.at(iteration);
   if (!skip) {
     const float clip = clip_coefficient(grad_norm, static_cast<float>(config_.clip_grad));
-    optimizer_->step(model_->grads(), lr, clip / scale);
+    optimizer_->step(optimizer_grads(), lr, clip / scale);
+    if (sharded_) gather_parameters();
   }
   if (model_->fp8()) model_->fp8()->update_scales(iteration);  // skipped steps too, as Transformer Engine
   state_.iteration = iteration;
@@ -306,6 +371,7 @@ double Trainer::global_sum(std::vector<double>& per_micro_batch) const {
 
 double Trainer::evaluate() {
   KILN_CHECK(val_data_ != nullptr, "validation needs eval_iters > 0 and val shards");
+  wait_for_parameters();
   const int64_t micro = config_.micro_batch_size;
   const int ranks = communicator_.world_size(), rank = communicator_.rank();
   // Validation casts with the training scales but must not add its amax to the next step's, so
@@ -315,14 +381,17 @@ double Trainer::evaluate() {
     fp8_state.resize(model_->fp8()->state().bytes());
     backend_->copy_to_host(fp8_state.data(), model_->fp8()->state().data, fp8_state.size());
   }
-  // Rank r evaluates micro-batches r, r + ranks, ...: its local batch b is global batch b x ranks + r.
-  std::vector<double> losses(static_cast<size_t>(config_.eval_iters), 0.0);
-  for (int64_t batch = rank, local = 0; batch < config_.eval_iters; batch += ranks, ++local) {
+  // eval_iters global batches, as Megatron counts them, so the samples do not depend on the number
+  // of ranks. Rank r evaluates micro-batches r, r + ranks, ...: its local batch b is the global
+  // micro-batch b x ranks + r.
+  const int64_t micro_batches = config_.eval_iters * config_.global_batch_size / micro;
+  std::vector<double> losses(static_cast<size_t>(micro_batches), 0.0);
+  for (int64_t batch = rank, local = 0; batch < micro_batches; batch += ranks, ++local) {
     val_loader_->next(local * micro, tokens_, targets_);
     losses[static_cast<size_t>(batch)] = model_->forward(tokens_, targets_, micro, config_.seq_length);
   }
   if (model_->fp8()) backend_->copy_to_device(model_->fp8()->state().data, fp8_state.data(), fp8_state.size());
-  return global_sum(losses) / static_cast<double>(config_.eval_iters);
+  return global_sum(losses) / static_cast<double>(micro_batches);
 }
 
 void Trainer::validate(bool at_end) {
@@ -334,9 +403,11 @@ void Trainer::validate(bool at_end) {
 
 void Trainer::save() {
   last_saved_ = state_.iteration;
-  if (communicator_.rank() != 0) return;  // every rank holds the same state: rank 0 writes it
-  const std::string dir =
-      save_checkpoint(config_.save, config_, *model_, *optimizer_, state_, *backend_);
+  wait_for_parameters();
+  const OptimizerSnapshot optimizer = optimizer_snapshot();  // with ZeRO-1, every rank takes part
+  if (communicator_.rank() != 0) return;  // rank 0 alone writes
+  const std::string dir = save_checkpoint(config_.save, config_, *model_, optimizer, state_,
+                                          communicator_.world_size(), sharded_);
   for (TrainObserver* observer : observers_) observer->on_checkpoint(state_.iteration, dir);
 }
 
@@ -372,15 +443,47 @@ void Trainer::run() {
           fp8_calibrated_ ? "scales calibrated on one micro-batch before the first step"
                           : "scales restored from the checkpoint"));
   }
+  const auto started = std::chrono::steady_clock::now();
   while (state_.iteration < config_.train_iters) {
     const IterationStats stats = train_step();
     for (TrainObserver* observer : observers_) observer->on_iteration(stats);
     const int64_t it = state_.iteration;
     if (val_data_ && config_.eval_interval > 0 && it % config_.eval_interval == 0) validate(false);
     if (!config_.save.empty() && config_.save_interval > 0 && it % config_.save_interval == 0) save();
+    if (const std::string reason = stop_reason(started); !reason.empty()) {
+      if (!config_.save.empty() && last_saved_ != state_.iteration) save();
+      wait_for_parameters();
+      for (TrainObserver* observer : observers_)
+        observer->on_message(fmt::format("exiting at iteration {}: {}", state_.iteration, reason));
+      return;
+    }
   }
   if (val_data_ && last_validated_ != state_.iteration) validate(true);
   if (!config_.save.empty() && last_saved_ != state_.iteration) save();
+  wait_for_parameters();
+}
+
+std::string Trainer::stop_reason(std::chrono::steady_clock::time_point started) const {
+  if (config_.exit_interval > 0 && state_.iteration % config_.exit_interval == 0)
+    return fmt::format("--exit-interval {} reached", config_.exit_interval);
+  if (!config_.exit_signal_handler && config_.exit_duration_in_mins <= 0) return {};
+  // Every rank must stop at the same iteration: one that received the signal or ran out of time
+  // tells the others (Megatron's all-reduce of the flags, by maximum).
+  const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() / 60.0;
+  std::vector<double> flags{config_.exit_signal_handler && termination_signal_received() ? 1.0 : 0.0,
+                            config_.exit_duration_in_mins > 0 && minutes > config_.exit_duration_in_mins ? 1.0 : 0.0};
+  communicator_.all_reduce_host(flags, ReduceOp::Max);
+  if (flags[0] > 0) return "SIGTERM received (--exit-signal-handler): saved, exiting cleanly";
+  if (flags[1] > 0) return fmt::format("--exit-duration-in-mins {} reached", config_.exit_duration_in_mins);
+  return {};
+}
+
+Trainer::~Trainer() {
+  // A gather still in flight writes into the model's parameters: let it finish (or fail) first.
+  try {
+    wait_for_parameters();
+  } catch (const std::exception&) {  // the run is over either way; its own error is the one to report
+  }
 }
 
 }  // namespace kiln

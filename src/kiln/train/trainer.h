@@ -16,6 +16,10 @@
 // in the global micro-batch order, so the loss is the same bits for any number of ranks.
 // Validation splits its micro-batches over the ranks the same way. Only rank 0 writes checkpoints;
 // observers are the caller's to attach (the command line attaches them on rank 0 only).
+// ZeRO-1 (use_distributed_optimizer): the flat buffers are padded to equal shards, one a rank; the
+// gradients are reduce-scattered after the backward, each rank's AdamW keeps and steps its shard
+// only, and the parameters are all-gathered (before the next forward, overlap_param_gather). A
+// checkpoint gathers the state whole, so any number of ranks resumes from it.
 //
 // Construction validates the whole configuration, opens the data, builds the model on the chosen
 // back-end and, with `load`, restores weights, optimizer state, counters and the data position, so
@@ -23,7 +27,9 @@
 // Not thread-safe; observers must outlive the Trainer.
 #pragma once
 
+#include <chrono>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "kiln/backend/backend.h"
@@ -53,11 +59,12 @@ class Trainer {
  public:
   // `communicator`: the data-parallel group, which must outlive the Trainer; null: one process.
   explicit Trainer(const Config& config, Communicator* communicator = nullptr);
+  ~Trainer();
 
   void add_observer(TrainObserver* observer) { observers_.push_back(observer); }
   void run();                     // trains until train_iters, validating and saving on schedule
   IterationStats train_step();    // one iteration
-  double evaluate();              // mean validation loss over eval_iters micro-batches
+  double evaluate();              // mean validation loss over eval_iters global batches (Megatron)
 
   const Config& config() const { return config_; }
   const TrainerState& state() const { return state_; }
@@ -82,6 +89,22 @@ class Trainer {
     const int32_t* device = nullptr;
   };
   StagedBatch stage(int64_t first_sample);
+  // The buffers the optimizer steps: with ZeRO-1 the padded ones its shard lies in.
+  Tensor optimizer_params() const;
+  Tensor optimizer_grads() const;
+  // Sums the gradients over the ranks (buckets, or ZeRO-1's reduce-scatter); returns the ms waited.
+  double reduce_gradients();
+  // Of the whole reduced gradient, on every rank alike.
+  double gradient_sum_of_squares();
+  // ZeRO-1: every rank's updated shard to every rank; waited now, or by wait_for_parameters()
+  // before the parameters are next read (overlap_param_gather).
+  void gather_parameters();
+  void wait_for_parameters();
+  // The whole optimizer state on the host (with ZeRO-1 gathered from every rank: a collective).
+  OptimizerSnapshot optimizer_snapshot();
+  // Why the run must stop cleanly after this iteration (preemption.h), the same on every rank;
+  // empty: go on.
+  std::string stop_reason(std::chrono::steady_clock::time_point started) const;
   // Sums `per_micro_batch` (one slot per micro-batch of the global batch, this rank's filled,
   // the others 0) over the ranks, then over the slots in order.
   double global_sum(std::vector<double>& per_micro_batch) const;
@@ -101,7 +124,10 @@ class Trainer {
   std::unique_ptr<DataLoader> train_loader_, val_loader_;  // over train_data_, val_data_
   std::unique_ptr<BatchStager> stager_;  // training micro-batches to the device
   std::unique_ptr<MicroBatchGraphs> graphs_;  // with cuda_graph
-  std::unique_ptr<GradientBuckets> buckets_;  // with more than one rank
+  std::unique_ptr<GradientBuckets> buckets_;  // with more than one rank, unsharded
+  bool sharded_ = false;                      // ZeRO-1: use_distributed_optimizer on many ranks
+  FlatRange shard_;                           // this rank's part of the padded flat buffers
+  std::unique_ptr<CommWork> param_gather_;    // the last step's parameter gather, if still in flight
   size_t train_shards_ = 0;
   std::vector<TrainObserver*> observers_;
   std::vector<int32_t> tokens_, targets_;

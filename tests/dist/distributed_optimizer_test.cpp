@@ -1,0 +1,103 @@
+// ZeRO-1 (--use-distributed-optimizer) inside one process: two or three Trainers on threads, each
+// a rank of one Gloo group over 127.0.0.1, so the per-rank buffers can be read directly and held
+// against `kiln estimate`'s prediction (the training results are compared across real processes
+// in data_parallel_test.cpp).
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "kiln/dist/gloo_communicator.h"
+#include "kiln/dist/store.h"
+#include "kiln/perf/estimator.h"
+#include "kiln/train/trainer.h"
+
+namespace kiln {
+namespace {
+
+using namespace std::chrono_literals;
+
+Config tiny_config(bool bf16) {
+  Config config;
+  config.num_layers = 2;
+  config.hidden_size = 32;
+  config.num_attention_heads = 2;
+  config.seq_length = 16;
+  config.vocab_size = 67;  // an odd parameter count: the shards need padding
+  config.mock_data = true;
+  config.micro_batch_size = 2;
+  config.global_batch_size = 12;
+  config.train_iters = 2;
+  config.eval_iters = 0;
+  config.num_workers = 0;
+  config.bf16 = bf16;
+  config.use_distributed_optimizer = true;
+  return config;
+}
+
+// Runs body(trainer) on `ranks` threads, each a rank with its own Trainer; rethrows nothing but
+// records each rank's failure as a test failure.
+void on_ranks(int ranks, const Config& config, const std::function<void(Trainer&, int)>& body) {
+  StoreServer server("127.0.0.1", 0);
+  std::vector<std::thread> threads;
+  std::vector<std::string> failures(static_cast<size_t>(ranks));
+  for (int rank = 0; rank < ranks; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        StoreClient store("127.0.0.1", server.port(), 30s);
+        GlooCommunicator communicator(rank, ranks, store, {"127.0.0.1", ""}, 30s);
+        Trainer trainer(config, &communicator);
+        body(trainer, rank);
+      } catch (const std::exception& error) {
+        failures[static_cast<size_t>(rank)] = error.what();
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int rank = 0; rank < ranks; ++rank) EXPECT_EQ(failures[static_cast<size_t>(rank)], "") << "rank " << rank;
+}
+
+class DistributedOptimizerMemory : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+
+TEST_P(DistributedOptimizerMemory, EachRankHoldsTheShardKilnEstimatePredicts) {
+  const auto [ranks, bf16] = GetParam();
+  const Config config = tiny_config(bf16);
+  on_ranks(ranks, config, [&](Trainer& trainer, int rank) {
+    const int64_t parameters = trainer.model().num_parameters();
+    const MemoryEstimate predicted =
+        model_state_bytes(static_cast<double>(parameters), bf16 ? "bf16" : "fp32", 1, ranks);
+    const AdamW& optimizer = trainer.optimizer();
+    EXPECT_EQ(static_cast<double>(optimizer.state_bytes() + optimizer.master_bytes()), predicted.optimizer)
+        << "rank " << rank << " of " << ranks;
+    // The shards tile the padded buffer: rank r's starts at r x its size.
+    EXPECT_EQ(optimizer.shard().begin, rank * optimizer.shard().count());
+    EXPECT_EQ(optimizer.shard().count() * ranks, trainer.model().padded_params().numel());
+    EXPECT_LT(trainer.model().padded_params().numel() - parameters, ranks);
+    trainer.train_step();
+    trainer.train_step();
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(RanksAndPrecisions, DistributedOptimizerMemory,
+                         ::testing::Combine(::testing::Values(2, 3), ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::to_string(std::get<0>(info.param)) + "_ranks_" +
+                                  (std::get<1>(info.param) ? "bf16" : "fp32");
+                         });
+
+TEST(DistributedOptimizer, EveryRankEndsAStepWithTheSameParameters) {
+  std::vector<std::vector<float>> parameters(3);
+  on_ranks(3, tiny_config(false), [&](Trainer& trainer, int rank) {
+    trainer.train_step();
+    trainer.train_step();
+    const Tensor params = trainer.model().params();
+    parameters[static_cast<size_t>(rank)].assign(params.as<float>(), params.as<float>() + params.numel());
+  });
+  ASSERT_FALSE(parameters[0].empty());
+  EXPECT_EQ(parameters[1], parameters[0]);
+  EXPECT_EQ(parameters[2], parameters[0]);
+}
+
+}  // namespace
+}  // namespace kiln
