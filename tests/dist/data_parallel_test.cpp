@@ -299,25 +299,33 @@ TEST(DataParallelBootstrap, DataParallelSizeThatIsNotTheWorldSizeIsAnError) {
       << result.output;
 }
 
-TEST(DataParallelFaults, ARankKilledMidRunStopsTheOthersNamingItAndTheLastCheckpointLoads) {
-  // Ranks started by hand (no launcher to end the others): rank 1 is SIGKILLed once a checkpoint
-  // exists; rank 0 must notice by itself, name rank 1 and exit non-zero long before the timeout.
+class DataParallelFaults : public ::testing::TestWithParam<int> {};
+
+TEST_P(DataParallelFaults, ARankKilledMidRunStopsTheOthersNamingItAndTheLastCheckpointLoads) {
+  // Ranks started by hand (no launcher to end the others): the victim is SIGKILLed once a
+  // checkpoint exists; the survivor must notice by itself, name the victim and exit non-zero long
+  // before the timeout. Rank 0 as the victim takes the rendezvous store with it.
+  const int victim = GetParam(), survivor = 1 - victim;
   const TempDir dir;
   const std::string save = dir.path() + "/run";
   const std::string port = std::to_string(25000 + ::getpid() % 5000);
   const std::string train =
       kiln_binary() + " " +
       tiny_run(TinyRun{.save = save, .extra = "--save-interval 20", .train_iters = 100000, .eval_iters = 0});
-  const std::string common = "OMP_NUM_THREADS=1 WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port;
+  const auto rank = [&](int r) {
+    return fmt::format("OMP_NUM_THREADS=1 WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={} RANK={} "
+                       "LOCAL_RANK={} {}",
+                       port, r, r, train);
+  };
   const auto start = std::chrono::steady_clock::now();
-  const CommandResult result = run_command(
-      "(" + common + " RANK=1 LOCAL_RANK=1 " + train + " > /dev/null 2>&1 & victim=$!; " +
-      "(for i in $(seq 400); do [ -f " + save + "/latest_checkpointed_iteration.txt ] && break; sleep 0.05; done; " +
-      "kill -9 $victim) & " +
-      common + " RANK=0 LOCAL_RANK=0 " + train + "; status=$?; wait; exit $status)");
+  const CommandResult result = run_command(fmt::format(
+      "({} > /dev/null 2>&1 & victim=$!; (for i in $(seq 400); do [ -f {}/latest_checkpointed_iteration.txt ] && "
+      "break; sleep 0.05; done; kill -9 $victim) & {}; status=$?; wait; exit $status)",
+      rank(victim), save, rank(survivor)));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_NE(result.exit_code, 0) << result.output;
-  EXPECT_NE(result.output.find("failed: lost rank 1"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find(fmt::format("on rank {} of 2 failed: lost rank {}", survivor, victim)), std::string::npos)
+      << result.output;
   EXPECT_LT(seconds, 20.0) << "the timeout is 30 s: a dead peer must be noticed by its closed connection";
   // The last checkpoint is whole: one rank resumes from it.
   const int saved = std::stoi(testing::read_file_bytes(save + "/latest_checkpointed_iteration.txt"));
@@ -327,6 +335,9 @@ TEST(DataParallelFaults, ARankKilledMidRunStopsTheOthersNamingItAndTheLastCheckp
   EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
 }
+
+INSTANTIATE_TEST_SUITE_P(Victims, DataParallelFaults, ::testing::Values(1, 0),
+                         [](const auto& info) { return "rank_" + std::to_string(info.param) + "_killed"; });
 
 }  // namespace
 }  // namespace kiln

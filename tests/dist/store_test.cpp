@@ -103,6 +103,19 @@ TEST(Store, SetOverwrites) {
   EXPECT_EQ(client.get("config"), bytes("second, longer"));
 }
 
+TEST(Store, AKeyRegisteredForACloseIsSetWhenItsConnectionCloses) {
+  StoreServer server("127.0.0.1", 0);
+  StoreClient watcher("127.0.0.1", server.port(), 2s);
+  {
+    StoreClient rank("127.0.0.1", server.port(), 2s);
+    rank.set_when_closed("gone/1");
+    rank.set("rank/1", bytes("here"));
+    EXPECT_FALSE(watcher.check({"gone/1"}));
+  }  // the rank's process "dies": its connection closes
+  watcher.wait({"gone/1"}, 2000ms);
+  EXPECT_EQ(watcher.get("gone/1"), bytes(""));
+}
+
 TEST(Store, GetWaitsForAKeyAnotherRankSetsLater) {
   StoreServer server("127.0.0.1", 0);
   std::thread setter([port = server.port()] {

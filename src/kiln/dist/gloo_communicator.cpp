@@ -8,7 +8,6 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/rendezvous/store.h>
-#include <gloo/transport/pair.h>
 #include <gloo/transport/tcp/device.h>
 
 #include <exception>
@@ -92,8 +91,8 @@ struct JobHandle final : CommWork {
 }  // namespace
 
 GlooCommunicator::GlooCommunicator(int rank, int world_size, StoreClient& store, const Address& address,
-                                   std::chrono::milliseconds timeout)
-    : rank_(rank), world_size_(world_size) {
+                                   std::chrono::milliseconds timeout, std::function<std::string()> explain_failure)
+    : rank_(rank), world_size_(world_size), explain_failure_(std::move(explain_failure)) {
   gloo::transport::tcp::attr attr;
   attr.hostname = address.hostname;
   attr.iface = address.iface;
@@ -106,7 +105,6 @@ GlooCommunicator::GlooCommunicator(int rank, int world_size, StoreClient& store,
     gloo::rendezvous::PrefixStore prefixed("gloo", adapter);
     context->connectFullMesh(prefixed, device);
     context_ = std::move(context);
-    learn_peer_addresses(store);
   } catch (const Error&) {
     throw;  // the store's own error names the key and address
   } catch (const std::exception& error) {
@@ -125,29 +123,6 @@ GlooCommunicator::~GlooCommunicator() {
   thread_.join();
 }
 
-void GlooCommunicator::learn_peer_addresses(StoreClient& store) {
-  // Each rank publishes the address its end of every pair listens at; Gloo's errors name the
-  // remote end by that address.
-  const auto key = [](int from, int to) { return fmt::format("gloo_peer/{}/{}", from, to); };
-  for (int peer = 0; peer < world_size_; ++peer) {
-    if (peer == rank_) continue;
-    const std::string address = context_->getPair(peer)->address().str();
-    store.set(key(rank_, peer), std::vector<char>(address.begin(), address.end()));
-  }
-  for (int peer = 0; peer < world_size_; ++peer) {
-    if (peer == rank_) continue;
-    const std::vector<char> address = store.get(key(peer, rank_));
-    peer_addresses_.emplace_back(std::string(address.begin(), address.end()), peer);
-  }
-}
-
-std::string GlooCommunicator::culprit(const std::string& engine_message) const {
-  for (const auto& [address, peer] : peer_addresses_)
-    if (!address.empty() && engine_message.find(address) != std::string::npos)
-      return fmt::format("lost rank {} (its end of the connection is {}): ", peer, address);
-  return "";
-}
-
 void GlooCommunicator::thread_loop() {
   for (;;) {
     std::shared_ptr<Job> job;
@@ -162,10 +137,11 @@ void GlooCommunicator::thread_loop() {
     try {
       job->run();
     } catch (const std::exception& error) {
+      const std::string culprit = explain_failure_ ? explain_failure_() : "";
       failure = std::make_exception_ptr(Error(fmt::format(
           "gloo {} on rank {} of {} failed: {}{} (a rank died, hung or was stopped: a lost peer closes its "
           "connections, a hung one runs into --distributed-timeout-minutes)",
-          job->what, rank_, world_size_, culprit(error.what()), error.what())));
+          job->what, rank_, world_size_, culprit.empty() ? "" : culprit + ": ", error.what())));
     }
     std::lock_guard lock(job->mutex);
     job->done = true;

@@ -20,8 +20,6 @@
 #include <mutex>
 #include <string>
 #include <thread>
-#include <utility>
-#include <vector>
 
 #include "kiln/dist/communicator.h"
 
@@ -40,8 +38,10 @@ class GlooCommunicator final : public Communicator {
   struct Address {
     std::string hostname, iface;
   };
+  // `explain_failure`, when given, is asked after an operation fails which ranks are gone (e.g.
+  // "lost rank 1"; "" when it cannot tell): Gloo's own errors name sockets, not ranks.
   GlooCommunicator(int rank, int world_size, StoreClient& store, const Address& address,
-                   std::chrono::milliseconds timeout);
+                   std::chrono::milliseconds timeout, std::function<std::string()> explain_failure = {});
   ~GlooCommunicator() override;
 
   int rank() const override { return rank_; }
@@ -59,13 +59,10 @@ class GlooCommunicator final : public Communicator {
   // Queues `run` on the communication thread; `what` names the operation in errors.
   std::unique_ptr<CommWork> submit(std::string what, std::function<void()> run);
   void thread_loop();
-  void learn_peer_addresses(StoreClient& store);
-  // "lost rank R ...: " when the engine's message names a peer's address; "" otherwise.
-  std::string culprit(const std::string& engine_message) const;
 
   const int rank_, world_size_;
   std::shared_ptr<gloo::Context> context_;
-  std::vector<std::pair<std::string, int>> peer_addresses_;  // remote pair address -> its rank
+  std::function<std::string()> explain_failure_;
   std::mutex mutex_;
   std::condition_variable queued_;
   std::deque<std::shared_ptr<Job>> jobs_;

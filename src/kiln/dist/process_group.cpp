@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <sstream>
+#include <thread>
 #include <vector>
+
+#include <fmt/ranges.h>
 
 #include "kiln/core/error.h"
 
@@ -39,7 +42,29 @@ std::string first_difference(const std::string& mine, const std::string& theirs,
 
 std::vector<char> bytes_of(const std::string& text) { return {text.begin(), text.end()}; }
 
+std::string gone_key(int rank) { return "gone/" + std::to_string(rank); }
+
 }  // namespace
+
+std::string lost_ranks(const ProcessPlace& place) {
+  using namespace std::chrono_literals;
+  try {
+    StoreClient probe(place.master_addr, place.master_port, 2s);
+    // A dead rank's connections close together, but the store may learn it a moment after the
+    // engine did: look for up to 2 s.
+    const auto deadline = std::chrono::steady_clock::now() + 2s;
+    std::vector<int> gone;
+    while (gone.empty() && std::chrono::steady_clock::now() < deadline) {
+      for (int rank = 0; rank < place.world_size; ++rank)
+        if (rank != place.rank && probe.check({gone_key(rank)})) gone.push_back(rank);
+      if (gone.empty()) std::this_thread::sleep_for(50ms);
+    }
+    if (gone.empty()) return {};
+    return fmt::format("lost rank{} {}", gone.size() > 1 ? "s" : "", fmt::join(gone, ", "));
+  } catch (const Error&) {
+    return "lost rank 0 (the rendezvous store it served is gone)";
+  }
+}
 
 void check_same_configuration(StoreClient& store, int rank, int world_size, const std::string& config_yaml) {
   store.set("config/" + std::to_string(rank), bytes_of(config_yaml));
@@ -69,10 +94,13 @@ std::unique_ptr<ProcessGroup> join_process_group(const ProcessPlace& place, cons
   group->place = place;
   if (place.rank == 0) group->server = std::make_unique<StoreServer>("", place.master_port);
   group->store = std::make_unique<StoreClient>(place.master_addr, place.master_port, timeout);
+  group->store->set_when_closed(gone_key(place.rank));
   check_same_configuration(*group->store, place.rank, place.world_size, config_yaml);
   if (backend == "gloo") {
-    group->communicator = std::make_unique<GlooCommunicator>(
-        place.rank, place.world_size, *group->store, gloo_address(place, process_environment()), timeout);
+    group->communicator =
+        std::make_unique<GlooCommunicator>(place.rank, place.world_size, *group->store,
+                                           gloo_address(place, process_environment()), timeout,
+                                           [place] { return lost_ranks(place); });
   } else {
     fail("distributed backend '{}': this build of kiln has no NCCL communicator yet; GPU ranks cannot train "
          "together (CPU ranks can: --device cpu --distributed-backend gloo)",

@@ -38,6 +38,11 @@ std::unique_ptr<ProcessGroup> join_process_group(const ProcessPlace& place, cons
 // rank 0: hidden_size is 64 there and 128 on rank 0". Bounded by the store's timeout.
 void check_same_configuration(StoreClient& store, int rank, int world_size, const std::string& config_yaml);
 
+// Which other ranks have left the job (their store connections closed), e.g. "lost rank 1";
+// "lost rank 0 (...)" when the store rank 0 served is gone; "" when all are there (a hang).
+// Each rank registers its store connection for this when it joins.
+std::string lost_ranks(const ProcessPlace& place);
+
 // Where the other ranks reach this host: the interface $GLOO_SOCKET_IFNAME names (PyTorch's
 // variable) when set, 127.0.0.1 when the master is on loopback, else this host's name.
 GlooCommunicator::Address gloo_address(const ProcessPlace& place, const EnvironmentLookup& environment);

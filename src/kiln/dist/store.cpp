@@ -30,7 +30,7 @@ using std::chrono::milliseconds;
 constexpr uint32_t kMaxFrame = 64u << 20;  // body bytes; bounds what one peer can make us hold
 constexpr uint64_t kMaxWaitMs = 30ull * 24 * 3600 * 1000;  // keeps deadline arithmetic finite
 
-enum Request : uint8_t { kSet = 1, kGet, kWait, kAdd, kCheck };
+enum Request : uint8_t { kSet = 1, kGet, kWait, kAdd, kCheck, kSetOnClose };
 enum Answer : uint8_t { kOk = 1, kValue, kCount, kBool, kTimedOut, kRefused };
 constexpr size_t kTimeoutOffset = 5;  // kGet and kWait carry their u64 timeout right after the type
 
@@ -176,6 +176,7 @@ struct StoreServer::Impl {
     std::vector<std::string> keys;
     size_t missing = 0;
     Clock::time_point deadline;
+    std::vector<std::string> on_close;  // keys set (to "") when this connection closes
     bool closed = false;
     bool busy() const { return waiting != 0 || !out.empty(); }
   };
@@ -342,6 +343,10 @@ void StoreServer::Impl::handle(uint64_t id, Connection& c, FrameReader r) {
     values[key].assign(digits.begin(), digits.end());
     answer(id, c, FrameWriter(kCount).u64(uint64_t(sum)).take());
     if (added) key_arrived(key);
+  } else if (type == kSetOnClose) {
+    c.on_close.push_back(r.str());
+    r.end();
+    answer(id, c, FrameWriter(kOk).take());
   } else if (type == kCheck) {
     const auto keys = r.strs();
     r.end();
@@ -403,6 +408,9 @@ void StoreServer::Impl::close(uint64_t id, Connection& c) {
   c.in = {};
   c.out = {};
   c.closed = true;
+  for (const std::string& key : std::exchange(c.on_close, {})) {
+    if (values.insert_or_assign(key, std::vector<char>{}).second) key_arrived(key);
+  }
 }
 
 void StoreServer::Impl::expire_waits() {
@@ -650,6 +658,10 @@ std::vector<char> StoreClient::call(std::vector<char> request, uint8_t expected,
     malformed();
   }
   return body;
+}
+
+void StoreClient::set_when_closed(const std::string& key) {
+  call(FrameWriter(kSetOnClose).str(key).take(), kOk, timeout_, fmt::format("registering key '{}'", key));
 }
 
 void StoreClient::set(const std::string& key, const std::vector<char>& value) {

@@ -64,6 +64,10 @@ class StoreClient {
   StoreClient& operator=(const StoreClient&) = delete;
 
   void set(const std::string& key, const std::vector<char>& value);  // overwrites
+  // When this connection closes (its process exits or dies), the server sets `key` (to an empty
+  // value): how the other ranks learn that this one is gone. A reconnect after a broken
+  // connection counts as a close.
+  void set_when_closed(const std::string& key);
   std::vector<char> get(const std::string& key);                     // waits until the key exists
   void wait(const std::vector<std::string>& keys);                   // waits until all exist
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
