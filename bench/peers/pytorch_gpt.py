@@ -18,6 +18,16 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
+def causal_attention(q, k, v):
+    """SDPA where this PyTorch has it (2.0 on); the same product spelled out on older ones (the CPU
+    peers run Debian's PyTorch 1.13)."""
+    if hasattr(F, "scaled_dot_product_attention"):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).triu(1)
+    return scores.masked_fill(mask, float("-inf")).softmax(dim=-1) @ v
+
+
 class Block(nn.Module):
     def __init__(self, hidden, heads):
         super().__init__()
@@ -34,7 +44,7 @@ class Block(nn.Module):
         q, k, v = self.c_attn(self.ln_1(x)).split(hidden, dim=2)
         shape = (batch, seq, self.heads, hidden // self.heads)
         q, k, v = (t.view(shape).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = causal_attention(q, k, v)
         x = x + self.c_proj(y.transpose(1, 2).reshape(batch, seq, hidden))
         return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
 

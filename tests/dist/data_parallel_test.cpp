@@ -132,6 +132,9 @@ TEST_P(DataParallel, TwoRanksEqualOneRankWithTwiceTheAccumulation) {
   ASSERT_EQ(two.exit_code, 0) << two.output;
   EXPECT_NE(two.output.find("data-parallel 2 x accumulation 1 = global 4"), std::string::npos) << two.output;
   EXPECT_NE(one.output.find("data-parallel 1 x accumulation 2 = global 4"), std::string::npos) << one.output;
+  // The log line shows the wait for the reduction on many ranks only.
+  EXPECT_NE(two.output.find("| grads reduce wait (ms): "), std::string::npos) << two.output;
+  EXPECT_EQ(one.output.find("grads reduce wait"), std::string::npos) << one.output;
   // Every iteration logs loss, loss scale, grad norm and skipped count; two validations.
   ASSERT_EQ(logged_numbers(one.output).size(), 4u * 4u + 2u) << one.output;
   // The first loss is the same bits: the same parameters and samples, gathered per micro-batch.

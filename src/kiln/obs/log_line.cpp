@@ -7,14 +7,17 @@
 namespace kiln {
 
 std::string format_log_line(const IterationStats& s) {
+  // With many ranks, the wait for the gradients' reduction that the backward did not hide.
+  const std::string reduction =
+      s.data_parallel_size > 1 ? fmt::format(" grads reduce wait (ms): {:.2f} |", s.grad_reduce_wait_ms) : "";
   return fmt::format(
       " iteration {:>8d}/{:>8d} | consumed samples: {:>12d} | elapsed time per iteration (ms): {:.1f} "
       "| throughput per GPU (TFLOP/s/GPU): {:.3f} | tokens per second: {:.1f} | learning rate: {:.6E} "
       "| global batch size: {:>5d} | lm loss: {:.6E} | loss scale: {:.1f} | grad norm: {:.3f} "
-      "| number of skipped iterations: {:>3d} | number of nan iterations: {:>3d} |",
+      "| number of skipped iterations: {:>3d} | number of nan iterations: {:>3d} |{}",
       s.iteration, s.train_iters, s.consumed_samples, s.elapsed_ms, s.tflops_per_gpu,
       s.tokens_per_second, s.learning_rate, s.global_batch_size, s.lm_loss, s.loss_scale,
-      s.grad_norm, s.skipped_iterations, s.nan_iterations);
+      s.grad_norm, s.skipped_iterations, s.nan_iterations, reduction);
 }
 
 std::string format_validation_line(const ValidationStats& s) {
@@ -32,6 +35,7 @@ void LogLineObserver::on_iteration(const IterationStats& stats) {
   sum_.elapsed_ms += stats.elapsed_ms;
   sum_.tflops_per_gpu += stats.tflops_per_gpu;
   sum_.tokens_per_second += stats.tokens_per_second;
+  sum_.grad_reduce_wait_ms += stats.grad_reduce_wait_ms;
   if (!stats.skipped && std::isfinite(stats.lm_loss)) {
     sum_.lm_loss += stats.lm_loss;
     ++counted_;
@@ -43,6 +47,7 @@ void LogLineObserver::on_iteration(const IterationStats& stats) {
   line.elapsed_ms = sum_.elapsed_ms / static_cast<double>(window);
   line.tflops_per_gpu = sum_.tflops_per_gpu / static_cast<double>(window);
   line.tokens_per_second = sum_.tokens_per_second / static_cast<double>(window);
+  line.grad_reduce_wait_ms = sum_.grad_reduce_wait_ms / static_cast<double>(window);
   line.lm_loss = counted_ ? sum_.lm_loss / static_cast<double>(counted_) : NAN;
   std::fputs((format_log_line(line) + "\n").c_str(), out_);
   std::fflush(out_);

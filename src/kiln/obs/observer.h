@@ -14,6 +14,7 @@ struct IterationStats {
   double elapsed_ms = 0;       // wall time of this iteration
   double data_wait_ms = 0;     // of which the training thread waited for batches
   double grad_reduce_wait_ms = 0;  // of which it waited for the gradients' reduction over ranks
+  int64_t data_parallel_size = 1;
   double tflops_per_gpu = 0;   // model FLOPs (PERF.md formula) / time
   double tokens_per_second = 0;
   double learning_rate = 0;

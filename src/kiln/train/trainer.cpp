@@ -336,6 +336,7 @@ IterationStats Trainer::train_step() {
   stats.elapsed_ms = seconds * 1e3;
   stats.data_wait_ms = train_loader_->take_wait_ms();
   stats.grad_reduce_wait_ms = reduce_wait_ms;
+  stats.data_parallel_size = ranks;
   const FlopsShape shape{config_.global_batch_size, seq, config_.num_layers, config_.hidden_size,
                          config_.vocab_size};
   // Megatron counts the recomputed forward in the achieved rate: the 96 (not 72) form under full.
