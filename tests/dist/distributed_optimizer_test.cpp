@@ -5,18 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <functional>
-#include <thread>
 #include <vector>
 
-#include "kiln/dist/gloo_communicator.h"
-#include "kiln/dist/store.h"
 #include "kiln/perf/estimator.h"
 #include "kiln/train/trainer.h"
+#include "support/gloo_ranks.h"
 
 namespace kiln {
 namespace {
-
-using namespace std::chrono_literals;
 
 Config tiny_config(bool bf16) {
   Config config;
@@ -36,26 +32,12 @@ Config tiny_config(bool bf16) {
   return config;
 }
 
-// Runs body(trainer) on `ranks` threads, each a rank with its own Trainer; rethrows nothing but
-// records each rank's failure as a test failure.
+// Runs body(trainer, rank) on `ranks` threads, each rank's Trainer on its own Gloo communicator.
 void on_ranks(int ranks, const Config& config, const std::function<void(Trainer&, int)>& body) {
-  StoreServer server("127.0.0.1", 0);
-  std::vector<std::thread> threads;
-  std::vector<std::string> failures(static_cast<size_t>(ranks));
-  for (int rank = 0; rank < ranks; ++rank) {
-    threads.emplace_back([&, rank] {
-      try {
-        StoreClient store("127.0.0.1", server.port(), 30s);
-        GlooCommunicator communicator(rank, ranks, store, {"127.0.0.1", ""}, 30s);
-        Trainer trainer(config, &communicator);
-        body(trainer, rank);
-      } catch (const std::exception& error) {
-        failures[static_cast<size_t>(rank)] = error.what();
-      }
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
-  for (int rank = 0; rank < ranks; ++rank) EXPECT_EQ(failures[static_cast<size_t>(rank)], "") << "rank " << rank;
+  testing::on_gloo_ranks(ranks, [&](GlooCommunicator& communicator) {
+    Trainer trainer(config, &communicator);
+    body(trainer, communicator.rank());
+  });
 }
 
 class DistributedOptimizerMemory : public ::testing::TestWithParam<std::tuple<int, bool>> {};

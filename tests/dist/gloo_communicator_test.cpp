@@ -4,44 +4,22 @@
 
 #include <gtest/gtest.h>
 
-#include <functional>
-#include <thread>
 #include <vector>
 
-#include "kiln/dist/store.h"
 #include "support/error_of.h"
+#include "support/gloo_ranks.h"
 
 namespace kiln {
 namespace {
 
-using namespace std::chrono_literals;
-
-// Runs body(communicator) on `ranks` threads, each a rank of one Gloo group; rethrows the first failure.
-void on_ranks(int ranks, const std::function<void(GlooCommunicator&)>& body) {
-  StoreServer server("127.0.0.1", 0);
-  std::vector<std::thread> threads;
-  std::vector<std::string> failures(static_cast<size_t>(ranks));
-  for (int rank = 0; rank < ranks; ++rank) {
-    threads.emplace_back([&, rank] {
-      try {
-        StoreClient store("127.0.0.1", server.port(), 10s);
-        GlooCommunicator communicator(rank, ranks, store, {"127.0.0.1", ""}, 10s);
-        body(communicator);
-      } catch (const std::exception& error) {
-        failures[static_cast<size_t>(rank)] = error.what();
-      }
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
-  for (int rank = 0; rank < ranks; ++rank) EXPECT_EQ(failures[static_cast<size_t>(rank)], "") << "rank " << rank;
-}
+using testing::on_gloo_ranks;
 
 Tensor host_tensor(std::vector<float>& values) {
   return Tensor{values.data(), Shape{static_cast<int64_t>(values.size())}, DType::F32, Device::CPU};
 }
 
 TEST(GlooCommunicator, AllReduceSumsAndTakesTheMaximumOnEveryRank) {
-  on_ranks(3, [](GlooCommunicator& comm) {
+  on_gloo_ranks(3, [](GlooCommunicator& comm) {
     const int r = comm.rank();
     std::vector<float> values(1001);  // odd: Gloo's ring cuts it into unequal pieces
     for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) + 1000.0f * static_cast<float>(r);
@@ -56,7 +34,7 @@ TEST(GlooCommunicator, AllReduceSumsAndTakesTheMaximumOnEveryRank) {
 
 TEST(GlooCommunicator, ReduceScatterLeavesEachRankTheSumOfItsShard) {
   for (const int ranks : {2, 3, 4}) {
-    on_ranks(ranks, [ranks](GlooCommunicator& comm) {
+    on_gloo_ranks(ranks, [ranks](GlooCommunicator& comm) {
       const int r = comm.rank();
       std::vector<float> values(static_cast<size_t>(ranks) * 5);
       for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i * (r + 1));
@@ -69,7 +47,7 @@ TEST(GlooCommunicator, ReduceScatterLeavesEachRankTheSumOfItsShard) {
 }
 
 TEST(GlooCommunicator, AllGatherFillsEveryShardInPlaceWhateverTheDtype) {
-  on_ranks(4, [](GlooCommunicator& comm) {
+  on_gloo_ranks(4, [](GlooCommunicator& comm) {
     const int r = comm.rank();
     std::vector<uint16_t> values(4 * 3, 0xffff);  // bf16-sized elements
     for (size_t i = 0; i < 3; ++i) values[3 * static_cast<size_t>(r) + i] = static_cast<uint16_t>(100 * r + i);
@@ -79,7 +57,7 @@ TEST(GlooCommunicator, AllGatherFillsEveryShardInPlaceWhateverTheDtype) {
 }
 
 TEST(GlooCommunicator, BroadcastBarrierAndHostScalars) {
-  on_ranks(2, [](GlooCommunicator& comm) {
+  on_gloo_ranks(2, [](GlooCommunicator& comm) {
     const int r = comm.rank();
     std::vector<float> values{static_cast<float>(r), 7.0f * static_cast<float>(r)};
     comm.broadcast(host_tensor(values), 1)->wait();
@@ -92,7 +70,7 @@ TEST(GlooCommunicator, BroadcastBarrierAndHostScalars) {
 }
 
 TEST(GlooCommunicator, OperationsCompleteInTheOrderTheyWereIssued) {
-  on_ranks(2, [](GlooCommunicator& comm) {
+  on_gloo_ranks(2, [](GlooCommunicator& comm) {
     std::vector<std::vector<float>> buckets(8, std::vector<float>(257, 1.0f));
     std::vector<std::unique_ptr<CommWork>> works;
     for (auto& bucket : buckets) works.push_back(comm.all_reduce(host_tensor(bucket), ReduceOp::Sum));
@@ -103,7 +81,7 @@ TEST(GlooCommunicator, OperationsCompleteInTheOrderTheyWereIssued) {
 }
 
 TEST(GlooCommunicator, GpuBuffersAndUnevenShardsAreErrorsNamingTheOperation) {
-  on_ranks(2, [](GlooCommunicator& comm) {
+  on_gloo_ranks(2, [](GlooCommunicator& comm) {
     std::vector<float> values(5);
     Tensor on_gpu = host_tensor(values);
     on_gpu.device = Device::CUDA;
