@@ -133,15 +133,19 @@ void GlooCommunicator::thread_loop() {
       job = jobs_.front();
       jobs_.pop_front();
     }
-    std::exception_ptr failure;
-    try {
-      job->run();
-    } catch (const std::exception& error) {
-      const std::string culprit = explain_failure_ ? explain_failure_() : "";
-      failure = std::make_exception_ptr(Error(fmt::format(
-          "gloo {} on rank {} of {} failed: {}{} (a rank died, hung or was stopped: a lost peer closes its "
-          "connections, a hung one runs into --distributed-timeout-minutes)",
-          job->what, rank_, world_size_, culprit.empty() ? "" : culprit + ": ", error.what())));
+    // After a failure the group is broken: what was queued behind it fails at once with the same
+    // error instead of each waiting out the timeout on a peer that is gone.
+    std::exception_ptr failure = first_failure_;
+    if (!failure) {
+      try {
+        job->run();
+      } catch (const std::exception& error) {
+        const std::string culprit = explain_failure_ ? explain_failure_() : "";
+        failure = first_failure_ = std::make_exception_ptr(Error(fmt::format(
+            "gloo {} on rank {} of {} failed: {}{} (a rank died, hung or was stopped: a lost peer closes its "
+            "connections, a hung one runs into --distributed-timeout-minutes)",
+            job->what, rank_, world_size_, culprit.empty() ? "" : culprit + ": ", error.what())));
+      }
     }
     std::lock_guard lock(job->mutex);
     job->done = true;

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -63,6 +64,7 @@ class GlooCommunicator final : public Communicator {
   const int rank_, world_size_;
   std::shared_ptr<gloo::Context> context_;
   std::function<std::string()> explain_failure_;
+  std::exception_ptr first_failure_;  // touched by the communication thread only
   std::mutex mutex_;
   std::condition_variable queued_;
   std::deque<std::shared_ptr<Job>> jobs_;
