@@ -339,6 +339,32 @@ TEST_P(DataParallelFaults, ARankKilledMidRunStopsTheOthersNamingItAndTheLastChec
   EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
 }
 
+TEST(DataParallelHang, ARankThatStopsRespondingEndsTheOthersAtTheTimeout) {
+  // SIGSTOP: the rank keeps its connections open, so only the timeout (0.05 min = 3 s) can tell.
+  const TempDir dir;
+  const std::string save = dir.path() + "/run";
+  const std::string port = std::to_string(24000 + ::getpid() % 1000);
+  const std::string train =
+      kiln_binary() + " " +
+      tiny_run(TinyRun{.save = save, .extra = "--save-interval 20 --distributed-timeout-minutes 0.05",
+                       .train_iters = 100000, .eval_iters = 0});
+  const auto rank = [&](int r) {
+    return fmt::format("OMP_NUM_THREADS=1 WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={} RANK={} "
+                       "LOCAL_RANK={} {}",
+                       port, r, r, train);
+  };
+  const auto start = std::chrono::steady_clock::now();
+  const CommandResult result = run_command(fmt::format(
+      "({} > /dev/null 2>&1 & hung=$!; (for i in $(seq 400); do [ -f {}/latest_checkpointed_iteration.txt ] && "
+      "break; sleep 0.05; done; kill -STOP $hung) & {}; status=$?; kill -9 $hung; wait; exit $status)",
+      rank(1), save, rank(0)));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("on rank 0 of 2 failed: "), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("Timed out"), std::string::npos) << result.output;
+  EXPECT_LT(seconds, 25.0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Victims, DataParallelFaults, ::testing::Values(1, 0),
                          [](const auto& info) { return "rank_" + std::to_string(info.param) + "_killed"; });
 
