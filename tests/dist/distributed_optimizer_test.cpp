@@ -9,6 +9,8 @@
 
 #include "kiln/perf/estimator.h"
 #include "kiln/train/trainer.h"
+#include "support/backends.h"
+#include "support/error_of.h"
 #include "support/gloo_ranks.h"
 
 namespace kiln {
@@ -79,6 +81,23 @@ TEST(DistributedOptimizer, EveryRankEndsAStepWithTheSameParameters) {
   ASSERT_FALSE(parameters[0].empty());
   EXPECT_EQ(parameters[1], parameters[0]);
   EXPECT_EQ(parameters[2], parameters[0]);
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST(DevicePerRank, ALocalRankBeyondTheVisibleGpusIsNamed) {
+  // Each rank runs on the GPU of its local rank; one without a GPU is told so before anything runs.
+  const std::string reason = testing::backend_skip_reason("cuda");
+  if (!reason.empty()) GTEST_SKIP() << reason;
+  BackendOptions options;
+  options.device_index = 64;
+  EXPECT_NE(testing::error_of([&] { make_backend("cuda", options); })
+                .find("--device cuda: GPU 64 (this rank's local rank) does not exist"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -44,6 +44,7 @@ struct BackendOptions {
   bool cudnn_attention = false;  // CUDA: the fused attention on cuDNN's flash-attention engines where
                                  // they take the call (cuda/cudnn_attention.h); making the back-end
                                  // fails if cuDNN 9 cannot be loaded; off: kiln's own kernels
+  int device_index = 0;  // CUDA: the GPU this process runs on (a data-parallel rank's local rank)
 };
 
 // Ops recorded by Backend::capture, replayed as one unit: replay() issues exactly the work the ops

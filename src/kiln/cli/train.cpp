@@ -38,7 +38,7 @@ void add_train_command(CLI::App& root) {
                                  wanted.distributed_timeout(), to_yaml(wanted));
     }
     if (config.exit_signal_handler) catch_termination_signal();
-    Trainer trainer(config, group ? group->communicator.get() : nullptr);
+    Trainer trainer(config, group ? group->communicator.get() : nullptr, place.local_rank);  // one GPU a local rank
     if (place.rank != 0) {
       trainer.run();  // rank 0 alone prints and writes
       return;

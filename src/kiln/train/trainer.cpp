@@ -47,7 +47,7 @@ Config resolve_config(Config config, int world_size) {
   return config;
 }
 
-Trainer::Trainer(const Config& config, Communicator* communicator)
+Trainer::Trainer(const Config& config, Communicator* communicator, int device_index)
     : communicator_(communicator ? *communicator : single_process_),
       config_(resolve_config(config, communicator_.world_size())),
       schedule_(config_.lr_schedule()),
@@ -67,7 +67,7 @@ Trainer::Trainer(const Config& config, Communicator* communicator)
                           BackendOptions{config_.tf32, config_.fused_attention, config_.matmul_epilogues,
                                          config_.warpgroup_attention, config_.deterministic_attention,
                                          config_.matmul_autotune, config_.fp8_fast_accumulation,
-                                         config_.cudnn_attention});
+                                         config_.cudnn_attention, device_index});
   if (config_.profile_ops) backend_ = std::make_unique<OpTimingBackend>(std::move(backend_));
   const GptConfig gpt = config_.gpt();
   const auto seed = static_cast<uint64_t>(config_.seed);

@@ -58,7 +58,8 @@ Config resolve_config(Config config, int world_size = 1);
 class Trainer {
  public:
   // `communicator`: the data-parallel group, which must outlive the Trainer; null: one process.
-  explicit Trainer(const Config& config, Communicator* communicator = nullptr);
+  // `device_index`: the GPU to run on with --device cuda (the rank's local rank).
+  explicit Trainer(const Config& config, Communicator* communicator = nullptr, int device_index = 0);
   ~Trainer();
 
   void add_observer(TrainObserver* observer) { observers_.push_back(observer); }

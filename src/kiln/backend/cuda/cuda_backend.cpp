@@ -60,6 +60,13 @@ CudaBackend::CudaBackend(const BackendOptions& options) : handles_(std::make_uni
   handles_->matmul_epilogues = options.matmul_epilogues;
   handles_->deterministic_attention = options.deterministic_attention;
   handles_->fp8_fast_accumulation = options.fp8_fast_accumulation;
+  int visible = 0;
+  check_cuda(cudaGetDeviceCount(&visible), "cudaGetDeviceCount");
+  KILN_CHECK(options.device_index >= 0 && options.device_index < visible,
+             "--device cuda: GPU {} (this rank's local rank) does not exist: {} GPU(s) are visible; start one rank "
+             "per GPU (--nproc-per-node, srun --ntasks-per-node) or check CUDA_VISIBLE_DEVICES",
+             options.device_index, visible);
+  check_cuda(cudaSetDevice(options.device_index), "cudaSetDevice");
   int device = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   check_cuda(cudaDeviceGetAttribute(&handles_->compute_major, cudaDevAttrComputeCapabilityMajor, device),
