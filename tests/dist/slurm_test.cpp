@@ -1,0 +1,110 @@
+// kiln under a real Slurm: a one-node cluster (support/slurm_cluster.h: munged, slurmctld and slurmd
+// started by the test) runs `srun -n 2 kiln train ...` with no wrapper script, each task finding its
+// place from SLURM_PROCID, SLURM_STEP_NUM_TASKS, SLURM_LOCALID, SLURM_NODEID and
+// SLURM_STEP_NODELIST, and the master port derived from SLURM_JOB_ID (dist/bootstrap.h). It must
+// train what `kiln launch` trains with the same two ranks, to the bit. The test skips, naming the
+// reason and the daemons' last log lines, where Slurm is not installed or its daemons cannot start.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <iterator>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "kiln/train/safetensors.h"
+#include "support/kiln_process.h"
+#include "support/slurm_cluster.h"
+#include "support/temp_dir.h"
+
+namespace kiln {
+namespace {
+
+using testing::CommandResult;
+using testing::kiln_binary;
+using testing::run_command;
+using testing::SlurmCluster;
+using testing::TempDir;
+
+constexpr int kTrainIters = 4;
+
+// A 2-layer GPT on random tokens, 4 steps of global batch 4 (2 ranks x micro-batch 2), validated
+// every 2, saved at the end; buckets of 2000 elements, so the reduction overlaps the backward
+// (tests/dist/data_parallel_test.cpp's tiny run).
+std::string tiny_run(const std::string& save) {
+  return fmt::format(
+      "train --num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --vocab-size 64 --mock-data "
+      "--micro-batch-size 2 --global-batch-size 4 --train-iters {} --lr 1e-3 --eval-iters 2 --eval-interval 2 "
+      "--log-interval 1 --num-workers 0 --ddp-bucket-size 2000 --distributed-timeout-minutes 0.5 --save {}",
+      kTrainIters, save);
+}
+
+// The log's numbers: each iteration's loss, loss scale, gradient norm and skipped count and each
+// validation loss, as printed (a rank prefix, if any, is not part of them).
+std::vector<std::string> logged_numbers(const std::string& output) {
+  static const std::regex number(R"((lm loss( value)?|loss scale|grad norm|skipped iterations): +([^ |]+))");
+  std::vector<std::string> numbers;
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), number); it != std::sregex_iterator(); ++it)
+    numbers.push_back((*it)[1].str() + "=" + (*it)[3].str());
+  return numbers;
+}
+
+size_t count_matches(const std::string& output, const std::string& pattern) {
+  const std::regex expression(pattern);
+  return static_cast<size_t>(
+      std::distance(std::sregex_iterator(output.begin(), output.end(), expression), std::sregex_iterator()));
+}
+
+// Two safetensors files hold the same tensors with the same bytes.
+void expect_same_tensors(const std::string& path_a, const std::string& path_b) {
+  const SafetensorsFile a(path_a), b(path_b);
+  ASSERT_EQ(a.entries().size(), b.entries().size());
+  for (const auto& [name, entry] : a.entries()) {
+    ASSERT_TRUE(b.contains(name)) << name;
+    const SafetensorsEntry& other = b.get(name);
+    EXPECT_EQ(entry.dtype, other.dtype) << name;
+    ASSERT_EQ(entry.shape.numel(), other.shape.numel()) << name;
+    const size_t bytes = static_cast<size_t>(entry.shape.numel()) * dtype_size(entry.dtype);
+    EXPECT_EQ(std::memcmp(entry.data, other.data, bytes), 0) << name << " differs";
+  }
+}
+
+TEST(SlurmCluster, SrunTrainsTheSameBitsAsKilnLaunchWithNoWrapper) {
+  const SlurmCluster cluster;
+  if (!cluster.available()) GTEST_SKIP() << cluster.reason();
+  const TempDir dir;
+
+  // srun's tasks get no MASTER_PORT: it is derived from the job id (15000 + id % 10000).
+  const CommandResult under_srun = run_command(fmt::format(
+      "{}export OMP_NUM_THREADS=1; timeout -k 10 120 {} -n 2 --ntasks-per-node 2 --kill-on-bad-exit=1 {} {}",
+      cluster.command_prefix(), cluster.srun(), kiln_binary(), tiny_run(dir / "A")));
+  ASSERT_EQ(under_srun.exit_code, 0) << under_srun.output << "\n" << cluster.logs();
+
+  const CommandResult under_launch = run_command(fmt::format(
+      "{}export OMP_NUM_THREADS=1; timeout -k 10 120 {} launch --standalone --nproc-per-node 2 -- {} {}",
+      cluster.command_prefix(), kiln_binary(), kiln_binary(), tiny_run(dir / "B")));
+  ASSERT_EQ(under_launch.exit_code, 0) << under_launch.output;
+
+  // The two tasks met as one job of two ranks...
+  EXPECT_NE(under_srun.output.find("data-parallel 2 x accumulation 1 = global 4"), std::string::npos)
+      << under_srun.output;
+  // ...and rank 0 alone logged (srun merges both tasks' output).
+  EXPECT_EQ(count_matches(under_srun.output, R"( iteration +[0-9]+/ +[0-9]+ \|)"), static_cast<size_t>(kTrainIters))
+      << under_srun.output;
+  EXPECT_EQ(count_matches(under_srun.output, "validation loss at iteration"), 2u) << under_srun.output;
+  EXPECT_EQ(count_matches(under_srun.output, "saved checkpoint"), 1u) << under_srun.output;
+  EXPECT_EQ(count_matches(under_srun.output, "model: 2 layers"), 1u) << under_srun.output;
+
+  // The same ranks compute the same sums in the same order: the same bits.
+  ASSERT_EQ(logged_numbers(under_srun.output).size(), 4u * kTrainIters + 2u) << under_srun.output;
+  EXPECT_EQ(logged_numbers(under_srun.output), logged_numbers(under_launch.output))
+      << under_srun.output << "\n" << under_launch.output;
+  const std::string checkpoint = fmt::format("/iter_{:07d}/", kTrainIters);
+  expect_same_tensors(dir / ("A" + checkpoint + "model.safetensors"), dir / ("B" + checkpoint + "model.safetensors"));
+  expect_same_tensors(dir / ("A" + checkpoint + "optimizer.safetensors"),
+                      dir / ("B" + checkpoint + "optimizer.safetensors"));
+}
+
+}  // namespace
+}  // namespace kiln
