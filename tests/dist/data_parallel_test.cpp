@@ -264,6 +264,46 @@ INSTANTIATE_TEST_SUITE_P(Sizes, CheckpointsAcrossSizes,
                                   (info.param.zero ? "_zero1" : "_replicated");
                          });
 
+TEST(CheckpointsAcrossSizesErrors, ADataPositionTheNewSlicesCannotContinueIsNamed) {
+  // 1 rank, global batch 6: 6 samples consumed after one step. 2 ranks of micro-batch 2 start
+  // their slices at multiples of 4: resuming would skip or repeat samples, so it is refused.
+  const TempDir dir;
+  const CommandResult saved = single(tiny_run(TinyRun{.save = dir.path() + "/six", .train_iters = 1, .global_batch = 6}));
+  ASSERT_EQ(saved.exit_code, 0) << saved.output;
+  const CommandResult resumed =
+      launch(2, tiny_run(TinyRun{.save = dir.path() + "/resumed", .extra = "--load " + dir.path() + "/six",
+                                 .train_iters = 3, .global_batch = 8}));
+  EXPECT_NE(resumed.exit_code, 0);
+  EXPECT_NE(resumed.output.find("stopped at 6 consumed samples, which micro-batches of 2 on 2 rank(s) (4 samples) "
+                                "do not divide"),
+            std::string::npos)
+      << resumed.output;
+}
+
+TEST(DataParallelRestarts, ALauncherRestartAfterAKilledRankResumesFromTheLastCheckpoint) {
+  // torchrun's --max-restarts story end to end: in the first attempt rank 1 dies (SIGKILL) once a
+  // checkpoint exists; kiln launch ends the group and starts it again, and the same command
+  // (--load is the --save folder) resumes from the last checkpoint and finishes.
+  const TempDir dir;
+  const std::string save = dir.path() + "/run";
+  const std::string train = kiln_binary() + " " +
+                            tiny_run(TinyRun{.save = save, .extra = "--load " + save + " --save-interval 2 --log-interval 100",
+                                             .train_iters = 60, .eval_iters = 0});
+  const CommandResult result = run_command(fmt::format(
+      "OMP_NUM_THREADS=1 {} launch --standalone --nproc-per-node 2 --max-restarts 1 -- sh -c '"
+      "if [ \"$KILN_RESTART_COUNT\" = 0 ] && [ \"$RANK\" = 1 ]; then "
+      "(for i in $(seq 400); do [ -f {}/latest_checkpointed_iteration.txt ] && break; sleep 0.02; done; kill -9 $$) & "
+      "fi; exec {}'",
+      kiln_binary(), save, train));
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("no checkpoint in '" + save + "' yet: starting from scratch"), std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find("was killed by signal 9"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("restarting the workers (restart 1 of 1)"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("resumed from '" + save + "' at iteration "), std::string::npos) << result.output;
+  EXPECT_EQ(testing::read_file_bytes(save + "/latest_checkpointed_iteration.txt"), "60\n");
+}
+
 TEST(DataParallelBootstrap, RanksStartedByHandWithTorchrunVariablesTrainAsUnderLaunch) {
   const TempDir dir;
   const CommandResult launched = launch(2, tiny_run(dir.path() + "/launched", 2));

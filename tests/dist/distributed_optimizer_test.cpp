@@ -89,7 +89,7 @@ TEST(DistributedOptimizer, EveryRankEndsAStepWithTheSameParameters) {
 namespace kiln {
 namespace {
 
-TEST(DevicePerRank, ALocalRankBeyondTheVisibleGpusIsNamed) {
+TEST(CudaDevicePerRank, ALocalRankBeyondTheVisibleGpusIsNamed) {
   // Each rank runs on the GPU of its local rank; one without a GPU is told so before anything runs.
   const std::string reason = testing::backend_skip_reason("cuda");
   if (!reason.empty()) GTEST_SKIP() << reason;

@@ -3,7 +3,7 @@
 // every rank (rank 0 too) talks to it through a StoreClient. It carries small blobs (NCCL's unique
 // id, Gloo's pair addresses, a config hash) and counters; keys are never deleted.
 //
-// Wire protocol (store.cpp): strictly request/answer frames, each a little-endian u32 body length
+// Wire protocol (store_wire.h): strictly request/answer frames, each a little-endian u32 body length
 // (at most 64 MiB) and a body. Waits are parked on the server and answered when their keys arrive
 // or when the deadline the client sent expires, so nobody spins and a timeout can name exactly
 // the keys still missing. Everything the server reads is validated; a bad frame costs only the

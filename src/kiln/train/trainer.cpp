@@ -135,6 +135,14 @@ Trainer::Trainer(const Config& config, Communicator* communicator, int device_in
     const OptimizerSnapshot saved = read_optimizer_state(dir, std::move(master_weights), *model_);
     optimizer_->load_state(saved.master, saved.exp_avg, saved.exp_avg_sq);
     state_ = read_trainer_state(dir);
+    // Megatron's slices start every rank at consumed / ranks, on a micro-batch boundary: a data
+    // position that does not fall on one would skip or repeat samples.
+    const int64_t slice = config_.micro_batch_size * ranks;
+    KILN_CHECK(state_.consumed_samples % slice == 0,
+               "'{}' stopped at {} consumed samples, which micro-batches of {} on {} rank(s) ({} samples) do not "
+               "divide: the data position cannot continue exactly; resume with a micro-batch size and number of "
+               "ranks whose product divides {}",
+               dir, state_.consumed_samples, config_.micro_batch_size, ranks, slice, state_.consumed_samples);
     optimizer_->set_steps_taken(state_.optimizer_steps);
     if (config_.fp16) scaler_.set_state(state_.loss_scaler);
     last_saved_ = state_.iteration;
