@@ -48,6 +48,13 @@ std::string tiny_run(const std::string& save, int micro_batch, const std::string
   return tiny_run(TinyRun{save, micro_batch, extra});
 }
 
+// Rank r of 2 started by hand with torchrun's variables, running `command`.
+std::string rank_by_hand(int r, const std::string& port, const std::string& command) {
+  return fmt::format("OMP_NUM_THREADS=1 WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={} RANK={} "
+                     "LOCAL_RANK={} {}",
+                     port, r, r, command);
+}
+
 CommandResult launch(int ranks, const std::string& train_arguments) {
   return run_command(fmt::format("OMP_NUM_THREADS=1 {} launch --standalone --nproc-per-node {} -- {} {}",
                                  kiln_binary(), ranks, kiln_binary(), train_arguments));
@@ -309,10 +316,9 @@ TEST(DataParallelBootstrap, RanksStartedByHandWithTorchrunVariablesTrainAsUnderL
   const CommandResult launched = launch(2, tiny_run(dir.path() + "/launched", 2));
   ASSERT_EQ(launched.exit_code, 0) << launched.output;
   const std::string port = std::to_string(20000 + ::getpid() % 5000);
-  const std::string common = "OMP_NUM_THREADS=1 WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
-                             port + " " + kiln_binary() + " " + tiny_run(dir.path() + "/by_hand", 2);
-  const CommandResult by_hand =
-      run_command("(RANK=1 LOCAL_RANK=1 " + common + " > /dev/null 2>&1 & RANK=0 LOCAL_RANK=0 " + common + "; s=$?; wait $!; exit $s)");
+  const std::string train = kiln_binary() + " " + tiny_run(dir.path() + "/by_hand", 2);
+  const CommandResult by_hand = run_command(fmt::format("({} > /dev/null 2>&1 & {}; s=$?; wait $!; exit $s)",
+                                                        rank_by_hand(1, port, train), rank_by_hand(0, port, train)));
   ASSERT_EQ(by_hand.exit_code, 0) << by_hand.output;
   EXPECT_EQ(logged_numbers(by_hand.output), logged_numbers(launched.output));
   EXPECT_EQ(largest_difference(checkpoint(dir, "launched", "model.safetensors"),
@@ -355,11 +361,7 @@ TEST_P(DataParallelFaults, ARankKilledMidRunStopsTheOthersNamingItAndTheLastChec
   const std::string train =
       kiln_binary() + " " +
       tiny_run(TinyRun{.save = save, .extra = "--save-interval 20", .train_iters = 100000, .eval_iters = 0});
-  const auto rank = [&](int r) {
-    return fmt::format("OMP_NUM_THREADS=1 WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={} RANK={} "
-                       "LOCAL_RANK={} {}",
-                       port, r, r, train);
-  };
+  const auto rank = [&](int r) { return rank_by_hand(r, port, train); };
   const auto start = std::chrono::steady_clock::now();
   const CommandResult result = run_command(fmt::format(
       "({} > /dev/null 2>&1 & victim=$!; (for i in $(seq 400); do [ -f {}/latest_checkpointed_iteration.txt ] && "
@@ -388,11 +390,7 @@ TEST(DataParallelHang, ARankThatStopsRespondingEndsTheOthersAtTheTimeout) {
       kiln_binary() + " " +
       tiny_run(TinyRun{.save = save, .extra = "--save-interval 20 --distributed-timeout-minutes 0.05",
                        .train_iters = 100000, .eval_iters = 0});
-  const auto rank = [&](int r) {
-    return fmt::format("OMP_NUM_THREADS=1 WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={} RANK={} "
-                       "LOCAL_RANK={} {}",
-                       port, r, r, train);
-  };
+  const auto rank = [&](int r) { return rank_by_hand(r, port, train); };
   const auto start = std::chrono::steady_clock::now();
   const CommandResult result = run_command(fmt::format(
       "({} > /dev/null 2>&1 & hung=$!; (for i in $(seq 400); do [ -f {}/latest_checkpointed_iteration.txt ] && "

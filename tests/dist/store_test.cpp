@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "kiln/dist/worker_group.h"
 #include "support/error_of.h"
 
 namespace kiln {
@@ -22,19 +23,6 @@ using Clock = std::chrono::steady_clock;
 std::vector<char> bytes(std::string_view text) { return {text.begin(), text.end()}; }
 
 std::string address_of(int port) { return "127.0.0.1:" + std::to_string(port); }
-
-// A port nobody listens on right now: the kernel picks it, we let it go.
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof address;
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
-  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length), 0);
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
 
 // A raw connection that speaks whatever bytes a test gives it.
 class RawPeer {
@@ -251,7 +239,7 @@ TEST(Store, ASilentServerTimesOutOnTheClientSide) {
 }
 
 TEST(Store, ClientConnectingBeforeTheServerRetries) {
-  const int port = free_port();
+  const int port = dist::find_free_port();
   std::unique_ptr<StoreServer> server;
   std::string server_error;
   std::thread starter([&] {
@@ -272,7 +260,7 @@ TEST(Store, ClientConnectingBeforeTheServerRetries) {
 }
 
 TEST(Store, ConnectingToNobodyFailsNamingAddressAndTimeout) {
-  const int port = free_port();
+  const int port = dist::find_free_port();
   const std::string error = error_of([&] { StoreClient("127.0.0.1", port, 100ms); });
   EXPECT_EQ(
       error.rfind("rendezvous store at " + address_of(port) + ": could not connect within 0.1 s: ",

@@ -115,7 +115,7 @@ TEST_F(S3, MissingObjectsAndBucketsAndBadCredentialsAreNamedErrors) {
 
 TEST_F(S3, UnreachableEndpointFailsAfterTheRetriesWithoutHanging) {
   S3Settings settings = server_->settings();
-  settings.endpoint = "http://127.0.0.1:" + std::to_string(testing::free_local_port());
+  settings.endpoint = "http://127.0.0.1:" + std::to_string(dist::find_free_port());
   const S3Client client(settings);
   const auto start = std::chrono::steady_clock::now();
   const std::string message = error_of([&] { client.head({"bucket", "key.bin"}); });

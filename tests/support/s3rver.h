@@ -20,33 +20,11 @@
 
 #include "kiln/storage/s3_client.h"
 #include "kiln/storage/storage.h"
+#include "kiln/dist/worker_group.h"
+#include "support/loopback.h"
 #include "support/temp_dir.h"
 
 namespace kiln::testing {
-
-// A port that was free a moment ago (the kernel picks it).
-inline int free_local_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
-  socklen_t length = sizeof(address);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
-
-inline bool port_accepts(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
-  ::close(fd);
-  return ok;
-}
 
 class S3rver {
  public:
@@ -58,7 +36,7 @@ class S3rver {
       reason_ = "s3rver is not installed at " + script + " (run `make test`, which installs it)";
       return;
     }
-    port_ = free_local_port();
+    port_ = dist::find_free_port();
     const std::string port = std::to_string(port_), data = root_ / "data", log = root_ / "s3rver.log";
     std::filesystem::create_directories(data);
     pid_ = ::fork();

@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "support/kiln_process.h"
+#include "support/loopback.h"
 #include "support/temp_dir.h"
 
 extern char** environ;
@@ -73,17 +74,6 @@ inline int bind_any(int port) {
   }
   ::close(fd);
   return bound;
-}
-
-inline bool accepts_on_loopback(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
-  ::close(fd);
-  return ok;
 }
 
 // The program's full path: PATH, then the sbin folders (where Debian puts the daemons, often not on
@@ -308,7 +298,7 @@ class SlurmCluster {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     if (!spawn("slurmctld", {programs_[1], "-D", "-f", conf_})) return false;
-    while (!slurm_detail::accepts_on_loopback(controller_port)) {
+    while (!port_accepts(controller_port)) {
       if (const std::string exited = exited_daemon(); !exited.empty()) return fail(exited);
       if (Clock::now() > deadline)
         return fail("slurmctld did not listen on port " + std::to_string(controller_port) + " within " +
