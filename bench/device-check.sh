@@ -44,6 +44,11 @@
 #                                        and of PyTorch eager's products on it: NAME.txt (details),
 #                                        NAME.csv (every metric) and NAME.ncu-rep under $OUT; about
 #                                        5 minutes
+#   ... --stages nccl                    NCCL in a group of one rank (the only group one GPU allows):
+#                                        kiln bench comm over nccl under kiln launch --nproc-per-node 1,
+#                                        and a small GPT trained alone, then launched over nccl with
+#                                        data parallelism's buckets and with ZeRO-1: the three logs'
+#                                        losses and gradient norms must be the same; under a minute
 #   ... --stages loss                    fp8 against bf16 on real text: GPT-2 124M's shape trained
 #                                        300 steps on the State of the Union addresses (GPT-2 BPE;
 #                                        scripts/pack-for-device.sh packs them), the same seed and
@@ -97,8 +102,9 @@ while (($#)); do
   shift
 done
 for stage in ${stages//,/ }; do
-  [[ $stage == tests || $stage == table || $stage == levers || $stage == counters || $stage == loss ]] \
-    || { echo "device-check.sh: unknown stage '$stage' (tests, table, levers, counters, loss)" >&2; exit 2; }
+  [[ $stage == tests || $stage == table || $stage == levers || $stage == counters || $stage == loss ||
+     $stage == nccl ]] \
+    || { echo "device-check.sh: unknown stage '$stage' (tests, table, levers, counters, loss, nccl)" >&2; exit 2; }
 done
 runs() { [[ ",$stages," == *",$1,"* ]]; }
 
@@ -120,6 +126,8 @@ fastest="fp8 cls cudnn 16k tuned:$fastest_switches --matmul-autotune" untuned="f
 # The loss stage: "layers hidden heads micro-batch", steps, logging; its text is tokenized into
 # loss-data/ beside the binaries (scripts/prepare-loss-data.sh).
 loss_shape="12 768 12 16" loss_iters=300 loss_logging="--log-interval 10 --eval-interval 100 --eval-iters 4"
+# The nccl stage: kiln bench comm's sizes, and the GPT "layers hidden heads micro-batch" it trains.
+comm_sizes="-b 8 -e 256M -f 4" nccl_shape="4 512 8 8"
 peer_gpt=(python3 bench/peers/pytorch_gpt.py)
 peer_attention=(python3 bench/peers/pytorch_attention.py)
 ncu=(ncu)
@@ -140,6 +148,7 @@ if [[ -n $rehearse ]]; then
   lever_shape=${shapes[0]} lagging_shape=${shapes[1]}
   attention_shapes=("1 2 64" "1 1 80")
   loss_shape="1 32 2 2" loss_iters=4 loss_logging="--log-interval 2 --eval-interval 2 --eval-iters 1"
+  comm_sizes="-b 8 -e 4K -f 8 -n 2 -w 1" nccl_shape="1 32 2 2"
   peer_gpt=(python3 tests/support/stand_in_peer.py gpt)
   peer_attention=(python3 tests/support/stand_in_peer.py attention)
   ncu=(python3 tests/support/stand_in_ncu.py)
@@ -164,6 +173,13 @@ if [[ -n $sizes ]]; then
     chosen+=("$found")
   done
   shapes=("${chosen[@]}")
+fi
+# NCCL, which kiln links (dist/nccl/): PyTorch's own where its wheel has one (pack-for-device.sh
+# leaves the toolkit's 200 MB library behind); else whatever the loader finds.
+nccl_dir=$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0] + "/lib")' 2> /dev/null || true)
+if [[ -z $rehearse && -n $nccl_dir && -e $nccl_dir/libnccl.so.2 ]]; then
+  export LD_LIBRARY_PATH=$nccl_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  echo "NCCL: $nccl_dir"
 fi
 "$kiln" --version
 # cuDNN for --cudnn-attention (dlopen'ed: cuda/cudnn_api.h): PyTorch's own where its wheel has one, so
@@ -543,6 +559,43 @@ PY
     done
     counters products-pytorch "${light[@]}" -k 'regex:gemm|nvjet|xmma|cutlass|sm90' -c 30 -- \
       "${peer_gpt[@]}" $step --vocab-size $vocab --precision bf16 --warmup-iters 1 --timed-iters 1
+  fi
+fi
+
+if runs nccl; then
+  echo "== NCCL, a group of one rank: kiln bench comm, then a GPT trained alone and launched over nccl (buckets," \
+       "ZeRO-1): the same losses and gradient norms"
+  if fits 60; then
+    bounded "$kiln" launch --nproc-per-node 1 --standalone -- "$kiln" bench comm --distributed-backend nccl \
+      $comm_sizes > "$out/bench-comm-nccl.txt" 2>&1 || failures+=("kiln bench comm over nccl ($out/bench-comm-nccl.txt)")
+    cat "$out/bench-comm-nccl.txt"
+    read -r layers hidden heads micro <<< "$nccl_shape"
+    gpt=(--device cuda --bf16 --mock-data --vocab-size $vocab --num-layers $layers --hidden-size $hidden
+         --num-attention-heads $heads --seq-length $seq --micro-batch-size $micro --global-batch-size $((2 * micro))
+         --train-iters 8 --log-interval 1 --eval-iters 0 --ddp-bucket-size 1000000)
+    for run in alone buckets zero1; do
+      case $run in
+        alone) command=("$kiln" train "${gpt[@]}") ;;
+        buckets) command=("$kiln" launch --nproc-per-node 1 --standalone -- "$kiln" train "${gpt[@]}" \
+                          --distributed-backend nccl) ;;
+        *) command=("$kiln" launch --nproc-per-node 1 --standalone -- "$kiln" train "${gpt[@]}" \
+                    --distributed-backend nccl --use-distributed-optimizer) ;;
+      esac
+      bounded "${command[@]}" > "$out/nccl-train-$run.log" 2>&1 || failures+=("nccl train $run ($out/nccl-train-$run.log)")
+      # The iterations' loss and norm, without the timings
+      grep -o "iteration *[0-9]*/.*lm loss: [^|]*\|grad norm: [^|]*" "$out/nccl-train-$run.log" |
+        sed 's/iteration *\([0-9]*\)\/.*lm loss/\1 lm loss/' | paste -d' ' - - > "$out/nccl-train-$run.values" || true
+    done
+    for run in buckets zero1; do
+      if [[ -s $out/nccl-train-alone.values ]] && cmp -s "$out/nccl-train-alone.values" "$out/nccl-train-$run.values"; then
+        echo "nccl, one rank, $run: the same $(wc -l < "$out/nccl-train-$run.values") losses and norms as alone"
+      else
+        failures+=("nccl train $run differs from alone ($out/nccl-train-$run.values)")
+        diff "$out/nccl-train-alone.values" "$out/nccl-train-$run.values" | head -6 >&2 || true
+      fi
+    done
+  else
+    skip "nccl"
   fi
 fi
 

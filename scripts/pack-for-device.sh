@@ -3,7 +3,8 @@
 # -dev packages, and nothing can be installed there): builds kiln with CUDA for sm_90a (Release)
 # in build-device/ and packs build-pack/ to carry there: kiln, kiln_tests and libs.tar.xz with
 # every shared library they load except the C runtime, libstdc++/libgcc (the device's are newer),
-# cuBLAS (the device's CUDA toolkit has it) and the driver's; and loss-data/, the text the loss
+# cuBLAS (the device's CUDA toolkit has it), NCCL (200 MB; PyTorch's wheel has it there:
+# device-check.sh finds it) and the driver's; and loss-data/, the text the loss
 # stage trains on, tokenized.
 #
 #   scripts/pack-for-device.sh            here; then carry build-pack/ to the device and run
@@ -18,7 +19,7 @@ cp build-device/kiln build-device/kiln_tests build-pack/
 ldd build-device/kiln build-device/kiln_tests | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
   case "$(basename "$lib")" in
     libc.so* | libm.so* | libdl.so* | librt.so* | libpthread.so* | libresolv.so* | ld-linux* | libstdc++.so* | \
-      libgcc_s.so* | libcuda.so* | libcublas* | libnvidia*) ;;
+      libgcc_s.so* | libcuda.so* | libcublas* | libnccl* | libnvidia*) ;;
     *) cp -L "$lib" build-pack/lib/ ;;
   esac
 done

@@ -79,6 +79,7 @@ struct Stream {
   uint64_t next_ticket = 1;
   std::unique_ptr<Graph> capture;  // set between cudaStreamBeginCapture and cudaStreamEndCapture
   bool capture_invalidated = false;
+  bool held = false;  // cuda_emulator::hold_stream
 
   uint64_t enqueue(std::function<void()> run) {
     if (capture) {
@@ -149,6 +150,12 @@ void* aligned_allocation(size_t bytes) {
 void aligned_free(void* pointer) { ::operator delete[](pointer, std::align_val_t{kAlignment}); }
 
 }  // namespace
+
+namespace cuda_emulator {
+void hold_stream(void* stream, bool held) {
+  if (Stream* queue = stream_of(static_cast<cudaStream_t>(stream))) queue->held = held;
+}
+}  // namespace cuda_emulator
 
 extern "C" {
 
@@ -380,6 +387,16 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (!awaited) return cudaErrorInvalidResourceHandle;
   if (refused_during_capture()) return cudaErrorStreamCaptureUnsupported;
   complete(*awaited);
+  return after_synchronising();
+}
+// A query is a wait that does not block: the work up to the event runs and the event is reached,
+// unless its stream is held (cuda_emulator::hold_stream).
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  Event* queried = event_of(event);
+  if (!queried) return cudaErrorInvalidResourceHandle;
+  if (refused_during_capture()) return cudaErrorStreamCaptureUnsupported;
+  if (queried->stream && queried->stream->held) return cudaErrorNotReady;
+  complete(*queried);
   return after_synchronising();
 }
 cudaError_t cudaEventElapsedTime(float* milliseconds, cudaEvent_t start, cudaEvent_t end) {

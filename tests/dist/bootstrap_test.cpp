@@ -57,11 +57,21 @@ TEST(Bootstrap, ReadsTorchrunVariables) {
   EXPECT_EQ(place.node_rank, 1);  // 5 / 4
   EXPECT_EQ(place.master_addr, "10.0.0.1");
   EXPECT_EQ(place.master_port, 29500);
-  EXPECT_TRUE(place.distributed());
+  EXPECT_TRUE(place.joins_group());
 
   auto with_group = torchrun();
   with_group["GROUP_RANK"] = "3";
   EXPECT_EQ(find_process_place(lookup(with_group)).node_rank, 3);
+
+  // A launcher's single worker still joins a group (of one), as torchrun's does.
+  const ProcessPlace alone = find_process_place(lookup({{"RANK", "0"},
+                                                        {"WORLD_SIZE", "1"},
+                                                        {"LOCAL_RANK", "0"},
+                                                        {"LOCAL_WORLD_SIZE", "1"},
+                                                        {"MASTER_ADDR", "127.0.0.1"},
+                                                        {"MASTER_PORT", "29500"}}));
+  EXPECT_EQ(alone.world_size, 1);
+  EXPECT_TRUE(alone.joins_group());
 }
 
 TEST(Bootstrap, TorchrunWinsOverSlurm) {
@@ -113,7 +123,7 @@ TEST(Bootstrap, NoLauncherIsASingleProcess) {
   EXPECT_EQ(place.source, "a single process");
   EXPECT_EQ(place.world_size, 1);
   EXPECT_EQ(place.rank, 0);
-  EXPECT_FALSE(place.distributed());
+  EXPECT_FALSE(place.joins_group());
 }
 
 TEST(Bootstrap, TorchrunErrorsNameTheVariable) {

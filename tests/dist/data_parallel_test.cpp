@@ -161,6 +161,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Setting{"fp32", ""},
                       Setting{"fp16_loss_scaling", "--fp16 --initial-loss-scale 1e6 --loss-scale-window 1 --hysteresis 1"},
                       Setting{"bf16", "--bf16"},
+                      // the ranks' amax agreed: the casts, so the products, as one rank's
+                      Setting{"fp8", "--bf16 --fp8-format hybrid --fp8-amax-history-len 4 --fp8-amax-compute-algo max"},
                       Setting{"full_recompute", "--recompute-granularity full --recompute-method uniform"}),
     [](const auto& info) { return std::string(info.param.name); });
 

@@ -83,6 +83,34 @@ TEST(DistributedOptimizer, EveryRankEndsAStepWithTheSameParameters) {
   EXPECT_EQ(parameters[2], parameters[0]);
 }
 
+// A launched process of one rank joins a group of one (ProcessPlace::joins_group) and takes the
+// data-parallel path, buckets or ZeRO-1, which over one rank sums nothing: the very bits of the
+// process alone. (The same over NCCL: nccl_communicator_test.cpp.)
+TEST(DistributedOptimizer, AGroupOfOneEqualsTheProcessAlone) {
+  for (const bool zero1 : {false, true}) {
+    Config config = tiny_config(false);
+    config.use_distributed_optimizer = zero1;
+    config.global_batch_size = 4;
+    config.ddp_bucket_size = 2000;
+    const auto train = [&](Communicator* communicator) {
+      Trainer trainer(config, communicator);
+      std::vector<double> seen;
+      for (int i = 0; i < 2; ++i) {
+        const IterationStats stats = trainer.train_step();
+        seen.push_back(stats.lm_loss);
+        seen.push_back(stats.grad_norm);
+      }
+      const Tensor params = trainer.model().params();
+      seen.insert(seen.end(), params.as<float>(), params.as<float>() + params.numel());
+      return seen;
+    };
+    const std::vector<double> alone = train(nullptr);
+    testing::on_gloo_ranks(1, [&](GlooCommunicator& communicator) {
+      EXPECT_TRUE(train(&communicator) == alone) << (zero1 ? "ZeRO-1" : "buckets");
+    });
+  }
+}
+
 }  // namespace
 }  // namespace kiln
 

@@ -9,7 +9,8 @@
 // busbw = algbw x a factor per op that makes the number comparable with the links' bandwidth
 // whatever the rank count: all_reduce 2(n-1)/n, all_gather and reduce_scatter (n-1)/n (their size
 // being the whole buffer of n shards), broadcast 1.
-// Every operation is in place on fp32 host buffers, as the Communicator's are. Gloo's
+// Every operation is in place on fp32 buffers, as the Trainer's are: host memory for gloo (and a
+// process alone), this rank's GPU memory for nccl (checked through a copy to the host). Gloo's
 // reduce_scatter is an all-reduce of the whole buffer (gloo_communicator.cpp), so its busbw is
 // about half what a true reduce-scatter reaches: the table measures the Communicator as it is.
 #include <fmt/format.h>
@@ -32,6 +33,7 @@
 #include <thread>
 #include <vector>
 
+#include "kiln/backend/registry.h"
 #include "kiln/cli/commands.h"
 #include "kiln/core/error.h"
 #include "kiln/dist/bootstrap.h"
@@ -185,6 +187,40 @@ std::vector<std::string> rank_descriptions(const ProcessPlace& place, ProcessGro
   return all;
 }
 
+// The measured buffer: host memory, or with `on_gpu` the CUDA back-end's memory on this rank's GPU,
+// filled and read through the host copy.
+class BenchBuffer {
+ public:
+  BenchBuffer(int64_t elements, bool on_gpu, int device_index) {
+    try {
+      host_.resize(static_cast<size_t>(elements));
+    } catch (const std::bad_alloc&) {
+      fail("-e/--maxbytes: cannot allocate {} bytes of host memory", elements * 4);
+    }
+    if (!on_gpu) return;
+    BackendOptions options;
+    options.device_index = device_index;
+    gpu_ = make_backend("cuda", options);
+    device_ = gpu_->allocate(host_.size() * sizeof(float));
+  }
+  std::span<float> host(int64_t count) { return std::span<float>(host_).first(static_cast<size_t>(count)); }
+  Tensor tensor(int64_t count) const {
+    return {gpu_ ? device_->data() : const_cast<float*>(host_.data()), Shape{count}, DType::F32,
+            gpu_ ? Device::CUDA : Device::CPU};
+  }
+  void to_device(int64_t count) {
+    if (gpu_) gpu_->copy_to_device(device_->data(), host_.data(), static_cast<size_t>(count) * sizeof(float));
+  }
+  void to_host(int64_t count) {
+    if (gpu_) gpu_->copy_to_host(host_.data(), device_->data(), static_cast<size_t>(count) * sizeof(float));
+  }
+
+ private:
+  std::vector<float> host_;
+  std::unique_ptr<Backend> gpu_;
+  std::unique_ptr<DeviceBuffer> device_;
+};
+
 struct Row {
   const CommOp* op = nullptr;
   int64_t count = 0;
@@ -200,14 +236,16 @@ struct Row {
 
 // Fills `data` with this rank's pattern (plus --corrupt-rank's one wrong element), runs `op` once
 // and counts the elements that differ from what the op must leave on this rank.
-int64_t check_once(Communicator& comm, const CommOp& op, std::span<float> data, int corrupt_rank) {
+int64_t check_once(Communicator& comm, const CommOp& op, BenchBuffer& buffer, int64_t count, int corrupt_rank) {
   const int rank = comm.rank(), ranks = comm.world_size();
-  const auto count = static_cast<int64_t>(data.size());
+  const std::span<float> data = buffer.host(count);
   const int64_t shard = op.sharded ? count / ranks : count;
   for (int64_t i = 0; i < count; ++i) data[static_cast<size_t>(i)] = pattern(rank, i);
   // In the rank's own shard, the only part an all_gather reads.
   if (rank == corrupt_rank) data[static_cast<size_t>(op.sharded ? rank * shard : 0)] += 1.0f;
-  op.issue(comm, Tensor{data.data(), Shape{count}, DType::F32, Device::CPU})->wait();
+  buffer.to_device(count);
+  op.issue(comm, buffer.tensor(count))->wait();
+  buffer.to_host(count);
 
   std::array<float, kPeriod> sums{};  // sum over the ranks of pattern(r, i), by i % kPeriod
   for (int p = 0; p < kPeriod; ++p)
@@ -226,20 +264,21 @@ int64_t check_once(Communicator& comm, const CommOp& op, std::span<float> data, 
   return wrong;
 }
 
-Row measure(Communicator& comm, const CommOp& op, int64_t count, std::span<float> buffer,
+Row measure(Communicator& comm, const CommOp& op, int64_t count, BenchBuffer& buffer,
             const BenchCommOptions& o) {
   Row row;
   row.op = &op;
   row.count = count;
-  const std::span<float> data = buffer.first(static_cast<size_t>(count));
   if (o.check) {
     row.wrong_by_rank.assign(static_cast<size_t>(comm.world_size()), 0.0);
     row.wrong_by_rank[static_cast<size_t>(comm.rank())] =
-        static_cast<double>(check_once(comm, op, data, o.corrupt_rank));
+        static_cast<double>(check_once(comm, op, buffer, count, o.corrupt_rank));
   }
   // The timed operations sum into what the previous ones left: zeros cannot grow to infinity.
+  const std::span<float> data = buffer.host(count);
   std::fill(data.begin(), data.end(), 0.0f);
-  const Tensor tensor{data.data(), Shape{count}, DType::F32, Device::CPU};
+  buffer.to_device(count);
+  const Tensor tensor = buffer.tensor(count);
   for (int64_t i = 0; i < o.warmup_iters; ++i) op.issue(comm, tensor)->wait();
   comm.barrier();
   const auto start = std::chrono::steady_clock::now();
@@ -319,7 +358,7 @@ void bench_comm(const BenchCommOptions& o) {
              place.world_size);
   std::unique_ptr<ProcessGroup> group;
   SingleProcessCommunicator single_process;
-  if (place.distributed())
+  if (place.joins_group())
     group = join_process_group(
         place, o.backend,
         std::chrono::milliseconds(static_cast<int64_t>(o.timeout_minutes * 60'000.0)),
@@ -331,13 +370,7 @@ void bench_comm(const BenchCommOptions& o) {
   int64_t largest = 1;
   for (const CommOp* op : plan.ops)
     largest = std::max(largest, element_count(*op, plan.sizes.back(), ranks));
-  std::vector<float> buffer;
-  try {
-    buffer.resize(static_cast<size_t>(largest));
-  } catch (const std::bad_alloc&) {
-    fail("-e/--maxbytes {}: rank {} cannot allocate {} bytes", o.max_bytes, comm.rank(),
-         largest * 4);
-  }
+  BenchBuffer buffer(largest, comm.name() == "nccl", place.local_rank);
 
   const bool printing = comm.rank() == 0;
   if (printing && !o.json) print_header(comm, o, place, descriptions);

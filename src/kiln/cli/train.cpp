@@ -9,6 +9,7 @@
 
 #include "kiln/cli/commands.h"
 #include "kiln/cli/config_flags.h"
+#include "kiln/core/error.h"
 #include "kiln/dist/process_group.h"
 #include "kiln/obs/log_line.h"
 #include "kiln/perf/gpu_specs.h"
@@ -32,10 +33,15 @@ void add_train_command(CLI::App& root) {
       return;
     }
     std::unique_ptr<ProcessGroup> group;
-    if (place.distributed()) {
+    if (place.joins_group()) {
       const Config wanted = resolve_config(config, place.world_size);
-      group = join_process_group(place, wanted.resolved_distributed_backend(),
-                                 wanted.distributed_timeout(), to_yaml(wanted));
+      const std::string backend = wanted.resolved_distributed_backend();
+      // validate() lets a process alone name any backend (Megatron's command lines say nccl on a
+      // CPU too); a launched one joins a group, whose engine must reduce the device's memory.
+      KILN_CHECK((backend == "nccl") == (wanted.device == "cuda"),
+                 "--distributed-backend {} with --device {}: NCCL reduces GPU memory and gloo host memory; use {}",
+                 backend, wanted.device, wanted.device == "cuda" ? "nccl" : "gloo");
+      group = join_process_group(place, backend, wanted.distributed_timeout(), to_yaml(wanted));
     }
     if (config.exit_signal_handler) catch_termination_signal();
     Trainer trainer(config, group ? group->communicator.get() : nullptr, place.local_rank);  // one GPU a local rank

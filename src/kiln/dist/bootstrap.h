@@ -20,7 +20,9 @@ struct ProcessPlace {
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
   std::string source;  // "torchrun variables", "Slurm variables", or "a single process"
-  bool distributed() const { return world_size > 1; }
+  // A process a launcher placed joins a group, even one of a single rank (so `kiln launch
+  // --nproc-per-node 1` runs the data-parallel path that larger jobs run); one started alone does not.
+  bool joins_group() const { return source != "a single process"; }
 };
 
 // nullopt for an unset variable; "" for one set to nothing.

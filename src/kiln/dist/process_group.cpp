@@ -10,6 +10,9 @@
 #include <fmt/ranges.h>
 
 #include "kiln/core/error.h"
+#ifdef KILN_WITH_CUDA
+#include "kiln/dist/nccl/nccl_communicator.h"
+#endif
 
 namespace kiln {
 namespace {
@@ -101,10 +104,16 @@ std::unique_ptr<ProcessGroup> join_process_group(const ProcessPlace& place, cons
         std::make_unique<GlooCommunicator>(place.rank, place.world_size, *group->store,
                                            gloo_address(place, process_environment()), timeout,
                                            [place] { return lost_ranks(place); });
+  } else if (backend == "nccl") {
+#ifdef KILN_WITH_CUDA
+    group->communicator = make_nccl_communicator(place.rank, place.world_size, place.local_rank, *group->store,
+                                                 timeout, [place] { return lost_ranks(place); });
+#else
+    fail("distributed backend 'nccl': this kiln was built without CUDA (nvcc was not found at configure time); "
+         "CPU ranks use --device cpu --distributed-backend gloo");
+#endif
   } else {
-    fail("distributed backend '{}': this build of kiln has no NCCL communicator yet; GPU ranks cannot train "
-         "together (CPU ranks can: --device cpu --distributed-backend gloo)",
-         backend);
+    fail("distributed backend '{}' is not nccl or gloo", backend);
   }
   return group;
 }

@@ -445,7 +445,8 @@ void Config::validate() const {
   KILN_CHECK(seed >= 0, "config key 'seed' must be >= 0, got {}", seed);
   KILN_CHECK(distributed_backend.empty() || distributed_backend == "nccl" || distributed_backend == "gloo",
              "config key 'distributed_backend': '{}' is not nccl or gloo", distributed_backend);
-  // One replica joins no group, so any backend will do: Megatron's default nccl runs on the CPU too.
+  // One replica may name any backend: Megatron's default nccl runs alone on the CPU too (a launched
+  // process of one rank is checked when it joins its group: cli/train.cpp).
   KILN_CHECK(resolved_distributed_backend() != "gloo" || device == "cpu" || data_parallel_size == 1,
              "config key 'distributed_backend' is gloo with --device cuda: gloo reduces host memory; GPU ranks use "
              "nccl");

@@ -59,10 +59,6 @@ Trainer::Trainer(const Config& config, Communicator* communicator, int device_in
              "config key 'data_parallel_size' is {} but the job has {} rank(s) (tensor and pipeline parallelism "
              "are 1: every rank is a data-parallel replica); leave it 0 to take the job's size",
              config_.data_parallel_size, ranks);
-  KILN_CHECK(ranks == 1 || config_.fp8_format.empty(),
-             "config key 'fp8_format' with {} data-parallel ranks: fp8 scales are not yet agreed across ranks "
-             "(their amax would differ); train fp8 on one rank, or bf16 on many",
-             ranks);
   backend_ = make_backend(config_.device,
                           BackendOptions{config_.tf32, config_.fused_attention, config_.matmul_epilogues,
                                          config_.warpgroup_attention, config_.deterministic_attention,
@@ -96,8 +92,10 @@ Trainer::Trainer(const Config& config, Communicator* communicator, int device_in
   train_loader_ = std::make_unique<DataLoader>(*train_data_, config_.micro_batch_size, loader);
   if (val_data_) val_loader_ = std::make_unique<DataLoader>(*val_data_, config_.micro_batch_size, loader);
   check_memory_fits(gpt);
+  // A joined group, even of one rank, reduces its gradients; a process alone has nothing to reduce.
+  const bool grouped = communicator != nullptr;
   // ZeRO-1 cuts the flat buffers into equal shards, one a rank: padded to a multiple of the ranks.
-  sharded_ = ranks > 1 && config_.use_distributed_optimizer;
+  sharded_ = grouped && config_.use_distributed_optimizer;
   model_ = std::make_unique<Gpt>(gpt, *backend_, config_.compute_dtype(), sharded_ ? ranks : 1);
   if (sharded_) {
     const int64_t shard = model_->padded_params().numel() / ranks, first = shard * communicator_.rank();
@@ -112,7 +110,7 @@ Trainer::Trainer(const Config& config, Communicator* communicator, int device_in
   staging.own_stream = config_.h2d_stream;
   stager_ = backend_->make_batch_stager(staging);
   if (config_.cuda_graph) graphs_ = std::make_unique<MicroBatchGraphs>(*backend_);
-  if (ranks > 1 && !sharded_) {
+  if (grouped && !sharded_) {
     std::vector<int64_t> starts;
     for (const ParameterInfo& entry : model_->layout().entries()) starts.push_back(entry.offset);
     buckets_ = std::make_unique<GradientBuckets>(
@@ -151,15 +149,29 @@ Trainer::Trainer(const Config& config, Communicator* communicator, int device_in
   if (model_->fp8()) calibrate_fp8();
 }
 
-// The amax of every fp8 tensor from one forward and backward of the next micro-batch, so that
-// the first step casts with scales from the data rather than 1 (the delayed-scaling recipe has no
-// history yet); its gradients are discarded (the step's first micro-batch writes over them).
+// The amax of every fp8 tensor from a forward and backward of each micro-batch of the next global
+// batch (this rank's slice of it; the ranks' amax are then agreed), so that the first step casts
+// with scales from the data rather than 1 (the delayed-scaling recipe has no history yet), and the
+// scales do not depend on how many ranks share the batch. The gradients are discarded (the step's
+// first micro-batch writes over them).
 void Trainer::calibrate_fp8() {
-  train_loader_->next(state_.consumed_samples, tokens_, targets_);
-  model_->forward(tokens_, targets_, config_.micro_batch_size, config_.seq_length, GradientPass::Write);
-  model_->backward();
-  model_->fp8()->update_scales(state_.iteration);
+  const int64_t micro = config_.micro_batch_size, first_local = state_.consumed_samples / communicator_.world_size();
+  for (int64_t step = 0; step < config_.accumulation_steps(); ++step) {
+    train_loader_->next(first_local + step * micro, tokens_, targets_);
+    model_->forward(tokens_, targets_, micro, config_.seq_length, GradientPass::Write);
+    model_->backward();
+  }
+  update_fp8_scales(state_.iteration);
   fp8_calibrated_ = true;
+}
+
+// Every rank casts with the same scales, from the largest amax any rank saw (Transformer Engine
+// reduces the amax over the data-parallel group the same way). The state's other columns (scales,
+// fp8 maxima, histories) are already the same on every rank, so its maximum over the ranks is
+// taken whole: one small reduction, the amax column agreed.
+void Trainer::update_fp8_scales(int64_t step) {
+  communicator_.all_reduce(model_->fp8()->state(), ReduceOp::Max)->wait();
+  model_->fp8()->update_scales(step);
 }
 
 void Trainer::check_memory_fits(const GptConfig& gpt) const {
@@ -327,7 +339,7 @@ IterationStats Trainer::train_step() {
     optimizer_->step(optimizer_grads(), lr, clip / scale);
     if (sharded_) gather_parameters();
   }
-  if (model_->fp8()) model_->fp8()->update_scales(iteration);  // skipped steps too, as Transformer Engine
+  if (model_->fp8()) update_fp8_scales(iteration);  // skipped steps too, as Transformer Engine
   state_.iteration = iteration;
   state_.consumed_samples += config_.global_batch_size;
   state_.optimizer_steps = optimizer_->steps_taken();

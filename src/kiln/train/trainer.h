@@ -57,7 +57,9 @@ Config resolve_config(Config config, int world_size = 1);
 
 class Trainer {
  public:
-  // `communicator`: the data-parallel group, which must outlive the Trainer; null: one process.
+  // `communicator`: the data-parallel group, which must outlive the Trainer; its gradients are
+  // reduced (in buckets, or reduce-scattered under ZeRO-1) even in a group of one rank. Null: one
+  // process alone, which reduces nothing.
   // `device_index`: the GPU to run on with --device cuda (the rank's local rank).
   explicit Trainer(const Config& config, Communicator* communicator = nullptr, int device_index = 0);
   ~Trainer();
@@ -110,6 +112,7 @@ class Trainer {
   // the others 0) over the ranks, then over the slots in order.
   double global_sum(std::vector<double>& per_micro_batch) const;
   void calibrate_fp8();
+  void update_fp8_scales(int64_t step);
 
   SingleProcessCommunicator single_process_;
   Communicator& communicator_;  // the caller's, or single_process_
@@ -125,7 +128,7 @@ class Trainer {
   std::unique_ptr<DataLoader> train_loader_, val_loader_;  // over train_data_, val_data_
   std::unique_ptr<BatchStager> stager_;  // training micro-batches to the device
   std::unique_ptr<MicroBatchGraphs> graphs_;  // with cuda_graph
-  std::unique_ptr<GradientBuckets> buckets_;  // with more than one rank, unsharded
+  std::unique_ptr<GradientBuckets> buckets_;  // in a group, unsharded
   bool sharded_ = false;                      // ZeRO-1: use_distributed_optimizer on many ranks
   FlatRange shard_;                           // this rank's part of the padded flat buffers
   std::unique_ptr<CommWork> param_gather_;    // the last step's parameter gather, if still in flight

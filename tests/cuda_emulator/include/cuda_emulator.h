@@ -88,6 +88,11 @@ void set_schedule(Schedule schedule);
 // cudaGetLastError: the first error since the last call, then cleared; peek_last_error leaves it.
 int get_last_error();
 int peek_last_error();
+// Holds (true) or releases a stream: while held, a query of an event on it (cudaEventQuery) answers
+// not-ready, as a GPU does while a kernel on the stream spins waiting for a peer (the NCCL
+// stand-in's hung collective); waits that block (synchronisations) still run its work, as the
+// emulator cannot block. `stream` is a cudaStream_t.
+void hold_stream(void* stream, bool held);
 // Why the last failed launch failed; empty when none has.
 const std::string& failure();
 // cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes): launches of
