@@ -111,5 +111,74 @@ TEST(GradientBuckets, TheGptBackwardFinishesItsGradientsFromTheEndOfTheBufferDow
                                          0}));
 }
 
+TEST(GradientBuckets, TheEarlyBucketStartsOutOfOrderOnceAndTheWatermarkStopsAboveIt) {
+  std::vector<float> grads(100);
+  RecordingCommunicator comm(grads.data());
+  const std::vector<int64_t> starts{0, 10, 30, 35, 60, 90};
+  // [0, 30): the early bucket; above it, the usual cut from the end.
+  GradientBuckets buckets(comm, Tensor{grads.data(), Shape{100}}, starts, 26, 30);
+  ASSERT_EQ(buckets.buckets().size(), 3u);
+  EXPECT_EQ(buckets.buckets()[1].begin, 30);
+  EXPECT_EQ(buckets.buckets()[2].begin, 0);
+  EXPECT_EQ(buckets.buckets()[2].end, 30);
+  buckets.start_early();
+  buckets.start_early();  // once a step
+  ASSERT_EQ(comm.calls.size(), 1u);
+  EXPECT_EQ(comm.calls[0].begin, 0);
+  EXPECT_EQ(comm.calls[0].count, 30);
+  buckets.gradients_final_from(30);  // every bucket above the early one
+  ASSERT_EQ(comm.calls.size(), 3u);
+  buckets.finish();  // nothing left to start
+  EXPECT_EQ(comm.calls.size(), 3u);
+  EXPECT_EQ(buckets.started_during_backward(), 3);
+  // Without an early start (no overlap), finish() starts the early bucket last, in order.
+  buckets.finish();
+  ASSERT_EQ(comm.calls.size(), 6u);
+  EXPECT_EQ(comm.calls[5].begin, 0);
+  // Its end must be a parameter boundary.
+  EXPECT_NE(testing::error_of([&] { GradientBuckets(comm, Tensor{grads.data(), Shape{100}}, starts, 26, 31); })
+                .find("the early bucket must end at a parameter start, not at 31"),
+            std::string::npos);
+}
+
+TEST(GradientBuckets, ADeferredLookupLeavesTheEmbeddingFinalBeforeTheBlocksAndAddsLater) {
+  // Gpt::defer_embedding_lookup: the backward leaves the lookup out and reports nothing below the
+  // first block; adding the lookup afterwards gives the gradients of the whole backward.
+  auto backend = make_backend("cpu");
+  GptConfig config;
+  config.num_layers = 2;
+  config.hidden_size = 16;
+  config.num_heads = 2;
+  config.vocab_size = 32;
+  config.max_position_embeddings = 8;
+  std::vector<int32_t> tokens(16), targets(16);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<int32_t>(i * 7 % 32);
+    targets[i] = static_cast<int32_t>(i * 5 % 32);
+  }
+  const auto gradients = [&](bool defer) {
+    Gpt model(config, *backend);
+    model.init_weights(1);
+    model.allocate_activations(2, 8);
+    std::vector<int64_t> marks;
+    model.set_gradients_final_listener([&](int64_t first) { marks.push_back(first); });
+    for (const GradientPass pass : {GradientPass::Write, GradientPass::Add}) {
+      model.forward(tokens, targets, 2, 8, pass);
+      if (defer) model.defer_embedding_lookup();
+      model.backward();
+      if (defer) {
+        const Tensor tokens_tensor{tokens.data(), Shape{2, 8}, DType::I32, Device::CPU};
+        model.add_embedding_lookup(model.embedding_output_gradient(), tokens_tensor);
+      }
+    }
+    if (defer) {
+      EXPECT_EQ(marks.back(), model.layout().find("h.0.ln_1.weight").offset);
+    }
+    const Tensor grads = model.grads();
+    return std::vector<float>(grads.as<float>(), grads.as<float>() + grads.numel());
+  };
+  EXPECT_TRUE(gradients(true) == gradients(false));
+}
+
 }  // namespace
 }  // namespace kiln

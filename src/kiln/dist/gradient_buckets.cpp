@@ -8,45 +8,59 @@
 namespace kiln {
 
 GradientBuckets::GradientBuckets(Communicator& communicator, Tensor grads, std::span<const int64_t> parameter_starts,
-                                 int64_t bucket_elements)
-    : communicator_(communicator), grads_(grads) {
+                                 int64_t bucket_elements, int64_t early_end)
+    : communicator_(communicator), grads_(grads), has_early_(early_end > 0) {
   KILN_CHECK(bucket_elements > 0, "config key 'ddp_bucket_size' must be positive, got {}", bucket_elements);
   KILN_CHECK(!parameter_starts.empty() && parameter_starts.front() == 0 &&
                  std::is_sorted(parameter_starts.begin(), parameter_starts.end()),
              "gradient buckets: parameter offsets must ascend from 0");
+  KILN_CHECK(early_end == 0 || std::binary_search(parameter_starts.begin(), parameter_starts.end(), early_end),
+             "gradient buckets: the early bucket must end at a parameter start, not at {}", early_end);
   const int64_t total = grads.numel();
   int64_t end = total;
   // Walk the parameters from the last: a bucket closes at the first parameter start that makes
-  // it large enough.
+  // it large enough, and at the early bucket's end; the early bucket is whatever lies below that.
   for (auto start = parameter_starts.rbegin(); start != parameter_starts.rend(); ++start) {
-    if (end - *start >= bucket_elements || *start == 0) {
+    if (*start < early_end) continue;
+    if (end - *start >= bucket_elements || *start == 0 || *start == early_end) {
       if (end > *start) buckets_.push_back({*start, end});
       end = *start;
     }
   }
+  if (has_early_) buckets_.push_back({0, early_end});
+  started_.assign(buckets_.size(), false);
 }
 
-void GradientBuckets::start_next() {
-  const Range range = buckets_[next_++];
+void GradientBuckets::start(size_t bucket) {
+  const Range range = buckets_[bucket];
+  started_[bucket] = true;
   in_flight_.push_back(communicator_.all_reduce(grads_.slice(range.begin, range.end - range.begin), ReduceOp::Sum));
 }
 
+void GradientBuckets::start_early() {
+  if (!has_early_ || started_.back()) return;
+  start(buckets_.size() - 1);
+  ++started_early_;
+}
+
 void GradientBuckets::gradients_final_from(int64_t first_final) {
-  while (next_ < buckets_.size() && buckets_[next_].begin >= first_final) {
-    start_next();
+  for (; next_ < buckets_.size() && buckets_[next_].begin >= first_final; ++next_) {
+    if (started_[next_]) continue;
+    start(next_);
     ++started_early_;
   }
 }
 
 double GradientBuckets::finish() {
-  const auto start = std::chrono::steady_clock::now();
-  while (next_ < buckets_.size()) start_next();
+  const auto began = std::chrono::steady_clock::now();
+  for (; next_ < buckets_.size(); ++next_)
+    if (!started_[next_]) start(next_);
   for (const auto& work : in_flight_) work->wait();
   in_flight_.clear();
   next_ = 0;
+  started_.assign(buckets_.size(), false);
   last_started_early_ = std::exchange(started_early_, 0);
-  const double waited = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  return waited;
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
 }
 
 int64_t default_bucket_elements(int world_size) {

@@ -15,6 +15,10 @@
 //
 // Use per step: gradients_final_from() any number of times with a non-increasing watermark (or
 // never, without overlap), then finish(), which starts what is left and waits for all of it.
+// Out of order: with `early_end` > 0, the buffer's start [0, early_end) is one bucket of its own
+// (the tied embedding's: Gpt::defer_embedding_lookup), which start_early() starts whenever its
+// gradients are final, before the watermark reaches it; the watermark then stops above it.
+// Every rank must make the same calls in the same order (the Communicator's contract).
 // Not thread-safe; the communicator's thread does the reducing.
 #pragma once
 
@@ -34,13 +38,16 @@ class GradientBuckets {
     int64_t begin = 0, end = 0;
   };
   // `parameter_starts`: the offset of every parameter in the layout, ascending, starting at 0.
+  // `early_end`: 0, or a parameter start (below: the early bucket).
   GradientBuckets(Communicator& communicator, Tensor grads, std::span<const int64_t> parameter_starts,
-                  int64_t bucket_elements);
+                  int64_t bucket_elements, int64_t early_end = 0);
 
   // Buckets in the order they are reduced: from the end of the buffer down.
   const std::vector<Range>& buckets() const { return buckets_; }
   // Every gradient at offsets >= first_final is final for this step: start the buckets within.
   void gradients_final_from(int64_t first_final);
+  // Starts the early bucket [0, early_end) now, if it has one and it is not started yet.
+  void start_early();
   // Starts the buckets not yet started, waits for every bucket of the step; returns the
   // milliseconds spent waiting here (the reduction the backward did not hide).
   double finish();
@@ -48,13 +55,15 @@ class GradientBuckets {
   int64_t started_during_backward() const { return last_started_early_; }
 
  private:
-  void start_next();
+  void start(size_t bucket);
 
   Communicator& communicator_;
   Tensor grads_;
-  std::vector<Range> buckets_;
+  std::vector<Range> buckets_;  // with early_end, the early bucket is the last
+  bool has_early_ = false;
+  std::vector<bool> started_;   // this step
   std::vector<std::unique_ptr<CommWork>> in_flight_;
-  size_t next_ = 0;  // the next bucket to start this step
+  size_t next_ = 0;  // the next bucket in order this step (an early one may be started already)
   int64_t started_early_ = 0, last_started_early_ = 0;
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "kiln/backend/fp8_workspace.h"
@@ -314,9 +315,26 @@ void Gpt::backward() {
                    scratch, acts_.d_residual, store, block_fp8(layer), reader_of_input_gradient(layer));
     announce_final(weight_grads_.blocks[index].ln1_weight);
   }
+  if (std::exchange(lookup_deferred_, false)) return;  // the caller adds it (add_embedding_lookup)
   // wte's gradient has the classifier's part already: the embedding's is added to it.
   backend_.embedding_backward({weight_grads_.wte, weight_grads_.wpe, acts_.d_residual, tokens_in_use_, store});
   announce_final(grads_);
+}
+
+void Gpt::defer_embedding_lookup() {
+  KILN_CHECK(backward_ready_, "Gpt::defer_embedding_lookup without a preceding training forward");
+  lookup_deferred_ = true;
+  // The lookup would have written wpe's gradient on a writing pass: what it adds later lands on zeros.
+  if (grad_store() == GradStore::Write) backend_.fill({weight_grads_.wpe, 0.0f});
+}
+
+Tensor Gpt::embedding_output_gradient() const {
+  return acts_.d_residual.slice(0, inputs_.batch * inputs_.seq * config_.hidden_size)
+      .reshaped({inputs_.batch, inputs_.seq, config_.hidden_size});
+}
+
+void Gpt::add_embedding_lookup(const Tensor& dout, const Tensor& tokens) {
+  backend_.embedding_backward({weight_grads_.wte, weight_grads_.wpe, dout, tokens, GradStore::Add});
 }
 
 std::vector<float> Gpt::logits_at(int64_t batch_index, int64_t position) {

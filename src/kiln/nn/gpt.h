@@ -129,6 +129,21 @@ class Gpt {
   using GradientsFinal = std::function<void(int64_t first_final)>;
   void set_gradients_final_listener(GradientsFinal listener) { gradients_final_ = std::move(listener); }
 
+  // The tied embedding's gradient, early (data parallelism: Trainer). wte's gradient has two parts:
+  // the classifier's, complete once the forward has run (its backward runs there), and the token
+  // lookup's, known only at the very end of backward(). Called between a training forward and its
+  // backward(), this leaves the lookup out of that backward: wte's and wpe's gradients are then
+  // final now (wpe's written as zeros on a writing pass), so they can be reduced while the blocks'
+  // backward runs; the listener is told nothing below the first block. The caller adds the lookups
+  // afterwards, each rank's, with add_embedding_lookup(embedding_output_gradient(), tokens).
+  void defer_embedding_lookup();
+  // The gradient at the embedding's output [B, T, C] of the last backward (the lookup's input);
+  // valid until the next forward.
+  Tensor embedding_output_gradient() const;
+  // wte's token rows and wpe's rows += the lookup of `dout` [B, T, C] at `tokens` [B, T] (int32):
+  // the part defer_embedding_lookup() left out, for any rank's micro-batch.
+  void add_embedding_lookup(const Tensor& dout, const Tensor& tokens);
+
   // Logits of one position of the last forward (formed now from its final LayerNorm output, in
   // the compute dtype also where the classifier is fp8: one row is no fp8 product's shape), first
   // vocab_size columns, copied to the host.
@@ -153,6 +168,7 @@ class Gpt {
   int64_t counted_ = 0;   // positions whose target is not ignore_index
   Tensor tokens_in_use_;  // acts_.tokens, or the staged tokens of the current micro-batch
   bool backward_ready_ = false;
+  bool lookup_deferred_ = false;  // defer_embedding_lookup(), for the next backward()
   std::unique_ptr<Fp8Scaling> fp8_;
   GradientsFinal gradients_final_;
   // Tells the listener that every gradient from `first`'s start on is final.

@@ -113,9 +113,19 @@ Trainer::Trainer(const Config& config, Communicator* communicator, int device_in
   if (grouped && !sharded_) {
     std::vector<int64_t> starts;
     for (const ParameterInfo& entry : model_->layout().entries()) starts.push_back(entry.offset);
+    // The tied embedding's gradient in a bucket of its own, reduced during the blocks' backward
+    // (embedding_lookups.h); not from CUDA graphs, whose replayed backward adds the lookup itself.
+    int64_t embedding_end = 0;
+    if (!config_.cuda_graph && EmbeddingLookups::worthwhile(gpt, config_.micro_batch_size, config_.seq_length,
+                                                            config_.compute_dtype(), ranks)) {
+      const ParameterInfo& wpe = model_->layout().find("wpe.weight");
+      embedding_end = wpe.offset + wpe.shape.numel();
+      lookups_ = std::make_unique<EmbeddingLookups>(*backend_, communicator_, config_.micro_batch_size,
+                                                    config_.seq_length, gpt.hidden_size, config_.compute_dtype());
+    }
     buckets_ = std::make_unique<GradientBuckets>(
         communicator_, model_->grads(), starts,
-        config_.ddp_bucket_size > 0 ? config_.ddp_bucket_size : default_bucket_elements(ranks));
+        config_.ddp_bucket_size > 0 ? config_.ddp_bucket_size : default_bucket_elements(ranks), embedding_end);
   }
   scaler_ = LossScaler(config_.loss_scaler());
   // --load naming the --save folder before its first checkpoint starts afresh (Megatron's rule),
@@ -244,7 +254,12 @@ Tensor Trainer::optimizer_params() const { return sharded_ ? model_->padded_para
 Tensor Trainer::optimizer_grads() const { return sharded_ ? model_->padded_grads() : model_->grads(); }
 
 double Trainer::reduce_gradients() {
-  if (buckets_) return buckets_->finish();
+  if (buckets_) {
+    const auto start = std::chrono::steady_clock::now();
+    buckets_->finish();
+    if (lookups_) lookups_->add_to(*model_);  // waits for the gathered lookups first
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  }
   if (!sharded_) return 0.0;
   const auto start = std::chrono::steady_clock::now();
   communicator_.reduce_scatter(model_->padded_grads())->wait();  // this rank's shard: the sum over ranks
@@ -314,14 +329,20 @@ IterationStats Trainer::train_step() {
     // The last backward starts each gradient bucket as soon as it is final (not from a graph,
     // whose replay tells nobody).
     const bool overlap = last && buckets_ && config_.overlap_grad_reduce && !graphs_;
+    const bool defer_lookup = last && lookups_;  // lookups_ only without graphs
     if (overlap) model_->set_gradients_final_listener([this](int64_t first) { buckets_->gradients_final_from(first); });
     if (graphs_) {
       graphs_->forward_backward(*model_);
     } else {
       model_->forward_ops();
+      if (defer_lookup) {
+        model_->defer_embedding_lookup();
+        if (overlap) buckets_->start_early();  // the embedding's gradient is final now
+      }
       model_->backward();
     }
     if (overlap) model_->set_gradients_final_listener({});
+    if (defer_lookup) lookups_->start(*model_, current.tokens);
     // Waits for the device once per micro-batch, with backward queued.
     losses[static_cast<size_t>(step * ranks + communicator_.rank())] = model_->loss();
     stager_->release(current.device);

@@ -39,6 +39,7 @@
 #include "kiln/data/token_source.h"
 #include "kiln/dist/communicator.h"
 #include "kiln/dist/gradient_buckets.h"
+#include "kiln/train/embedding_lookups.h"
 #include "kiln/nn/gpt.h"
 #include "kiln/obs/observer.h"
 #include "kiln/optim/adamw.h"
@@ -129,6 +130,7 @@ class Trainer {
   std::unique_ptr<BatchStager> stager_;  // training micro-batches to the device
   std::unique_ptr<MicroBatchGraphs> graphs_;  // with cuda_graph
   std::unique_ptr<GradientBuckets> buckets_;  // in a group, unsharded
+  std::unique_ptr<EmbeddingLookups> lookups_;  // with buckets_, where deferring the lookup pays
   bool sharded_ = false;                      // ZeRO-1: use_distributed_optimizer on many ranks
   FlatRange shard_;                           // this rank's part of the padded flat buffers
   std::unique_ptr<CommWork> param_gather_;    // the last step's parameter gather, if still in flight
