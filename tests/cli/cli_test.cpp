@@ -377,8 +377,8 @@ TEST(Cli, BadInputGivesOneLineErrorAndNonZeroExit) {
 
 
 // The seed course's Megatron-LM command line (pretrain_gpt.py's arguments) runs unchanged but for
-// tiny sizes, 2 iterations, random tokens instead of --data-path, and the flags of other issues
-// (--tensorboard-dir, --log-*-to-tensorboard, --attention-dropout, --hidden-dropout) left out.
+// tiny sizes, 2 iterations, random tokens instead of --data-path, and the flags of another issue
+// (--attention-dropout, --hidden-dropout) left out.
 TEST(Cli, MegatronCourseCommandLineRuns) {
   TempDir dir;
   // GPT-2's encoder.json and vocab.bpe formats, a toy vocabulary of 6 tokens.
@@ -395,7 +395,9 @@ TEST(Cli, MegatronCourseCommandLineRuns) {
       " --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --optimizer adam --data-impl mmap "
       "--exit-duration-in-mins 1190 --DDP-impl local --use-distributed-optimizer --timing-log-level 2 "
       "--no-masked-softmax-fusion --no-bias-gelu-fusion --no-bias-dropout-fusion --no-gradient-accumulation-fusion "
-      "--adam-beta1 0.9 --adam-beta2 0.95 --init-method-std 0.006 --num-workers 2";
+      "--adam-beta1 0.9 --adam-beta2 0.95 --init-method-std 0.006 --num-workers 2 --tensorboard-dir " +
+      (dir / "TB") + " --log-timers-to-tensorboard --log-batch-size-to-tensorboard --log-validation-ppl-to-tensorboard "
+      "--log-memory-to-tensorboard --log-world-size-to-tensorboard";
   const Result printed = run_kiln(course + " --print-config");
   ASSERT_EQ(printed.exit_code, 0) << printed.output;
   for (const std::string& line : std::vector<std::string>{
@@ -407,17 +409,15 @@ TEST(Cli, MegatronCourseCommandLineRuns) {
   ASSERT_EQ(trained.exit_code, 0) << trained.output;
   EXPECT_NE(trained.output.find("validation loss at"), std::string::npos) << trained.output;
   EXPECT_TRUE(std::filesystem::exists(dir / "CKPT/latest_checkpointed_iteration.txt")) << trained.output;
+  EXPECT_FALSE(std::filesystem::is_empty(dir / "TB")) << trained.output;  // the event file
 }
 
 TEST(Cli, UnknownFlagsAreNamedOneLineEachWithTheClosest) {
-  const Result result = run_kiln("train --hiden-size 3 --lrr 1 --tensorboard-dir TB --log-timers-to-tensorboard "
-                                 "--attention-dropout=0.1 --mock-data --vocab-size 64");
+  const Result result = run_kiln("train --hiden-size 3 --lrr 1 --attention-dropout=0.1 --mock-data --vocab-size 64");
   EXPECT_EQ(result.exit_code, 109) << result.output;  // CLI11's ExtrasError, as main() exits on parse errors
   EXPECT_EQ(result.output,
             "kiln: error: unknown flag '--hiden-size' (did you mean --hidden-size?)\n"
             "kiln: error: unknown flag '--lrr' (did you mean --lr?)\n"
-            "kiln: error: unknown flag '--tensorboard-dir'\n"
-            "kiln: error: unknown flag '--log-timers-to-tensorboard'\n"
             "kiln: error: unknown flag '--attention-dropout'\n"
             "kiln: the flags `kiln train --help` lists are the ones it knows\n"
             "Run with --help for more information.\n");

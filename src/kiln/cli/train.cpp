@@ -12,12 +12,34 @@
 #include "kiln/core/error.h"
 #include "kiln/dist/process_group.h"
 #include "kiln/obs/log_line.h"
+#include "kiln/obs/tensorboard_observer.h"
 #include "kiln/perf/gpu_specs.h"
 #include "kiln/perf/roofline.h"
 #include "kiln/train/preemption.h"
 #include "kiln/train/trainer.h"
 
 namespace kiln::cli {
+namespace {
+
+// Rank 0's TensorBoard event file, when --tensorboard-dir is set; nothing at all otherwise.
+std::unique_ptr<TensorBoardObserver> tensorboard_observer(const Trainer& trainer, LogLineObserver& log) {
+  const Config& config = trainer.config();
+  if (config.tensorboard_dir.empty()) return nullptr;
+  const TensorBoardOptions options{.log_interval = config.tensorboard_log_interval,
+                                   .log_timers = config.log_timers_to_tensorboard,
+                                   .log_batch_size = config.log_batch_size_to_tensorboard,
+                                   .log_world_size = config.log_world_size_to_tensorboard,
+                                   .log_validation_ppl = config.log_validation_ppl_to_tensorboard};
+  auto observer = std::make_unique<TensorBoardObserver>(
+      TensorBoardWriter::create_in(config.tensorboard_dir, static_cast<size_t>(config.tensorboard_queue_size)),
+      options, trainer.state().consumed_samples);
+  log.on_message(fmt::format("TensorBoard events: {}", observer->writer().path()));
+  if (config.log_memory_to_tensorboard)
+    log.on_message("--log-memory-to-tensorboard: memory is not recorded yet (the trainer does not report it)");
+  return observer;
+}
+
+}  // namespace
 
 void add_train_command(CLI::App& root) {
   auto flags = std::make_shared<ConfigFlags>();
@@ -61,6 +83,8 @@ void add_train_command(CLI::App& root) {
           gpu->key, ms, static_cast<double>(resolved.global_batch_size * resolved.seq_length) / (ms * 1e-3)));
     }
     trainer.add_observer(&log);
+    const std::unique_ptr<TensorBoardObserver> tensorboard = tensorboard_observer(trainer, log);
+    if (tensorboard) trainer.add_observer(tensorboard.get());
     trainer.run();
     if (const OpTimingBackend* timing = trainer.op_timing())
       fmt::print("time by op over the whole run (--profile-ops):\n{}",

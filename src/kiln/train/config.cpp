@@ -134,6 +134,23 @@ const std::vector<ConfigField>& config_fields() {
       {"timing_log_level", &Config::timing_log_level,
        "Megatron's timer detail, 0, 1 or 2: accepted and recorded; kiln's log line times whole iterations at "
        "every level (--profile-ops times each op)"},
+      // Megatron: --tensorboard-dir (default none), --tensorboard-log-interval (1), --tensorboard-queue-size
+      // (1000) and the --log-*-to-tensorboard switches (off), megatron/training/arguments.py _add_logging_args.
+      {"tensorboard_dir", &Config::tensorboard_dir,
+       "folder of TensorBoard event files (created; a resumed run adds a new file); empty: none (docs/tensorboard.md)"},
+      {"tensorboard_log_interval", &Config::tensorboard_log_interval,
+       "iterations between TensorBoard's training scalars"},
+      {"tensorboard_queue_size", &Config::tensorboard_queue_size,
+       "TensorBoard events waiting for the writer thread at most; beyond, events are dropped and counted (the "
+       "step never waits for the disk)"},
+      {"log_timers_to_tensorboard", &Config::log_timers_to_tensorboard,
+       "TensorBoard: iteration-time, throughput, batch-generator-time and all-grads-sync-time"},
+      {"log_batch_size_to_tensorboard", &Config::log_batch_size_to_tensorboard, "TensorBoard: batch-size"},
+      {"log_validation_ppl_to_tensorboard", &Config::log_validation_ppl_to_tensorboard,
+       "TensorBoard: lm loss validation ppl"},
+      {"log_memory_to_tensorboard", &Config::log_memory_to_tensorboard,
+       "TensorBoard: memory; accepted, not recorded yet (the run says so)"},
+      {"log_world_size_to_tensorboard", &Config::log_world_size_to_tensorboard, "TensorBoard: world-size"},
       {"eval_interval", &Config::eval_interval, "iterations between validations (0: only at the end)"},
       {"eval_iters", &Config::eval_iters, "batches per validation (0: no validation)"},
       {"data_path", &Config::data_path,
@@ -366,7 +383,9 @@ void Config::validate() const {
                             {max_position_embeddings, "max_position_embeddings"},
                             {micro_batch_size, "micro_batch_size"}, {global_batch_size, "global_batch_size"},
                             {data_parallel_size, "data_parallel_size"}, {train_iters, "train_iters"},
-                            {lr_decay_iters, "lr_decay_iters"}, {log_interval, "log_interval"}})
+                            {lr_decay_iters, "lr_decay_iters"}, {log_interval, "log_interval"},
+                            {tensorboard_log_interval, "tensorboard_log_interval"},
+                            {tensorboard_queue_size, "tensorboard_queue_size"}})
     KILN_CHECK(value > 0, "config key '{}' must be positive, got {}", key, value);
   KILN_CHECK(vocab_size <= std::numeric_limits<int32_t>::max(),
              "config key 'vocab_size': {} does not fit the int32 token ids", vocab_size);

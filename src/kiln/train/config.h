@@ -102,6 +102,15 @@ struct Config {
   int64_t seed = 1234;
   int64_t log_interval = 10;
   int64_t timing_log_level = 0;  // Megatron's timer detail (0-2), recorded
+  // TensorBoard event files (obs/tensorboard_observer.h), Megatron's flags and defaults.
+  std::string tensorboard_dir;  // empty: none written
+  int64_t tensorboard_log_interval = 1;
+  int64_t tensorboard_queue_size = 1000;
+  bool log_timers_to_tensorboard = false;
+  bool log_batch_size_to_tensorboard = false;
+  bool log_validation_ppl_to_tensorboard = false;
+  bool log_memory_to_tensorboard = false;  // accepted; the Trainer does not report memory yet
+  bool log_world_size_to_tensorboard = false;
   int64_t eval_interval = 100;
   int64_t eval_iters = 10;
   std::string data_path;
