@@ -18,7 +18,7 @@
 #                                        started, and stop any at that time; what is skipped is
 #                                        named at the end, the summaries still print. A device call
 #                                        of 15 minutes' budget: --deadline 420 with timeout_s 500
-#                                        (README, "On a GPU")
+#                                        (docs/gpu.md)
 #   ... --sizes 124M,350M                which sizes the table stage runs (default all three)
 #   ... --eager                          the table runs PyTorch eager too (the CUDA back-end issue's
 #                                        bar; off: the speed issue's bar is torch.compile)
