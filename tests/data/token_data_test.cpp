@@ -1,4 +1,5 @@
 // Token shards, prepare-text and the random-window dataset, including every bad-input path.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -116,6 +117,51 @@ TEST(PrepareText, SplitsWholeDocumentsAndWritesMeta) {
   options.output_dir = dir / "again";
   EXPECT_EQ(prepare_text(options).val_tokens, summary.val_tokens);
   EXPECT_EQ(read_bytes(dir / "again/val_000000.bin"), read_bytes(dir / "out/val_000000.bin"));
+}
+
+TEST(PrepareText, OneDocumentIsSplitByPositionAtALineBreak) {
+  // nanoGPT's first run: one input.txt. Its end becomes the validation text.
+  TempDir dir;
+  std::string text;
+  for (int line = 0; line < 100; ++line) text += fmt::format("line {:03d}\n", line);  // 9 bytes a line
+  std::ofstream(dir / "input.txt") << text;
+  PrepareTextOptions options;
+  options.inputs = {dir / "input.txt"};
+  options.output_dir = dir / "out";
+  options.val_fraction = 0.1;
+  const PrepareTextSummary summary = prepare_text(options);
+  EXPECT_TRUE(summary.split_by_position);
+  EXPECT_EQ(summary.documents, 1);
+  // 90 bytes from the end falls on a line start: the last 10 lines, each part with its end id.
+  EXPECT_EQ(summary.val_tokens, 90 + 1);
+  EXPECT_EQ(summary.train_tokens, 810 + 1);
+  TokenShard val(dir / "out/val_000000.bin", kByteVocabSize), train(dir / "out/train_000000.bin", kByteVocabSize);
+  std::vector<int32_t> first(8), last(1);
+  val.read(0, first);
+  EXPECT_EQ(std::string(first.begin(), first.end()), "line 090");
+  train.read(train.size() - 1, last);
+  EXPECT_EQ(last[0], kByteEndOfDocument);
+
+  // No line break in reach: the cut moves to the start of a UTF-8 character.
+  std::string accents = "x";  // then é (2 bytes) 101 times: 203 bytes, 19 of them at 9.5% from the end
+  for (int i = 0; i < 101; ++i) accents += "\xc3\xa9";
+  std::ofstream(dir / "accents.txt", std::ios::binary) << accents;
+  options.inputs = {dir / "accents.txt"};
+  options.output_dir = dir / "accents";
+  options.val_fraction = 0.095;  // a cut at byte 184, inside a character: moved back to 183
+  const PrepareTextSummary split = prepare_text(options);
+  EXPECT_TRUE(split.split_by_position);
+  TokenShard accented(dir / "accents/val_000000.bin", kByteVocabSize);
+  std::vector<int32_t> lead(1);
+  accented.read(0, lead);
+  EXPECT_EQ(lead[0], 0xc3);
+  EXPECT_EQ(split.val_tokens, 20 + 1);
+  EXPECT_EQ(split.train_tokens + split.val_tokens, 203 + 2);
+
+  // Without a validation fraction nothing is split.
+  options.val_fraction = 0.0;
+  options.output_dir = dir / "none";
+  EXPECT_FALSE(prepare_text(options).split_by_position);
 }
 
 TEST(PrepareText, ShardsBySize) {

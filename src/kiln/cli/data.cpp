@@ -35,9 +35,14 @@ void add_data_command(CLI::App& root) {
   prepare->add_option("--seed", options->seed, "seed of the train/validation split");
   prepare->callback([options] {
     const PrepareTextSummary summary = prepare_text(*options);
-    fmt::print("prepared {} documents: train {} documents, {} tokens | validation {} documents, {} tokens\n",
-               summary.documents, summary.train_documents, summary.train_tokens, summary.val_documents,
-               summary.val_tokens);
+    if (summary.split_by_position)
+      fmt::print("prepared 1 document, split by position (one document cannot be held out whole): train its first "
+                 "{} tokens | validation its last {} tokens\n",
+                 summary.train_tokens, summary.val_tokens);
+    else
+      fmt::print("prepared {} documents: train {} documents, {} tokens | validation {} documents, {} tokens\n",
+                 summary.documents, summary.train_documents, summary.train_tokens, summary.val_documents,
+                 summary.val_tokens);
     for (const std::string& shard : summary.shards) fmt::print("  wrote {}\n", shard);
   });
 

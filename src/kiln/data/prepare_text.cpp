@@ -59,6 +59,18 @@ void write_split(const std::string& dir, const std::string& split, const std::ve
   }
 }
 
+// Where a single document's validation text starts: at `val_fraction` from its end, moved back to
+// just after the nearest line break in the training part's second half, else to the start of a
+// UTF-8 character. `text` is the document's bytes without its end-of-document id.
+size_t position_split(const std::vector<uint16_t>& text, double val_fraction) {
+  const size_t size = text.size();
+  size_t cut = size - std::max<size_t>(1, static_cast<size_t>(val_fraction * static_cast<double>(size)));
+  for (size_t i = cut; i > cut / 2; --i)
+    if (text[i - 1] == '\n') return i;
+  while (cut > 0 && (text[cut] & 0xc0) == 0x80) --cut;  // not inside a multi-byte character
+  return cut;
+}
+
 }  // namespace
 
 int64_t find_invalid_utf8(std::string_view text) {
@@ -106,6 +118,20 @@ PrepareTextSummary prepare_text(const PrepareTextOptions& options) {
     documents.push_back(std::move(tokens));
   }
 
+  // One document: nothing whole can be held out, so its end is (above).
+  bool split_by_position = false;
+  if (documents.size() == 1 && options.val_fraction > 0.0 && documents[0].size() > 2) {
+    std::vector<uint16_t>& whole = documents[0];
+    const size_t cut = position_split({whole.begin(), whole.end() - 1}, options.val_fraction);
+    if (cut > 0) {
+      std::vector<uint16_t> tail(whole.begin() + static_cast<std::ptrdiff_t>(cut), whole.end());
+      whole.resize(cut);
+      whole.push_back(static_cast<uint16_t>(kByteEndOfDocument));
+      documents.push_back(std::move(tail));
+      split_by_position = true;
+    }
+  }
+
   // Hold out whole documents in a seeded random order until the fraction is reached.
   const int64_t total = std::accumulate(documents.begin(), documents.end(), int64_t{0},
                                         [](int64_t sum, const auto& doc) { return sum + static_cast<int64_t>(doc.size()); });
@@ -114,8 +140,9 @@ PrepareTextSummary prepare_text(const PrepareTextOptions& options) {
   Rng rng(options.seed);
   for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
   std::vector<bool> is_val(documents.size(), false);
+  if (split_by_position) is_val[1] = true;
   int64_t held_out = 0;
-  for (size_t index : order) {
+  for (size_t index : split_by_position ? std::vector<size_t>{} : order) {
     if (options.val_fraction == 0.0 || documents.size() < 2) break;
     if (static_cast<double>(held_out) >= options.val_fraction * static_cast<double>(total)) break;
     is_val[index] = true;
@@ -123,7 +150,8 @@ PrepareTextSummary prepare_text(const PrepareTextOptions& options) {
   }
 
   PrepareTextSummary summary;
-  summary.documents = static_cast<int64_t>(documents.size());
+  summary.split_by_position = split_by_position;
+  summary.documents = static_cast<int64_t>(files.size());
   std::vector<uint16_t> train, val;
   for (size_t i = 0; i < documents.size(); ++i) {
     auto& target = is_val[i] ? val : train;
