@@ -12,6 +12,7 @@
 #include "kiln/core/error.h"
 #include "kiln/dist/process_group.h"
 #include "kiln/obs/log_line.h"
+#include "kiln/obs/prometheus_endpoint.h"
 #include "kiln/obs/tensorboard_observer.h"
 #include "kiln/perf/gpu_specs.h"
 #include "kiln/perf/roofline.h"
@@ -37,6 +38,21 @@ std::unique_ptr<TensorBoardObserver> tensorboard_observer(const Trainer& trainer
   if (config.log_memory_to_tensorboard)
     log.on_message("--log-memory-to-tensorboard: memory is not recorded yet (the trainer does not report it)");
   return observer;
+}
+
+// This rank's Prometheus endpoint on --metrics-port + its local rank, serving from now on, when
+// --metrics-port is set (every rank serves its own); nothing at all otherwise.
+std::unique_ptr<PrometheusEndpoint> metrics_endpoint(const Trainer& trainer, const ProcessPlace& place) {
+  const Config& config = trainer.config();
+  if (config.metrics_port == 0) return nullptr;
+  const auto gpu = find_gpu_by_device_name(trainer.backend().description());
+  const double peak_tflops = gpu ? gpu->peak_tflops(config.precision_name()) : 0.0;
+  return std::make_unique<PrometheusEndpoint>(PrometheusEndpointOptions{
+      .address = config.metrics_addr,
+      .port = static_cast<int>(config.metrics_port) + place.local_rank,
+      .rank = place.rank,
+      .cuda_device = config.device == "cuda" ? place.local_rank : -1,
+      .training = {.seq_length = config.seq_length, .peak_flops_per_second = peak_tflops * 1e12}});
 }
 
 }  // namespace
@@ -67,6 +83,8 @@ void add_train_command(CLI::App& root) {
     }
     if (config.exit_signal_handler) catch_termination_signal();
     Trainer trainer(config, group ? group->communicator.get() : nullptr, place.local_rank);  // one GPU a local rank
+    const std::unique_ptr<PrometheusEndpoint> metrics = metrics_endpoint(trainer, place);
+    if (metrics) trainer.add_observer(&metrics->observer());
     if (place.rank != 0) {
       trainer.run();  // rank 0 alone prints and writes
       return;
@@ -83,6 +101,7 @@ void add_train_command(CLI::App& root) {
           gpu->key, ms, static_cast<double>(resolved.global_batch_size * resolved.seq_length) / (ms * 1e-3)));
     }
     trainer.add_observer(&log);
+    if (metrics) log.on_message(metrics->description());
     const std::unique_ptr<TensorBoardObserver> tensorboard = tensorboard_observer(trainer, log);
     if (tensorboard) trainer.add_observer(tensorboard.get());
     trainer.run();

@@ -151,6 +151,10 @@ const std::vector<ConfigField>& config_fields() {
       {"log_memory_to_tensorboard", &Config::log_memory_to_tensorboard,
        "TensorBoard: memory; accepted, not recorded yet (the run says so)"},
       {"log_world_size_to_tensorboard", &Config::log_world_size_to_tensorboard, "TensorBoard: world-size"},
+      {"metrics_port", &Config::metrics_port,
+       "serve Prometheus metrics at http://ADDR:PORT/metrics, each rank on PORT + its local rank; 0: none "
+       "(docs/prometheus.md)"},
+      {"metrics_addr", &Config::metrics_addr, "address the Prometheus endpoint listens on (0.0.0.0: every interface)"},
       {"eval_interval", &Config::eval_interval, "iterations between validations (0: only at the end)"},
       {"eval_iters", &Config::eval_iters, "batches per validation (0: no validation)"},
       {"data_path", &Config::data_path,
@@ -491,6 +495,10 @@ void Config::validate() const {
   KILN_CHECK(exit_duration_in_mins >= 0, "config key 'exit_duration_in_mins' must be >= 0, got {}",
              exit_duration_in_mins);
   KILN_CHECK(exit_interval >= 0, "config key 'exit_interval' must be >= 0, got {}", exit_interval);
+  KILN_CHECK(metrics_port >= 0 && metrics_port <= 65535, "config key 'metrics_port' must be in [0, 65535], got {}",
+             metrics_port);
+  KILN_CHECK(metrics_port == 0 || !metrics_addr.empty(), "config key 'metrics_addr' is empty; give an address such "
+             "as 127.0.0.1");
   KILN_CHECK(timing_log_level >= 0 && timing_log_level <= 2, "config key 'timing_log_level' must be 0, 1 or 2, got {}",
              timing_log_level);
   KILN_CHECK(optimizer != "sgd",

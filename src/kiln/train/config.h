@@ -111,6 +111,10 @@ struct Config {
   bool log_validation_ppl_to_tensorboard = false;
   bool log_memory_to_tensorboard = false;  // accepted; the Trainer does not report memory yet
   bool log_world_size_to_tensorboard = false;
+  // Prometheus endpoint (obs/prometheus_endpoint.h): GET /metrics on metrics_addr, port
+  // metrics_port + the rank's local rank; 0: none served.
+  int64_t metrics_port = 0;
+  std::string metrics_addr = "127.0.0.1";
   int64_t eval_interval = 100;
   int64_t eval_iters = 10;
   std::string data_path;
