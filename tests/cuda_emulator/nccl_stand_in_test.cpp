@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "kiln/backend/registry.h"
-#include "kiln/dist/process_group.h"
-#include "kiln/dist/worker_group.h"
 #include "kiln/train/trainer.h"
 #include "nccl_stand_in.h"
 #include "support/error_of.h"
+#include "support/nccl_group.h"
+#include "support/small_gpt.h"
 
 namespace kiln {
 namespace {
@@ -28,13 +28,6 @@ class Fault {
   ~Fault() { ::unsetenv("KILN_NCCL_STAND_IN_FAULT"); }
 };
 
-std::unique_ptr<ProcessGroup> join_alone(std::chrono::milliseconds timeout) {
-  ProcessPlace place;
-  place.source = "torchrun variables";
-  place.master_port = dist::find_free_port();
-  return join_process_group(place, "nccl", timeout, "test: nccl faults\n");
-}
-
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -43,7 +36,7 @@ TEST(EmulatedNccl, ARankThatNeverConnectsEndsTheJoinAtTheTimeout) {
   const Fault fault("init-hang");
   const int64_t aborts = nccl_stand_in::calls().aborts;
   const auto start = Clock::now();
-  const std::string error = testing::error_of([] { join_alone(300ms); });
+  const std::string error = testing::error_of([] { testing::join_alone_over_nccl(300ms); });
   EXPECT_NE(error.find("nccl connecting (GPU 0) on rank 0 of 1 failed"), std::string::npos) << error;
   EXPECT_NE(error.find("still in progress after 0.005 min (--distributed-timeout-minutes)"), std::string::npos)
       << error;
@@ -65,7 +58,7 @@ class EmulatedNcclFault : public ::testing::Test {
 
 TEST_F(EmulatedNcclFault, ALostPeerFailsTheWaitAndEveryLaterOperation) {
   const Fault fault("peer-error");
-  const auto group = join_alone(60s);
+  const auto group = testing::join_alone_over_nccl(60s);
   const Tensor data = gpu_buffer(64);
   const auto work = group->communicator->all_reduce(data, ReduceOp::Sum);
   const auto start = Clock::now();
@@ -83,7 +76,7 @@ TEST_F(EmulatedNcclFault, ALostPeerFailsTheWaitAndEveryLaterOperation) {
 TEST_F(EmulatedNcclFault, AHungPeerFailsTheWaitAtTheTimeout) {
   const Fault fault("collective-hang");
   const int64_t aborts = nccl_stand_in::calls().aborts;
-  const auto group = join_alone(400ms);
+  const auto group = testing::join_alone_over_nccl(400ms);
   const auto work = group->communicator->reduce_scatter(gpu_buffer(64));
   const auto start = Clock::now();
   const std::string error = testing::error_of([&] { work->wait(); });
@@ -94,26 +87,16 @@ TEST_F(EmulatedNcclFault, AHungPeerFailsTheWaitAtTheTimeout) {
 }
 
 Config tiny_config(bool zero1) {
-  Config config;
-  config.device = "cuda";
-  config.num_layers = 2;
-  config.hidden_size = 32;
-  config.num_attention_heads = 2;
-  config.seq_length = 16;
-  config.vocab_size = 67;
-  config.mock_data = true;
-  config.micro_batch_size = 2;
+  Config config = testing::tiny_mock_gpt_config("cuda");
   config.global_batch_size = 2;
   config.train_iters = 1;
-  config.eval_iters = 0;
-  config.num_workers = 0;
   config.use_distributed_optimizer = zero1;
   config.ddp_bucket_size = 2000;
   return config;
 }
 
 TEST(EmulatedNccl, TheTrainersGradientsGoThroughTheCommunicator) {
-  const auto group = join_alone(60s);
+  const auto group = testing::join_alone_over_nccl(60s);
   {  // Plain data parallelism: one all-reduce a bucket.
     Trainer trainer(tiny_config(false), group->communicator.get());
     const nccl_stand_in::Calls before = nccl_stand_in::calls();

@@ -12,23 +12,15 @@
 #include "support/backends.h"
 #include "support/error_of.h"
 #include "support/gloo_ranks.h"
+#include "support/small_gpt.h"
 
 namespace kiln {
 namespace {
 
 Config tiny_config(bool bf16) {
-  Config config;
-  config.num_layers = 2;
-  config.hidden_size = 32;
-  config.num_attention_heads = 2;
-  config.seq_length = 16;
-  config.vocab_size = 67;  // an odd parameter count: the shards need padding
-  config.mock_data = true;
-  config.micro_batch_size = 2;
+  Config config = testing::tiny_mock_gpt_config("cpu");  // its odd vocabulary: the shards need padding
   config.global_batch_size = 12;
   config.train_iters = 2;
-  config.eval_iters = 0;
-  config.num_workers = 0;
   config.bf16 = bf16;
   config.use_distributed_optimizer = true;
   return config;

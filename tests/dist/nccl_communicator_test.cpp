@@ -11,24 +11,16 @@
 
 #include "kiln/backend/registry.h"
 #include "kiln/core/dtype.h"
-#include "kiln/dist/process_group.h"
-#include "kiln/dist/worker_group.h"
 #include "kiln/train/trainer.h"
 #include "support/backends.h"
 #include "support/error_of.h"
+#include "support/nccl_group.h"
+#include "support/small_gpt.h"
 
 namespace kiln {
 namespace {
 
 using namespace std::chrono_literals;
-
-// Rank 0 of a group of one over NCCL, with its own store on a free loopback port.
-std::unique_ptr<ProcessGroup> join_alone_over_nccl(std::chrono::milliseconds timeout = 60s) {
-  ProcessPlace place;
-  place.source = "torchrun variables";
-  place.master_port = dist::find_free_port();
-  return join_process_group(place, "nccl", timeout, "test: nccl\n");
-}
 
 class CudaNcclCommunicator : public ::testing::Test {
  protected:
@@ -54,7 +46,7 @@ class CudaNcclCommunicator : public ::testing::Test {
 };
 
 TEST_F(CudaNcclCommunicator, EveryOperationOfOneRankLeavesItsBuffer) {
-  const auto group = join_alone_over_nccl();
+  const auto group = testing::join_alone_over_nccl();
   Communicator& nccl = *group->communicator;
   EXPECT_EQ(nccl.name(), "nccl");
   EXPECT_EQ(nccl.world_size(), 1);
@@ -92,7 +84,7 @@ TEST_F(CudaNcclCommunicator, EveryOperationOfOneRankLeavesItsBuffer) {
 }
 
 TEST_F(CudaNcclCommunicator, HostMemoryAndUnequalShardsAreRefusedByName) {
-  const auto group = join_alone_over_nccl();
+  const auto group = testing::join_alone_over_nccl();
   std::vector<float> host(8, 1.0f);
   const Tensor in_host{host.data(), Shape{8}, DType::F32, Device::CPU};
   EXPECT_NE(testing::error_of([&] { group->communicator->all_reduce(in_host, ReduceOp::Sum); })
@@ -105,19 +97,9 @@ TEST_F(CudaNcclCommunicator, HostMemoryAndUnequalShardsAreRefusedByName) {
 }
 
 Config tiny_gpt_on_cuda(bool zero1) {
-  Config config;
-  config.device = "cuda";
-  config.num_layers = 2;
-  config.hidden_size = 32;
-  config.num_attention_heads = 2;
-  config.seq_length = 16;
-  config.vocab_size = 67;
-  config.mock_data = true;
-  config.micro_batch_size = 2;
+  Config config = testing::tiny_mock_gpt_config("cuda");
   config.global_batch_size = 4;  // two micro-batches: the buckets reduce the accumulated sum
   config.train_iters = 3;
-  config.eval_iters = 0;
-  config.num_workers = 0;
   config.use_distributed_optimizer = zero1;
   config.ddp_bucket_size = 2000;  // several buckets, started during the last backward
   return config;
@@ -151,7 +133,7 @@ TEST_P(CudaNcclTrainer, OneRankOverNcclEqualsTheProcessAlone) {
   if (!reason.empty()) GTEST_SKIP() << reason;
   const Config config = tiny_gpt_on_cuda(GetParam());
   const TrainedRun alone = train(config, nullptr);
-  const auto group = join_alone_over_nccl();
+  const auto group = testing::join_alone_over_nccl();
   const TrainedRun grouped = train(config, group->communicator.get());
   EXPECT_EQ(grouped.losses, alone.losses);
   EXPECT_EQ(grouped.grad_norms, alone.grad_norms);
