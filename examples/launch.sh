@@ -2,15 +2,14 @@
 # kiln launch, torchrun's job, where there is no Slurm: the layouts of examples/slurm/*.sbatch
 # started by hand. Run from the repository root.
 #
-#   examples/launch.sh cpu                  2 CPU ranks on this machine over Gloo (works today)
+#   examples/launch.sh cpu                  2 CPU ranks on this machine over Gloo
 #   examples/launch.sh cpu-2-nodes          2 nodes x 2 CPU ranks: run it on each node, with
 #                                           NODE_RANK=0 or 1 and MASTER_ADDR=<node 0's name>
 #   examples/launch.sh gpu                  2 GPUs on this machine
 #   examples/launch.sh gpu-2-nodes          2 nodes x 2 GPUs, like examples/slurm/gpt-2x2.sbatch
 #
-# NOTE: kiln's NCCL communicator is not built yet, so GPU ranks cannot train together yet: the two
-# gpu layouts stop at start with "distributed backend 'nccl': this build of kiln has no NCCL
-# communicator yet" (docs/many-ranks.md). They are written as they will be used.
+# The gpu layouts talk over NCCL (docs/many-ranks.md). NOTE: NCCL has run in a group of one GPU
+# only (the one GPU lent to this project); several GPUs are unrun.
 #
 # What changes between one node and two is the launch line alone: --standalone (rank 0 on
 # 127.0.0.1, a free port) becomes --nnodes 2 --node-rank R --master-addr A --master-port P, the
