@@ -18,6 +18,7 @@
 #include "obs/event_file_reader.h"
 #include "support/error_of.h"
 #include "support/kiln_process.h"
+#include "support/recorded_runs.h"
 #include "support/temp_dir.h"
 
 namespace kiln {
@@ -27,13 +28,7 @@ using testing::error_of;
 using testing::ScalarSeries;
 using testing::TempDir;
 
-class Recorder : public TrainObserver {
- public:
-  void on_iteration(const IterationStats& stats) override { iterations.push_back(stats); }
-  void on_validation(const ValidationStats& stats) override { validations.push_back(stats); }
-  std::vector<IterationStats> iterations;
-  std::vector<ValidationStats> validations;
-};
+using Recorder = testing::IterationRecorder;
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();

@@ -19,10 +19,13 @@
 
 namespace kiln::testing {
 
+// Keeps every iteration's and every validation's stats, in order.
 class IterationRecorder : public TrainObserver {
  public:
   void on_iteration(const IterationStats& stats) override { iterations.push_back(stats); }
+  void on_validation(const ValidationStats& stats) override { validations.push_back(stats); }
   std::vector<IterationStats> iterations;
+  std::vector<ValidationStats> validations;
 };
 
 inline std::vector<IterationStats> train_and_record(const Config& config) {

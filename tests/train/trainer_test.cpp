@@ -12,6 +12,7 @@
 #include "kiln/core/error.h"
 #include "kiln/perf/estimator.h"
 #include "support/error_of.h"
+#include "support/recorded_runs.h"
 #include "support/temp_dir.h"
 
 namespace kiln {
@@ -21,13 +22,7 @@ using testing::error_of;
 
 using testing::TempDir;
 
-class Recorder : public TrainObserver {
- public:
-  void on_iteration(const IterationStats& stats) override { iterations.push_back(stats); }
-  void on_validation(const ValidationStats& stats) override { validations.push_back(stats); }
-  std::vector<IterationStats> iterations;
-  std::vector<ValidationStats> validations;
-};
+using Recorder = testing::IterationRecorder;
 
 Config toy_config(const std::string& data) {
   Config config;
