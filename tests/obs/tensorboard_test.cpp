@@ -70,7 +70,8 @@ Config tiny_config() {
 }
 
 constexpr TensorBoardOptions kEverything{
-    .log_interval = 1, .log_timers = true, .log_batch_size = true, .log_world_size = true, .log_validation_ppl = true};
+    .log_interval = 1, .log_timers = true, .log_batch_size = true, .log_world_size = true, .log_memory = true,
+    .log_validation_ppl = true};
 
 TEST(TensorBoardTraining, MegatronTagsCarryTheValuesOfEachIteration) {
   const TempDir dir;
@@ -100,7 +101,8 @@ TEST(TensorBoardTraining, MegatronTagsCarryTheValuesOfEachIteration) {
   std::set<std::string> tags;
   for (const char* tag :
        {"lm loss", "learning-rate", "loss-scale", "grad-norm", "batch-size", "world-size", "iteration-time",
-        "throughput", "batch-generator-time", "all-grads-sync-time", "lm loss validation", "lm loss validation ppl"}) {
+        "throughput", "batch-generator-time", "all-grads-sync-time", "lm loss validation", "lm loss validation ppl",
+        "mem-allocated-bytes", "mem-max-allocated-bytes", "mem-reserved-bytes"}) {
     tags.insert(tag);
     tags.insert(std::string(tag) + " vs samples");
   }
@@ -123,6 +125,15 @@ TEST(TensorBoardTraining, MegatronTagsCarryTheValuesOfEachIteration) {
     expect_scalar(series, "throughput", step, samples, it.tflops_per_gpu);
     expect_scalar(series, "batch-generator-time", step, samples, it.data_wait_ms * 1e-3);
     expect_scalar(series, "all-grads-sync-time", step, samples, it.grad_reduce_wait_ms * 1e-3);
+    // The trainer's buffers: the model, optimizer state and activations, all held from before the
+    // first step, so the current bytes are the peak and the same at every step (CPU: no driver).
+    EXPECT_EQ(it.memory_allocated_bytes, static_cast<int64_t>(trainer.backend().peak_allocated_bytes()));
+    EXPECT_EQ(it.memory_max_allocated_bytes, it.memory_allocated_bytes);
+    EXPECT_EQ(it.device_memory_used_bytes, 0);
+    EXPECT_GT(static_cast<double>(it.memory_allocated_bytes), 4.0 * static_cast<double>(trainer.model().num_parameters()));
+    expect_scalar(series, "mem-allocated-bytes", step, samples, static_cast<double>(it.memory_allocated_bytes));
+    expect_scalar(series, "mem-max-allocated-bytes", step, samples, static_cast<double>(it.memory_max_allocated_bytes));
+    expect_scalar(series, "mem-reserved-bytes", step, samples, static_cast<double>(it.memory_allocated_bytes));
   }
   EXPECT_EQ(steps_of(series, "lm loss"), (std::set<int64_t>{1, 2, 3, 4}));
   EXPECT_GT(series.at("iteration-time").at(1), 0.0f);

@@ -81,7 +81,9 @@ class Backend {
   virtual void copy_to_device(void* device_dst, const void* host_src, size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* device_src, size_t bytes) = 0;
   virtual void synchronize() = 0;
-  // The most bytes held in buffers from allocate() at once since the back-end was made.
+  // The bytes held in buffers from allocate() now, and the most held at once since the back-end
+  // was made.
+  virtual size_t allocated_bytes() const = 0;
   virtual size_t peak_allocated_bytes() const = 0;
   // Free and total bytes of the device as its driver reports them (GPU memory, including what
   // other libraries and the context hold); nullopt for host memory, which the OS manages.

@@ -29,6 +29,7 @@ class OpCountingBackend final : public Backend {
   void copy_to_device(void*, const void*, size_t) override {}
   void copy_to_host(void*, const void*, size_t) override {}
   void synchronize() override {}
+  size_t allocated_bytes() const override { return memory_->current(); }
   size_t peak_allocated_bytes() const override { return memory_->peak(); }
   std::optional<DeviceMemory> device_memory() const override { return std::nullopt; }
   size_t reserve_workspace(const WorkspaceNeeds&) override { return 0; }

@@ -43,6 +43,7 @@ class OpTimingBackend final : public Backend {
   void copy_to_device(void* device_dst, const void* host_src, size_t bytes) override;
   void copy_to_host(void* host_dst, const void* device_src, size_t bytes) override;
   void synchronize() override { inner_->synchronize(); }
+  size_t allocated_bytes() const override { return inner_->allocated_bytes(); }
   size_t peak_allocated_bytes() const override { return inner_->peak_allocated_bytes(); }
   std::optional<DeviceMemory> device_memory() const override { return inner_->device_memory(); }
   size_t reserve_workspace(const WorkspaceNeeds& needs) override {

@@ -30,13 +30,12 @@ std::unique_ptr<TensorBoardObserver> tensorboard_observer(const Trainer& trainer
                                    .log_timers = config.log_timers_to_tensorboard,
                                    .log_batch_size = config.log_batch_size_to_tensorboard,
                                    .log_world_size = config.log_world_size_to_tensorboard,
+                                   .log_memory = config.log_memory_to_tensorboard,
                                    .log_validation_ppl = config.log_validation_ppl_to_tensorboard};
   auto observer = std::make_unique<TensorBoardObserver>(
       TensorBoardWriter::create_in(config.tensorboard_dir, static_cast<size_t>(config.tensorboard_queue_size)),
       options, trainer.state().consumed_samples);
   log.on_message(fmt::format("TensorBoard events: {}", observer->writer().path()));
-  if (config.log_memory_to_tensorboard)
-    log.on_message("--log-memory-to-tensorboard: memory is not recorded yet (the trainer does not report it)");
   return observer;
 }
 

@@ -25,6 +25,12 @@ struct IterationStats {
   int64_t skipped_iterations = 0;
   int64_t nan_iterations = 0;
   bool skipped = false;
+  // Memory at the end of the step: the bytes the back-end holds in its buffers (all of kiln's
+  // device memory), the most it held at once so far, and, on a GPU, the device's bytes in use as
+  // its driver reports them (kiln's, the libraries' and the context's; 0 on the CPU).
+  int64_t memory_allocated_bytes = 0;
+  int64_t memory_max_allocated_bytes = 0;
+  int64_t device_memory_used_bytes = 0;
 };
 
 struct ValidationStats {

@@ -36,6 +36,14 @@ void TensorBoardObserver::on_iteration(const IterationStats& stats) {
   write("grad-norm", stats.grad_norm, it);
   if (options_.log_batch_size) write("batch-size", static_cast<double>(stats.global_batch_size), it);
   if (options_.log_world_size) write("world-size", static_cast<double>(stats.data_parallel_size), it);
+  if (options_.log_memory) {
+    write("mem-allocated-bytes", static_cast<double>(stats.memory_allocated_bytes), it);
+    write("mem-max-allocated-bytes", static_cast<double>(stats.memory_max_allocated_bytes), it);
+    write("mem-reserved-bytes",
+          static_cast<double>(stats.device_memory_used_bytes > 0 ? stats.device_memory_used_bytes
+                                                                 : stats.memory_allocated_bytes),
+          it);
+  }
   if (options_.log_timers) {
     const double n = static_cast<double>(timed_iterations_);
     write("iteration-time", timer_sums_.elapsed_ms / n * 1e-3, it);

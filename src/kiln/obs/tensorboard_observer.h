@@ -10,6 +10,14 @@
 //   grad-norm          the global gradient norm, unscaled, before clipping
 //   batch-size         samples per step (the global batch), with log_batch_size
 //   world-size         data-parallel ranks, with log_world_size
+// and, with log_memory (--log-memory-to-tensorboard), memory at the end of that iteration, in bytes
+// (Megatron's tags, which read PyTorch's caching allocator; kiln allocates every buffer before
+// the first step and never frees one while training, so allocated is also what it holds):
+//   mem-allocated-bytes       the bytes in the back-end's buffers
+//   mem-max-allocated-bytes   the most it held at once so far
+//   mem-reserved-bytes        on a GPU, the device's bytes in use as its driver reports them
+//                             (kiln's, cuBLAS', cuDNN's, NCCL's and the context's); on the CPU,
+//                             the allocated bytes
 // and, with log_timers (--log-timers-to-tensorboard), means over the iterations since the
 // previous write, in seconds as Megatron's timers are:
 //   iteration-time         wall time of an iteration
@@ -38,6 +46,7 @@ struct TensorBoardOptions {
   bool log_timers = false;          // --log-timers-to-tensorboard
   bool log_batch_size = false;      // --log-batch-size-to-tensorboard
   bool log_world_size = false;      // --log-world-size-to-tensorboard
+  bool log_memory = false;          // --log-memory-to-tensorboard
   bool log_validation_ppl = false;  // --log-validation-ppl-to-tensorboard
 };
 

@@ -109,7 +109,7 @@ struct Config {
   bool log_timers_to_tensorboard = false;
   bool log_batch_size_to_tensorboard = false;
   bool log_validation_ppl_to_tensorboard = false;
-  bool log_memory_to_tensorboard = false;  // accepted; the Trainer does not report memory yet
+  bool log_memory_to_tensorboard = false;
   bool log_world_size_to_tensorboard = false;
   // Prometheus endpoint (obs/prometheus_endpoint.h): GET /metrics on metrics_addr, port
   // metrics_port + the rank's local rank; 0: none served.

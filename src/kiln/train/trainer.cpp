@@ -392,6 +392,10 @@ IterationStats Trainer::train_step() {
   stats.skipped_iterations = state_.skipped_iterations;
   stats.nan_iterations = state_.nan_iterations;
   stats.skipped = skip;
+  stats.memory_allocated_bytes = static_cast<int64_t>(backend_->allocated_bytes());
+  stats.memory_max_allocated_bytes = static_cast<int64_t>(backend_->peak_allocated_bytes());
+  if (const auto device = backend_->device_memory())
+    stats.device_memory_used_bytes = static_cast<int64_t>(device->total - device->free);
   return stats;
 }
 

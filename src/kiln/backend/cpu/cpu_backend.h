@@ -29,6 +29,7 @@ class CpuBackend : public Backend {
   void copy_to_device(void* device_dst, const void* host_src, size_t bytes) override;
   void copy_to_host(void* host_dst, const void* device_src, size_t bytes) override;
   void synchronize() override {}
+  size_t allocated_bytes() const override { return memory_->current(); }
   size_t peak_allocated_bytes() const override { return memory_->peak(); }
   std::optional<DeviceMemory> device_memory() const override { return std::nullopt; }
   // CPU ops keep their scratch per thread (attention) or in scratch_, grown on first use.

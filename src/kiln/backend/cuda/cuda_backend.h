@@ -38,6 +38,7 @@ class CudaBackend final : public Backend {
   void copy_to_device(void* device_dst, const void* host_src, size_t bytes) override;
   void copy_to_host(void* host_dst, const void* device_src, size_t bytes) override;
   void synchronize() override;
+  size_t allocated_bytes() const override { return memory_->current(); }
   size_t peak_allocated_bytes() const override { return memory_->peak(); }
   std::optional<DeviceMemory> device_memory() const override;
   size_t reserve_workspace(const WorkspaceNeeds& needs) override;
