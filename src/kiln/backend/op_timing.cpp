@@ -6,30 +6,21 @@
 
 namespace kiln {
 
-OpTimingBackend::OpTimingBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {
-  inner_->set_launch_timing(true);
+OpTimingBackend::OpTimingBackend(std::unique_ptr<Backend> inner) : OpDecorator(std::move(inner)) {
+  this->inner().set_launch_timing(true);
 }
 
-OpTimingBackend::~OpTimingBackend() { inner_->set_launch_timing(false); }
+OpTimingBackend::~OpTimingBackend() { inner().set_launch_timing(false); }
 
-template <typename Call>
-auto OpTimingBackend::timed(const OpWork& work, Call call) {
+void OpTimingBackend::around(const std::function<OpWork()>& work, const std::function<void()>& run) {
   const auto start = std::chrono::steady_clock::now();
-  const auto finish = [&] {
-    inner_->synchronize();
-    ledger_.add(work,
-                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                    .count(),
-                inner_->take_launch_times());
-  };
-  if constexpr (std::is_void_v<decltype(call())>) {
-    call();
-    finish();
-  } else {
-    auto result = call();
-    finish();
-    return result;
-  }
+  run();
+  inner().synchronize();
+  std::vector<LaunchTime> launches = inner().take_launch_times();
+  // Copies and collectives on streams of their own belong to no op (launch_time.h).
+  std::erase_if(launches, [](const LaunchTime& launch) { return launch.stream != "compute stream"; });
+  ledger_.add(work(), std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count(),
+              launches);
 }
 
 std::string OpTimingBackend::format(const std::vector<OpTotals>& times,
@@ -63,64 +54,6 @@ std::string OpTimingBackend::format(const std::vector<OpTotals>& times,
   }
   table += fmt::format("{:<52} {:>7} {:>11.3f}\n", "all ops", "", total);
   return table;
-}
-
-void OpTimingBackend::copy_to_device(void* device_dst, const void* host_src, size_t bytes) {
-  timed({.op = "copy_to_device", .bytes = static_cast<double>(bytes), .host_copy = true},
-        [&] { inner_->copy_to_device(device_dst, host_src, bytes); });
-}
-void OpTimingBackend::copy_to_host(void* host_dst, const void* device_src, size_t bytes) {
-  timed({.op = "copy_to_host", .bytes = static_cast<double>(bytes), .host_copy = true},
-        [&] { inner_->copy_to_host(host_dst, device_src, bytes); });
-}
-
-void OpTimingBackend::embedding_forward(const EmbeddingForward& a) {
-  timed(work_of(a), [&] { inner_->embedding_forward(a); });
-}
-void OpTimingBackend::embedding_backward(const EmbeddingBackward& a) {
-  timed(work_of(a), [&] { inner_->embedding_backward(a); });
-}
-void OpTimingBackend::layernorm_forward(const LayerNormForward& a) {
-  timed(work_of(a), [&] { inner_->layernorm_forward(a); });
-}
-void OpTimingBackend::layernorm_backward(const LayerNormBackward& a) {
-  timed(work_of(a), [&] { inner_->layernorm_backward(a); });
-}
-void OpTimingBackend::matmul_forward(const MatmulForward& a) {
-  timed(work_of(a), [&] { inner_->matmul_forward(a); });
-}
-void OpTimingBackend::matmul_backward(const MatmulBackward& a) {
-  timed(work_of(a), [&] { inner_->matmul_backward(a); });
-}
-void OpTimingBackend::gelu_forward(const GeluForward& a) {
-  timed(work_of(a), [&] { inner_->gelu_forward(a); });
-}
-void OpTimingBackend::gelu_backward(const GeluBackward& a) {
-  timed(work_of(a), [&] { inner_->gelu_backward(a); });
-}
-void OpTimingBackend::attention_forward(const AttentionForward& a) {
-  timed(work_of(a), [&] { inner_->attention_forward(a); });
-}
-void OpTimingBackend::attention_backward(const AttentionBackward& a) {
-  timed(work_of(a), [&] { inner_->attention_backward(a); });
-}
-void OpTimingBackend::softmax_cross_entropy(const SoftmaxCrossEntropy& a) {
-  timed(work_of(a), [&] { inner_->softmax_cross_entropy(a); });
-}
-void OpTimingBackend::adamw_step(const AdamwStep& a) {
-  timed(work_of(a), [&] { inner_->adamw_step(a); });
-}
-void OpTimingBackend::fp8_update_scales(const Fp8UpdateScales& a) {
-  timed(work_of(a), [&] { inner_->fp8_update_scales(a); });
-}
-void OpTimingBackend::fill(const Fill& a) {
-  timed(work_of(a), [&] { inner_->fill(a); });
-}
-void OpTimingBackend::convert(const Convert& a) {
-  timed(work_of(a), [&] { inner_->convert(a); });
-}
-double OpTimingBackend::sum_of_squares(const SumOfSquares& a) {
-  return timed(work_of(a), [&] { return inner_->sum_of_squares(a); });
 }
 
 }  // namespace kiln

@@ -16,12 +16,12 @@
 #include <string>
 #include <vector>
 
-#include "kiln/backend/backend.h"
+#include "kiln/backend/op_decorator.h"
 #include "kiln/backend/op_work.h"
 
 namespace kiln {
 
-class OpTimingBackend final : public Backend {
+class OpTimingBackend final : public OpDecorator {
  public:
   explicit OpTimingBackend(std::unique_ptr<Backend> inner);  // turns the inner back-end's launch timing on
   ~OpTimingBackend() override;                               // and off
@@ -35,54 +35,10 @@ class OpTimingBackend final : public Backend {
   static std::string format(const std::vector<OpTotals>& times,
                             const DeviceLimits* limits = nullptr);
 
-  std::string_view name() const override { return inner_->name(); }
-  Device device() const override { return inner_->device(); }
-  std::string description() const override { return inner_->description(); }
-  std::string run_notes() const override { return inner_->run_notes(); }
-  std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override { return inner_->allocate(bytes); }
-  void copy_to_device(void* device_dst, const void* host_src, size_t bytes) override;
-  void copy_to_host(void* host_dst, const void* device_src, size_t bytes) override;
-  void synchronize() override { inner_->synchronize(); }
-  size_t allocated_bytes() const override { return inner_->allocated_bytes(); }
-  size_t peak_allocated_bytes() const override { return inner_->peak_allocated_bytes(); }
-  std::optional<DeviceMemory> device_memory() const override { return inner_->device_memory(); }
-  size_t reserve_workspace(const WorkspaceNeeds& needs) override {
-    return inner_->reserve_workspace(needs);
-  }
-  size_t workspace_bytes(const WorkspaceNeeds& needs) const override {
-    return inner_->workspace_bytes(needs);
-  }
-  std::unique_ptr<BatchStager> make_batch_stager(const StagerOptions& options) override {
-    return inner_->make_batch_stager(options);
-  }
-  double time_gemm_ms(DType dtype, bool tf32, int64_t M, int64_t N, int64_t K,
-                      int iterations) override {
-    return inner_->time_gemm_ms(dtype, tf32, M, N, K, iterations);
-  }
-
-  void embedding_forward(const EmbeddingForward& args) override;
-  void embedding_backward(const EmbeddingBackward& args) override;
-  void layernorm_forward(const LayerNormForward& args) override;
-  void layernorm_backward(const LayerNormBackward& args) override;
-  void matmul_forward(const MatmulForward& args) override;
-  void matmul_backward(const MatmulBackward& args) override;
-  void gelu_forward(const GeluForward& args) override;
-  void gelu_backward(const GeluBackward& args) override;
-  void attention_forward(const AttentionForward& args) override;
-  void attention_backward(const AttentionBackward& args) override;
-  void softmax_cross_entropy(const SoftmaxCrossEntropy& args) override;
-  void adamw_step(const AdamwStep& args) override;
-  double sum_of_squares(const SumOfSquares& args) override;
-  void fp8_update_scales(const Fp8UpdateScales& args) override;
-  void fill(const Fill& args) override;
-  void convert(const Convert& args) override;
-
  private:
-  // Runs `call`, waits for the device, and adds the wall time, `work` and the device work timed
+  // Runs the op, waits for the device, and adds the wall time, its work and the device work timed
   // inside it to the ledger.
-  template <typename Call>
-  auto timed(const OpWork& work, Call call);
-  std::unique_ptr<Backend> inner_;
+  void around(const std::function<OpWork()>& work, const std::function<void()>& run) override;
   OpLedger ledger_;
 };
 

@@ -124,7 +124,7 @@ void add_config_flags(CLI::App& command, const std::shared_ptr<ConfigFlags>& fla
     // Each callback runs as its flag is read (trigger_on_parse), so the overrides keep command-line
     // order and the last of repeated flags wins (`--fp16 --no-fp16`, `--lr 1 --lr 2`), as with
     // Megatron's argparse, where scripts append overrides to a base command line.
-    if (std::holds_alternative<bool Config::*>(field.member)) {
+    if (std::holds_alternative<bool Config::*>(field.member) && !field.flag_takes_value) {
       command
           .add_flag_function(
               spellings(""), [flags, pointer](int64_t) { flags->overrides.emplace_back(pointer, "true"); }, field.help)

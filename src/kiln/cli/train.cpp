@@ -13,6 +13,7 @@
 #include "kiln/dist/process_group.h"
 #include "kiln/obs/log_line.h"
 #include "kiln/obs/prometheus_endpoint.h"
+#include "kiln/obs/step_trace.h"
 #include "kiln/obs/tensorboard_observer.h"
 #include "kiln/perf/gpu_specs.h"
 #include "kiln/perf/roofline.h"
@@ -54,6 +55,34 @@ std::unique_ptr<PrometheusEndpoint> metrics_endpoint(const Trainer& trainer, con
       .training = {.seq_length = config.seq_length, .peak_flops_per_second = peak_tflops * 1e12}});
 }
 
+// This rank's step trace (--profile) when its rank is profiled; its folder is checked now, before
+// the first step. Nothing at all otherwise.
+std::unique_ptr<StepTraceObserver> step_trace_observer(Trainer& trainer, const ProcessPlace& place) {
+  const Config& config = trainer.config();
+  if (!config.profiles_rank(place.rank, place.world_size)) return nullptr;
+  return std::make_unique<StepTraceObserver>(
+      StepTraceOptions{.step_start = config.profile_step_start,
+                       .step_end = config.profile_step_end,
+                       .dir = config.profile_dir.empty() ? config.tensorboard_dir : config.profile_dir,
+                       .file_name = step_trace_file_name(config.profile_name, place.rank, place.world_size),
+                       .rank = place.rank,
+                       .process_name = fmt::format("kiln rank {}", place.rank)},
+      *trainer.tracing());
+}
+
+// Writes a trace the run's end cut short and says where the trace is, or that the run never
+// reached its window.
+void finish_step_trace(StepTraceObserver* step_trace, const Config& config) {
+  if (!step_trace) return;
+  step_trace->finish();
+  if (!step_trace->written_path().empty())
+    fmt::print("step trace of iteration(s) {}: {} (open it in https://ui.perfetto.dev or chrome://tracing)\n",
+               step_trace->written_iterations(), step_trace->written_path());
+  else
+    fmt::print("no step trace: the run ended at iteration {}, before the traced iterations {}..{}\n",
+               config.train_iters, config.profile_step_start + 1, config.profile_step_end);
+}
+
 }  // namespace
 
 void add_train_command(CLI::App& root) {
@@ -84,8 +113,11 @@ void add_train_command(CLI::App& root) {
     Trainer trainer(config, group ? group->communicator.get() : nullptr, place.local_rank);  // one GPU a local rank
     const std::unique_ptr<PrometheusEndpoint> metrics = metrics_endpoint(trainer, place);
     if (metrics) trainer.add_observer(&metrics->observer());
+    const std::unique_ptr<StepTraceObserver> step_trace = step_trace_observer(trainer, place);
+    if (step_trace) trainer.add_observer(step_trace.get());
     if (place.rank != 0) {
-      trainer.run();  // rank 0 alone prints and writes
+      trainer.run();  // rank 0 alone prints and writes, but for the traces of --profile-ranks
+      finish_step_trace(step_trace.get(), trainer.config());
       return;
     }
     const Config& resolved = trainer.config();
@@ -104,6 +136,7 @@ void add_train_command(CLI::App& root) {
     const std::unique_ptr<TensorBoardObserver> tensorboard = tensorboard_observer(trainer, log);
     if (tensorboard) trainer.add_observer(tensorboard.get());
     trainer.run();
+    finish_step_trace(step_trace.get(), resolved);
     if (const OpTimingBackend* timing = trainer.op_timing())
       fmt::print("time by op over the whole run (--profile-ops):\n{}",
                  OpTimingBackend::format(timing->times(), limits ? &*limits : nullptr));

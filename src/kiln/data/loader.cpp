@@ -1,8 +1,11 @@
 #include "kiln/data/loader.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 
 #include "kiln/core/error.h"
+#include "kiln/core/trace.h"
 
 namespace kiln {
 
@@ -15,7 +18,11 @@ DataLoader::DataLoader(const TokenSource& source, int64_t batch_size, const Load
   KILN_CHECK(options.cache_samples >= 0, "config key 'data_cache_samples' must be >= 0, got {}", options.cache_samples);
   KILN_CHECK(options.world_size >= 1 && options.rank >= 0 && options.rank < options.world_size,
              "loader: rank {} is outside world size {}", options.rank, options.world_size);
-  for (int w = 0; w < options.num_workers; ++w) workers_.emplace_back([this] { worker_loop(); });
+  for (int w = 0; w < options.num_workers; ++w)
+    workers_.emplace_back([this, w] {
+      trace::name_this_thread(fmt::format("loader worker {}", w));
+      worker_loop();
+    });
 }
 
 DataLoader::~DataLoader() {
@@ -92,6 +99,8 @@ void DataLoader::worker_loop() {
     Batch batch;
     std::exception_ptr failure;
     try {
+      const trace::Span span("data", trace::recording() ? fmt::format("read samples {}..{}", first, first + batch_size_ - 1)
+                                                         : std::string());
       read_batch(first, batch);
     } catch (...) {
       failure = std::current_exception();

@@ -13,6 +13,7 @@
 #include <exception>
 
 #include "kiln/core/error.h"
+#include "kiln/core/trace.h"
 #include "kiln/dist/store.h"
 
 namespace kiln {
@@ -124,6 +125,7 @@ GlooCommunicator::~GlooCommunicator() {
 }
 
 void GlooCommunicator::thread_loop() {
+  trace::name_this_thread("communication (gloo)");
   for (;;) {
     std::shared_ptr<Job> job;
     {
@@ -138,6 +140,7 @@ void GlooCommunicator::thread_loop() {
     std::exception_ptr failure = first_failure_;
     if (!failure) {
       try {
+        const trace::Span span("communication", job->what);
         job->run();
       } catch (const std::exception& error) {
         const std::string culprit = explain_failure_ ? explain_failure_() : "";

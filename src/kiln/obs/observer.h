@@ -43,6 +43,7 @@ struct ValidationStats {
 class TrainObserver {
  public:
   virtual ~TrainObserver() = default;
+  virtual void on_iteration_begin(int64_t /*iteration*/) {}  // before the step of that iteration
   virtual void on_iteration(const IterationStats&) {}
   virtual void on_validation(const ValidationStats&) {}
   virtual void on_checkpoint(int64_t /*iteration*/, const std::string& /*dir*/) {}

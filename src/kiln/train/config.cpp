@@ -67,6 +67,21 @@ const std::vector<ConfigField>& config_fields() {
       {"profile_ops", &Config::profile_ops,
        "time every back-end op, waiting for the device after each (where a step's time goes; slows the step); "
        "kiln train prints the split at the end, kiln bench train after the timed iterations"},
+      // Megatron: --profile (off), --profile-step-start (10), --profile-step-end (12), --profile-ranks
+      // (0), megatron/training/arguments.py _add_training_args; the course's --profile-execution
+      // true and --profile-name.
+      {"profile", &Config::profile,
+       "write a Chrome trace (Perfetto, chrome://tracing, TensorBoard's profile plugin) of the iterations "
+       "after profile_step_start up to profile_step_end: every op, loader and communication thread, CUDA's "
+       "kernels and memory (docs/trace.md)"},
+      {"profile_step_start", &Config::profile_step_start, "the trace starts after this iteration"},
+      {"profile_step_end", &Config::profile_step_end, "the trace ends with this iteration"},
+      {"profile_ranks", &Config::profile_ranks, "the ranks that write a trace: 0, a list such as 0,3, or all"},
+      {"profile_dir", &Config::profile_dir, "folder of the trace (created); empty: tensorboard_dir"},
+      {"profile_execution", &Config::profile_execution, "the same as profile (--profile-execution true)", nullptr,
+       true},
+      {"profile_name", &Config::profile_name,
+       "the trace's file name before .pt.trace.json (with _rank<r> where many ranks run); empty: <host>_<pid>"},
       {"cuda_graph", &Config::cuda_graph,
        "replay each micro-batch's forward and backward from a CUDA graph, recorded once per batch slot and "
        "gradient scale: one launch instead of hundreds (CUDA)"},
@@ -379,6 +394,7 @@ void Config::resolve(int world_size) {
   if (data_parallel_size == 0) data_parallel_size = world_size;
   if (global_batch_size == 0) global_batch_size = micro_batch_size * data_parallel_size;
   if (lr_decay_iters == 0) lr_decay_iters = train_iters;
+  if (profile_execution) profile = true;
 }
 
 void Config::validate() const {
@@ -437,6 +453,20 @@ void Config::validate() const {
   KILN_CHECK(!cuda_graph || !profile_ops,
              "config keys 'cuda_graph' and 'profile_ops' are both set: profiling waits for the device after every "
              "op, which a recorded graph cannot do; choose one");
+  if (profile) {
+    KILN_CHECK(profile_step_start >= 0 && profile_step_end > profile_step_start,
+               "config keys 'profile_step_start' ({}) and 'profile_step_end' ({}): the trace covers the iterations "
+               "after the start up to the end, so 0 <= start < end",
+               profile_step_start, profile_step_end);
+    KILN_CHECK(!profile_ops, "config keys 'profile' and 'profile_ops' are both set: --profile-ops waits for the "
+                             "device after every op, which would distort the trace; choose one");
+    KILN_CHECK(!cuda_graph, "config keys 'profile' and 'cuda_graph' are both set: a graph's replay issues no op the "
+                            "trace could record; trace without --cuda-graph");
+    KILN_CHECK(!profile_dir.empty() || !tensorboard_dir.empty(),
+               "config key 'profile' needs a folder for the trace: set 'profile_dir' (--profile-dir) or "
+               "'tensorboard_dir' (--tensorboard-dir)");
+    profiles_rank(0, std::numeric_limits<int64_t>::max());  // checks profile_ranks' syntax
+  }
   KILN_CHECK(fp8_format.empty() || fp8_format == "hybrid" || fp8_format == "e4m3",
              "config key 'fp8_format': '{}' is not hybrid or e4m3 (or empty: no fp8)", fp8_format);
   KILN_CHECK(fp8_format.empty() || bf16,
@@ -606,6 +636,23 @@ StorageOptions Config::storage_options() const {
     fail("config key 's3_addressing': {}", error.what());
   }
   return options;
+}
+
+bool Config::profiles_rank(int64_t rank, int64_t world_size) const {
+  if (!profile) return false;
+  if (profile_ranks == "all") return true;
+  bool listed = false;
+  std::stringstream list(profile_ranks);
+  for (std::string item; std::getline(list, item, ',');) {
+    int64_t listed_rank = -1;
+    const auto [end, error] = std::from_chars(item.data(), item.data() + item.size(), listed_rank);
+    KILN_CHECK(error == std::errc() && end == item.data() + item.size() && listed_rank >= 0,
+               "config key 'profile_ranks': '{}' is not a list of ranks such as 0 or 0,3, or all", profile_ranks);
+    KILN_CHECK(listed_rank < world_size,
+               "config key 'profile_ranks' names rank {}, but the job has {} ranks", listed_rank, world_size);
+    listed = listed || listed_rank == rank;
+  }
+  return listed;
 }
 
 }  // namespace kiln

@@ -77,6 +77,15 @@ struct Config {
   bool matmul_autotune = false;  // each product's cuBLASLt algorithm chosen by timing (CUDA)
   bool cudnn_attention = false;  // the fused attention on cuDNN's engines where they take it (CUDA)
   bool profile_ops = false;     // time every back-end op, waiting for the device after each
+  // The step trace (obs/step_trace.h): Megatron's --profile, --profile-step-start/-end (the
+  // iterations after start up to end are traced) and --profile-ranks; the course's spelling
+  // --profile-execution true with --profile-name. Written into profile_dir, else tensorboard_dir.
+  bool profile = false;
+  int64_t profile_step_start = 10, profile_step_end = 12;
+  std::string profile_ranks = "0";  // "0", "0,2", "all"
+  std::string profile_dir;
+  bool profile_execution = false;  // the same as profile
+  std::string profile_name;        // the trace file's name; empty: <host>_<pid>
   bool cuda_graph = false;      // replay each micro-batch's forward and backward from a CUDA graph
   // Megatron's fusion switches (its --no-... flags), accepted and recorded: kiln's CUDA back-end
   // chooses its own fusions (fused_attention, matmul_epilogues above).
@@ -174,6 +183,8 @@ struct Config {
     return std::chrono::milliseconds(static_cast<int64_t>(distributed_timeout_minutes * 60'000.0));
   }
   std::string precision_name() const { return fp16 ? "fp16" : bf16 ? "bf16" : tf32 ? "tf32" : "fp32"; }
+  // Whether rank `rank` of `world_size` writes a step trace (profile and profile_ranks).
+  bool profiles_rank(int64_t rank, int64_t world_size) const;
   // Storage and matmul-input dtype of parameters and activations (TF32 is fp32 storage).
   DType compute_dtype() const { return fp16 ? DType::F16 : bf16 ? DType::BF16 : DType::F32; }
 };
@@ -186,6 +197,7 @@ struct ConfigField {
   ConfigMember member;
   const char* help;
   const char* flag_alias = nullptr;  // a second spelling of the flag Megatron uses (--DDP-impl), if any
+  bool flag_takes_value = false;     // a boolean whose flag takes a value (--profile-execution true)
 };
 
 const std::vector<ConfigField>& config_fields();

@@ -4,9 +4,12 @@
 
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <utility>
 
 #include "kiln/backend/op_timing.h"
+#include "kiln/backend/op_tracing.h"
+#include "kiln/core/trace.h"
 #include "kiln/backend/registry.h"
 #include "kiln/data/gpt_dataset.h"
 #include "kiln/core/error.h"
@@ -52,6 +55,7 @@ Trainer::Trainer(const Config& config, Communicator* communicator, int device_in
       config_(resolve_config(config, communicator_.world_size())),
       schedule_(config_.lr_schedule()),
       full_recompute_(config_.recompute_policy().granularity == RecomputeGranularity::Full) {
+  trace::name_this_thread("trainer");  // the step trace's track of the thread that trains
   KILN_CHECK(config_.mock_data || !config_.data_path.empty(),
              "config key 'data_path' is not set: no training data (or use --mock-data)");
   const int ranks = communicator_.world_size();
@@ -65,6 +69,7 @@ Trainer::Trainer(const Config& config, Communicator* communicator, int device_in
                                          config_.matmul_autotune, config_.fp8_fast_accumulation,
                                          config_.cudnn_attention, device_index});
   if (config_.profile_ops) backend_ = std::make_unique<OpTimingBackend>(std::move(backend_));
+  if (config_.profile) backend_ = std::make_unique<TracingBackend>(std::move(backend_));
   const GptConfig gpt = config_.gpt();
   const auto seed = static_cast<uint64_t>(config_.seed);
   const Storage storage(config_.storage_options());
@@ -280,7 +285,9 @@ void Trainer::gather_parameters() {
 }
 
 void Trainer::wait_for_parameters() {
-  if (param_gather_) std::exchange(param_gather_, nullptr)->wait();
+  if (!param_gather_) return;
+  const trace::Span span("communication", "parameter gather (wait)");
+  std::exchange(param_gather_, nullptr)->wait();
 }
 
 OptimizerSnapshot Trainer::optimizer_snapshot() {
@@ -304,6 +311,7 @@ OptimizerSnapshot Trainer::optimizer_snapshot() {
 
 IterationStats Trainer::train_step() {
   const auto start = std::chrono::steady_clock::now();
+  const trace::Span step_span("step", trace::recording() ? fmt::format("iteration {}", state_.iteration + 1) : "");
   wait_for_parameters();
   const int64_t micro = config_.micro_batch_size, seq = config_.seq_length;
   const int64_t accumulation = config_.accumulation_steps();
@@ -320,6 +328,9 @@ IterationStats Trainer::train_step() {
   for (int64_t step = 0; step < accumulation; ++step) {
     const bool last = step + 1 == accumulation;
     const StagedBatch next = !last ? stage(first_local + (step + 1) * micro) : StagedBatch{};
+    const std::string micro_batch = trace::recording() ? fmt::format(" (micro-batch {})", step + 1) : "";
+    std::optional<trace::Span> phase;  // the step trace's part of the micro-batch under way
+    phase.emplace("phase", "forward" + micro_batch);
     stager_->wait_for_copy(current.device);
     const GptStagedInputs device{current.device, current.device + current.tokens.size()};
     // The first micro-batch writes the gradients (no pass zeroes them), the others add to them.
@@ -335,6 +346,7 @@ IterationStats Trainer::train_step() {
       graphs_->forward_backward(*model_);
     } else {
       model_->forward_ops();
+      phase.emplace("phase", "backward" + micro_batch);
       if (defer_lookup) {
         model_->defer_embedding_lookup();
         if (overlap) buckets_->start_early();  // the embedding's gradient is final now
@@ -344,30 +356,48 @@ IterationStats Trainer::train_step() {
     if (overlap) model_->set_gradients_final_listener({});
     if (defer_lookup) lookups_->start(*model_, current.tokens);
     // Waits for the device once per micro-batch, with backward queued.
+    phase.emplace("sync", "loss (waits for the device)");
     losses[static_cast<size_t>(step * ranks + communicator_.rank())] = model_->loss();
+    phase.reset();
     stager_->release(current.device);
     current = next;
   }
-  const double reduce_wait_ms = reduce_gradients();
-  const double lm_loss = global_sum(losses) / static_cast<double>(micro_batches);
-  const double grad_norm = std::sqrt(gradient_sum_of_squares()) / scale;
+  const double reduce_wait_ms = [&] {
+    const trace::Span span("communication", "gradient reduction (wait)");
+    return reduce_gradients();
+  }();
+  const double lm_loss = [&] {
+    const trace::Span span("communication", "loss (sum over ranks)");
+    return global_sum(losses) / static_cast<double>(micro_batches);
+  }();
+  const double grad_norm = [&] {
+    const trace::Span span("optimizer", "gradient norm");
+    return std::sqrt(gradient_sum_of_squares()) / scale;
+  }();
   const bool skip = scaler_.update(!std::isfinite(grad_norm));
 
   const int64_t iteration = state_.iteration + 1;
   const float lr = schedule_.at(iteration);
   if (!skip) {
+    const trace::Span span("optimizer", "optimizer step");
     const float clip = clip_coefficient(grad_norm, static_cast<float>(config_.clip_grad));
     optimizer_->step(optimizer_grads(), lr, clip / scale);
     if (sharded_) gather_parameters();
   }
-  if (model_->fp8()) update_fp8_scales(iteration);  // skipped steps too, as Transformer Engine
+  if (model_->fp8()) {
+    const trace::Span span("fp8", "fp8 scales");
+    update_fp8_scales(iteration);  // skipped steps too, as Transformer Engine
+  }
   state_.iteration = iteration;
   state_.consumed_samples += config_.global_batch_size;
   state_.optimizer_steps = optimizer_->steps_taken();
   state_.skipped_iterations += skip;
   state_.nan_iterations += !std::isfinite(lm_loss);
   state_.loss_scaler = scaler_.state();
-  backend_->synchronize();
+  {
+    const trace::Span span("sync", "synchronize");
+    backend_->synchronize();
+  }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   IterationStats stats;
@@ -400,6 +430,7 @@ IterationStats Trainer::train_step() {
 }
 
 Trainer::StagedBatch Trainer::stage(int64_t first_sample) {
+  const trace::Span span("data", "next micro-batch");
   const std::span<int32_t> slot = stager_->next_host_slot();
   const size_t half = slot.size() / 2;
   StagedBatch batch{slot.first(half), slot.subspan(half), nullptr};
@@ -491,6 +522,7 @@ void Trainer::run() {
   }
   const auto started = std::chrono::steady_clock::now();
   while (state_.iteration < config_.train_iters) {
+    for (TrainObserver* observer : observers_) observer->on_iteration_begin(state_.iteration + 1);
     const IterationStats stats = train_step();
     for (TrainObserver* observer : observers_) observer->on_iteration(stats);
     const int64_t it = state_.iteration;

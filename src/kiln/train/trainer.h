@@ -4,7 +4,10 @@
 //   check -> loss-scaler update (skip the step on overflow) -> unscale and clip folded into one
 //   factor -> AdamW at the scheduled learning rate -> with fp8, the next fp8 scales.
 // global batch = micro-batch x data-parallel size x accumulation steps. Validation, checkpoints
-// and logging happen between iterations; observers are told about each event.
+// and logging happen between iterations; observers are told about each event. The parts of a
+// step (next micro-batch, forward, backward, the waits, the optimizer) are spans of the step
+// trace (core/trace.h), which record only inside --profile's window; with profile the back-end is
+// wrapped in a TracingBackend (backend/op_tracing.h), so every op is a span too.
 //
 // Data parallelism (a Communicator of world size > 1, dist/): every rank holds the whole model and
 // optimizer state. Micro-batch k of an iteration on rank r is the global batch's micro-batch
@@ -34,6 +37,7 @@
 
 #include "kiln/backend/backend.h"
 #include "kiln/backend/op_timing.h"
+#include "kiln/backend/op_tracing.h"
 #include "kiln/data/loader.h"
 #include "kiln/data/token_dataset.h"
 #include "kiln/data/token_source.h"
@@ -77,6 +81,8 @@ class Trainer {
   Backend& backend() const { return *backend_; }
   // The per-op timer when the config asks for it (profile_ops), else null.
   OpTimingBackend* op_timing() const { return dynamic_cast<OpTimingBackend*>(backend_.get()); }
+  // The step trace's op recorder when the config asks for a trace (profile), else null.
+  TracingBackend* tracing() const { return dynamic_cast<TracingBackend*>(backend_.get()); }
   std::string memory_summary() const;
   // The device bytes of memory_summary()'s plan, all allocated before the first step; training
   // allocates nothing more, so the back-end's peak stays within it.

@@ -7,10 +7,12 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdlib>
+#include <optional>
 #include <vector>
 
 #include "kiln/backend/cuda/cuda_backend.h"
 #include "kiln/backend/cuda/cuda_check.h"
+#include "kiln/backend/cuda/launch_timing.h"
 #include "kiln/backend/cuda/stream.h"
 #include "kiln/core/error.h"
 
@@ -75,9 +77,15 @@ class CudaBatchStager final : public BatchStager {
     if (slot.used && copy_stream_)
       check_cuda(cudaStreamWaitEvent(copy_stream_, slot.free, 0),
                  "batch stager wait for a free slot");
-    check_cuda(cudaMemcpyAsync(slot.device, slot.host, options_.ints_per_batch * sizeof(int32_t),
-                               cudaMemcpyHostToDevice, stream),
-               "batch stager host-to-device copy");
+    {
+      // On the copy stream, a track of its own in a step trace; a copy on the compute stream is
+      // left out, as it would fall inside the next op's device work.
+      std::optional<cuda::TimedLaunch> timed;
+      if (copy_stream_) timed.emplace("host-to-device copy of a micro-batch", copy_stream_, "copy stream");
+      check_cuda(cudaMemcpyAsync(slot.device, slot.host, options_.ints_per_batch * sizeof(int32_t),
+                                 cudaMemcpyHostToDevice, stream),
+                 "batch stager host-to-device copy");
+    }
     check_cuda(cudaEventRecord(slot.copied, stream), "batch stager event record");
     slot.used = true;
     return slot.device;

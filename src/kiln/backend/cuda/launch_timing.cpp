@@ -16,12 +16,15 @@ namespace {
 struct Pending {
   cudaEvent_t start = nullptr, end = nullptr;
   const void* kernel = nullptr;
-  const char* label = nullptr;
+  std::string label;  // empty: the kernel's name
+  cudaStream_t stream = nullptr;
+  const char* stream_name = nullptr;
   bool ended = false;  // the end event was recorded
 };
 
 struct State {
   bool on = false;
+  cudaEvent_t epoch = nullptr;  // recorded on the compute stream when timing was turned on
   std::vector<Pending> pending;
   std::vector<cudaEvent_t> spare;           // events whose times were taken, for reuse while on
   std::map<const void*, std::string> names;  // kernels' display names, resolved once each
@@ -45,11 +48,11 @@ cudaEvent_t event() {
 }
 
 // Starts timing a piece of work; its index in the pending list, or -1 where nothing is timed.
-int begin(const void* kernel, const char* label) {
+int begin(const void* kernel, std::string label, cudaStream_t stream, const char* stream_name) {
   State& s = state();
   if (!s.on || compute_stream_capturing()) return -1;
-  Pending pending{event(), event(), kernel, label};
-  check_cuda(cudaEventRecord(pending.start, compute_stream()), "recording a launch's start");
+  Pending pending{event(), event(), kernel, std::move(label), stream, stream_name};
+  check_cuda(cudaEventRecord(pending.start, stream), "recording a launch's start");
   s.pending.push_back(pending);
   return static_cast<int>(s.pending.size()) - 1;
 }
@@ -75,6 +78,10 @@ void replace_all(std::string& text, const std::string& from, const std::string& 
 
 void set_launch_timing(bool on) {
   State& s = state();
+  if (on && !s.on) {
+    s.epoch = event();
+    check_cuda(cudaEventRecord(s.epoch, compute_stream()), "recording the start of launch timing");
+  }
   s.on = on;
   if (on) return;
   // Nothing here throws (it runs as a profile unwinds): pending events are destroyed untaken,
@@ -86,17 +93,23 @@ void set_launch_timing(bool on) {
   s.pending.clear();
   for (cudaEvent_t spare : s.spare) cudaEventDestroy(spare);
   s.spare.clear();
+  if (s.epoch) cudaEventDestroy(s.epoch);
+  s.epoch = nullptr;
 }
 bool launch_timing() { return state().on; }
 
-TimedLaunch::TimedLaunch(const void* kernel) : index_(begin(kernel, nullptr)) {}
-TimedLaunch::TimedLaunch(const char* label) : index_(begin(nullptr, label)) {}
+TimedLaunch::TimedLaunch(const void* kernel)
+    : index_(launch_timing() ? begin(kernel, {}, compute_stream(), "compute stream") : -1) {}
+TimedLaunch::TimedLaunch(const char* label)
+    : index_(launch_timing() ? begin(nullptr, label, compute_stream(), "compute stream") : -1) {}
+TimedLaunch::TimedLaunch(std::string label, cudaStream_t stream, const char* stream_name)
+    : index_(launch_timing() ? begin(nullptr, std::move(label), stream, stream_name) : -1) {}
 
 TimedLaunch::~TimedLaunch() {
   std::vector<Pending>& pending_list = state().pending;
   if (index_ < 0 || static_cast<size_t>(index_) >= pending_list.size()) return;  // dropped since (timing off)
   Pending& pending = pending_list[static_cast<size_t>(index_)];
-  pending.ended = cudaEventRecord(pending.end, compute_stream()) == cudaSuccess;  // no throw from here
+  pending.ended = cudaEventRecord(pending.end, pending.stream) == cudaSuccess;  // no throw from here
 }
 
 std::vector<LaunchTime> take_launch_times() {
@@ -104,12 +117,15 @@ std::vector<LaunchTime> take_launch_times() {
   std::vector<LaunchTime> times;
   std::vector<Pending> pending = std::move(s.pending);
   s.pending.clear();
+  if (!pending.empty()) check_cuda(cudaEventSynchronize(s.epoch), "waiting for the start of launch timing");
   for (const Pending& p : pending) {
-    float ms = 0.0f;
+    float ms = 0.0f, start_ms = 0.0f;
     if (p.ended) {
       check_cuda(cudaEventSynchronize(p.end), "waiting for a timed launch");
       check_cuda(cudaEventElapsedTime(&ms, p.start, p.end), "reading a launch's time");
-      times.push_back({p.label ? std::string(p.label) : name_of(p.kernel), static_cast<double>(ms)});
+      check_cuda(cudaEventElapsedTime(&start_ms, s.epoch, p.start), "reading a launch's start");
+      times.push_back({p.label.empty() ? name_of(p.kernel) : p.label, static_cast<double>(ms),
+                       static_cast<double>(start_ms), p.stream_name});
     }
     s.spare.push_back(p.start);
     s.spare.push_back(p.end);

@@ -1,5 +1,5 @@
 // Device time of each piece of work the CUDA back-end issues on the compute stream, for
-// --profile-ops (op_timing.h): while on, every kernel launch (launch.cuh), cuBLASLt product,
+// --profile-ops (op_timing.h) and the step trace (op_tracing.h): while on, every kernel launch (launch.cuh), cuBLASLt product,
 // cuDNN attention call and CUB sort is bracketed by two events, and take_launch_times() waits for
 // them and names each, so that a profile's op (a product and the cast behind it, an attention call
 // and the casts of its outputs) splits into the work that took its time, without an external
@@ -7,6 +7,8 @@
 // only outside a CUDA graph's capture (CudaBackend refuses profiling with graphs anyway).
 // One state per process, as the compute stream is; used from one host thread (Backend's rule).
 #pragma once
+
+#include <cuda_runtime_api.h>
 
 #include <string>
 #include <vector>
@@ -25,6 +27,10 @@ class TimedLaunch {
  public:
   explicit TimedLaunch(const void* kernel);
   explicit TimedLaunch(const char* label);
+  // Work on another stream, which belongs to no op (a batch's host-to-device copy, a collective):
+  // timed on `stream` and listed under `stream_name` (a literal: "copy stream"), which
+  // --profile-ops' per-op table leaves out and the step trace shows as a track of its own.
+  TimedLaunch(std::string label, cudaStream_t stream, const char* stream_name);
   ~TimedLaunch();
   TimedLaunch(const TimedLaunch&) = delete;
   TimedLaunch& operator=(const TimedLaunch&) = delete;
@@ -33,8 +39,8 @@ class TimedLaunch {
   int index_ = -1;  // in the pending list; -1 when timing is off
 };
 
-// Waits for the pending work's events and returns each piece's name and device time, in the order
-// they were issued; the list starts again empty.
+// Waits for the pending work's events and returns each piece's name, device time and start (since
+// timing was turned on), in the order they were issued; the list starts again empty.
 std::vector<LaunchTime> take_launch_times();
 
 // "cast_fp8_kernel<bf16, (Fp8Source)0>" from a kernel's mangled name (as cudaFuncGetName gives

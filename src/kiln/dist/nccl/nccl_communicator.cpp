@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/backend/cuda/launch_timing.h"
 #include "kiln/backend/cuda/stream.h"
 #include "kiln/core/error.h"
 #include "kiln/dist/store.h"
@@ -189,7 +190,10 @@ class NcclCommunicator final : public Communicator {
     // After everything queued so far on the compute stream.
     check(cudaEventRecord(compute_ready_, cuda::compute_stream()), "recording the compute stream's event");
     check(cudaStreamWaitEvent(stream_, compute_ready_, 0), "ordering the communication stream");
-    settle(launch(), what);
+    {
+      const cuda::TimedLaunch timed(what, stream_, "communication stream");  // for a step trace
+      settle(launch(), what);
+    }
     auto work = std::make_unique<NcclWork>();
     work->communicator = this;
     work->what = std::move(what);
