@@ -7,6 +7,7 @@
 #include <numbers>
 
 #include "backend/op_case.h"
+#include "kiln/core/philox.h"
 #include "support/device_tensors.h"
 
 namespace kiln::testing {
@@ -232,6 +233,34 @@ OpCase gelu_case(int64_t count, Rng& rng) {
   return op;
 }
 
+// ---- dropout ------------------------------------------------------------------------------------
+// The mask is the one ops.h defines (element i kept when philox::bits(seed, stream, i) reaches
+// dropout_threshold(p)); the reference scales in double. The backward is the op on dout.
+OpCase dropout_case(int64_t count, float probability, Rng& rng) {
+  constexpr uint64_t kSeed = 0x5eed, kStream = 77;
+  OpCase op;
+  op.name = fmt::format("dropout_N{}_p{}", count, static_cast<int>(probability * 100));  // p in percent
+  op.inputs = {random_floats(static_cast<size_t>(count), rng, 2.0f)};
+  op.differentiable = {0};
+  const auto run = [=](Backend& backend, DType dtype, const std::vector<float>& in) {
+    DeviceTensors t(backend, dtype);
+    Tensor out = t.poisoned_acts({count});
+    backend.dropout({out, t.acts(in, {count}), probability, kSeed, kStream});
+    return t.download(out);
+  };
+  op.forward = [=](Backend& backend, DType dtype, const FloatInputs& x) { return run(backend, dtype, x[0]); };
+  op.reference = [=](const DoubleInputs& x) {
+    std::vector<double> out(x[0].size());
+    for (size_t i = 0; i < out.size(); ++i)
+      out[i] = philox::bits(kSeed, kStream, i) >= dropout_threshold(probability) ? x[0][i] / (1.0 - probability) : 0.0;
+    return out;
+  };
+  op.backward = [=](Backend& backend, DType dtype, const FloatInputs&, const std::vector<float>& dout) {
+    return FloatInputs{run(backend, dtype, dout)};
+  };
+  return op;
+}
+
 // ---- embedding --------------------------------------------------------------------------------------
 OpCase embedding_case(int64_t B, int64_t T, int64_t C, int64_t rows, int64_t positions, Rng& rng) {
   OpCase op;
@@ -406,6 +435,8 @@ std::vector<OpCase> all_op_cases() {
   cases.push_back(layernorm_case(2, 2056, rng));  // CUDA's backward in two slices of columns, 2048 and 8
   cases.push_back(gelu_case(37, rng));
   cases.push_back(gelu_case(256, rng));
+  cases.push_back(dropout_case(37, 0.25f, rng));   // one element at a time on CUDA
+  cases.push_back(dropout_case(256, 0.5f, rng));   // packs of elements
   cases.push_back(embedding_case(2, 5, 24, 13, 8, rng));
   cases.push_back(embedding_case(1, 7, 80, 64, 7, rng));
   // CUDA's token-gradient kernel stages a run's rows 256 at a time and its columns 1024 at a time:

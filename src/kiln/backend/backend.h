@@ -142,6 +142,7 @@ class Backend {
   virtual void adamw_step(const AdamwStep& args) = 0;
   virtual void fp8_update_scales(const Fp8UpdateScales& args) = 0;
   virtual double sum_of_squares(const SumOfSquares& args) = 0;
+  virtual void dropout(const Dropout& args) = 0;
   virtual void fill(const Fill& args) = 0;
   virtual void convert(const Convert& args) = 0;
 };

@@ -426,6 +426,16 @@ int64_t sum_of_squares(const SumOfSquares& a, Device device) {
   return a.in.numel();
 }
 
+int64_t dropout(const Dropout& a, Device device) {
+  constexpr const char* op = "dropout";
+  const DType dtype = compute_dtype(a.in, device, op, "in");
+  require(a.out, dtype, device, op, "out");
+  require_numel(a.out, a.in.numel(), op, "out");
+  KILN_CHECK(a.probability >= 0.0f && a.probability < 1.0f, "{}: probability must be in [0, 1), got {}", op,
+             a.probability);
+  return a.in.numel();
+}
+
 int64_t fill(const Fill& a, Device device) {
   compute_dtype(a.out, device, "fill", "out");
   return a.out.numel();

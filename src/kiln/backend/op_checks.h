@@ -30,6 +30,7 @@ RowsDims softmax_cross_entropy(const SoftmaxCrossEntropy& args, Device device); 
 int64_t adamw_step(const AdamwStep& args, Device device);  // parameter count
 int64_t sum_of_squares(const SumOfSquares& args, Device device);
 int64_t fp8_update_scales(const Fp8UpdateScales& args, Device device);  // history length
+int64_t dropout(const Dropout& args, Device device);
 int64_t fill(const Fill& args, Device device);
 int64_t convert(const Convert& args, Device device);
 

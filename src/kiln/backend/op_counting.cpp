@@ -71,6 +71,7 @@ void OpCountingBackend::adamw_step(const AdamwStep& a) { count(a, checks::adamw_
 void OpCountingBackend::fp8_update_scales(const Fp8UpdateScales& a) {
   count(a, checks::fp8_update_scales);
 }
+void OpCountingBackend::dropout(const Dropout& a) { count(a, checks::dropout); }
 void OpCountingBackend::fill(const Fill& a) { count(a, checks::fill); }
 void OpCountingBackend::convert(const Convert& a) { count(a, checks::convert); }
 double OpCountingBackend::sum_of_squares(const SumOfSquares& a) {

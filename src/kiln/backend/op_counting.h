@@ -53,6 +53,7 @@ class OpCountingBackend final : public Backend {
   void adamw_step(const AdamwStep& args) override;
   void fp8_update_scales(const Fp8UpdateScales& args) override;
   double sum_of_squares(const SumOfSquares& args) override;
+  void dropout(const Dropout& args) override;
   void fill(const Fill& args) override;
   void convert(const Convert& args) override;
 

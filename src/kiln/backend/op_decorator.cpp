@@ -29,6 +29,7 @@ KILN_DECORATED_OP(attention_backward, AttentionBackward)
 KILN_DECORATED_OP(softmax_cross_entropy, SoftmaxCrossEntropy)
 KILN_DECORATED_OP(adamw_step, AdamwStep)
 KILN_DECORATED_OP(fp8_update_scales, Fp8UpdateScales)
+KILN_DECORATED_OP(dropout, Dropout)
 KILN_DECORATED_OP(fill, Fill)
 KILN_DECORATED_OP(convert, Convert)
 #undef KILN_DECORATED_OP

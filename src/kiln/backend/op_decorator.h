@@ -53,6 +53,7 @@ class OpDecorator : public Backend {
   void adamw_step(const AdamwStep& args) final;
   double sum_of_squares(const SumOfSquares& args) final;
   void fp8_update_scales(const Fp8UpdateScales& args) final;
+  void dropout(const Dropout& args) final;
   void fill(const Fill& args) final;
   void convert(const Convert& args) final;
 

@@ -50,6 +50,7 @@ OpWork work_of(const SoftmaxCrossEntropy& args);
 OpWork work_of(const AdamwStep& args);
 OpWork work_of(const SumOfSquares& args);
 OpWork work_of(const Fp8UpdateScales& args);
+OpWork work_of(const Dropout& args);
 OpWork work_of(const Fill& args);
 OpWork work_of(const Convert& args);
 

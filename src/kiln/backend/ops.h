@@ -346,6 +346,25 @@ struct Fp8UpdateScales {
 };
 constexpr int64_t kFp8StateColumns = 4;  // scale, scale_inv, amax, fp8_max; the history follows
 
+// ---- dropout (Srivastava et al. 2014), inverted: kept elements scaled by 1 / (1 - p) ---------------
+// out[i] = keep(i) ? in[i] / (1 - p) : 0, where element i (in flat order) is kept when its 32 bits
+// philox::bits(seed, stream, i) (core/philox.h) are at least dropout_threshold(p) = round(p 2^32):
+// a mask that is a function of (seed, stream, i) alone, stored nowhere. The backward is the same
+// op on the gradient, with the same seed and stream: din = keep(i) ? dout / (1 - p) : 0. So a
+// recomputed forward and the backward draw the very mask of the forward, and every back-end draws
+// the same bits. The caller picks the stream (a layer, micro-batch and iteration) and the seed (a
+// run and rank). The scale is the fp32 value 1.0f / (1.0f - p); out may alias in.
+struct Dropout {
+  Tensor out;  // any floating compute dtype, same numel as in
+  Tensor in;
+  float probability = 0.0f;  // p, in [0, 1)
+  uint64_t seed = 0, stream = 0;
+};
+// The least bits an element keeps at probability p: round(p 2^32), in [0, 2^32).
+inline uint64_t dropout_threshold(float probability) {
+  return static_cast<uint64_t>(static_cast<double>(probability) * 4294967296.0 + 0.5);
+}
+
 // ---- elementwise utilities ----------------------------------------------------------------------
 struct Fill {
   Tensor out;  // any floating dtype

@@ -7,7 +7,7 @@
 // the same inputs give the same bits. Ops are written in fp32; bf16/fp16 calls run the same code on
 // widened copies and round the outputs (fp32_scope.h), which is the reference for low precision.
 // Op definitions live one family per file: embedding.cpp, layernorm.cpp, matmul.cpp, gelu.cpp,
-// attention.cpp, cross_entropy.cpp, elementwise.cpp, adamw.cpp, fp8_scaling.cpp.
+// attention.cpp, cross_entropy.cpp, elementwise.cpp, dropout.cpp, adamw.cpp, fp8_scaling.cpp.
 // Not final: tests derive from it to watch the ops a model issues (tests/nn/product_inputs_test.cpp).
 #pragma once
 
@@ -52,6 +52,7 @@ class CpuBackend : public Backend {
   void adamw_step(const AdamwStep& args) override;
   void fp8_update_scales(const Fp8UpdateScales& args) override;
   double sum_of_squares(const SumOfSquares& args) override;
+  void dropout(const Dropout& args) override;
   void fill(const Fill& args) override;
   void convert(const Convert& args) override;
 

@@ -307,6 +307,13 @@ void CudaBackend::gelu_forward(const GeluForward& a) {
   check_cuda(cuda::gelu_forward(a.out.data, a.in.data, element_kind(a.in.dtype), count), "gelu_forward");
 }
 
+void CudaBackend::dropout(const Dropout& a) {
+  const int64_t count = checks::dropout(a, kCuda);
+  check_cuda(cuda::dropout(a.out.data, a.in.data, element_kind(a.in.dtype), count, dropout_threshold(a.probability),
+                           1.0f / (1.0f - a.probability), a.seed, a.stream),
+             "dropout");
+}
+
 void CudaBackend::gelu_backward(const GeluBackward& a) {
   const int64_t count = checks::gelu_backward(a, kCuda);
   check_cuda(cuda::gelu_backward(a.din.data, a.in.data, a.dout.data, element_kind(a.in.dtype), count),
