@@ -4,13 +4,15 @@
 # and Slurm (slurm-wlm: slurmctld, slurmd, srun) with munge, its authentication, for the test that
 # runs `srun kiln train` on a one-node cluster it starts (tests/support/slurm_cluster.h),
 # libmicrohttpd, the HTTP server of the Prometheus endpoint, and Prometheus itself (prometheus and
-# promtool), which tests/obs/prometheus_test.cpp starts on a free port to scrape a run.
+# promtool), which tests/obs/prometheus_test.cpp starts on a free port to scrape a run, Chromium,
+# in which the tests render `kiln report`'s page headless and take a screenshot, and tmux, under
+# which they drive `kiln top` and capture its screen.
 # Runs apt-get update once before installing anything.
 set -euo pipefail
 
 packages=(cmake ninja-build g++ make libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libfmt-dev
           libgtest-dev libopenblas-openmp-dev libicu-dev libcurl4-openssl-dev libssl-dev libgloo-dev
-          libmicrohttpd-dev nodejs npm python3 slurm-wlm munge prometheus)
+          libmicrohttpd-dev nodejs npm python3 slurm-wlm munge prometheus chromium tmux)
 
 missing=()
 for package in "${packages[@]}"; do
@@ -29,6 +31,8 @@ for package in "${missing[@]}"; do
     slurm-wlm) { on_path slurmctld && on_path slurmd && on_path srun && on_path sinfo; } || needed+=("$package") ;;
     munge) on_path munged || needed+=("$package") ;;
     prometheus) { on_path prometheus && on_path promtool; } || needed+=("$package") ;;
+    chromium) { command -v chromium || command -v chromium-browser; } >/dev/null || needed+=("$package") ;;
+    tmux) command -v tmux >/dev/null || needed+=("$package") ;;
     *) needed+=("$package") ;;
   esac
 done

@@ -2,7 +2,8 @@
 // code with kiln's writer: TFRecord frames (length, masked CRC-32C of the length, data, masked
 // CRC-32C of the data; tensorflow/core/lib/io/record_reader.cc), protocol-buffer wire format
 // (protobuf.dev/programming-guides/encoding), tensorflow.Event (event.proto) and Summary
-// (summary.proto). Its CRC-32C is bitwise, not kiln's table. A malformed file fails the test that
+// (summary.proto), with the text plugin's values (SummaryMetadata.plugin_data.plugin_name and a
+// DT_STRING TensorProto, tensor.proto). Its CRC-32C is bitwise, not kiln's table. A malformed file fails the test that
 // reads it (a thrown std::runtime_error naming the offset).
 #pragma once
 
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -36,11 +38,22 @@ struct ScalarValue {
   float value = 0;
 };
 
+// A Summary.Value with a tensor: its plugin and the tensor's dtype and string_vals.
+struct TensorValue {
+  std::string tag;
+  std::string plugin_name;  // metadata.plugin_data.plugin_name
+  uint64_t dtype = 0;       // 7: DT_STRING
+  bool has_shape = false;   // tensor_shape present (with no dims: rank 0)
+  uint64_t shape_dims = 0;
+  std::vector<std::string> strings;  // string_val
+};
+
 struct DecodedEvent {
   double wall_time = 0;
   int64_t step = 0;
   std::string file_version;          // empty unless field 3 is present
   std::vector<ScalarValue> scalars;  // Summary.value entries with a simple_value
+  std::vector<TensorValue> tensors;  // Summary.value entries with a tensor
 };
 
 // Protocol buffer fields of one message, read in order.
@@ -90,19 +103,65 @@ class ProtoFields {
   std::string_view rest_;
 };
 
-inline ScalarValue decode_summary_value(std::string_view message) {
-  ScalarValue scalar;
+// The bytes of the length-delimited field at `path`, field numbers from the outer message in.
+inline std::string nested_string(std::string_view message, std::vector<uint32_t> path) {
   ProtoFields fields(message);
   for (uint32_t field = 0, type = 0; fields.next(field, type);) {
-    if (field == 1 && type == 2) {
-      scalar.tag = fields.length_delimited();
-    } else if (field == 2 && type == 5) {
-      scalar.value = std::bit_cast<float>(static_cast<uint32_t>(fields.fixed(4)));
+    if (field == path.front() && type == 2) {
+      const std::string_view inner = fields.length_delimited();
+      if (path.size() == 1) return std::string(inner);
+      return nested_string(inner, std::vector<uint32_t>(path.begin() + 1, path.end()));
+    }
+    fields.skip(type);
+  }
+  return "";
+}
+
+inline void decode_tensor(std::string_view message, TensorValue& tensor) {
+  ProtoFields fields(message);
+  for (uint32_t field = 0, type = 0; fields.next(field, type);) {
+    if (field == 1 && type == 0) {
+      tensor.dtype = fields.varint();
+    } else if (field == 2 && type == 2) {
+      tensor.has_shape = true;
+      ProtoFields shape(fields.length_delimited());
+      for (uint32_t inner = 0, inner_type = 0; shape.next(inner, inner_type);) {
+        tensor.shape_dims += inner == 2;
+        shape.skip(inner_type);
+      }
+    } else if (field == 8 && type == 2) {
+      tensor.strings.emplace_back(fields.length_delimited());
     } else {
       fields.skip(type);
     }
   }
-  return scalar;
+}
+
+inline void decode_summary_value(std::string_view message, DecodedEvent& event) {
+  std::string tag;
+  std::optional<float> simple_value;
+  std::optional<TensorValue> tensor;
+  std::string plugin_name;
+  ProtoFields fields(message);
+  for (uint32_t field = 0, type = 0; fields.next(field, type);) {
+    if (field == 1 && type == 2) {
+      tag = fields.length_delimited();
+    } else if (field == 2 && type == 5) {
+      simple_value = std::bit_cast<float>(static_cast<uint32_t>(fields.fixed(4)));
+    } else if (field == 8 && type == 2) {
+      decode_tensor(fields.length_delimited(), tensor.emplace());
+    } else if (field == 9 && type == 2) {
+      plugin_name = nested_string(fields.length_delimited(), {1, 1});  // plugin_data.plugin_name
+    } else {
+      fields.skip(type);
+    }
+  }
+  if (simple_value) event.scalars.push_back({tag, *simple_value});
+  if (tensor) {
+    tensor->tag = tag;
+    tensor->plugin_name = plugin_name;
+    event.tensors.push_back(std::move(*tensor));
+  }
 }
 
 inline DecodedEvent decode_event(std::string_view message) {
@@ -119,7 +178,7 @@ inline DecodedEvent decode_event(std::string_view message) {
       ProtoFields summary(fields.length_delimited());
       for (uint32_t inner = 0, inner_type = 0; summary.next(inner, inner_type);) {
         if (inner == 1 && inner_type == 2) {
-          event.scalars.push_back(decode_summary_value(summary.length_delimited()));
+          decode_summary_value(summary.length_delimited(), event);
         } else {
           summary.skip(inner_type);
         }
@@ -176,6 +235,19 @@ inline ScalarSeries scalar_series(const std::vector<DecodedEvent>& events) {
   ScalarSeries series;
   for (const DecodedEvent& event : events)
     for (const ScalarValue& scalar : event.scalars) series[scalar.tag][event.step] = scalar.value;
+  return series;
+}
+
+// tag -> (step -> text) over the text-plugin summaries of `events`: a rank-0 DT_STRING tensor.
+using TextSeries = std::map<std::string, std::map<int64_t, std::string>>;
+
+inline TextSeries text_series(const std::vector<DecodedEvent>& events) {
+  TextSeries series;
+  for (const DecodedEvent& event : events)
+    for (const TensorValue& tensor : event.tensors)
+      if (tensor.plugin_name == "text" && tensor.dtype == 7 && tensor.has_shape && tensor.shape_dims == 0 &&
+          tensor.strings.size() == 1)
+        series[tensor.tag][event.step] = tensor.strings[0];
   return series;
 }
 

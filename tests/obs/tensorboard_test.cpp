@@ -1,11 +1,13 @@
 // TensorBoard scalars from training, read back with the independent reader (event_file_reader.h):
 // Megatron's tags at the right steps and with the values the observers were given, `vs samples`
-// twins, validation, the interval and the timers' means, a resumed run's new file, the flags, a
-// run that goes on when the disk fails, and the real TensorBoard's reading where it is installed.
+// twins, validation, the interval and the timers' means, a resumed run's new file, the run's config
+// and estimate as text summaries at its start, the flags, a run that goes on when the disk fails,
+// and the real TensorBoard's reading where it is installed.
 #include "kiln/obs/tensorboard_observer.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cmath>
@@ -187,6 +189,18 @@ TEST(TensorBoardObserver, WritesEveryIntervalWithTheTimersMeanSinceTheLastWrite)
   expect_scalar(testing::scalar_series(testing::read_event_file(dir / "resumed")), "lm loss validation", 24, 96, 1.5);
 }
 
+TEST(TensorBoardObserver, RunStartIsTheConfigAndEstimateAsTextsAtTheFirstIteration) {
+  const TempDir dir;
+  TensorBoardObserver observer(TensorBoardWriter::open_file(dir / "events", 100), {}, 96);
+  observer.write_run_start("num_layers: 2\n", R"({"parameters": 10})", 24);
+  observer.writer().flush();
+  const auto events = testing::read_event_file(dir / "events");
+  const testing::TextSeries texts = testing::text_series(events);
+  EXPECT_EQ(texts, (testing::TextSeries{{"config", {{24, "num_layers: 2\n"}}},
+                                        {"estimate", {{24, R"({"parameters": 10})"}}}}));
+  EXPECT_TRUE(testing::scalar_series(events).empty());  // texts only: nothing for the scalars dashboard
+}
+
 TEST(TensorBoardTraining, FailedWritesNeverStopTheRun) {
   Trainer trainer(tiny_config());
   Recorder recorder;
@@ -244,6 +258,15 @@ TEST(TensorBoardCli, ResumedRunAddsAFileWhoseStepsContinue) {
   EXPECT_EQ(steps_of(after, "lm loss vs samples"), (std::set<int64_t>{16, 20, 24}));
   EXPECT_EQ(steps_of(before, "lm loss validation"), (std::set<int64_t>{2, 3}));  // 3: the end
   EXPECT_EQ(steps_of(after, "lm loss validation"), (std::set<int64_t>{4, 6}));
+  // Each file starts with the config it ran under, at the iteration it started from.
+  for (const std::string& file : files) {
+    const testing::TextSeries texts = testing::text_series(testing::read_event_file(file));
+    const int64_t start = texts.at("config").begin()->first;
+    EXPECT_TRUE(start == 0 || start == 3) << file;
+    EXPECT_NE(texts.at("config").at(start).find(fmt::format("train_iters: {}\n", start == 0 ? 3 : 6)),
+              std::string::npos);
+    EXPECT_TRUE(texts.at("estimate").contains(start));
+  }
   // The values are the log line's (which prints seven significant digits).
   for (const auto& [run, series] : {std::pair{&first, &before}, {&second, &after}}) {
     const std::map<int64_t, double> logged = logged_losses(run->output);
@@ -251,6 +274,28 @@ TEST(TensorBoardCli, ResumedRunAddsAFileWhoseStepsContinue) {
     for (const auto& [iteration, loss] : logged)
       EXPECT_NEAR(series->at("lm loss").at(iteration), loss, 1e-6 * loss) << "iteration " << iteration;
   }
+}
+
+TEST(TensorBoardCli, RunStartsWithItsConfigAndEstimateAsTexts) {
+  const TempDir dir;
+  const testing::CommandResult run = testing::run_kiln(tiny_train(dir.path(), 2));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const testing::CommandResult printed = testing::run_kiln(tiny_train(dir.path(), 2, "--print-config"));
+  ASSERT_EQ(printed.exit_code, 0) << printed.output;
+  const testing::TextSeries texts =
+      testing::text_series(testing::read_event_file(testing::event_files_in(dir / "tb").at(0)));
+  ASSERT_TRUE(texts.contains("config") && texts.at("config").contains(0)) << run.output;
+  EXPECT_EQ(texts.at("config").at(0), printed.output);  // what --print-config prints
+  ASSERT_TRUE(texts.contains("estimate") && texts.at("estimate").contains(0));
+  const auto estimate = nlohmann::json::parse(texts.at("estimate").at(0));
+  Config config = tiny_config();
+  config.resolve();
+  EXPECT_EQ(estimate.at("parameters").get<int64_t>(), Trainer(config).model().num_parameters());
+  EXPECT_EQ(estimate.at("tokens_per_iteration").get<int64_t>(), 4 * 16);
+  EXPECT_EQ(estimate.at("data_parallel_size").get<int64_t>(), 1);
+  EXPECT_GT(estimate.at("memory_bytes_per_gpu").get<double>(), 0.0);
+  EXPECT_TRUE(estimate.at("device").get<std::string>().starts_with("cpu")) << estimate;
+  EXPECT_FALSE(estimate.contains("seconds_per_iteration")) << "no datasheet times a CPU: " << estimate;
 }
 
 TEST(TensorBoardCli, UnwritableFolderStopsTheRunBeforeItsFirstStep) {
@@ -292,13 +337,15 @@ TEST(TensorBoardConfig, MegatronFlagsDefaultsAndBadValues) {
   }
 }
 
-// TensorBoard's own reader (its Python package), where one is installed: same tags, steps, values.
-TEST(TensorBoardReal, TensorBoardReadsTheScalarsKilnWrote) {
+// TensorBoard's own reader (its Python package), where one is installed: same tags, steps, values, and the
+// texts as the text plugin's.
+TEST(TensorBoardReal, TensorBoardReadsTheScalarsAndTextsKilnWrote) {
   if (testing::run_command("python3 -c 'import tensorboard'").exit_code != 0)
     GTEST_SKIP() << "python3 has no tensorboard module here (pip's tensorboard; it comes with most PyTorch set-ups)";
   const TempDir dir;
   {
     TensorBoardObserver observer(TensorBoardWriter::create_in(dir / "tb", 100), kEverything, 0);
+    observer.write_run_start("num_layers: 2\nlr: 0.001\n", R"({"parameters": 10})", 0);
     for (int64_t it = 1; it <= 3; ++it) {
       IterationStats stats;
       stats.iteration = it;
@@ -312,7 +359,8 @@ TEST(TensorBoardReal, TensorBoardReadsTheScalarsKilnWrote) {
   }
   const ScalarSeries expected =
       testing::scalar_series(testing::read_event_file(testing::event_files_in(dir / "tb")[0]));
-  testing::write_file_bytes(dir / "read.py", R"py(import sys
+  // Texts print as "text TAG STEP JSON-STRING" lines, which the scalars' tab-separated pattern skips.
+  testing::write_file_bytes(dir / "read.py", R"py(import json, sys
 from tensorboard.backend.event_processing import event_accumulator as ea
 accumulator = ea.EventAccumulator(sys.argv[1], size_guidance={ea.SCALARS: 0, ea.TENSORS: 0})
 accumulator.Reload()
@@ -320,14 +368,21 @@ tags = accumulator.Tags()
 for tag in tags.get("scalars", []):
     for event in accumulator.Scalars(tag):
         print(f"{tag}\t{event.step}\t{event.value!r}")
-if tags.get("tensors"):  # versions that turn simple_value into the scalars plugin's tensors
+if tags.get("tensors"):  # the texts; and versions that turn simple_value into the scalars plugin's tensors
     from tensorboard.util import tensor_util
     for tag in tags["tensors"]:
+        plugin = accumulator.SummaryMetadata(tag).plugin_data.plugin_name
         for event in accumulator.Tensors(tag):
-            print(f"{tag}\t{event.step}\t{float(tensor_util.make_ndarray(event.tensor_proto))!r}")
+            value = tensor_util.make_ndarray(event.tensor_proto)
+            if plugin == "text":
+                print(f"text {tag} {event.step} {json.dumps(value.item().decode())}")
+            else:
+                print(f"{tag}\t{event.step}\t{float(value)!r}")
 )py");
   const testing::CommandResult read = testing::run_command("python3 " + dir / "read.py" + " " + dir / "tb");
   ASSERT_EQ(read.exit_code, 0) << read.output;
+  EXPECT_NE(read.output.find(R"(text config 0 "num_layers: 2\nlr: 0.001\n")"), std::string::npos) << read.output;
+  EXPECT_NE(read.output.find(R"(text estimate 0 "{\"parameters\": 10}")"), std::string::npos) << read.output;
   ScalarSeries seen;
   const std::regex line(R"(([^\t\n]+)\t(\d+)\t([^\t\n]+))");
   for (auto match = std::sregex_iterator(read.output.begin(), read.output.end(), line); match != std::sregex_iterator();

@@ -15,6 +15,7 @@
 #include <regex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "kiln/obs/tensorboard_format.h"
 #include "obs/event_file_reader.h"
@@ -71,6 +72,30 @@ TEST(TensorBoardFormat, ScalarEventDecodesWithTheIndependentReader) {
     corrupted[at] = static_cast<char>(corrupted[at] ^ 0x10);
     EXPECT_THROW(testing::decode_event_records(corrupted), std::runtime_error) << "byte " << at;
   }
+}
+
+TEST(TensorBoardFormat, TextEventIsTheTextPluginsRankZeroStringTensor) {
+  const std::string yaml = "num_layers: 2\ndata_path: \"a b\"\n", unicode = "loss \xe2\x86\x93";  // UTF-8 arrow
+  std::string records;
+  append_tf_record(records, encode_text_event(1.5e9, 3, "config", yaml));
+  append_tf_record(records, encode_text_event(1.5e9 + 1, 4, "note", unicode));
+  append_tf_record(records, encode_text_event(1.5e9 + 2, 5, "empty", ""));
+  const auto events = testing::decode_event_records(records);
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[0].step, 3);
+  EXPECT_TRUE(events[0].scalars.empty());  // no simple_value: not a scalar to TensorBoard
+  ASSERT_EQ(events[0].tensors.size(), 1u);
+  const testing::TensorValue& tensor = events[0].tensors[0];
+  EXPECT_EQ(tensor.tag, "config");
+  EXPECT_EQ(tensor.plugin_name, "text");
+  EXPECT_EQ(tensor.dtype, 7u);  // DT_STRING
+  EXPECT_TRUE(tensor.has_shape);
+  EXPECT_EQ(tensor.shape_dims, 0u);  // rank 0, as tensor_util.make_tensor_proto makes a Python string
+  EXPECT_EQ(tensor.strings, std::vector<std::string>{yaml});
+  const testing::TextSeries texts = testing::text_series(events);
+  EXPECT_EQ(texts.at("config").at(3), yaml);
+  EXPECT_EQ(texts.at("note").at(4), unicode);
+  EXPECT_EQ(texts.at("empty").at(5), "");
 }
 
 TEST(TensorBoardWriter, FileIsNamedAsTensorFlowNamesItsOwnInACreatedFolder) {
@@ -160,6 +185,21 @@ TEST(TensorBoardWriter, FullQueueDropsAndCountsWithoutBlocking) {
   }
 }
 
+TEST(TensorBoardWriter, TextsAndScalarsKeepTheirOrder) {
+  const TempDir dir;
+  {
+    const auto writer = TensorBoardWriter::open_file(dir / "events", 16);
+    writer->add_text("config", "lr: 0.001\n", 0);
+    writer->add_scalar("lm loss", 2.5f, 1);
+    writer->add_text("estimate", "{}", 0);
+  }
+  const auto events = testing::read_event_file(dir / "events");
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events[1].tensors.at(0).strings.at(0), "lr: 0.001\n");
+  EXPECT_EQ(events[2].scalars.at(0).tag, "lm loss");
+  EXPECT_EQ(events[3].tensors.at(0).tag, "estimate");
+}
+
 TEST(TensorBoardWriter, WriteErrorIsReportedOnceAndLaterEventsAreDropped) {
   ::testing::internal::CaptureStderr();
   {
@@ -168,8 +208,9 @@ TEST(TensorBoardWriter, WriteErrorIsReportedOnceAndLaterEventsAreDropped) {
     writer->flush();
     EXPECT_TRUE(writer->write_failed());
     for (int i = 11; i <= 20; ++i) writer->add_scalar("lm loss", 1.0f, i);  // returns, drops
+    writer->add_text("config", "lr: 0.001\n", 20);                          // and so do texts
     writer->flush();
-    EXPECT_EQ(writer->dropped_events(), 21);  // the version record and 20 scalars
+    EXPECT_EQ(writer->dropped_events(), 22);  // the version record, 20 scalars and the text
   }
   const std::string said = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(std::count(said.begin(), said.end(), '\n'), 1) << said;

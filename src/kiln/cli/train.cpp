@@ -13,6 +13,7 @@
 #include "kiln/dist/process_group.h"
 #include "kiln/obs/log_line.h"
 #include "kiln/obs/prometheus_endpoint.h"
+#include "kiln/obs/run_report_prediction.h"
 #include "kiln/obs/step_trace.h"
 #include "kiln/obs/tensorboard_observer.h"
 #include "kiln/perf/gpu_specs.h"
@@ -23,7 +24,8 @@
 namespace kiln::cli {
 namespace {
 
-// Rank 0's TensorBoard event file, when --tensorboard-dir is set; nothing at all otherwise.
+// Rank 0's TensorBoard event file, when --tensorboard-dir is set, starting with the run's config
+// and estimate (for `kiln report`); nothing at all otherwise.
 std::unique_ptr<TensorBoardObserver> tensorboard_observer(const Trainer& trainer, LogLineObserver& log) {
   const Config& config = trainer.config();
   if (config.tensorboard_dir.empty()) return nullptr;
@@ -36,6 +38,8 @@ std::unique_ptr<TensorBoardObserver> tensorboard_observer(const Trainer& trainer
   auto observer = std::make_unique<TensorBoardObserver>(
       TensorBoardWriter::create_in(config.tensorboard_dir, static_cast<size_t>(config.tensorboard_queue_size)),
       options, trainer.state().consumed_samples);
+  observer->write_run_start(to_yaml(config), to_json(predict_run(config, trainer.backend().description())),
+                            trainer.state().iteration);
   log.on_message(fmt::format("TensorBoard events: {}", observer->writer().path()));
   return observer;
 }

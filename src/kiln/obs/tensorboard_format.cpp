@@ -55,6 +55,15 @@ std::string event_header(double wall_time, int64_t step) {
   return event;
 }
 
+// An Event of `wall_time` and `step` whose Summary holds the one Value `summary_value`.
+std::string summary_event(double wall_time, int64_t step, std::string_view summary_value) {
+  std::string summary;
+  append_bytes_field(summary, 1, summary_value);
+  std::string event = event_header(wall_time, step);
+  append_bytes_field(event, 5, summary);
+  return event;
+}
+
 }  // namespace
 
 uint32_t crc32c(std::string_view bytes) {
@@ -88,11 +97,24 @@ std::string encode_scalar_event(double wall_time, int64_t step, std::string_view
   append_bytes_field(summary_value, 1, tag);
   append_key(summary_value, 2, kFixed32);
   append_little_endian(summary_value, std::bit_cast<uint32_t>(value), 4);
-  std::string summary;
-  append_bytes_field(summary, 1, summary_value);
-  std::string event = event_header(wall_time, step);
-  append_bytes_field(event, 5, summary);
-  return event;
+  return summary_event(wall_time, step, summary_value);
+}
+
+std::string encode_text_event(double wall_time, int64_t step, std::string_view tag, std::string_view text) {
+  std::string plugin_data;
+  append_bytes_field(plugin_data, 1, kTextPluginName);  // content: TextPluginData{version 0}, no bytes
+  std::string metadata;
+  append_bytes_field(metadata, 1, plugin_data);
+  std::string tensor;
+  append_key(tensor, 1, kVarint);
+  append_varint(tensor, kDataTypeString);
+  append_bytes_field(tensor, 2, "");  // a TensorShapeProto with no dims: rank 0
+  append_bytes_field(tensor, 8, text);
+  std::string summary_value;
+  append_bytes_field(summary_value, 1, tag);
+  append_bytes_field(summary_value, 8, tensor);
+  append_bytes_field(summary_value, 9, metadata);
+  return summary_event(wall_time, step, summary_value);
 }
 
 }  // namespace kiln

@@ -20,6 +20,12 @@ void TensorBoardObserver::write(std::string_view tag, double value, int64_t iter
   writer_->add_scalar(std::string(tag) + " vs samples", scalar, consumed_samples_);
 }
 
+void TensorBoardObserver::write_run_start(std::string_view config_yaml, std::string_view estimate_json,
+                                          int64_t iteration) {
+  writer_->add_text(kConfigTextTag, config_yaml, iteration);
+  writer_->add_text(kEstimateTextTag, estimate_json, iteration);
+}
+
 void TensorBoardObserver::on_iteration(const IterationStats& stats) {
   consumed_samples_ = stats.consumed_samples;
   timer_sums_.elapsed_ms += stats.elapsed_ms;

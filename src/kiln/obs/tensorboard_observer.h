@@ -28,6 +28,10 @@
 // After each validation (any iteration):
 //   lm loss validation       mean validation loss
 //   lm loss validation ppl   its perplexity, exp(loss), with log_validation_ppl
+// At the start of a run, write_run_start(), two text summaries (TensorBoard's Text tab) at the
+// iteration the run starts from, which `kiln report` reads back:
+//   config     the resolved config as YAML, what `kiln train --print-config` prints
+//   estimate   what `kiln estimate` predicts for it on this device, JSON (obs/run_report_prediction.h)
 //
 // Registered on rank 0 only; called on the training thread; the writer takes the disk off it.
 #pragma once
@@ -40,6 +44,9 @@
 #include "kiln/obs/tensorboard_writer.h"
 
 namespace kiln {
+
+inline constexpr std::string_view kConfigTextTag = "config";
+inline constexpr std::string_view kEstimateTextTag = "estimate";
 
 struct TensorBoardOptions {
   int64_t log_interval = 1;         // --tensorboard-log-interval
@@ -56,6 +63,8 @@ class TensorBoardObserver : public TrainObserver {
   // validation before any iteration.
   TensorBoardObserver(std::unique_ptr<TensorBoardWriter> writer, const TensorBoardOptions& options,
                       int64_t consumed_samples);
+  // The run's config (YAML) and estimate (JSON) at `iteration`, before its first step.
+  void write_run_start(std::string_view config_yaml, std::string_view estimate_json, int64_t iteration);
   void on_iteration(const IterationStats& stats) override;
   void on_validation(const ValidationStats& stats) override;
 

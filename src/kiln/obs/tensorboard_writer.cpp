@@ -90,11 +90,17 @@ TensorBoardWriter::~TensorBoardWriter() {
 }
 
 void TensorBoardWriter::add_scalar(std::string_view tag, float value, int64_t step) {
-  if (write_failed_) {
-    ++dropped_after_failure_;
-    return;
-  }
-  enqueue(encode_scalar_event(seconds_since_epoch(), step, tag, value));
+  if (!dropping_after_failure()) enqueue(encode_scalar_event(seconds_since_epoch(), step, tag, value));
+}
+
+void TensorBoardWriter::add_text(std::string_view tag, std::string_view text, int64_t step) {
+  if (!dropping_after_failure()) enqueue(encode_text_event(seconds_since_epoch(), step, tag, text));
+}
+
+bool TensorBoardWriter::dropping_after_failure() {
+  if (!write_failed_) return false;
+  ++dropped_after_failure_;
+  return true;
 }
 
 void TensorBoardWriter::enqueue(std::string event) {

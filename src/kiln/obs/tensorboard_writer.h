@@ -1,7 +1,7 @@
 // TensorBoardWriter: one TensorBoard event file (format: tensorboard_format.h), written on a
 // thread of its own so that the training step never waits for the disk.
 //
-// add_scalar() encodes the event and puts it on a bounded queue; the writer thread takes all that
+// add_scalar() and add_text() encode the event and puts it on a bounded queue; the writer thread takes all that
 // is queued, frames it and writes it with one write(2), no fsync. When the queue already holds
 // `queue_size` events (the disk is slower than the run), the new event is dropped and counted; the
 // closing writer says how many on stderr. A failed write (disk full, I/O error) never stops
@@ -11,7 +11,7 @@
 // Megatron's --tensorboard-queue-size is PyTorch SummaryWriter's max_queue, the events it holds
 // before a flush; here it bounds the events waiting for the writer thread, beyond which they drop.
 //
-// add_scalar() and flush() may be called from any thread. The destructor writes what is queued,
+// add_scalar(), add_text() and flush() may be called from any thread. The destructor writes what is queued,
 // then closes the file.
 #pragma once
 
@@ -42,6 +42,9 @@ class TensorBoardWriter {
   // The scalar `value` of `tag` at `step`, stamped with the wall-clock time now. Never blocks on
   // the disk (only, briefly, on the queue's lock).
   void add_scalar(std::string_view tag, float value, int64_t step);
+  // A text summary (TensorBoard's Text tab) of `tag` at `step`, stamped likewise; never blocks on
+  // the disk.
+  void add_text(std::string_view tag, std::string_view text, int64_t step);
   // Waits until every event added before the call is written or dropped.
   void flush();
 
@@ -51,6 +54,7 @@ class TensorBoardWriter {
 
  private:
   TensorBoardWriter(std::string path, int fd, size_t queue_size);
+  bool dropping_after_failure();  // counts the event being added as dropped when it is
   void enqueue(std::string event);
   void write_queued_events();  // the writer thread's loop
   void write_batch(const std::vector<std::string>& events);
