@@ -17,5 +17,6 @@ void add_bench_comm_command(CLI::App& bench);       // under `kiln bench`
 void add_estimate_command(CLI::App& root);
 void add_launch_command(CLI::App& root);
 void add_report_command(CLI::App& root);
+void add_top_command(CLI::App& root);
 
 }  // namespace kiln::cli

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cstring>
 #include <type_traits>
 
 namespace kiln {
@@ -23,6 +24,13 @@ namespace {
 //   nvmlTemperatureSensors_t     an enum, NVML_TEMPERATURE_GPU = 0
 //   nvmlClockType_t              an enum, NVML_CLOCK_GRAPHICS = 0, NVML_CLOCK_SM = 1,
 //   NVML_CLOCK_MEM = 2
+//   nvmlProcessInfo_v1_t         { unsigned int pid; unsigned long long usedGpuMemory; }, what
+//                                nvmlDeviceGetComputeRunningProcesses (the first version) fills
+//   nvmlProcessInfo_v2_t         the same, then { unsigned int gpuInstanceId, computeInstanceId; }:
+//                                what its _v2 fills; _v3 fills nvmlProcessInfo_t, laid out alike
+//   NVML_VALUE_NOT_AVAILABLE     (unsigned long long)-1, usedGpuMemory where NVML cannot say
+//   NVML_ERROR_INSUFFICIENT_SIZE 7, with the count needed written back
+//   NVML_DEVICE_NAME_V2_BUFFER_SIZE  96, room for any name nvmlDeviceGetName gives
 // The enums are int-sized, so they pass as int.
 using NvmlReturn = int;
 struct NvmlDeviceHandle;
@@ -40,7 +48,21 @@ struct NvmlMemoryV2 {
 static_assert(sizeof(NvmlMemoryV2) == 40,
               "nvmlMemory_v2_t: the version padded to 8 bytes, four 8-byte counts");
 constexpr unsigned int kNvmlMemoryV2 = sizeof(NvmlMemoryV2) | 2U << 24;
+struct NvmlProcessInfoV1 {
+  unsigned int pid;
+  unsigned long long used_gpu_memory;
+};
+struct NvmlProcessInfoV2 {
+  unsigned int pid;
+  unsigned long long used_gpu_memory;
+  unsigned int gpu_instance_id, compute_instance_id;
+};
+static_assert(sizeof(NvmlProcessInfoV1) == 16 && sizeof(NvmlProcessInfoV2) == 24,
+              "nvmlProcessInfo_v1_t and _v2_t as nvml.h lays them out");
+constexpr unsigned long long kNvmlValueNotAvailable = ~0ULL;
+constexpr size_t kNvmlDeviceNameSize = 96;
 constexpr NvmlReturn kNvmlSuccess = 0;
+constexpr NvmlReturn kNvmlInsufficientSize = 7;
 constexpr int kTemperatureGpu = 0;
 constexpr int kClockSm = 1, kClockMemory = 2;
 
@@ -61,7 +83,43 @@ struct NvmlLibrary::Api {
   NvmlReturn (*power_milliwatts)(NvmlDevice, unsigned int*);          // nvmlDeviceGetPowerUsage
   NvmlReturn (*temperature_celsius)(NvmlDevice, int, unsigned int*);  // nvmlDeviceGetTemperature
   NvmlReturn (*clock_megahertz)(NvmlDevice, int, unsigned int*);      // nvmlDeviceGetClockInfo
+  NvmlReturn (*count)(unsigned int*);                                 // nvmlDeviceGetCount_v2
+  NvmlReturn (*name)(NvmlDevice, char*, unsigned int);                // nvmlDeviceGetName
+  // nvmlDeviceGetComputeRunningProcesses_v3, _v2 and the first version; null where the driver
+  // lacks one (older drivers have only the first).
+  NvmlReturn (*processes_v3)(NvmlDevice, unsigned int*, NvmlProcessInfoV2*);
+  NvmlReturn (*processes_v2)(NvmlDevice, unsigned int*, NvmlProcessInfoV2*);
+  NvmlReturn (*processes_v1)(NvmlDevice, unsigned int*, NvmlProcessInfoV1*);
 };
+
+namespace {
+
+// Calls a process-listing `function` until its list fits: processes may start between the call
+// that counts them and the one that fills the list, and NVML then asks for more room again.
+template <typename Info>
+NvmlReturn list_processes(NvmlReturn (*function)(NvmlDevice, unsigned int*, Info*),
+                          NvmlDevice device, std::vector<GpuProcessReading>& processes) {
+  constexpr int kAttempts = 4;
+  constexpr unsigned kSpare = 8;  // room for a few that start meanwhile
+  std::vector<Info> infos(kSpare);
+  NvmlReturn status = kNvmlInsufficientSize;
+  for (int attempt = 0; attempt < kAttempts && status == kNvmlInsufficientSize; ++attempt) {
+    unsigned count = static_cast<unsigned>(infos.size());
+    status = function(device, &count, infos.data());
+    if (status == kNvmlSuccess) infos.resize(count);
+    if (status == kNvmlInsufficientSize) infos.resize(count + kSpare);
+  }
+  if (status != kNvmlSuccess) return status;
+  for (const Info& info : infos) {
+    GpuProcessReading& process = processes.emplace_back();
+    process.pid = info.pid;
+    if (info.used_gpu_memory != kNvmlValueNotAvailable)
+      process.used_memory_bytes = static_cast<double>(info.used_gpu_memory);
+  }
+  return status;
+}
+
+}  // namespace
 
 std::optional<std::string> visible_device_entry(const char* visible, int ordinal) {
   if (ordinal < 0) return std::nullopt;
@@ -103,8 +161,16 @@ std::unique_ptr<NvmlLibrary> NvmlLibrary::load(std::string& why_not) {
   resolve(api->power_milliwatts, "nvmlDeviceGetPowerUsage");
   resolve(api->temperature_celsius, "nvmlDeviceGetTemperature");
   resolve(api->clock_megahertz, "nvmlDeviceGetClockInfo");
+  resolve(api->count, "nvmlDeviceGetCount_v2");
+  resolve(api->name, "nvmlDeviceGetName");
   api->memory_v2 =
       reinterpret_cast<decltype(api->memory_v2)>(dlsym(handle, "nvmlDeviceGetMemoryInfo_v2"));
+  api->processes_v3 = reinterpret_cast<decltype(api->processes_v3)>(
+      dlsym(handle, "nvmlDeviceGetComputeRunningProcesses_v3"));
+  api->processes_v2 = reinterpret_cast<decltype(api->processes_v2)>(
+      dlsym(handle, "nvmlDeviceGetComputeRunningProcesses_v2"));
+  api->processes_v1 = reinterpret_cast<decltype(api->processes_v1)>(
+      dlsym(handle, "nvmlDeviceGetComputeRunningProcesses"));
   if (missing != nullptr) {
     why_not = fmt::format("NVML is not loaded: libnvidia-ml.so.1 has no {}", missing);
     dlclose(handle);
@@ -183,6 +249,48 @@ GpuReading NvmlLibrary::read(unsigned device_index) const {
       api_->clock_megahertz(device, kClockMemory, &megahertz) == kNvmlSuccess)
     reading.memory_clock_hertz = megahertz * 1e6;
   return reading;
+}
+
+std::optional<unsigned> NvmlLibrary::device_count(std::string& why_not) const {
+  unsigned count = 0;
+  if (const NvmlReturn status = api_->count(&count); status != kNvmlSuccess) {
+    why_not = fmt::format("nvmlDeviceGetCount_v2: {}", api_->error_string(status));
+    return std::nullopt;
+  }
+  return count;
+}
+
+std::string NvmlLibrary::device_name(unsigned device_index) const {
+  NvmlDevice device = nullptr;
+  char name[kNvmlDeviceNameSize] = {};
+  if (api_->handle_by_index(device_index, &device) != kNvmlSuccess ||
+      api_->name(device, name, sizeof(name)) != kNvmlSuccess)
+    return "";
+  return std::string(name, strnlen(name, sizeof(name)));
+}
+
+std::optional<std::vector<GpuProcessReading>> NvmlLibrary::compute_processes(
+    unsigned device_index, std::string& why_not) const {
+  NvmlDevice device = nullptr;
+  NvmlReturn status = api_->handle_by_index(device_index, &device);
+  std::vector<GpuProcessReading> processes;
+  if (status == kNvmlSuccess) {
+    if (api_->processes_v3)
+      status = list_processes(api_->processes_v3, device, processes);
+    else if (api_->processes_v2)
+      status = list_processes(api_->processes_v2, device, processes);
+    else if (api_->processes_v1)
+      status = list_processes(api_->processes_v1, device, processes);
+    else {
+      why_not = "libnvidia-ml.so.1 has no nvmlDeviceGetComputeRunningProcesses";
+      return std::nullopt;
+    }
+  }
+  if (status != kNvmlSuccess) {
+    why_not = fmt::format("NVML lists no processes: {}", api_->error_string(status));
+    return std::nullopt;
+  }
+  return processes;
 }
 
 }  // namespace kiln

@@ -1,10 +1,11 @@
 // NvmlLibrary: the few NVML calls kiln reads a GPU's state with (utilisation, memory, power,
-// temperature, clocks), from libnvidia-ml.so.1 loaded at run time with dlopen, so kiln neither
-// links nor needs it: on a machine without NVIDIA's driver load() says why and nothing else
-// changes. The signatures are NVML's documented ones (NVML API Reference,
-// docs.nvidia.com/deploy/nvml-api/, and nvml.h), declared in nvml_library.cpp.
+// temperature, clocks) and lists the GPUs and their processes with (`kiln top`), from
+// libnvidia-ml.so.1 loaded at run time with dlopen, so kiln neither links nor needs it: on a
+// machine without NVIDIA's driver load() says why and nothing else changes. The signatures are
+// NVML's documented ones (NVML API Reference, docs.nvidia.com/deploy/nvml-api/, and nvml.h),
+// declared in nvml_library.cpp.
 //
-// NVML is thread-safe (its reference says so of every call), so read() may run on any thread.
+// NVML is thread-safe (its reference says so of every call), so every call may run on any thread.
 // One NvmlLibrary holds one nvmlInit_v2 and ends it with nvmlShutdown on destruction.
 #pragma once
 
@@ -12,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace kiln {
 
@@ -26,6 +28,12 @@ struct GpuReading {
   std::optional<double> power_watts;
   std::optional<double> temperature_celsius;  // the GPU die
   std::optional<double> sm_clock_hertz, memory_clock_hertz;
+};
+
+// A process with a compute context on a GPU, as NVML lists it.
+struct GpuProcessReading {
+  unsigned pid = 0;  // in the host's process ids: inside a container it may name no process there
+  std::optional<double> used_memory_bytes;  // absent where NVML does not say (in some containers)
 };
 
 // The entry of CUDA_VISIBLE_DEVICES that CUDA device `ordinal` is ("3", "GPU-8f1e..."), or
@@ -46,6 +54,17 @@ class NvmlLibrary {
   // nullopt with the reason in `why_not` when NVML knows no such GPU (MIG instances included).
   std::optional<unsigned> device_index(std::string_view visible_entry, std::string& why_not) const;
   GpuReading read(unsigned device_index) const;
+
+  // How many GPUs NVML sees: every GPU of the machine, whatever CUDA_VISIBLE_DEVICES says;
+  // nullopt with NVML's reason in `why_not` when it cannot say.
+  std::optional<unsigned> device_count(std::string& why_not) const;
+  // The GPU's product name, "NVIDIA H100 80GB HBM3"; "" when NVML does not give it.
+  std::string device_name(unsigned device_index) const;
+  // The processes with a compute context on the GPU, from nvmlDeviceGetComputeRunningProcesses_v3
+  // where the driver has it, else _v2, else the first version; nullopt with the reason in
+  // `why_not` when NVML does not list them (NVML_ERROR_NO_PERMISSION, say).
+  std::optional<std::vector<GpuProcessReading>> compute_processes(unsigned device_index,
+                                                                  std::string& why_not) const;
 
  private:
   struct Api;  // the function pointers, nvml_library.cpp
