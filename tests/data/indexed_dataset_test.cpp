@@ -124,11 +124,13 @@ TEST(Preprocess, JsonLinesToTheSameIdsAsTheTokenizerWithAnyWorkerCount) {
   const PreprocessSummary summary = preprocess(options);
   EXPECT_EQ(summary.prefix, dir / "one_text_document");
   EXPECT_EQ(summary.documents, 4);
-  options.output_prefix = dir / "two";
+  options.output_prefix = dir / "made/here/two";  // the prefix's folders are made
   options.workers = 2;
   preprocess(options);
-  EXPECT_EQ(testing::read_file_bytes(dir / "one_text_document.bin"), testing::read_file_bytes(dir / "two_text_document.bin"));
-  EXPECT_EQ(testing::read_file_bytes(dir / "one_text_document.idx"), testing::read_file_bytes(dir / "two_text_document.idx"));
+  EXPECT_EQ(testing::read_file_bytes(dir / "one_text_document.bin"),
+            testing::read_file_bytes(dir / "made/here/two_text_document.bin"));
+  EXPECT_EQ(testing::read_file_bytes(dir / "one_text_document.idx"),
+            testing::read_file_bytes(dir / "made/here/two_text_document.idx"));
 
   const Gpt2Tokenizer tokenizer(KILN_DEFAULT_TOKENIZER_DIR);
   const IndexedDataset dataset(dir / "one_text_document", tokenizer.vocab_size());
@@ -158,6 +160,13 @@ TEST(Preprocess, BadInputNamesFileAndLine) {
   options.format = "text";
   EXPECT_NE(error_of([&] { preprocess(options); }).find("bytes.txt: not valid UTF-8 at byte offset 3"), std::string::npos);
   EXPECT_FALSE(std::filesystem::exists(dir / "out_text_document.idx"));  // nothing half-written
+  options.format = "jsonl";
+  options.inputs = {dir / "key.jsonl"};
+  std::ofstream(dir / "a-file") << "x";
+  options.output_prefix = dir / "a-file/out";
+  EXPECT_NE(error_of([&] { preprocess(options); })
+                .find("preprocess: cannot create the folder '" + dir / "a-file" + "' of --output-prefix"),
+            std::string::npos);
 }
 
 }  // namespace

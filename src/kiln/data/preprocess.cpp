@@ -1,6 +1,7 @@
 #include "kiln/data/preprocess.h"
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -21,6 +22,13 @@ PreprocessSummary preprocess(const PreprocessOptions& options,
   KILN_CHECK(options.workers > 0, "preprocess: --workers must be positive, got {}", options.workers);
   const auto start = std::chrono::steady_clock::now();
   const Gpt2Tokenizer tokenizer(options.tokenizer_dir);
+  // The prefix's folder is made, as prepare-text makes its output folder.
+  const std::filesystem::path folder = std::filesystem::path(options.output_prefix).parent_path();
+  std::error_code error;
+  if (!folder.empty()) std::filesystem::create_directories(folder, error);
+  KILN_CHECK(!error && (folder.empty() || std::filesystem::is_directory(folder)),
+             "preprocess: cannot create the folder '{}' of --output-prefix: {}", folder.string(),
+             error ? error.message() : "a file of that name is in the way");
   PreprocessSummary summary;
   summary.prefix = options.output_prefix + "_" + options.json_key + "_document";
   IndexedDatasetWriter writer(summary.prefix, best_fitting_dtype(tokenizer.vocab_size()));
