@@ -20,14 +20,26 @@ constexpr int64_t kCount = 1 << 15;
 
 class Dropout : public OnEachBackend {
  protected:
-  // The op on all-ones of kCount elements.
-  std::vector<float> mask(float probability, uint64_t seed, uint64_t stream) {
-    DeviceTensors t(*backend_);
-    Tensor out = t.poisoned({kCount});
-    backend_->dropout({out, t.floats(std::vector<float>(kCount, 1.0f), {kCount}), probability, seed, stream});
+  // The op on all-ones of kCount elements in `dtype`.
+  std::vector<float> mask(float probability, uint64_t seed, uint64_t stream, DType dtype = DType::F32) {
+    DeviceTensors t(*backend_, dtype);
+    Tensor out = t.poisoned_acts({kCount});
+    backend_->dropout({out, t.acts(std::vector<float>(kCount, 1.0f), {kCount}), probability, seed, stream});
     return t.download(out);
   }
 };
+
+// In every compute dtype (the packs of 16-bit elements included), the elements kept are exactly
+// those whose bits reach the threshold, at a low rate, a half and a high one.
+TEST_P(Dropout, KeepsExactlyTheElementsItsBitsSayInEveryDtype) {
+  for (const DType dtype : {DType::F32, DType::BF16, DType::F16})
+    for (const float p : {0.1f, 0.5f, 0.9f}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " p " + std::to_string(p));
+      const std::vector<float> values = mask(p, 5, 6, dtype);
+      for (size_t i = 0; i < values.size(); ++i)
+        ASSERT_EQ(values[i] != 0.0f, philox::bits(5, 6, i) >= dropout_threshold(p)) << "element " << i;
+    }
+}
 
 TEST_P(Dropout, KeepsOneMinusPScaledAndDrawsOneMaskPerSeedAndStream) {
   const float p = 0.1f;
@@ -70,6 +82,9 @@ TEST_P(Dropout, BadArgumentsAreRefusedByName) {
   Tensor in = t.floats(std::vector<float>(8, 1.0f), {8});
   Tensor short_out = t.poisoned({7});
   EXPECT_NE(error_of([&] { backend_->dropout({short_out, in, 0.5f, 0, 0}); }).find("dropout"), std::string::npos);
+  DeviceTensors half(*backend_, DType::BF16);
+  Tensor other_dtype = half.poisoned_acts({8});
+  EXPECT_NE(error_of([&] { backend_->dropout({other_dtype, in, 0.5f, 0, 0}); }).find("dropout"), std::string::npos);
   for (float p : {1.0f, -0.1f, NAN}) {
     Tensor out = t.poisoned({8});
     EXPECT_NE(error_of([&] { backend_->dropout({out, in, p, 0, 0}); }).find("dropout: probability must be in [0, 1)"),

@@ -110,18 +110,21 @@ TEST(StepTraceName, ProfileNameRankSuffixOrPyTorchsDefault) {
   EXPECT_TRUE(fallback.ends_with(".pt.trace.json")) << fallback;
 }
 
-// A traced training run on the CPU with two loader workers: iterations 3 and 4 of 5.
+// A traced training run on the CPU with two loader workers, each a batch ahead: iterations 3 and
+// 4 of 5, run once for all the tests of the suite.
 class StepTraceTraining : public ::testing::Test {
  protected:
-  void SetUp() override {
+  static void SetUpTestSuite() {
+    dir_ = new TempDir;
     Config config = testing::tiny_mock_gpt_config("cpu");
     config.global_batch_size = 4;  // two micro-batches
     config.train_iters = 5;
     config.num_workers = 2;
+    config.prefetch_factor = 1;  // two batches ahead: the window's later two are read inside it
     config.profile = true;
     config.profile_step_start = 2;
     config.profile_step_end = 4;
-    config.profile_dir = dir_ / "traces";
+    config.profile_dir = *dir_ / "traces";
     Trainer trainer(config);
     StepTraceObserver observer({.step_start = 2, .step_end = 4, .dir = config.profile_dir, .file_name = "t.pt.trace.json",
                                 .rank = 0, .process_name = "kiln rank 0"},
@@ -130,26 +133,30 @@ class StepTraceTraining : public ::testing::Test {
     trainer.run();
     observer.finish();
     allocated_ = static_cast<double>(trainer.backend().allocated_bytes());
-    ASSERT_EQ(observer.written_path(), dir_ / "traces/t.pt.trace.json");
+    ASSERT_EQ(observer.written_path(), *dir_ / "traces/t.pt.trace.json");
     EXPECT_EQ(observer.written_iterations(), "3..4");
-    trace_ = parse(read_json(observer.written_path()));
+    trace_ = new ParsedTrace(parse(read_json(observer.written_path())));
   }
-  TempDir dir_;
-  ParsedTrace trace_;
-  double allocated_ = 0;
+  static void TearDownTestSuite() {
+    delete trace_;
+    delete dir_;
+  }
+  static inline TempDir* dir_ = nullptr;
+  static inline ParsedTrace* trace_ = nullptr;
+  static inline double allocated_ = 0;
 };
 
 TEST_F(StepTraceTraining, RecordsOnlyTheWindowsIterationsOnTheTrainerThread) {
-  EXPECT_EQ(trace_.process_name, "kiln rank 0");
-  ASSERT_TRUE(trace_.tracks.contains("trainer"));
+  EXPECT_EQ(trace_->process_name, "kiln rank 0");
+  ASSERT_TRUE(trace_->tracks.contains("trainer"));
   std::vector<std::string> steps;
-  for (const Complete& event : trace_.tracks.at("trainer"))
+  for (const Complete& event : trace_->tracks.at("trainer"))
     if (event.category == "step") steps.push_back(event.name);
   EXPECT_EQ(steps, (std::vector<std::string>{"iteration 3", "iteration 4"}));
 }
 
 TEST_F(StepTraceTraining, OpsNestInPhasesAndPhasesInSteps) {
-  const std::vector<Complete>& events = trace_.tracks.at("trainer");
+  const std::vector<Complete>& events = trace_->tracks.at("trainer");
   const auto inside = [](const Complete& inner, const Complete& outer) {
     return inner.start >= outer.start - 1e-3 && inner.end() <= outer.end() + 1e-3;
   };
@@ -182,7 +189,7 @@ TEST_F(StepTraceTraining, OpsNestInPhasesAndPhasesInSteps) {
 }
 
 TEST_F(StepTraceTraining, TheStepsPartsAddUpToTheStep) {
-  const std::vector<Complete>& events = trace_.tracks.at("trainer");
+  const std::vector<Complete>& events = trace_->tracks.at("trainer");
   for (const Complete& step : events) {
     if (step.category != "step") continue;
     SCOPED_TRACE(step.name);
@@ -200,23 +207,27 @@ TEST_F(StepTraceTraining, TheStepsPartsAddUpToTheStep) {
       if (!nested) covered += part->duration;
     }
     EXPECT_LE(covered, step.duration + 1e-3);
-    EXPECT_GE(covered, 0.9 * step.duration) << "the parts leave " << step.duration - covered << " us of "
-                                            << step.duration << " unaccounted";
+    // What is left is bookkeeping between the parts, and on a loaded machine (CI) the scheduler
+    // may put a few milliseconds of another process there.
+    const double unaccounted = step.duration - covered;
+    EXPECT_TRUE(unaccounted <= 0.1 * step.duration || unaccounted < 2000.0)
+        << "the parts leave " << unaccounted << " us of " << step.duration << " unaccounted";
   }
 }
 
 TEST_F(StepTraceTraining, LoaderWorkersAndMemoryHaveTracksOfTheirOwn) {
   size_t worker_reads = 0;
-  for (const char* worker : {"loader worker 0", "loader worker 1"})
-    if (trace_.tracks.contains(worker))
-      for (const Complete& event : trace_.tracks.at(worker)) {
+  for (const char* worker : {"train loader worker 0", "train loader worker 1"})
+    if (trace_->tracks.contains(worker))
+      for (const Complete& event : trace_->tracks.at(worker)) {
         EXPECT_EQ(event.category, "data");
         EXPECT_TRUE(event.name.starts_with("read samples ")) << event.name;
         ++worker_reads;
       }
-  EXPECT_GE(worker_reads, 1u);  // the workers read ahead while the traced steps ran
-  ASSERT_TRUE(trace_.counters.contains("memory allocated (bytes)"));
-  for (double bytes : trace_.counters.at("memory allocated (bytes)")) EXPECT_EQ(bytes, allocated_);
+  // The queue holds two batches and the window takes four: the consumer waited for two reads.
+  EXPECT_GE(worker_reads, 2u);
+  ASSERT_TRUE(trace_->counters.contains("memory allocated (bytes)"));
+  for (double bytes : trace_->counters.at("memory allocated (bytes)")) EXPECT_EQ(bytes, allocated_);
 }
 
 TEST(StepTraceObserver, AFolderThatCannotBeMadeIsAnErrorNamingIt) {
@@ -230,7 +241,8 @@ TEST(StepTraceObserver, AFolderThatCannotBeMadeIsAnErrorNamingIt) {
     return config;
   }());
   const std::string error = testing::error_of([&] {
-    StepTraceObserver observer({.dir = dir / "a-file/traces", .file_name = "t.pt.trace.json"}, *trainer.tracing());
+    StepTraceObserver observer({.step_start = 1, .step_end = 2, .dir = dir / "a-file/traces", .file_name = "t.pt.trace.json"},
+                               *trainer.tracing());
   });
   EXPECT_NE(error.find("cannot create the trace folder '" + dir / "a-file/traces" + "'"), std::string::npos) << error;
 }
@@ -257,8 +269,9 @@ TEST(StepTraceCli, ARunEndingBeforeTheWindowSaysSoAndMegatronsDefaultsApply) {
   const TempDir dir;
   const testing::CommandResult run = testing::run_kiln(tiny_train("--profile --profile-dir " + dir / "p"));
   ASSERT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_NE(run.output.find("no step trace: the run ended at iteration 3, before the traced iterations 11..12"),
-            std::string::npos)
+  EXPECT_NE(
+      run.output.find("no step trace: the run ran no iteration of the traced ones, 11..12 (it ended at iteration 3)"),
+      std::string::npos)
       << run.output;
 }
 
@@ -271,6 +284,7 @@ TEST(StepTraceCli, BadSettingsStopTheRunBeforeItsFirstStep) {
       {"--profile --profile-dir P --profile-step-start 5 --profile-step-end 5",
        "config keys 'profile_step_start' (5) and 'profile_step_end' (5)"},
       {"--profile --profile-dir P --profile-ranks 0,x", "config key 'profile_ranks': '0,x' is not a list of ranks"},
+      {"--profile --profile-dir P --profile-ranks 0,", "config key 'profile_ranks': '0,' is not a list of ranks"},
       {"--profile --profile-dir P --profile-ranks 1", "config key 'profile_ranks' names rank 1, but the job has 1 ranks"},
       {"--profile --profile-dir " + dir / "a-file/p", "cannot create the trace folder '" + dir / "a-file/p" + "'"},
   };
@@ -304,7 +318,7 @@ TEST(StepTraceCli, EveryProfiledRankWritesItsTraceWithItsCommunicationThread) {
       EXPECT_EQ(event.category, "communication");
       collectives.insert(event.name.substr(0, event.name.find(' ')));
     }
-    EXPECT_TRUE(collectives.contains("all_reduce")) << *collectives.begin();
+    EXPECT_TRUE(collectives.contains("all_reduce")) << collectives.size() << " kinds of collective";
     std::set<std::string> parts;
     for (const Complete& event : trace.tracks.at("trainer")) parts.insert(event.name);
     EXPECT_TRUE(parts.contains("gradient reduction (wait)"));

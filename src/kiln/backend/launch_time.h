@@ -6,11 +6,13 @@
 
 namespace kiln {
 
+inline constexpr const char* kComputeStream = "compute stream";  // the stream the ops run on
+
 struct LaunchTime {
   std::string what;  // the kernel's name, or the library call's label ("cuBLASLt product")
   double ms = 0.0;   // from just before it started to just after it ended, on the device
   double start_ms = 0.0;  // from when launch timing was turned on to just before it started
-  std::string stream = "compute stream";  // the device queue it ran on: also "copy stream", "communication stream"
+  std::string stream = kComputeStream;  // the device queue it ran on; also "copy stream", "communication stream"
 };
 
 }  // namespace kiln

@@ -18,7 +18,7 @@ void OpTimingBackend::around(const std::function<OpWork()>& work, const std::fun
   inner().synchronize();
   std::vector<LaunchTime> launches = inner().take_launch_times();
   // Copies and collectives on streams of their own belong to no op (launch_time.h).
-  std::erase_if(launches, [](const LaunchTime& launch) { return launch.stream != "compute stream"; });
+  std::erase_if(launches, [](const LaunchTime& launch) { return launch.stream != kComputeStream; });
   ledger_.add(work(), std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count(),
               launches);
 }

@@ -1,6 +1,9 @@
 #include "kiln/backend/op_tracing.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
+#include <string>
 
 #include "kiln/core/trace.h"
 
@@ -40,9 +43,19 @@ void TracingBackend::around(const std::function<OpWork()>& work, const std::func
 
 void TracingBackend::record_device_work() {
   if (!device_timing_ || !trace::recording()) return;
-  for (const LaunchTime& launch : inner().take_launch_times())
-    trace::complete_on_track(launch.stream, "device", launch.what,
-                             device_epoch_ns_ + std::llround(launch.start_ms * 1e6), std::llround(launch.ms * 1e6));
+  // Start and duration come rounded apart, so a piece may seem to start before the previous one
+  // on its stream ended: it is moved to that end, as a stream runs its work one after another.
+  std::map<std::string, int64_t> stream_end_ns;
+  for (const LaunchTime& launch : inner().take_launch_times()) {
+    int64_t& previous_end = stream_end_ns[launch.stream];
+    const int64_t start = std::max<int64_t>(device_epoch_ns_ + std::llround(launch.start_ms * 1e6), previous_end);
+    const int64_t duration = std::llround(launch.ms * 1e6);
+    trace::complete_on_track(launch.stream, "device", launch.what, start, duration);
+    previous_end = start + duration;
+  }
+  // A fresh start for the next step's times: cudaEventElapsedTime's float milliseconds lose
+  // precision as they grow.
+  start_device_timing();
 }
 
 }  // namespace kiln

@@ -3,8 +3,8 @@
 // +bias"), the bytes the back-end holds become the counter "memory allocated (bytes)" (at the
 // first op and whenever they change), and the device work the back-end times inside the ops
 // (Backend::set_launch_timing: CUDA's kernels, library products and attention calls) goes on the
-// track "compute stream", and the work timed on other streams meanwhile (batches' host-to-device
-// copies, NCCL's collectives) on "copy stream" and "communication stream". On the CPU an op's span is the op's work; on CUDA it is its launch,
+// track "compute stream", and the work timed on other streams meanwhile (batches'
+// host-to-device copies, NCCL's collectives) on "copy stream" and "communication stream". On the CPU an op's span is the op's work; on CUDA it is its launch,
 // and the compute stream shows when the work ran.
 //
 // Device times are placed on the host clock by the moment timing was turned on
@@ -29,8 +29,9 @@ class TracingBackend final : public OpDecorator {
   // The step trace's recording (core/trace.h) starts: waits for the device and times the device
   // work from now on, and the memory counter starts again.
   void start_device_timing();
-  // Waits for the device and puts the device work timed since the last call on its stream's
-  // track. Call while recording, at the end of each traced step.
+  // Puts the device work timed since the last call on its stream's track (waiting for the compute
+  // stream), then starts timing afresh (start_device_timing()): work on other streams still in
+  // flight is left out. Call while recording, at the end of each traced step.
   void record_device_work();
   // The recording ends: the device work timed and not recorded is dropped. Never throws.
   void stop_device_timing();

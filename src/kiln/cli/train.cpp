@@ -74,17 +74,17 @@ std::unique_ptr<StepTraceObserver> step_trace_observer(Trainer& trainer, const P
       *trainer.tracing());
 }
 
-// Writes a trace the run's end cut short and says where the trace is, or that the run never
-// reached its window.
-void finish_step_trace(StepTraceObserver* step_trace, const Config& config) {
+// Writes a trace the run's end cut short and says where the trace is, or why there is none.
+void finish_step_trace(StepTraceObserver* step_trace, const Trainer& trainer) {
   if (!step_trace) return;
   step_trace->finish();
+  const Config& config = trainer.config();
   if (!step_trace->written_path().empty())
     fmt::print("step trace of iteration(s) {}: {} (open it in https://ui.perfetto.dev or chrome://tracing)\n",
                step_trace->written_iterations(), step_trace->written_path());
   else
-    fmt::print("no step trace: the run ended at iteration {}, before the traced iterations {}..{}\n",
-               config.train_iters, config.profile_step_start + 1, config.profile_step_end);
+    fmt::print("no step trace: the run ran no iteration of the traced ones, {}..{} (it ended at iteration {})\n",
+               config.profile_step_start + 1, config.profile_step_end, trainer.state().iteration);
 }
 
 }  // namespace
@@ -121,7 +121,7 @@ void add_train_command(CLI::App& root) {
     if (step_trace) trainer.add_observer(step_trace.get());
     if (place.rank != 0) {
       trainer.run();  // rank 0 alone prints and writes, but for the traces of --profile-ranks
-      finish_step_trace(step_trace.get(), trainer.config());
+      finish_step_trace(step_trace.get(), trainer);
       return;
     }
     const Config& resolved = trainer.config();
@@ -140,7 +140,7 @@ void add_train_command(CLI::App& root) {
     const std::unique_ptr<TensorBoardObserver> tensorboard = tensorboard_observer(trainer, log);
     if (tensorboard) trainer.add_observer(tensorboard.get());
     trainer.run();
-    finish_step_trace(step_trace.get(), resolved);
+    finish_step_trace(step_trace.get(), trainer);
     if (const OpTimingBackend* timing = trainer.op_timing())
       fmt::print("time by op over the whole run (--profile-ops):\n{}",
                  OpTimingBackend::format(timing->times(), limits ? &*limits : nullptr));

@@ -17,7 +17,7 @@ struct Buffer {
 
 struct Recorder {
   std::atomic<bool> on{false};
-  std::mutex mutex;  // guards the lists below, never held while a buffer's lock is taken
+  std::mutex mutex;  // guards the lists below; where a buffer's lock is taken too, it is taken first
   std::vector<std::shared_ptr<Buffer>> threads;                 // every thread that recorded or was named
   std::map<std::string, std::shared_ptr<Buffer>> device_tracks;  // by name
   int64_t next_id = 1;
@@ -37,13 +37,25 @@ Recorder& recorder() {
   return *instance;
 }
 
-// The calling thread's buffer, registered on first use.
+// A thread's buffer is held by the thread (thread_local) and by the registry; once the thread has
+// ended, by the registry alone.
+bool thread_ended(const std::shared_ptr<Buffer>& buffer, long other_holders) {
+  return buffer.use_count() == 1 + other_holders;
+}
+
+// The calling thread's buffer, registered on first use. Registering forgets the buffers of threads
+// that have ended and hold no events, so that a process making many threads keeps few.
 Buffer& this_thread(std::string name = {}) {
   thread_local std::shared_ptr<Buffer> buffer;
   if (!buffer) {
     Recorder& r = recorder();
     buffer = r.add(std::move(name), false);
     const std::lock_guard lock(r.mutex);
+    std::erase_if(r.threads, [](const std::shared_ptr<Buffer>& other) {
+      if (!thread_ended(other, 0)) return false;
+      const std::lock_guard events_lock(other->mutex);
+      return other->track.events.empty();
+    });
     r.threads.push_back(buffer);
   }
   return *buffer;
@@ -81,11 +93,13 @@ Span::~Span() {
 }
 
 void complete(const char* category, std::string name, int64_t start_ns, int64_t duration_ns) {
+  if (!recording()) return;
   append(this_thread(), {Event::Kind::Complete, category, std::move(name), start_ns, duration_ns, 0});
 }
 
 void complete_on_track(const std::string& track, const char* category, std::string name, int64_t start_ns,
                        int64_t duration_ns) {
+  if (!recording()) return;
   Recorder& r = recorder();
   std::shared_ptr<Buffer> buffer;
   {
@@ -120,8 +134,9 @@ std::vector<Track> take_recording() {
     const std::lock_guard lock(r.mutex);
     buffers = r.threads;
     for (const auto& [name, buffer] : r.device_tracks) buffers.push_back(buffer);
-    // A thread that has ended holds its buffer no more: forget it once its events are taken.
-    std::erase_if(r.threads, [](const std::shared_ptr<Buffer>& buffer) { return buffer.use_count() == 2; });
+    // A thread that has ended holds its buffer no more: forget it once its events are taken (the
+    // copy in `buffers` is the other holder).
+    std::erase_if(r.threads, [](const std::shared_ptr<Buffer>& buffer) { return thread_ended(buffer, 1); });
   }
   std::vector<Track> tracks;
   for (const std::shared_ptr<Buffer>& buffer : buffers) {

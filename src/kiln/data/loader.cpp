@@ -20,7 +20,7 @@ DataLoader::DataLoader(const TokenSource& source, int64_t batch_size, const Load
              "loader: rank {} is outside world size {}", options.rank, options.world_size);
   for (int w = 0; w < options.num_workers; ++w)
     workers_.emplace_back([this, w] {
-      trace::name_this_thread(fmt::format("loader worker {}", w));
+      trace::name_this_thread(fmt::format("{} worker {}", options_.name, w));
       worker_loop();
     });
 }

@@ -20,6 +20,7 @@
 #include <list>
 #include <map>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -33,6 +34,7 @@ struct LoaderOptions {
   int prefetch_factor = 2;
   int64_t cache_samples = 0;
   int64_t rank = 0, world_size = 1;
+  std::string name = "loader";  // its workers' thread names in a step trace: "<name> worker <k>"
 };
 
 class DataLoader {

@@ -58,11 +58,11 @@ StepTraceObserver::~StepTraceObserver() {
 
 void StepTraceObserver::on_iteration_begin(int64_t iteration) {
   if (recording_ || !written_path_.empty() || iteration <= options_.step_start || iteration > options_.step_end) return;
+  origin_ns_ = trace::now_ns();  // before anything is recorded, so no event starts before it
   trace::start_recording();
   backend_.start_device_timing();
   recording_ = true;
   first_traced_ = iteration;
-  origin_ns_ = trace::now_ns();
 }
 
 void StepTraceObserver::on_iteration(const IterationStats& stats) {

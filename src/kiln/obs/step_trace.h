@@ -24,11 +24,11 @@
 namespace kiln {
 
 struct StepTraceOptions {
-  int64_t step_start = 10, step_end = 12;  // iterations step_start+1 .. step_end
-  std::string dir;                         // created with its parents
-  std::string file_name;                   // "NAME.pt.trace.json"
+  int64_t step_start = 0, step_end = 0;  // iterations step_start+1 .. step_end
+  std::string dir = {};        // created with its parents
+  std::string file_name = {};  // "NAME.pt.trace.json"
   int64_t rank = 0;
-  std::string process_name;  // "kiln rank 0 on host"
+  std::string process_name = {};  // "kiln rank 0"
 };
 
 // The file name of a rank's trace: "<profile_name>.pt.trace.json" (with "_rank<r>" before the

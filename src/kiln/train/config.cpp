@@ -641,6 +641,8 @@ StorageOptions Config::storage_options() const {
 bool Config::profiles_rank(int64_t rank, int64_t world_size) const {
   if (!profile) return false;
   if (profile_ranks == "all") return true;
+  KILN_CHECK(!profile_ranks.empty() && profile_ranks.back() != ',',
+             "config key 'profile_ranks': '{}' is not a list of ranks such as 0 or 0,3, or all", profile_ranks);
   bool listed = false;
   std::stringstream list(profile_ranks);
   for (std::string item; std::getline(list, item, ',');) {

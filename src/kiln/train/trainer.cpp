@@ -69,7 +69,8 @@ Trainer::Trainer(const Config& config, Communicator* communicator, int device_in
                                          config_.matmul_autotune, config_.fp8_fast_accumulation,
                                          config_.cudnn_attention, device_index});
   if (config_.profile_ops) backend_ = std::make_unique<OpTimingBackend>(std::move(backend_));
-  if (config_.profile) backend_ = std::make_unique<TracingBackend>(std::move(backend_));
+  if (config_.profiles_rank(communicator_.rank(), communicator_.world_size()))
+    backend_ = std::make_unique<TracingBackend>(std::move(backend_));
   const GptConfig gpt = config_.gpt();
   const auto seed = static_cast<uint64_t>(config_.seed);
   const Storage storage(config_.storage_options());
@@ -92,9 +93,10 @@ Trainer::Trainer(const Config& config, Communicator* communicator, int device_in
       val_data_ = std::make_unique<TokenDataset>(config_.data_path, "val", gpt.vocab_size, config_.seq_length,
                                                  seed ^ kValidationSeedSalt, storage);
   }
-  const LoaderOptions loader{static_cast<int>(config_.num_workers), static_cast<int>(config_.prefetch_factor),
-                             config_.data_cache_samples, communicator_.rank(), ranks};
+  LoaderOptions loader{static_cast<int>(config_.num_workers), static_cast<int>(config_.prefetch_factor),
+                       config_.data_cache_samples, communicator_.rank(), ranks, "train loader"};
   train_loader_ = std::make_unique<DataLoader>(*train_data_, config_.micro_batch_size, loader);
+  loader.name = "validation loader";
   if (val_data_) val_loader_ = std::make_unique<DataLoader>(*val_data_, config_.micro_batch_size, loader);
   check_memory_fits(gpt);
   // A joined group, even of one rank, reduces its gradients; a process alone has nothing to reduce.

@@ -81,7 +81,8 @@ class Trainer {
   Backend& backend() const { return *backend_; }
   // The per-op timer when the config asks for it (profile_ops), else null.
   OpTimingBackend* op_timing() const { return dynamic_cast<OpTimingBackend*>(backend_.get()); }
-  // The step trace's op recorder when the config asks for a trace (profile), else null.
+  // The step trace's op recorder when the config asks for this rank's trace (profile and
+  // profile_ranks), else null.
   TracingBackend* tracing() const { return dynamic_cast<TracingBackend*>(backend_.get()); }
   std::string memory_summary() const;
   // The device bytes of memory_summary()'s plan, all allocated before the first step; training

@@ -81,7 +81,8 @@ class CudaBatchStager final : public BatchStager {
       // On the copy stream, a track of its own in a step trace; a copy on the compute stream is
       // left out, as it would fall inside the next op's device work.
       std::optional<cuda::TimedLaunch> timed;
-      if (copy_stream_) timed.emplace("host-to-device copy of a micro-batch", copy_stream_, "copy stream");
+      if (copy_stream_ && cuda::launch_timing())
+        timed.emplace("host-to-device copy of a micro-batch", copy_stream_, "copy stream");
       check_cuda(cudaMemcpyAsync(slot.device, slot.host, options_.ints_per_batch * sizeof(int32_t),
                                  cudaMemcpyHostToDevice, stream),
                  "batch stager host-to-device copy");

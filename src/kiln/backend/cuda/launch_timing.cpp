@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <string_view>
 
 #include "kiln/backend/cuda/cuda_check.h"
 #include "kiln/backend/cuda/stream.h"
@@ -24,6 +25,7 @@ struct Pending {
 
 struct State {
   bool on = false;
+  uint64_t generation = 0;      // bumped whenever `pending` is replaced: older indices are stale
   cudaEvent_t epoch = nullptr;  // recorded on the compute stream when timing was turned on
   std::vector<Pending> pending;
   std::vector<cudaEvent_t> spare;           // events whose times were taken, for reuse while on
@@ -48,10 +50,10 @@ cudaEvent_t event() {
 }
 
 // Starts timing a piece of work; its index in the pending list, or -1 where nothing is timed.
-int begin(const void* kernel, std::string label, cudaStream_t stream, const char* stream_name) {
+int begin(const void* kernel, std::string_view label, cudaStream_t stream, const char* stream_name) {
   State& s = state();
   if (!s.on || compute_stream_capturing()) return -1;
-  Pending pending{event(), event(), kernel, std::move(label), stream, stream_name};
+  Pending pending{event(), event(), kernel, std::string(label), stream, stream_name};
   check_cuda(cudaEventRecord(pending.start, stream), "recording a launch's start");
   s.pending.push_back(pending);
   return static_cast<int>(s.pending.size()) - 1;
@@ -91,6 +93,7 @@ void set_launch_timing(bool on) {
     cudaEventDestroy(pending.end);
   }
   s.pending.clear();
+  ++s.generation;
   for (cudaEvent_t spare : s.spare) cudaEventDestroy(spare);
   s.spare.clear();
   if (s.epoch) cudaEventDestroy(s.epoch);
@@ -99,16 +102,19 @@ void set_launch_timing(bool on) {
 bool launch_timing() { return state().on; }
 
 TimedLaunch::TimedLaunch(const void* kernel)
-    : index_(launch_timing() ? begin(kernel, {}, compute_stream(), "compute stream") : -1) {}
+    : index_(launch_timing() ? begin(kernel, {}, compute_stream(), kComputeStream) : -1),
+      generation_(state().generation) {}
 TimedLaunch::TimedLaunch(const char* label)
-    : index_(launch_timing() ? begin(nullptr, label, compute_stream(), "compute stream") : -1) {}
-TimedLaunch::TimedLaunch(std::string label, cudaStream_t stream, const char* stream_name)
-    : index_(launch_timing() ? begin(nullptr, std::move(label), stream, stream_name) : -1) {}
+    : index_(launch_timing() ? begin(nullptr, label, compute_stream(), kComputeStream) : -1),
+      generation_(state().generation) {}
+TimedLaunch::TimedLaunch(std::string_view label, cudaStream_t stream, const char* stream_name)
+    : index_(launch_timing() ? begin(nullptr, label, stream, stream_name) : -1), generation_(state().generation) {}
 
 TimedLaunch::~TimedLaunch() {
-  std::vector<Pending>& pending_list = state().pending;
-  if (index_ < 0 || static_cast<size_t>(index_) >= pending_list.size()) return;  // dropped since (timing off)
-  Pending& pending = pending_list[static_cast<size_t>(index_)];
+  State& s = state();
+  // Timing turned off, or the list taken, since: that entry is gone.
+  if (index_ < 0 || generation_ != s.generation) return;
+  Pending& pending = s.pending[static_cast<size_t>(index_)];
   pending.ended = cudaEventRecord(pending.end, pending.stream) == cudaSuccess;  // no throw from here
 }
 
@@ -117,10 +123,21 @@ std::vector<LaunchTime> take_launch_times() {
   std::vector<LaunchTime> times;
   std::vector<Pending> pending = std::move(s.pending);
   s.pending.clear();
+  ++s.generation;
   if (!pending.empty()) check_cuda(cudaEventSynchronize(s.epoch), "waiting for the start of launch timing");
-  for (const Pending& p : pending) {
-    float ms = 0.0f, start_ms = 0.0f;
-    if (p.ended) {
+  for (Pending& p : pending) {
+    bool done = p.ended;
+    if (done && std::string_view(p.stream_name) != kComputeStream) {
+      const cudaError_t state_of_work = cudaEventQuery(p.end);
+      if (state_of_work == cudaErrorNotReady) {  // still running: kept for a later call
+        s.pending.push_back(std::move(p));
+        continue;
+      }
+      done = state_of_work == cudaSuccess;  // else its stream failed, which its owner reports
+      cudaGetLastError();
+    }
+    if (done) {
+      float ms = 0.0f, start_ms = 0.0f;
       check_cuda(cudaEventSynchronize(p.end), "waiting for a timed launch");
       check_cuda(cudaEventElapsedTime(&ms, p.start, p.end), "reading a launch's time");
       check_cuda(cudaEventElapsedTime(&start_ms, s.epoch, p.start), "reading a launch's start");
