@@ -73,9 +73,14 @@ TEST(EmulatedStepTrace, TheDeviceWorkOfTheTracedStepGoesOnItsStreamsTracks) {
   // The traced iteration's two micro-batches.
   EXPECT_EQ(device_work["copy stream"],
             (std::vector<std::string>(2, "host-to-device copy of a micro-batch")));
-  ASSERT_FALSE(device_work["communication stream"].empty());
-  for (const std::string& collective : device_work["communication stream"])
-    EXPECT_TRUE(collective.starts_with("all_reduce (sum, ")) << collective;
+  // The gradients' buckets, and the gather of the token lookups the tied embedding's gradient adds
+  // after them (train/embedding_lookups.h).
+  int64_t all_reduces = 0;
+  for (const std::string& collective : device_work["communication stream"]) {
+    EXPECT_TRUE(collective.starts_with("all_reduce (sum, ") || collective.starts_with("all_gather (")) << collective;
+    all_reduces += collective.starts_with("all_reduce");
+  }
+  EXPECT_GE(all_reduces, 1);
 }
 
 }  // namespace
