@@ -8,22 +8,16 @@
 #include "kiln/perf/estimator.h"
 #include "kiln/perf/roofline.h"
 #include "support/error_of.h"
+#include "support/small_gpt.h"
 
 namespace kiln {
 namespace {
 
 using testing::error_of;
 
-// Two data-parallel ranks of a small bf16 GPT, two micro-batches each.
+// Two data-parallel ranks of the tiny bf16 GPT (support/small_gpt.h), two micro-batches each.
 Config two_rank_config() {
-  Config config;
-  config.num_layers = 2;
-  config.hidden_size = 32;
-  config.num_attention_heads = 2;
-  config.seq_length = 16;
-  config.vocab_size = 64;
-  config.mock_data = true;
-  config.micro_batch_size = 2;
+  Config config = testing::tiny_mock_gpt_config("cpu");
   config.global_batch_size = 8;
   config.bf16 = true;
   config.resolve(2);
@@ -36,7 +30,7 @@ EstimateInput estimate_input_of_two_rank_config(const std::string& gpu) {
   in.hidden_size = 32;
   in.num_attention_heads = 2;
   in.seq_length = 16;
-  in.vocab_size = 64;
+  in.vocab_size = 67;
   in.global_batch_size = 8;
   in.micro_batch_size = 2;
   in.gpus = 2;
