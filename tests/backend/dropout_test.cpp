@@ -77,6 +77,28 @@ TEST_P(Dropout, ProbabilityZeroKeepsEverythingAndInPlaceWorks) {
   EXPECT_EQ(t.download(y), t.download(expected));
 }
 
+// The fused dropout-add: residual + the plain op's output (exactly, in fp32; in 16 bits the fused
+// op rounds once, the op table checks it), also in place over the residual.
+TEST_P(Dropout, WithAResidualAddsItToTheDroppedInput) {
+  {
+    DeviceTensors t(*backend_);
+    std::vector<float> in(kCount), residual(kCount);
+    for (int64_t i = 0; i < kCount; ++i) {
+      in[static_cast<size_t>(i)] = static_cast<float>(i % 7) - 3.0f;
+      residual[static_cast<size_t>(i)] = static_cast<float>(i % 5);
+    }
+    Tensor dropped = t.poisoned_acts({kCount});
+    backend_->dropout({dropped, t.acts(in, {kCount}), 0.25f, 3, 4});
+    Tensor summed = t.poisoned_acts({kCount});
+    backend_->dropout({summed, t.acts(in, {kCount}), 0.25f, 3, 4, t.acts(residual, {kCount})});
+    const std::vector<float> plain = t.download(dropped), fused = t.download(summed);
+    for (size_t i = 0; i < plain.size(); ++i) ASSERT_EQ(fused[i], residual[i] + plain[i]) << "element " << i;
+    Tensor stream = t.acts(residual, {kCount});  // out aliases the residual
+    backend_->dropout({stream, t.acts(in, {kCount}), 0.25f, 3, 4, stream});
+    EXPECT_EQ(t.download(stream), fused);
+  }
+}
+
 TEST_P(Dropout, BadArgumentsAreRefusedByName) {
   DeviceTensors t(*backend_);
   Tensor in = t.floats(std::vector<float>(8, 1.0f), {8});
@@ -85,6 +107,10 @@ TEST_P(Dropout, BadArgumentsAreRefusedByName) {
   DeviceTensors half(*backend_, DType::BF16);
   Tensor other_dtype = half.poisoned_acts({8});
   EXPECT_NE(error_of([&] { backend_->dropout({other_dtype, in, 0.5f, 0, 0}); }).find("dropout"), std::string::npos);
+  Tensor short_residual = t.floats(std::vector<float>(7, 1.0f), {7});
+  Tensor out = t.poisoned({8});
+  EXPECT_NE(error_of([&] { backend_->dropout({out, in, 0.5f, 0, 0, short_residual}); }).find("residual"),
+            std::string::npos);
   for (float p : {1.0f, -0.1f, NAN}) {
     Tensor out = t.poisoned({8});
     EXPECT_NE(error_of([&] { backend_->dropout({out, in, p, 0, 0}); }).find("dropout: probability must be in [0, 1)"),

@@ -261,6 +261,37 @@ OpCase dropout_case(int64_t count, float probability, Rng& rng) {
   return op;
 }
 
+// The residual stream's fused dropout-add: out = residual + dropout(in). Its backward: the
+// dropout of dout for in, dout itself for the residual.
+OpCase dropout_add_case(int64_t count, float probability, Rng& rng) {
+  constexpr uint64_t kSeed = 0xadd, kStream = (uint64_t{3} << 40) + 5;
+  OpCase op;
+  op.name = fmt::format("dropout_add_N{}_p{}", count, static_cast<int>(probability * 100));  // p in percent
+  op.inputs = {random_floats(static_cast<size_t>(count), rng, 2.0f), random_floats(static_cast<size_t>(count), rng)};
+  op.differentiable = {0, 1};
+  op.forward = [=](Backend& backend, DType dtype, const FloatInputs& x) {
+    DeviceTensors t(backend, dtype);
+    Tensor out = t.poisoned_acts({count});
+    backend.dropout({out, t.acts(x[0], {count}), probability, kSeed, kStream, t.acts(x[1], {count})});
+    return t.download(out);
+  };
+  op.reference = [=](const DoubleInputs& x) {
+    std::vector<double> out(x[0].size());
+    for (size_t i = 0; i < out.size(); ++i)
+      out[i] = x[1][i] + (philox::bits(kSeed, kStream, i) >= dropout_threshold(probability)
+                              ? x[0][i] / (1.0 - probability)
+                              : 0.0);
+    return out;
+  };
+  op.backward = [=](Backend& backend, DType dtype, const FloatInputs&, const std::vector<float>& dout) {
+    DeviceTensors t(backend, dtype);
+    Tensor din = t.poisoned_acts({count});
+    backend.dropout({din, t.acts(dout, {count}), probability, kSeed, kStream});
+    return FloatInputs{t.download(din), dout};
+  };
+  return op;
+}
+
 // ---- embedding --------------------------------------------------------------------------------------
 OpCase embedding_case(int64_t B, int64_t T, int64_t C, int64_t rows, int64_t positions, Rng& rng) {
   OpCase op;
@@ -437,6 +468,8 @@ std::vector<OpCase> all_op_cases() {
   cases.push_back(gelu_case(256, rng));
   cases.push_back(dropout_case(37, 0.25f, rng));   // one element at a time on CUDA
   cases.push_back(dropout_case(256, 0.5f, rng));   // packs of elements
+  cases.push_back(dropout_add_case(37, 0.1f, rng));
+  cases.push_back(dropout_add_case(512, 0.3f, rng));
   cases.push_back(embedding_case(2, 5, 24, 13, 8, rng));
   cases.push_back(embedding_case(1, 7, 80, 64, 7, rng));
   // CUDA's token-gradient kernel stages a run's rows 256 at a time and its columns 1024 at a time:

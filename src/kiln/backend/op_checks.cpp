@@ -431,6 +431,10 @@ int64_t dropout(const Dropout& a, Device device) {
   const DType dtype = compute_dtype(a.in, device, op, "in");
   require(a.out, dtype, device, op, "out");
   require_numel(a.out, a.in.numel(), op, "out");
+  if (!a.residual.empty()) {
+    require(a.residual, dtype, device, op, "residual");
+    require_numel(a.residual, a.in.numel(), op, "residual");
+  }
   KILN_CHECK(a.probability >= 0.0f && a.probability < 1.0f, "{}: probability must be in [0, 1), got {}", op,
              a.probability);
   return a.in.numel();

@@ -217,7 +217,7 @@ OpWork work_of(const SumOfSquares& a) { return {"sum_of_squares", 0.0, bytes_of(
 OpWork work_of(const Fp8UpdateScales& a) {
   return {"fp8_update_scales", 0.0, 2 * bytes_of({&a.state})};
 }
-OpWork work_of(const Dropout& a) { return {"dropout", 0.0, bytes_of({&a.out, &a.in})}; }
+OpWork work_of(const Dropout& a) { return {"dropout", 0.0, bytes_of({&a.out, &a.in, &a.residual})}; }
 OpWork work_of(const Fill& a) { return {"fill", 0.0, bytes_of({&a.out})}; }
 // To fp8 codes (ops.h) the row says "fp8": one pass reading `in` and writing the codes, in one
 // layout or both.

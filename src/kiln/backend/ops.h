@@ -354,11 +354,15 @@ constexpr int64_t kFp8StateColumns = 4;  // scale, scale_inv, amax, fp8_max; the
 // recomputed forward and the backward draw the very mask of the forward, and every back-end draws
 // the same bits. The caller picks the stream (a layer, micro-batch and iteration) and the seed (a
 // run and rank). The scale is the fp32 value 1.0f / (1.0f - p); out may alias in.
+// With `residual` (same dtype and numel) the op is the residual stream's fused dropout-add,
+// out[i] = residual[i] + (keep(i) ? in[i] / (1 - p) : 0), summed in fp32 and rounded once; out may
+// alias residual too. Its backward is the plain op on dout (the residual's gradient is dout).
 struct Dropout {
   Tensor out;  // any floating compute dtype, same numel as in
   Tensor in;
   float probability = 0.0f;  // p, in [0, 1)
   uint64_t seed = 0, stream = 0;
+  Tensor residual = {};  // empty: no residual added
 };
 // The least bits an element keeps at probability p: round(p 2^32), in [0, 2^32).
 inline uint64_t dropout_threshold(float probability) {

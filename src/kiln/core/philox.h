@@ -36,14 +36,18 @@ KILN_HOST_DEVICE inline Words philox4x32_10(Words counter, uint32_t key0, uint32
   return counter;
 }
 
-// The 32 random bits of element `index` of the stream (key, stream): block index / 4 of the
-// counter (index / 4 in words 0-1, `stream` in words 2-3), word index % 4.
+// Block `block` of the stream (key, stream): the counter (block in words 0-1, `stream` in words
+// 2-3) under the key; its four words are the bits of elements 4 block .. 4 block + 3.
+KILN_HOST_DEVICE inline Words block(uint64_t key, uint64_t stream, uint64_t block) {
+  return philox4x32_10(Words{{static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
+                              static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)}},
+                       static_cast<uint32_t>(key), static_cast<uint32_t>(key >> 32));
+}
+
+// The 32 random bits of element `index` of the stream (key, stream): word index % 4 of block
+// index / 4. A loop over consecutive elements draws a block once for four of them (block()).
 KILN_HOST_DEVICE inline uint32_t bits(uint64_t key, uint64_t stream, uint64_t index) {
-  const uint64_t block = index >> 2;
-  const Words out = philox4x32_10(Words{{static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
-                                         static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)}},
-                                  static_cast<uint32_t>(key), static_cast<uint32_t>(key >> 32));
-  return out.w[index & 3];
+  return block(key, stream, index >> 2).w[index & 3];
 }
 
 }  // namespace kiln::philox

@@ -309,8 +309,8 @@ void CudaBackend::gelu_forward(const GeluForward& a) {
 
 void CudaBackend::dropout(const Dropout& a) {
   const int64_t count = checks::dropout(a, kCuda);
-  check_cuda(cuda::dropout(a.out.data, a.in.data, element_kind(a.in.dtype), count, dropout_threshold(a.probability),
-                           1.0f / (1.0f - a.probability), a.seed, a.stream),
+  check_cuda(cuda::dropout(a.out.data, a.in.data, a.residual.data, element_kind(a.in.dtype), count,
+                           dropout_threshold(a.probability), 1.0f / (1.0f - a.probability), a.seed, a.stream),
              "dropout");
 }
 

@@ -65,9 +65,10 @@ int add_floats(float* sums, const float* values, int64_t count);  // sums += val
 int sum_column_partials(float* sums, const float* partials, int64_t chunks, int64_t N, bool overwrite);
 int gelu_forward(void* out, const void* in, int kind, int64_t count);
 int gelu_backward(void* din, const void* in, const void* dout, int kind, int64_t count);
-// Dropout's out = keep ? in * scale : 0, keep = philox::bits(seed, stream, i) >= threshold (ops.h).
-int dropout(void* out, const void* in, int kind, int64_t count, uint64_t threshold, float scale, uint64_t seed,
-            uint64_t stream);
+// Dropout's out = [residual +] (keep ? in * scale : 0), keep = philox::bits(seed, stream, i) >= threshold
+// (ops.h); residual may be null.
+int dropout(void* out, const void* in, const void* residual, int kind, int64_t count, uint64_t threshold, float scale,
+            uint64_t seed, uint64_t stream);
 int fill(void* out, int kind, float value, int64_t count);
 int convert(void* out, int out_kind, const void* in, int in_kind, int64_t count);
 // Attention's softmax under the flash-attention contract (ops.h). Scores are [B, NH, T, T], already
