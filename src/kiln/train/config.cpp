@@ -317,7 +317,7 @@ void set_config_field(Config& config, const ConfigField& field, const std::strin
                       const std::string& origin) {
   std::visit(
       [&](auto member) {
-        using Value = std::remove_reference_t<decltype(config.*member)>;
+        using Value = std::remove_cvref_t<decltype(config.*member)>;
         if constexpr (std::is_same_v<Value, int64_t>) {
           config.*member = parse_number<int64_t>(text, origin, field.key);
         } else if constexpr (std::is_same_v<Value, double>) {
@@ -369,7 +369,7 @@ std::string to_yaml(const Config& config) {
     out << YAML::Key << field.key << YAML::Value;
     std::visit(
         [&](auto member) {
-          using Value = std::remove_reference_t<decltype(config.*member)>;
+          using Value = std::remove_cvref_t<decltype(config.*member)>;
           if constexpr (std::is_same_v<Value, double>) {
             out << fmt::format("{}", config.*member);  // shortest round-trip form
           } else {
