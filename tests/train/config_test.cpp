@@ -144,6 +144,22 @@ TEST(Config, InconsistentValuesAreErrors) {
         c.cuda_graph = c.profile_ops = true;
       },
       "'cuda_graph' and 'profile_ops'");
+  check([](Config& c) { c.hidden_dropout = 1.0; }, "config key 'hidden_dropout' must be in [0, 1), got 1");
+  check([](Config& c) { c.hidden_dropout = -0.5; }, "config key 'hidden_dropout' must be in [0, 1), got -0.5");
+  check(
+      [](Config& c) {
+        c.device = "cuda";
+        c.hidden_dropout = 0.1;
+        c.cuda_graph = true;
+      },
+      "'hidden_dropout' and 'cuda_graph' are both set");
+  check(
+      [](Config& c) {
+        c.bf16 = true;
+        c.fp8_format = "hybrid";
+        c.hidden_dropout = 0.1;
+      },
+      "'hidden_dropout' and 'fp8_format' are both set");
   // Sizes past any machine, refused before a count overflows or a per-layer list is built.
   check([](Config& c) { c.num_layers = int64_t{1} << 30; }, "are too large: 1073741824 layers (at most 65536)");
   check([](Config& c) { c.micro_batch_size = c.global_batch_size = int64_t{1} << 60; },

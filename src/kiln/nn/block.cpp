@@ -33,6 +33,34 @@ MatmulForward residual_projection(const Tensor& out, const Tensor& residual, con
   return projection;
 }
 
+// out = residual + dropout(projection), the projection's output written first into `out` (ops.h).
+void dropped_residual_projection(Backend& backend, MatmulForward projection, const BranchDropout& dropout,
+                                 uint64_t stream) {
+  const Tensor residual = projection.residual;
+  projection.residual = Tensor{};
+  backend.matmul_forward(projection);
+  backend.dropout({projection.out, projection.out, dropout.probability, dropout.seed, stream, residual});
+}
+
+// A residual branch's projection: with dropout, its output dropped before the residual adds it.
+void project_onto_residual(Backend& backend, const MatmulForward& projection, const BranchDropout& dropout,
+                           uint64_t stream) {
+  if (dropout.active())
+    dropped_residual_projection(backend, projection, dropout, stream);
+  else
+    backend.matmul_forward(projection);
+}
+
+// The gradient a residual branch's projection reads: the residual stream's, or with dropout that
+// gradient dropped by the forward's mask, into `scratch` (as large as `d_residual` or larger).
+Tensor branch_output_gradient(Backend& backend, const Tensor& d_residual, const Tensor& scratch,
+                              const BranchDropout& dropout, uint64_t stream) {
+  if (!dropout.active()) return d_residual;
+  const Tensor dropped = scratch.slice(0, d_residual.numel()).reshaped(d_residual.shape);
+  backend.dropout({dropped, d_residual, dropout.probability, dropout.seed, stream});
+  return dropped;
+}
+
 // The attention core, which with fp8 also casts its output for c_proj (ops.h): the codes c_proj
 // reads, and their transpose kept for its backward (where the block keeps them).
 AttentionForward attention_feeding(const Fp8Matmul* projection, const BlockActivations& acts, int num_heads) {
@@ -120,7 +148,8 @@ void read_gradient_codes(MatmulBackward& backward, const Tensor& codes) {
 
 void block_forward(Backend& backend, const GptConfig& config, const BlockWeights& w,
                    const Tensor& input, const BlockActivations& acts, const BlockFp8* fp8,
-                   BlockForwardExtent extent) {
+                   BlockForwardExtent extent, const BranchDropout& dropout) {
+  KILN_CHECK(!fp8 || !dropout.active(), "hidden dropout with fp8 products is not supported");
   const float eps = config.layernorm_eps;
   // With fp8 the LayerNorms cast their outputs for the products, which read the codes (ops.h).
   const Fp8Matmul* qkv = fp8_of(fp8, &BlockFp8::qkv);
@@ -130,8 +159,10 @@ void block_forward(Backend& backend, const GptConfig& config, const BlockWeights
   backend.matmul_forward({acts.qkv, acts.ln1, w.qkv_weight, w.qkv_bias, WeightLayout::InOut, Tensor{}, qkv});
   const Fp8Matmul* attn_proj = fp8_of(fp8, &BlockFp8::attn_proj);
   backend.attention_forward(attention_feeding(attn_proj, acts, static_cast<int>(config.num_heads)));
-  backend.matmul_forward(residual_projection(acts.residual_mid, input, attn_proj ? acts.attn_out_fp8 : acts.attn_out,
-                                             w.attn_proj_weight, w.attn_proj_bias, attn_proj));
+  project_onto_residual(backend,
+                        residual_projection(acts.residual_mid, input, attn_proj ? acts.attn_out_fp8 : acts.attn_out,
+                                            w.attn_proj_weight, w.attn_proj_bias, attn_proj),
+                        dropout, dropout.attention_stream);
   backend.layernorm_forward(layernorm_feeding(fc, acts.residual_mid, acts.ln2, acts.ln2_mean, acts.ln2_rstd,
                                               w.ln2_weight, w.ln2_bias, eps, acts.ln2_fp8_t));
   const Fp8Matmul* fc_proj = fp8_of(fp8, &BlockFp8::fc_proj);
@@ -139,8 +170,10 @@ void block_forward(Backend& backend, const GptConfig& config, const BlockWeights
                                        fc_proj, acts.fc_post_gelu_fp8_t, extent));
   if (extent == BlockForwardExtent::BackwardInputs) return;
   // With fp8 its input is c_fc's codes.
-  backend.matmul_forward(residual_projection(acts.residual_out, acts.residual_mid, acts.fc_post_gelu,
-                                             w.fc_proj_weight, w.fc_proj_bias, fc_proj));
+  project_onto_residual(backend,
+                        residual_projection(acts.residual_out, acts.residual_mid, acts.fc_post_gelu,
+                                            w.fc_proj_weight, w.fc_proj_bias, fc_proj),
+                        dropout, dropout.mlp_stream);
 }
 
 BlockActivations without_backward_codes(BlockActivations acts) {
@@ -151,13 +184,16 @@ BlockActivations without_backward_codes(BlockActivations acts) {
 void block_backward(Backend& backend, const GptConfig& config, const BlockWeights& w,
                     const BlockWeights& g, const Tensor& input, const BlockActivations& acts,
                     const BlockScratch& s, const Tensor& d_residual, GradStore store, const BlockFp8* fp8,
-                    const Fp8GradientReader& input_gradient_reader) {
+                    const Fp8GradientReader& input_gradient_reader, const BranchDropout& dropout) {
   KILN_CHECK(!fp8 || !s.d_residual_fp8.empty(), "block_backward: fp8 products without the residual gradient's codes");
+  KILN_CHECK(!fp8 || !dropout.active(), "hidden dropout with fp8 products is not supported");
   // MLP branch: d_residual is d(y) = d(x1) through the skip connection (with fp8, as the codes the
   // caller's LayerNorm backward wrote).
   // d_fc is the gradient of the pre-activation: GELU's derivative is applied inside.
   const Fp8Matmul* fc_proj = fp8_of(fp8, &BlockFp8::fc_proj);
-  MatmulBackward contraction{s.d_fc, g.fc_proj_weight, g.fc_proj_bias, d_residual,
+  // With dropout the MLP's c_proj reads d_residual dropped, in d_hidden (free until c_fc's backward).
+  MatmulBackward contraction{s.d_fc, g.fc_proj_weight, g.fc_proj_bias,
+                             branch_output_gradient(backend, d_residual, s.d_hidden, dropout, dropout.mlp_stream),
                              product_input(acts.fc_post_gelu, acts.fc_post_gelu_fp8_t), w.fc_proj_weight,
                              WeightLayout::InOut, acts.fc_pre_gelu, fc_proj, acts.fc_post_gelu_fp8_t, store};
   const Fp8Matmul* fc = fp8_of(fp8, &BlockFp8::fc);
@@ -172,8 +208,10 @@ void block_backward(Backend& backend, const GptConfig& config, const BlockWeight
                                                          acts.residual_mid, w.ln2_weight, acts.ln2_mean, acts.ln2_rstd,
                                                          store},
                                                         {attn_proj, g.attn_proj_bias}, s.d_residual_fp8));
-  // Attention branch: d_residual is now d(x1) = d(x) through the skip connection.
-  MatmulBackward projection{s.d_hidden, g.attn_proj_weight, g.attn_proj_bias, d_residual,
+  // Attention branch: d_residual is now d(x1) = d(x) through the skip connection. With dropout its
+  // c_proj reads it dropped, in d_qkv's memory (free until the attention's backward writes it).
+  MatmulBackward projection{s.d_hidden, g.attn_proj_weight, g.attn_proj_bias,
+                            branch_output_gradient(backend, d_residual, s.d_qkv, dropout, dropout.attention_stream),
                             product_input(acts.attn_out, acts.attn_out_fp8_t), w.attn_proj_weight,
                             WeightLayout::InOut, Tensor{}, attn_proj, acts.attn_out_fp8_t, store};
   if (attn_proj) read_gradient_codes(projection, s.d_residual_fp8);

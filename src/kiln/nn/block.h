@@ -37,6 +37,20 @@ struct BlockScratch {
   Tensor d_residual_fp8;  // fp8 only: 2 x B*T*C bytes, codes of d_residual (GptActivations::d_residual_fp8)
 };
 
+// Hidden dropout on the block's two residual branches (Megatron's hidden_dropout): each
+// projection's output is dropped before the residual stream adds it, x1 = x + dropout(c_proj(..)),
+// so the projection writes its output alone and the dropout adds the residual (ops.h, Dropout with
+// a residual). The attention's draws Philox stream `attention_stream`, the MLP's `mlp_stream`,
+// under `seed` (dropout_streams.h); the backward draws them again and drops the projections' output
+// gradients with them, into scratch (d_hidden for the MLP's, d_qkv's memory for the attention's,
+// each free then), so no mask is kept. probability 0: none, and the projections add the residual.
+// Not with fp8 products, whose backward reads the residual gradient as codes cast before the mask.
+struct BranchDropout {
+  float probability = 0.0f;
+  uint64_t seed = 0, attention_stream = 0, mlp_stream = 0;
+  bool active() const { return probability > 0.0f; }
+};
+
 // The fp8 product whose backward reads a LayerNorm backward's input gradient next, as its output
 // gradient, and that product's bias gradient, which the LayerNorm then takes (ops.h,
 // LayerNormBackward with fp8); no product: the LayerNorm casts nothing.
@@ -67,11 +81,12 @@ BlockActivations without_backward_codes(BlockActivations acts);
 
 void block_forward(Backend& backend, const GptConfig& config, const BlockWeights& weights,
                    const Tensor& input, const BlockActivations& acts, const BlockFp8* fp8 = nullptr,
-                   BlockForwardExtent extent = BlockForwardExtent::Output);
+                   BlockForwardExtent extent = BlockForwardExtent::Output, const BranchDropout& dropout = {});
 
 void block_backward(Backend& backend, const GptConfig& config, const BlockWeights& weights,
                     const BlockWeights& grads, const Tensor& input, const BlockActivations& acts,
                     const BlockScratch& scratch, const Tensor& d_residual, GradStore store,
-                    const BlockFp8* fp8 = nullptr, const Fp8GradientReader& input_gradient_reader = {});
+                    const BlockFp8* fp8 = nullptr, const Fp8GradientReader& input_gradient_reader = {},
+                    const BranchDropout& dropout = {});
 
 }  // namespace kiln

@@ -145,15 +145,16 @@ Backend::WorkspaceNeeds Gpt::workspace_needs(const GptConfig& config, int64_t ba
 }
 
 double Gpt::forward(std::span<const int32_t> tokens, std::span<const int32_t> targets, int64_t batch,
-                    int64_t seq, GradientPass gradients, float loss_scale, GptStagedInputs staged) {
-  begin_forward(tokens, targets, batch, seq, gradients, loss_scale, staged);
+                    int64_t seq, GradientPass gradients, float loss_scale, GptStagedInputs staged,
+                    DropoutDraw dropout) {
+  begin_forward(tokens, targets, batch, seq, gradients, loss_scale, staged, dropout);
   forward_ops();
   return loss();
 }
 
 void Gpt::begin_forward(std::span<const int32_t> tokens, std::span<const int32_t> targets,
                         int64_t batch, int64_t seq, GradientPass gradients, float loss_scale,
-                        GptStagedInputs staged) {
+                        GptStagedInputs staged, DropoutDraw dropout) {
   KILN_CHECK(arena_ != nullptr, "Gpt::forward before allocate_activations");
   KILN_CHECK(batch > 0 && seq > 0 && batch <= max_batch_ && seq <= max_seq_,
              "batch {} x sequence {} exceeds the planned {} x {}", batch, seq, max_batch_, max_seq_);
@@ -186,6 +187,7 @@ void Gpt::begin_forward(std::span<const int32_t> tokens, std::span<const int32_t
   inputs_.batch = batch;
   inputs_.seq = seq;
   inputs_.gradients = gradients;
+  if (dropping()) inputs_.dropout = dropout;
   inputs_.tokens = staged.tokens ? staged.tokens : acts_.tokens.as<int32_t>();
   if (!staged.tokens)
     backend_.copy_to_device(acts_.tokens.data, tokens.data(), positions * sizeof(int32_t));
@@ -203,6 +205,7 @@ void Gpt::begin_forward(std::span<const int32_t> tokens, std::span<const int32_t
 void Gpt::forward_ops() {
   KILN_CHECK(inputs_.tokens != nullptr, "Gpt::forward_ops without begin_forward");
   backend_.embedding_forward({acts_.embedded, tokens_in_use_, weights_.wte, weights_.wpe});
+  if (dropping()) drop_embedding_output(acts_.embedded);
   Tensor input = acts_.embedded;
   for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
     const BlockActivations& block = acts_.blocks[static_cast<size_t>(layer)];
@@ -210,7 +213,8 @@ void Gpt::forward_ops() {
     const bool backward_reads = inputs_.gradients != GradientPass::None &&
                                 !acts_.recompute[static_cast<size_t>(layer)].recomputed;
     block_forward(backend_, config_, weights_.blocks[static_cast<size_t>(layer)], input,
-                  backward_reads ? block : without_backward_codes(block), block_fp8(layer));
+                  backward_reads ? block : without_backward_codes(block), block_fp8(layer),
+                  BlockForwardExtent::Output, block_dropout(layer));
     input = block.residual_out;
   }
   backend_.layernorm_forward({acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, input, weights_.lnf_weight,
@@ -301,7 +305,8 @@ void Gpt::backward() {
         block_forward(backend_, config_, weights_.blocks[static_cast<size_t>(chunk_layer)], input_of(chunk_layer),
                       acts_.blocks[static_cast<size_t>(chunk_layer)], block_fp8(chunk_layer),
                       chunk_layer == plan.chunk_last ? BlockForwardExtent::BackwardInputs
-                                                     : BlockForwardExtent::Output);
+                                                     : BlockForwardExtent::Output,
+                      block_dropout(chunk_layer));
       }
     }
     BlockActivations kept = acts_.blocks[index];
@@ -312,13 +317,28 @@ void Gpt::backward() {
       backend_.gelu_forward({kept.fc_post_gelu, kept.fc_pre_gelu});
     }
     block_backward(backend_, config_, weights_.blocks[index], weight_grads_.blocks[index], input_of(layer), kept,
-                   scratch, acts_.d_residual, store, block_fp8(layer), reader_of_input_gradient(layer));
+                   scratch, acts_.d_residual, store, block_fp8(layer), reader_of_input_gradient(layer),
+                   block_dropout(layer));
     announce_final(weight_grads_.blocks[index].ln1_weight);
   }
+  if (dropping()) drop_embedding_output(embedding_output_gradient());  // d_residual, before the lookup
   if (std::exchange(lookup_deferred_, false)) return;  // the caller adds it (add_embedding_lookup)
   // wte's gradient has the classifier's part already: the embedding's is added to it.
   backend_.embedding_backward({weight_grads_.wte, weight_grads_.wpe, acts_.d_residual, tokens_in_use_, store});
   announce_final(grads_);
+}
+
+BranchDropout Gpt::block_dropout(int64_t layer) const {
+  if (!dropping()) return {};
+  const DropoutDraw& draw = inputs_.dropout;
+  return {config_.hidden_dropout, dropout_key(draw), dropout_stream(draw, layer, DropoutSite::AttentionOutput),
+          dropout_stream(draw, layer, DropoutSite::MlpOutput)};
+}
+
+void Gpt::drop_embedding_output(const Tensor& values) {
+  const DropoutDraw& draw = inputs_.dropout;
+  backend_.dropout({values, values, config_.hidden_dropout, dropout_key(draw),
+                    dropout_stream(draw, 0, DropoutSite::Embedding)});
 }
 
 void Gpt::defer_embedding_lookup() {

@@ -21,6 +21,8 @@
 #include "kiln/backend/backend.h"
 #include "kiln/core/arena.h"
 #include "kiln/nn/activations.h"
+#include "kiln/nn/block.h"
+#include "kiln/nn/dropout_streams.h"
 #include "kiln/nn/fp8_scaling.h"
 #include "kiln/nn/gpt_config.h"
 #include "kiln/nn/parameters.h"
@@ -93,9 +95,13 @@ class Gpt {
   // `staged`: the same tokens and targets already on their way to the device (a BatchStager
   // slot; the host copies are still checked), used instead of copying; they must stay in place
   // until backward() returns.
+  // With config().hidden_dropout > 0 a training forward (a `gradients` pass) drops the embedding's
+  // output and each block's two projections (block.h) with the masks `dropout` names
+  // (dropout_streams.h); its backward and any recomputation draw them again. A forward without
+  // gradients drops nothing.
   double forward(std::span<const int32_t> tokens, std::span<const int32_t> targets, int64_t batch,
                  int64_t seq, GradientPass gradients = GradientPass::None, float loss_scale = 1.0f,
-                 GptStagedInputs staged = {});
+                 GptStagedInputs staged = {}, DropoutDraw dropout = {});
 
   // forward() in three parts, for a caller that records the ops into a graph (Backend::capture):
   // begin_forward() takes forward()'s arguments, checks them on the host and copies what is not
@@ -103,7 +109,7 @@ class Gpt {
   // waits for them and returns what forward() would. backward() may come before loss().
   void begin_forward(std::span<const int32_t> tokens, std::span<const int32_t> targets,
                      int64_t batch, int64_t seq, GradientPass gradients = GradientPass::None,
-                     float loss_scale = 1.0f, GptStagedInputs staged = {});
+                     float loss_scale = 1.0f, GptStagedInputs staged = {}, DropoutDraw dropout = {});
   void forward_ops();
   double loss();
   // What the ops of forward_ops() and backward() read from begin_forward()'s arguments besides the
@@ -115,6 +121,7 @@ class Gpt {
     int64_t batch = 0, seq = 0;
     float gradient_scale = 0.0f;  // loss_scale over the counted positions
     GradientPass gradients = GradientPass::None;
+    DropoutDraw dropout;  // the masks' draw: the seed and stream numbers the dropout ops read
     bool operator==(const ForwardInputs&) const = default;
   };
   const ForwardInputs& forward_inputs() const { return inputs_; }
@@ -176,6 +183,13 @@ class Gpt {
     if (gradients_final_) gradients_final_(first.as<float>() - grads_.as<float>());
   }
   const BlockFp8* block_fp8(int64_t layer) const { return fp8_ ? &fp8_->block(layer) : nullptr; }
+  // Whether the current forward drops (a training forward of a model with hidden dropout).
+  bool dropping() const { return inputs_.gradients != GradientPass::None && config_.hidden_dropout > 0.0f; }
+  // Block `layer`'s dropout for the current forward (none where it does not drop).
+  BranchDropout block_dropout(int64_t layer) const;
+  // The embedding output's dropout, in place on `values`: the forward's activations or, with the
+  // same mask, the backward's gradient there.
+  void drop_embedding_output(const Tensor& values);
   const Fp8Matmul* classifier_fp8() const { return fp8_ ? fp8_->classifier() : nullptr; }
   // How the current training forward's backward stores its parameter gradients.
   GradStore grad_store() const {

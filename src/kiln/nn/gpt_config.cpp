@@ -16,6 +16,8 @@ void GptConfig::validate() const {
   KILN_CHECK(max_position_embeddings > 0, "max_position_embeddings must be positive, got {}",
              max_position_embeddings);
   KILN_CHECK(init_method_std > 0.0f, "init_method_std must be positive, got {}", init_method_std);
+  KILN_CHECK(hidden_dropout >= 0.0f && hidden_dropout < 1.0f, "hidden_dropout must be in [0, 1), got {}",
+             hidden_dropout);
 }
 
 std::string beyond_size_limits(int64_t num_layers, int64_t hidden_size, int64_t num_heads, int64_t vocab_size,

@@ -15,6 +15,9 @@ struct GptConfig {
   int64_t max_position_embeddings = 128;
   float init_method_std = 0.02f;
   float layernorm_eps = 1e-5f;
+  // Megatron's hidden_dropout: the embedding's output and each block's two projections are dropped
+  // at this rate in training forwards (block.h, BranchDropout); 0 keeps everything.
+  float hidden_dropout = 0.0f;
 
   static constexpr int64_t kVocabPadding = 64;
   int64_t padded_vocab_size() const {

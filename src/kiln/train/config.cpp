@@ -26,6 +26,9 @@ const std::vector<ConfigField>& config_fields() {
       {"max_position_embeddings", &Config::max_position_embeddings, "position table size (0: seq_length)"},
       {"vocab_size", &Config::vocab_size, "vocabulary size (0: from the data's meta.json)"},
       {"init_method_std", &Config::init_method_std, "std of the normal initialisation"},
+      {"hidden_dropout", &Config::hidden_dropout,
+       "dropout rate of the embedding's output and of each block's two projections in training (Megatron's; "
+       "0: none, the GPT default)"},
       {"micro_batch_size", &Config::micro_batch_size, "samples per forward/backward"},
       {"global_batch_size", &Config::global_batch_size,
        "samples per optimizer step (0: micro x data-parallel); the rest is gradient accumulation"},
@@ -562,6 +565,14 @@ void Config::validate() const {
              loss_scale_window);
   KILN_CHECK(hysteresis > 0, "config key 'hysteresis' must be positive, got {}", hysteresis);
   KILN_CHECK(init_method_std > 0, "config key 'init_method_std' must be positive, got {}", init_method_std);
+  KILN_CHECK(hidden_dropout >= 0 && hidden_dropout < 1, "config key 'hidden_dropout' must be in [0, 1), got {}",
+             hidden_dropout);
+  KILN_CHECK(hidden_dropout == 0 || !cuda_graph,
+             "config keys 'hidden_dropout' and 'cuda_graph' are both set: every micro-batch draws new dropout masks, "
+             "which a graph's replay would repeat");
+  KILN_CHECK(hidden_dropout == 0 || fp8_format.empty(),
+             "config keys 'hidden_dropout' and 'fp8_format' are both set: dropout with fp8 products is not "
+             "supported yet");
   plan_recompute(recompute_policy(), num_layers);
 }
 
@@ -584,6 +595,7 @@ GptConfig Config::gpt() const {
   gpt.vocab_size = vocab_size > 0 ? vocab_size : 1;
   gpt.max_position_embeddings = max_position_embeddings;
   gpt.init_method_std = static_cast<float>(init_method_std);
+  gpt.hidden_dropout = static_cast<float>(hidden_dropout);
   return gpt;
 }
 

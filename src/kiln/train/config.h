@@ -40,6 +40,7 @@ struct Config {
   int64_t max_position_embeddings = 0;
   int64_t vocab_size = 0;
   double init_method_std = 0.02;
+  double hidden_dropout = 0.0;  // Megatron's hidden_dropout (its default is 0.1; kiln's GPT keeps 0)
   // Batch.
   int64_t micro_batch_size = 8;
   int64_t global_batch_size = 0;

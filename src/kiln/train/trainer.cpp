@@ -338,7 +338,8 @@ IterationStats Trainer::train_step() {
     // The first micro-batch writes the gradients (no pass zeroes them), the others add to them.
     model_->begin_forward(current.tokens, current.targets, micro, seq,
                           step == 0 ? GradientPass::Write : GradientPass::Add,
-                          scale / static_cast<float>(micro_batches), device);
+                          scale / static_cast<float>(micro_batches), device,
+                          DropoutDraw{static_cast<uint64_t>(config_.seed), state_.iteration, step * ranks + communicator_.rank()});
     // The last backward starts each gradient bucket as soon as it is final (not from a graph,
     // whose replay tells nobody).
     const bool overlap = last && buckets_ && config_.overlap_grad_reduce && !graphs_;
