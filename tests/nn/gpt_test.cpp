@@ -12,6 +12,7 @@
 #include "kiln/backend/registry.h"
 #include "kiln/core/rng.h"
 #include "support/device_tensors.h"
+#include "support/token_batch.h"
 
 namespace kiln {
 namespace {
@@ -26,19 +27,8 @@ GptConfig tiny_config() {
   return config;
 }
 
-struct Batch {
-  std::vector<int32_t> tokens, targets;
-};
-
-Batch random_batch(int64_t count, int64_t vocab, uint64_t seed) {
-  Rng rng(seed);
-  Batch batch;
-  for (int64_t i = 0; i < count; ++i) {
-    batch.tokens.push_back(static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab))));
-    batch.targets.push_back(static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab))));
-  }
-  return batch;
-}
+using Batch = testing::TokenBatch;
+constexpr auto random_batch = testing::random_token_batch;
 
 TEST(Gpt, GradientMatchesDirectionalFiniteDifference) {
   auto backend = make_backend("cpu");

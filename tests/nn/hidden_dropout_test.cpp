@@ -12,6 +12,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/rng.h"
 #include "kiln/nn/gpt.h"
+#include "support/token_batch.h"
 
 namespace kiln {
 namespace {
@@ -27,19 +28,8 @@ GptConfig dropping_config(float hidden_dropout) {
   return config;
 }
 
-struct Batch {
-  std::vector<int32_t> tokens, targets;
-};
-
-Batch random_batch(int64_t count, int64_t vocab, uint64_t seed) {
-  Rng rng(seed);
-  Batch batch;
-  for (int64_t i = 0; i < count; ++i) {
-    batch.tokens.push_back(static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab))));
-    batch.targets.push_back(static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab))));
-  }
-  return batch;
-}
+using Batch = testing::TokenBatch;
+constexpr auto random_batch = testing::random_token_batch;
 
 constexpr DropoutDraw kDraw{77, 5, 3};
 

@@ -11,16 +11,12 @@
 #include "kiln/obs/svg_chart.h"
 #include "kiln/obs/svg_markup.h"
 #include "support/error_of.h"
+#include "support/text_search.h"
 
 namespace kiln {
 namespace {
 
-size_t count(const std::string& text, const std::string& what) {
-  size_t found = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++found;
-  return found;
-}
-
+using testing::count;
 TEST(SvgChart, AxesTickAtRoundNumbersCoveringTheData) {
   const ChartAxis loss = round_axis(2.13, 4.87, 6, false);
   EXPECT_DOUBLE_EQ(loss.step, 0.5);

@@ -23,6 +23,7 @@
 #include "support/error_of.h"
 #include "support/kiln_process.h"
 #include "support/temp_dir.h"
+#include "support/text_search.h"
 
 namespace kiln {
 namespace {
@@ -30,13 +31,8 @@ namespace {
 using testing::CommandResult;
 using testing::TempDir;
 
-size_t count(const std::string& text, const std::string& what) {
-  size_t found = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++found;
-  return found;
-}
-
-bool contains(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
+using testing::count;
+using testing::contains;
 
 // A tiny run of 3 iterations resumed to 6 (two event files), every TensorBoard switch on, and its
 // report: made once for the tests of this suite.
