@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "kiln/core/error.h"
+#include "kiln/obs/svg_chart_parts.h"
 #include "kiln/obs/svg_markup.h"
 
 namespace kiln {
@@ -41,18 +42,8 @@ struct Span {
   }
 };
 
-// Where a value falls on the page: the axis [lo, hi] onto pixels [from, to].
-struct Scale {
-  double lo, hi, from, to;
-  double operator()(double value) const { return from + (value - lo) / (hi - lo) * (to - from); }
-};
-
-std::string tick_label(double tick, double step) {
-  return fmt::format("{:g}", std::abs(tick) < step * 1e-9 ? 0.0 : tick);  // no "-0" or "1e-17"
-}
-
 // The series' path: "M x y L x y ...", a new "M" after each non-finite y.
-std::string path_of(const ChartSeries& series, const Scale& x, const Scale& y) {
+std::string path_of(const ChartSeries& series, const ChartScale& x, const ChartScale& y) {
   std::string d;
   bool pen_down = false;
   for (const ChartPoint& point : series.points) {
@@ -77,18 +68,18 @@ void draw_legend(std::string& svg, const LineChart& chart) {
 }
 
 void draw_axes(std::string& svg, const LineChart& chart, const ChartAxis& x_axis, const ChartAxis& y_axis,
-               const Scale& x, const Scale& y) {
+               const ChartScale& x, const ChartScale& y) {
   for (const double tick : y_axis.ticks) {
     svg += fmt::format(R"(<line x1="{:.1f}" y1="{:.1f}" x2="{:.1f}" y2="{:.1f}" stroke="#e4e4e4"/>)", x.from, y(tick),
                        x.to, y(tick));
     svg += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" text-anchor="end">{}</text>)", x.from - 6, y(tick) + 4,
-                       tick_label(tick, y_axis.step));
+                       chart_tick_label(tick, y_axis.step));
   }
   for (const double tick : x_axis.ticks) {
     svg += fmt::format(R"(<line x1="{0:.1f}" y1="{1:.1f}" x2="{0:.1f}" y2="{2:.1f}" stroke="#aaa"/>)", x(tick), y.from,
                        y.from + 5);
     svg += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" text-anchor="middle">{}</text>)", x(tick), y.from + 18,
-                       tick_label(tick, x_axis.step));
+                       chart_tick_label(tick, x_axis.step));
   }
   svg += fmt::format(R"(<path d="M{:.1f} {:.1f} V{:.1f} H{:.1f}" fill="none" stroke="#aaa"/>)", x.from, y.to, y.from,
                      x.to);
@@ -125,15 +116,10 @@ std::string render_line_chart(const LineChart& chart, int width, int height) {
   const Span x_span = xs.shown(chart.x_whole_numbers), y_span = ys.shown(false);
   const ChartAxis x_axis = round_axis(x_span.min, x_span.max, kMaxXTicks, chart.x_whole_numbers);
   const ChartAxis y_axis = round_axis(y_span.min, y_span.max, kMaxYTicks, false);
-  const Scale x{x_axis.lo, x_axis.hi, kLeft, width - kRight};
-  const Scale y{y_axis.lo, y_axis.hi, height - kBottom, kTop};  // up the page
+  const ChartScale x{x_axis.lo, x_axis.hi, kLeft, width - kRight};
+  const ChartScale y{y_axis.lo, y_axis.hi, height - kBottom, kTop};  // up the page
 
-  std::string svg =
-      fmt::format(R"(<svg class="chart" width="{0}" height="{1}" viewBox="0 0 {0} {1}" role="img" aria-label="{2}" )"
-                  R"(font-family="sans-serif" font-size="12" fill="#333">)",
-                  width, height, escape_markup(chart.title));
-  svg += fmt::format(R"(<text x="{}" y="17" font-size="14" font-weight="bold">{}</text>)", kLeft,
-                     escape_markup(chart.title));
+  std::string svg = chart_svg_start(chart.title, width, height, kLeft);
   draw_legend(svg, chart);
   draw_axes(svg, chart, x_axis, y_axis, x, y);
   if (xs.empty())
