@@ -18,5 +18,6 @@ void add_estimate_command(CLI::App& root);
 void add_launch_command(CLI::App& root);
 void add_report_command(CLI::App& root);
 void add_top_command(CLI::App& root);
+void add_lab_command(CLI::App& root);
 
 }  // namespace kiln::cli

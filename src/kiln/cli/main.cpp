@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   kiln::cli::add_launch_command(app);
   kiln::cli::add_report_command(app);
   kiln::cli::add_top_command(app);
+  kiln::cli::add_lab_command(app);
   try {
     app.parse(argc, argv);
     if (show_version) {
