@@ -292,6 +292,63 @@ OpCase dropout_add_case(int64_t count, float probability, Rng& rng) {
   return op;
 }
 
+// ---- tanh -----------------------------------------------------------------------------------------
+// The backward reads the forward's output (ops.h), so it runs the forward on the back-end first.
+OpCase tanh_case(int64_t count, Rng& rng) {
+  OpCase op;
+  op.name = fmt::format("tanh_N{}", count);
+  op.inputs = {random_floats(static_cast<size_t>(count), rng, 1.5f)};
+  op.differentiable = {0};
+  op.forward = [=](Backend& backend, DType dtype, const FloatInputs& x) {
+    DeviceTensors t(backend, dtype);
+    Tensor out = t.poisoned_acts({count});
+    backend.tanh_forward({out, t.acts(x[0], {count})});
+    return t.download(out);
+  };
+  op.reference = [](const DoubleInputs& x) {
+    std::vector<double> out(x[0].size());
+    for (size_t i = 0; i < out.size(); ++i) out[i] = std::tanh(x[0][i]);
+    return out;
+  };
+  op.backward = [=](Backend& backend, DType dtype, const FloatInputs& x, const std::vector<float>& dout) {
+    DeviceTensors t(backend, dtype);
+    Tensor out = t.poisoned_acts({count}), din = t.poisoned_acts({count});
+    backend.tanh_forward({out, t.acts(x[0], {count})});
+    backend.tanh_backward({din, out, t.acts(dout, {count})});
+    return FloatInputs{t.download(din)};
+  };
+  return op;
+}
+
+// ---- gather_rows ---------------------------------------------------------------------------------
+// The pooler's read of one position per sequence. The backward writes (the other rows zeroed over
+// the poison); its Add is gather_rows_test.cpp's.
+OpCase gather_rows_case(int64_t B, int64_t T, int64_t C, int64_t position, Rng& rng) {
+  OpCase op;
+  op.name = fmt::format("gather_rows_B{}_T{}_C{}_at{}", B, T, C, position);
+  op.inputs = {random_floats(static_cast<size_t>(B * T * C), rng)};
+  op.differentiable = {0};
+  op.forward = [=](Backend& backend, DType dtype, const FloatInputs& x) {
+    DeviceTensors t(backend, dtype);
+    Tensor out = t.poisoned_acts({B, C});
+    backend.gather_rows({out, t.acts(x[0], {B, T, C}), position});
+    return t.download(out);
+  };
+  op.reference = [=](const DoubleInputs& x) {
+    std::vector<double> out;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t c = 0; c < C; ++c) out.push_back(x[0][static_cast<size_t>((b * T + position) * C + c)]);
+    return out;
+  };
+  op.backward = [=](Backend& backend, DType dtype, const FloatInputs&, const std::vector<float>& dout) {
+    DeviceTensors t(backend, dtype);
+    Tensor din = t.poisoned_acts({B, T, C});
+    backend.gather_rows_backward({din, t.acts(dout, {B, C}), position});
+    return FloatInputs{t.download(din)};
+  };
+  return op;
+}
+
 // ---- embedding --------------------------------------------------------------------------------------
 OpCase embedding_case(int64_t B, int64_t T, int64_t C, int64_t rows, int64_t positions, Rng& rng) {
   OpCase op;
@@ -490,6 +547,12 @@ std::vector<OpCase> all_op_cases() {
   cases.push_back(cross_entropy_case(3, 257, 320, rng));
   cases.push_back(
       cross_entropy_case(4, 19, 21, rng));  // rows of an odd length: CUDA's element-wise path
+  // Appended, so the cases above keep their random inputs. tanh of 37 elements takes CUDA's
+  // one-element path, 256 its packs; the rows of 24 and 80 channels move in packs.
+  cases.push_back(tanh_case(37, rng));
+  cases.push_back(tanh_case(256, rng));
+  cases.push_back(gather_rows_case(3, 5, 24, 0, rng));
+  cases.push_back(gather_rows_case(2, 7, 80, 3, rng));
   return cases;
 }
 

@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <string>
+#include <utility>
+
 #include "kiln/backend/op_timing.h"
 #include "kiln/backend/registry.h"
 #include "support/device_tensors.h"
@@ -88,6 +92,28 @@ TEST(OpCounting, ChecksArgumentsAndRefusesToRun) {
       std::string::npos);
   EXPECT_NE(error_of([&] { counter.make_batch_stager({}); }).find("stages no batches"),
             std::string::npos);
+}
+
+// A pooler's ops: the gather reads only the rows it copies; its backward writes all of din to
+// write (the other rows zeroed) and reads and writes only the position's rows to add; tanh is
+// elementwise.
+TEST(OpCounting, GatherRowsMovesItsRowsAndWritesAllOfDin) {
+  OpCountingBackend counter;
+  DeviceTensors t(counter);
+  const Tensor sequences = t.poisoned({2, 5, 8}), rows = t.poisoned({2, 8});  // 320 and 64 bytes
+  counter.gather_rows({rows, sequences, 4});
+  counter.gather_rows_backward({sequences, rows, 4, GradStore::Write});
+  counter.gather_rows_backward({sequences, rows, 4, GradStore::Add});
+  counter.tanh_forward({rows, rows});
+  counter.tanh_backward({rows, rows, rows});
+  std::map<std::string, std::pair<int64_t, double>> calls_and_bytes;
+  for (const OpTotals& op : counter.totals()) calls_and_bytes[op.op] = {op.calls, op.bytes};
+  using Row = std::pair<int64_t, double>;
+  EXPECT_EQ(calls_and_bytes["gather_rows"], (Row{1, 2 * 64.0}));
+  EXPECT_EQ(calls_and_bytes["gather_rows_backward"], (Row{2, (64.0 + 320.0) + (64.0 + 2 * 64.0)}));
+  EXPECT_EQ(calls_and_bytes["tanh_forward"], (Row{1, 2 * 64.0}));
+  EXPECT_EQ(calls_and_bytes["tanh_backward"], (Row{1, 3 * 64.0}));
+  EXPECT_NE(error_of([&] { counter.gather_rows({rows, sequences, 5}); }).find("position 5"), std::string::npos);
 }
 
 // An fp8 product also writes and reads back each operand's fp8 copy, one byte an element.

@@ -136,6 +136,10 @@ class Backend {
   virtual void matmul_backward(const MatmulBackward& args) = 0;
   virtual void gelu_forward(const GeluForward& args) = 0;
   virtual void gelu_backward(const GeluBackward& args) = 0;
+  virtual void tanh_forward(const TanhForward& args) = 0;
+  virtual void tanh_backward(const TanhBackward& args) = 0;
+  virtual void gather_rows(const GatherRows& args) = 0;
+  virtual void gather_rows_backward(const GatherRowsBackward& args) = 0;
   virtual void attention_forward(const AttentionForward& args) = 0;
   virtual void attention_backward(const AttentionBackward& args) = 0;
   virtual void softmax_cross_entropy(const SoftmaxCrossEntropy& args) = 0;

@@ -308,14 +308,61 @@ int64_t gelu_forward(const GeluForward& a, Device device) {
   return a.in.numel();
 }
 
+namespace {
+// An elementwise op's backward: din and dout like `saved`, the forward's input or output (named
+// `saved_name`), whose dtype is the compute dtype.
+int64_t elementwise_backward(const Tensor& din, const Tensor& saved, const Tensor& dout, Device device,
+                             const char* op, const char* saved_name) {
+  const DType dtype = compute_dtype(saved, device, op, saved_name);
+  require(din, dtype, device, op, "din");
+  require(dout, dtype, device, op, "dout");
+  require_numel(din, saved.numel(), op, "din");
+  require_numel(dout, saved.numel(), op, "dout");
+  return saved.numel();
+}
+}  // namespace
+
 int64_t gelu_backward(const GeluBackward& a, Device device) {
-  constexpr const char* op = "gelu_backward";
+  return elementwise_backward(a.din, a.in, a.dout, device, "gelu_backward", "in");
+}
+
+int64_t tanh_forward(const TanhForward& a, Device device) {
+  constexpr const char* op = "tanh_forward";
   const DType dtype = compute_dtype(a.in, device, op, "in");
-  require(a.din, dtype, device, op, "din");
-  require(a.dout, dtype, device, op, "dout");
-  require_numel(a.din, a.in.numel(), op, "din");
-  require_numel(a.dout, a.in.numel(), op, "dout");
+  require(a.out, dtype, device, op, "out");
+  require_numel(a.out, a.in.numel(), op, "out");
   return a.in.numel();
+}
+
+int64_t tanh_backward(const TanhBackward& a, Device device) {
+  return elementwise_backward(a.din, a.out, a.dout, device, "tanh_backward", "out");
+}
+
+namespace {
+// One position of [B, T, C] `sequences` and its rows [B, C] `rows` (ops.h, GatherRows), named
+// `sequences_name` and `rows_name` in the errors; the compute dtype is the sequences'.
+EmbeddingDims gathered_rows(const Tensor& sequences, const Tensor& rows, int64_t position, Device device,
+                            const char* op, const char* sequences_name, const char* rows_name) {
+  const DType dtype = compute_dtype(sequences, device, op, sequences_name);
+  require(rows, dtype, device, op, rows_name);
+  KILN_CHECK(sequences.shape.rank == 3, "{}: argument '{}' must be [B, T, C], got {}", op, sequences_name,
+             sequences.shape.to_string());
+  const EmbeddingDims dims{sequences.shape[0], sequences.shape[1], sequences.shape[2]};
+  KILN_CHECK(rows.shape.rank == 2 && rows.shape[0] == dims.B && rows.shape[1] == dims.C,
+             "{}: argument '{}' must be [B, C] = [{}, {}], got {}", op, rows_name, dims.B, dims.C,
+             rows.shape.to_string());
+  KILN_CHECK(position >= 0 && position < dims.T, "{}: position {} is outside [0, {}) of '{}' {}", op, position,
+             dims.T, sequences_name, sequences.shape.to_string());
+  return dims;
+}
+}  // namespace
+
+EmbeddingDims gather_rows(const GatherRows& a, Device device) {
+  return gathered_rows(a.in, a.out, a.position, device, "gather_rows", "in", "out");
+}
+
+EmbeddingDims gather_rows_backward(const GatherRowsBackward& a, Device device) {
+  return gathered_rows(a.din, a.dout, a.position, device, "gather_rows_backward", "din", "dout");
 }
 
 namespace {

@@ -9,7 +9,7 @@
 
 namespace kiln::checks {
 
-struct EmbeddingDims {
+struct EmbeddingDims {  // also gather_rows': the sizes of its [B, T, C] input
   int64_t B, T, C;
 };
 struct RowsDims {
@@ -24,6 +24,10 @@ MatmulDims matmul_forward(const MatmulForward& args, Device device);
 MatmulDims matmul_backward(const MatmulBackward& args, Device device);
 int64_t gelu_forward(const GeluForward& args, Device device);
 int64_t gelu_backward(const GeluBackward& args, Device device);
+int64_t tanh_forward(const TanhForward& args, Device device);
+int64_t tanh_backward(const TanhBackward& args, Device device);
+EmbeddingDims gather_rows(const GatherRows& args, Device device);
+EmbeddingDims gather_rows_backward(const GatherRowsBackward& args, Device device);
 AttentionShape attention_forward(const AttentionForward& args, Device device);
 AttentionShape attention_backward(const AttentionBackward& args, Device device);
 RowsDims softmax_cross_entropy(const SoftmaxCrossEntropy& args, Device device);  // M rows, Vp columns

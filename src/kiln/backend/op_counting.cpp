@@ -58,6 +58,12 @@ void OpCountingBackend::matmul_backward(const MatmulBackward& a) {
 }
 void OpCountingBackend::gelu_forward(const GeluForward& a) { count(a, checks::gelu_forward); }
 void OpCountingBackend::gelu_backward(const GeluBackward& a) { count(a, checks::gelu_backward); }
+void OpCountingBackend::tanh_forward(const TanhForward& a) { count(a, checks::tanh_forward); }
+void OpCountingBackend::tanh_backward(const TanhBackward& a) { count(a, checks::tanh_backward); }
+void OpCountingBackend::gather_rows(const GatherRows& a) { count(a, checks::gather_rows); }
+void OpCountingBackend::gather_rows_backward(const GatherRowsBackward& a) {
+  count(a, checks::gather_rows_backward);
+}
 void OpCountingBackend::attention_forward(const AttentionForward& a) {
   count(a, checks::attention_forward);
 }

@@ -47,6 +47,10 @@ class OpCountingBackend final : public Backend {
   void matmul_backward(const MatmulBackward& args) override;
   void gelu_forward(const GeluForward& args) override;
   void gelu_backward(const GeluBackward& args) override;
+  void tanh_forward(const TanhForward& args) override;
+  void tanh_backward(const TanhBackward& args) override;
+  void gather_rows(const GatherRows& args) override;
+  void gather_rows_backward(const GatherRowsBackward& args) override;
   void attention_forward(const AttentionForward& args) override;
   void attention_backward(const AttentionBackward& args) override;
   void softmax_cross_entropy(const SoftmaxCrossEntropy& args) override;

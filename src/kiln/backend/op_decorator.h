@@ -47,6 +47,10 @@ class OpDecorator : public Backend {
   void matmul_backward(const MatmulBackward& args) final;
   void gelu_forward(const GeluForward& args) final;
   void gelu_backward(const GeluBackward& args) final;
+  void tanh_forward(const TanhForward& args) final;
+  void tanh_backward(const TanhBackward& args) final;
+  void gather_rows(const GatherRows& args) final;
+  void gather_rows_backward(const GatherRowsBackward& args) final;
   void attention_forward(const AttentionForward& args) final;
   void attention_backward(const AttentionBackward& args) final;
   void softmax_cross_entropy(const SoftmaxCrossEntropy& args) final;

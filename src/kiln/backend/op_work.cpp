@@ -182,6 +182,15 @@ OpWork work_of(const GeluForward& a) {
 OpWork work_of(const GeluBackward& a) {
   return {"gelu_backward", 0.0, bytes_of({&a.din, &a.in, &a.dout})};
 }
+OpWork work_of(const TanhForward& a) { return {"tanh_forward", 0.0, bytes_of({&a.out, &a.in})}; }
+OpWork work_of(const TanhBackward& a) { return {"tanh_backward", 0.0, bytes_of({&a.din, &a.out, &a.dout})}; }
+// Only the gathered rows of `in` are read, as big as `out`.
+OpWork work_of(const GatherRows& a) { return {"gather_rows", 0.0, 2 * bytes_of({&a.out})}; }
+// Write stores all of din (the other rows zeroed); Add reads and writes only the position's rows.
+OpWork work_of(const GatherRowsBackward& a) {
+  const double rows = bytes_of({&a.dout});
+  return {"gather_rows_backward", 0.0, rows + (a.store == GradStore::Write ? bytes_of({&a.din}) : 2 * rows)};
+}
 // With fp8 the output's codes are written too (ops.h); the row says so.
 OpWork work_of(const AttentionForward& a) {
   return {"attention_forward " + attention_shape(a.qkv, a.num_heads) + (a.fp8 ? " fp8" : ""),

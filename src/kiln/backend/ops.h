@@ -228,6 +228,37 @@ struct GeluBackward {
   Tensor dout;
 };
 
+// ---- tanh, elementwise (an encoder classifier's pooler: tanh(h_cls W + b)) ---------------------
+// out = tanh(in). The backward reads the forward's OUTPUT, not its input: tanh' = 1 - tanh^2, so
+// din = dout * (1 - out^2), and the forward's input need not be kept.
+struct TanhForward {
+  Tensor out;  // any shape; may alias in (elementwise, in place)
+  Tensor in;   // same dtype and numel
+};
+struct TanhBackward {
+  Tensor din;   // = ; may alias dout (elementwise, in place)
+  Tensor out;   // the forward output, tanh(in)
+  Tensor dout;  // same dtype and numel
+};
+
+// ---- gather one position of each sequence: out[b, :] = in[b, position, :] -------------------------
+// A BERT pooler reads the first token ([CLS], position 0) of every sequence. Both tensors of each op share
+// the compute dtype; 0 <= position < T. The backward scatters dout into that row of din: with
+// store Write, din[b, position, :] = dout[b, :] and every other row of din is set to 0 (NaN there is
+// overwritten); with Add, din[b, position, :] += dout[b, :] and the other rows are left untouched
+// (GradStore's meaning, above, on an activation gradient whose other readers added already).
+struct GatherRows {
+  Tensor out;  // [B, C]
+  Tensor in;   // [B, T, C]
+  int64_t position = 0;
+};
+struct GatherRowsBackward {
+  Tensor din;   // [B, T, C] = or += (store)
+  Tensor dout;  // [B, C]
+  int64_t position = 0;
+  GradStore store = GradStore::Write;
+};
+
 // ---- multi-head self-attention core: out = softmax(q k^T / sqrt(HS) + mask) v per head --------
 // qkv packs [q | k | v] along the last axis, each C wide, heads contiguous inside each part
 // (the layout of GPT-2's c_attn output).

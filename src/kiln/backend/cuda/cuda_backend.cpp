@@ -320,6 +320,29 @@ void CudaBackend::gelu_backward(const GeluBackward& a) {
              "gelu_backward");
 }
 
+void CudaBackend::tanh_forward(const TanhForward& a) {
+  const int64_t count = checks::tanh_forward(a, kCuda);
+  check_cuda(cuda::tanh_forward(a.out.data, a.in.data, element_kind(a.in.dtype), count), "tanh_forward");
+}
+
+void CudaBackend::tanh_backward(const TanhBackward& a) {
+  const int64_t count = checks::tanh_backward(a, kCuda);
+  check_cuda(cuda::tanh_backward(a.din.data, a.out.data, a.dout.data, element_kind(a.out.dtype), count),
+             "tanh_backward");
+}
+
+void CudaBackend::gather_rows(const GatherRows& a) {
+  const auto [B, T, C] = checks::gather_rows(a, kCuda);
+  check_cuda(cuda::gather_rows(a.out.data, a.in.data, element_kind(a.in.dtype), B, T, C, a.position), "gather_rows");
+}
+
+void CudaBackend::gather_rows_backward(const GatherRowsBackward& a) {
+  const auto [B, T, C] = checks::gather_rows_backward(a, kCuda);
+  check_cuda(cuda::gather_rows_backward(a.din.data, a.dout.data, element_kind(a.din.dtype), B, T, C, a.position,
+                                        a.store == GradStore::Write),
+             "gather_rows_backward");
+}
+
 // With fp8 the gradient's codes come from the cross-entropy kernel, their transpose from a second
 // kernel reading them (ops.h).
 void CudaBackend::softmax_cross_entropy(const SoftmaxCrossEntropy& a) {

@@ -1,6 +1,6 @@
 // Launchers of the CUDA back-end's own kernels, defined in one .cu file per op family (embedding,
-// layernorm and layernorm_fp8, bias, gelu, dropout, elementwise, attention_softmax, cross_entropy,
-// optimizer; the fused attention has its own header). Plain pointers and sizes only, no kiln
+// layernorm and layernorm_fp8, bias, gelu, tanh, gather_rows, dropout, elementwise,
+// attention_softmax, cross_entropy, optimizer; the fused attention has its own header). Plain pointers and sizes only, no kiln
 // headers, so nvcc compiles the .cu files without fmt; CudaBackend (cuda_backend.cpp) validates
 // arguments and calls these.
 // All pointers are device memory; every launcher issues its work on the compute stream (stream.h)
@@ -65,6 +65,13 @@ int add_floats(float* sums, const float* values, int64_t count);  // sums += val
 int sum_column_partials(float* sums, const float* partials, int64_t chunks, int64_t N, bool overwrite);
 int gelu_forward(void* out, const void* in, int kind, int64_t count);
 int gelu_backward(void* din, const void* in, const void* dout, int kind, int64_t count);
+int tanh_forward(void* out, const void* in, int kind, int64_t count);
+int tanh_backward(void* din, const void* out, const void* dout, int kind, int64_t count);  // from tanh's output
+// out [B, C] = in [B, T, C] at `position`; the backward's din [B, T, C] at `position` = dout (the
+// other rows zeroed) with write, += dout (the other rows untouched) without.
+int gather_rows(void* out, const void* in, int kind, int64_t B, int64_t T, int64_t C, int64_t position);
+int gather_rows_backward(void* din, const void* dout, int kind, int64_t B, int64_t T, int64_t C, int64_t position,
+                         bool write);
 // Dropout's out = [residual +] (keep ? in * scale : 0), keep = philox::bits(seed, stream, i) >= threshold
 // (ops.h); residual may be null.
 int dropout(void* out, const void* in, const void* residual, int kind, int64_t count, uint64_t threshold, float scale,
