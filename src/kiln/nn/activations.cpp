@@ -8,30 +8,6 @@
 namespace kiln {
 namespace {
 
-// Hands out views from the arena: take() in the compute dtype, stats() in fp32, ints() in int32,
-// codes() in fp8 E4M3.
-class Layout {
- public:
-  Layout(Arena& arena, Device device, DType dtype) : arena_(arena), device_(device), dtype_(dtype) {}
-  Tensor take(Shape shape) { return take_as(shape, dtype_); }
-  Tensor stats(Shape shape) { return take_as(shape, DType::F32); }
-  Tensor ints(Shape shape) { return take_as(shape, DType::I32); }
-  Tensor codes(Shape shape) { return take_as(shape, DType::F8E4M3); }
-
- private:
-  Tensor take_as(Shape shape, DType dtype) {
-    Tensor tensor;
-    tensor.shape = shape;
-    tensor.dtype = dtype;
-    tensor.device = device_;
-    tensor.data = arena_.allocate(tensor.bytes());
-    return tensor;
-  }
-  Arena& arena_;
-  Device device_;
-  DType dtype_;
-};
-
 // Buffers that every block's views share instead of taking their own (none: each block takes its
 // own; a measuring arena's views have no data, hence optional), and whether the blocks keep their
 // products' fp8 input codes (activations.h).
@@ -41,13 +17,13 @@ struct SharedBlockBuffers {
   bool fp8_codes = false;
 };
 
-Tensor own_or_shared(Layout& layout, const std::optional<Tensor>& shared, Shape shape) {
+Tensor own_or_shared(ActivationLayout& layout, const std::optional<Tensor>& shared, Shape shape) {
   return shared ? *shared : layout.take(shape);
 }
 
 // `mlp_codes`: with fp8, whether the block keeps the codes of its MLP c_proj's input; not where its
 // GELU output is recomputed before its backward (selective).
-BlockActivations take_block(Layout& layout, int64_t B, int64_t T, int64_t C, int64_t NH,
+BlockActivations take_block(ActivationLayout& layout, int64_t B, int64_t T, int64_t C, int64_t NH,
                             const SharedBlockBuffers& shared, bool mlp_codes) {
   BlockActivations block;
   block.ln1 = own_or_shared(layout, shared.layernorm_out, {B, T, C});
@@ -75,13 +51,26 @@ BlockActivations take_block(Layout& layout, int64_t B, int64_t T, int64_t C, int
 
 }  // namespace
 
+Tensor ActivationLayout::take_as(Shape shape, DType dtype) {
+  Tensor tensor;
+  tensor.shape = shape;
+  tensor.dtype = dtype;
+  tensor.device = device_;
+  tensor.data = arena_.allocate(tensor.bytes());
+  return tensor;
+}
+
+BlockActivations lay_out_block(ActivationLayout& layout, int64_t batch, int64_t seq, int64_t hidden, int64_t heads) {
+  return take_block(layout, batch, seq, hidden, heads, SharedBlockBuffers{}, /*mlp_codes=*/false);
+}
+
 GptActivations GptActivations::lay_out(Arena& arena, const GptConfig& config, int64_t batch, int64_t seq,
                                        Device device, const RecomputePolicy& policy, DType dtype,
                                        int64_t logit_rows, bool fp8, bool fp8_classifier) {
   KILN_CHECK(logit_rows > 0, "logit rows per classifier chunk must be positive, got {}", logit_rows);
   const int64_t B = batch, T = seq, C = config.hidden_size, NH = config.num_heads;
   const int64_t Vp = config.padded_vocab_size();
-  Layout layout(arena, device, dtype);
+  ActivationLayout layout(arena, device, dtype);
   GptActivations acts;
   acts.batch = batch;
   acts.seq = seq;

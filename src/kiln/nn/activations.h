@@ -73,6 +73,27 @@ struct BlockActivations {
   Tensor attn_out_fp8;  // fp8 only: [B*T, C] E4M3 codes of attn_out for c_proj (the shared ln codes, above)
 };
 
+// Views handed out from an arena (a measuring one gives views without data): take() in the
+// model's compute dtype, stats() in fp32, ints() in int32, codes() in fp8 E4M3.
+class ActivationLayout {
+ public:
+  ActivationLayout(Arena& arena, Device device, DType dtype) : arena_(arena), device_(device), dtype_(dtype) {}
+  Tensor take(Shape shape) { return take_as(shape, dtype_); }
+  Tensor stats(Shape shape) { return take_as(shape, DType::F32); }
+  Tensor ints(Shape shape) { return take_as(shape, DType::I32); }
+  Tensor codes(Shape shape) { return take_as(shape, DType::F8E4M3); }
+
+ private:
+  Tensor take_as(Shape shape, DType dtype);
+  Arena& arena_;
+  Device device_;
+  DType dtype_;
+};
+
+// One block's activations for (batch, seq), every tensor its own (no recomputation, no fp8): what
+// a model that keeps every block's activations takes for each block.
+BlockActivations lay_out_block(ActivationLayout& layout, int64_t batch, int64_t seq, int64_t hidden, int64_t heads);
+
 // Positions per classifier chunk: large enough for efficient products (4096 x C x V), small
 // enough that the logits stay a fraction of the activations (GPT-2: 412 MB in bf16).
 constexpr int64_t kDefaultLogitRows = 4096;

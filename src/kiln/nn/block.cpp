@@ -63,8 +63,9 @@ Tensor branch_output_gradient(Backend& backend, const Tensor& d_residual, const 
 
 // The attention core, which with fp8 also casts its output for c_proj (ops.h): the codes c_proj
 // reads, and their transpose kept for its backward (where the block keeps them).
-AttentionForward attention_feeding(const Fp8Matmul* projection, const BlockActivations& acts, int num_heads) {
-  AttentionForward attention{acts.attn_out, acts.attn_lse, acts.qkv, Tensor{}, num_heads, AttentionMask::Causal};
+AttentionForward attention_feeding(const Fp8Matmul* projection, const BlockActivations& acts, int num_heads,
+                                   const BlockPass& pass) {
+  AttentionForward attention{acts.attn_out, acts.attn_lse, acts.qkv, pass.key_mask, num_heads, pass.mask};
   if (!projection) return attention;
   attention.fp8 = &projection->in;
   attention.out_fp8 = acts.attn_out_fp8;
@@ -148,7 +149,8 @@ void read_gradient_codes(MatmulBackward& backward, const Tensor& codes) {
 
 void block_forward(Backend& backend, const GptConfig& config, const BlockWeights& w,
                    const Tensor& input, const BlockActivations& acts, const BlockFp8* fp8,
-                   BlockForwardExtent extent, const BranchDropout& dropout) {
+                   BlockForwardExtent extent, const BlockPass& pass) {
+  const BranchDropout& dropout = pass.dropout;
   KILN_CHECK(!fp8 || !dropout.active(), "hidden dropout with fp8 products is not supported");
   const float eps = config.layernorm_eps;
   // With fp8 the LayerNorms cast their outputs for the products, which read the codes (ops.h).
@@ -158,7 +160,7 @@ void block_forward(Backend& backend, const GptConfig& config, const BlockWeights
                                               w.ln1_bias, eps, acts.ln1_fp8_t));
   backend.matmul_forward({acts.qkv, acts.ln1, w.qkv_weight, w.qkv_bias, WeightLayout::InOut, Tensor{}, qkv});
   const Fp8Matmul* attn_proj = fp8_of(fp8, &BlockFp8::attn_proj);
-  backend.attention_forward(attention_feeding(attn_proj, acts, static_cast<int>(config.num_heads)));
+  backend.attention_forward(attention_feeding(attn_proj, acts, static_cast<int>(config.num_heads), pass));
   project_onto_residual(backend,
                         residual_projection(acts.residual_mid, input, attn_proj ? acts.attn_out_fp8 : acts.attn_out,
                                             w.attn_proj_weight, w.attn_proj_bias, attn_proj),
@@ -184,7 +186,8 @@ BlockActivations without_backward_codes(BlockActivations acts) {
 void block_backward(Backend& backend, const GptConfig& config, const BlockWeights& w,
                     const BlockWeights& g, const Tensor& input, const BlockActivations& acts,
                     const BlockScratch& s, const Tensor& d_residual, GradStore store, const BlockFp8* fp8,
-                    const Fp8GradientReader& input_gradient_reader, const BranchDropout& dropout) {
+                    const Fp8GradientReader& input_gradient_reader, const BlockPass& pass) {
+  const BranchDropout& dropout = pass.dropout;
   KILN_CHECK(!fp8 || !s.d_residual_fp8.empty(), "block_backward: fp8 products without the residual gradient's codes");
   KILN_CHECK(!fp8 || !dropout.active(), "hidden dropout with fp8 products is not supported");
   // MLP branch: d_residual is d(y) = d(x1) through the skip connection (with fp8, as the codes the
@@ -217,8 +220,8 @@ void block_backward(Backend& backend, const GptConfig& config, const BlockWeight
   if (attn_proj) read_gradient_codes(projection, s.d_residual_fp8);
   backend.matmul_backward(projection);
   const Fp8Matmul* qkv = fp8_of(fp8, &BlockFp8::qkv);
-  AttentionBackward attention{s.d_qkv, s.d_hidden, acts.qkv, acts.attn_out, acts.attn_lse, Tensor{},
-                              static_cast<int>(config.num_heads), AttentionMask::Causal};
+  AttentionBackward attention{s.d_qkv, s.d_hidden, acts.qkv, acts.attn_out, acts.attn_lse, pass.key_mask,
+                              static_cast<int>(config.num_heads), pass.mask};
   MatmulBackward expansion{s.d_hidden, g.qkv_weight, g.qkv_bias, s.d_qkv, product_input(acts.ln1, acts.ln1_fp8_t),
                            w.qkv_weight, WeightLayout::InOut, Tensor{}, qkv, acts.ln1_fp8_t, store};
   if (qkv) cast_attention_gradient(attention, expansion, s, store);

@@ -51,6 +51,15 @@ struct BranchDropout {
   bool active() const { return probability > 0.0f; }
 };
 
+// What one forward of a block (and its backward) uses besides weights, input and activations: the
+// attention's mask (GPT's causal one, or an encoder's key padding with the [B, T] int32 key_mask,
+// ops.h) and the dropout of its residual branches.
+struct BlockPass {
+  AttentionMask mask = AttentionMask::Causal;
+  Tensor key_mask = {};
+  BranchDropout dropout = {};
+};
+
 // The fp8 product whose backward reads a LayerNorm backward's input gradient next, as its output
 // gradient, and that product's bias gradient, which the LayerNorm then takes (ops.h,
 // LayerNormBackward with fp8); no product: the LayerNorm casts nothing.
@@ -81,12 +90,12 @@ BlockActivations without_backward_codes(BlockActivations acts);
 
 void block_forward(Backend& backend, const GptConfig& config, const BlockWeights& weights,
                    const Tensor& input, const BlockActivations& acts, const BlockFp8* fp8 = nullptr,
-                   BlockForwardExtent extent = BlockForwardExtent::Output, const BranchDropout& dropout = {});
+                   BlockForwardExtent extent = BlockForwardExtent::Output, const BlockPass& pass = {});
 
 void block_backward(Backend& backend, const GptConfig& config, const BlockWeights& weights,
                     const BlockWeights& grads, const Tensor& input, const BlockActivations& acts,
                     const BlockScratch& scratch, const Tensor& d_residual, GradStore store,
                     const BlockFp8* fp8 = nullptr, const Fp8GradientReader& input_gradient_reader = {},
-                    const BranchDropout& dropout = {});
+                    const BlockPass& pass = {});
 
 }  // namespace kiln

@@ -13,15 +13,6 @@
 namespace kiln {
 namespace {
 
-Tensor flat_view(const DeviceBuffer& buffer, int64_t count, DType dtype, Device device) {
-  Tensor tensor;
-  tensor.data = buffer.data();
-  tensor.shape = Shape{count};
-  tensor.dtype = dtype;
-  tensor.device = device;
-  return tensor;
-}
-
 bool is_residual_projection(const std::string& name) {
   return name.ends_with("attn.c_proj.weight") || name.ends_with("mlp.c_proj.weight");
 }
@@ -32,22 +23,15 @@ Gpt::Gpt(const GptConfig& config, Backend& backend, DType dtype, int64_t flat_mu
     : config_(config), backend_(backend), layout_((config.validate(), config)) {
   KILN_CHECK(dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16,
              "GPT parameters must be fp32, bf16 or fp16, not {}", dtype_name(dtype));
-  KILN_CHECK(flat_multiple >= 1, "flat buffers padded to a multiple of {}", flat_multiple);
-  const int64_t padded = (layout_.total() + flat_multiple - 1) / flat_multiple * flat_multiple;
-  const auto count = static_cast<size_t>(padded);
-  param_buffer_ = backend_.allocate(count * dtype_size(dtype));
-  grad_buffer_ = backend_.allocate(count * sizeof(float));
-  padded_params_ = flat_view(*param_buffer_, padded, dtype, backend_.device());
-  padded_grads_ = flat_view(*grad_buffer_, padded, DType::F32, backend_.device());
-  params_ = padded_params_.slice(0, layout_.total());
-  grads_ = padded_grads_.slice(0, layout_.total());
+  FlatParameters flat(backend_, layout_.total(), dtype, flat_multiple);
+  param_buffer_ = std::move(flat.param_buffer);
+  grad_buffer_ = std::move(flat.grad_buffer);
+  params_ = flat.params;
+  grads_ = flat.grads;
+  padded_params_ = flat.padded_params;
+  padded_grads_ = flat.padded_grads;
   weights_ = GptWeights::bind(layout_, config_, params_);
   weight_grads_ = GptWeights::bind(layout_, config_, grads_);
-  backend_.fill({padded_grads_, 0.0f});
-  if (padded > layout_.total()) {  // the parameters' padding: zero, and never written again but by a gather
-    const std::vector<char> zeros(static_cast<size_t>(padded - layout_.total()) * dtype_size(dtype), 0);
-    backend_.copy_to_device(static_cast<char*>(padded_params_.data) + params_.bytes(), zeros.data(), zeros.size());
-  }
 }
 
 void Gpt::init_weights(uint64_t seed) {
@@ -214,7 +198,7 @@ void Gpt::forward_ops() {
                                 !acts_.recompute[static_cast<size_t>(layer)].recomputed;
     block_forward(backend_, config_, weights_.blocks[static_cast<size_t>(layer)], input,
                   backward_reads ? block : without_backward_codes(block), block_fp8(layer),
-                  BlockForwardExtent::Output, block_dropout(layer));
+                  BlockForwardExtent::Output, BlockPass{AttentionMask::Causal, Tensor{}, block_dropout(layer)});
     input = block.residual_out;
   }
   backend_.layernorm_forward({acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, input, weights_.lnf_weight,
@@ -306,7 +290,7 @@ void Gpt::backward() {
                       acts_.blocks[static_cast<size_t>(chunk_layer)], block_fp8(chunk_layer),
                       chunk_layer == plan.chunk_last ? BlockForwardExtent::BackwardInputs
                                                      : BlockForwardExtent::Output,
-                      block_dropout(chunk_layer));
+                      BlockPass{AttentionMask::Causal, Tensor{}, block_dropout(chunk_layer)});
       }
     }
     BlockActivations kept = acts_.blocks[index];
@@ -318,7 +302,7 @@ void Gpt::backward() {
     }
     block_backward(backend_, config_, weights_.blocks[index], weight_grads_.blocks[index], input_of(layer), kept,
                    scratch, acts_.d_residual, store, block_fp8(layer), reader_of_input_gradient(layer),
-                   block_dropout(layer));
+                   BlockPass{AttentionMask::Causal, Tensor{}, block_dropout(layer)});
     announce_final(weight_grads_.blocks[index].ln1_weight);
   }
   if (dropping()) drop_embedding_output(embedding_output_gradient());  // d_residual, before the lookup

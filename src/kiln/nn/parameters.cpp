@@ -6,6 +6,35 @@
 
 namespace kiln {
 
+namespace {
+
+Tensor flat_view(const DeviceBuffer& buffer, int64_t count, DType dtype, Device device) {
+  Tensor tensor;
+  tensor.data = buffer.data();
+  tensor.shape = Shape{count};
+  tensor.dtype = dtype;
+  tensor.device = device;
+  return tensor;
+}
+
+}  // namespace
+
+FlatParameters::FlatParameters(Backend& backend, int64_t count, DType dtype, int64_t flat_multiple) {
+  KILN_CHECK(flat_multiple >= 1, "flat buffers padded to a multiple of {}", flat_multiple);
+  const int64_t padded = (count + flat_multiple - 1) / flat_multiple * flat_multiple;
+  param_buffer = backend.allocate(static_cast<size_t>(padded) * dtype_size(dtype));
+  grad_buffer = backend.allocate(static_cast<size_t>(padded) * sizeof(float));
+  padded_params = flat_view(*param_buffer, padded, dtype, backend.device());
+  padded_grads = flat_view(*grad_buffer, padded, DType::F32, backend.device());
+  params = padded_params.slice(0, count);
+  grads = padded_grads.slice(0, count);
+  backend.fill({padded_grads, 0.0f});
+  if (padded > count) {  // the parameters' padding: zero, and never written again but by a gather
+    const std::vector<char> zeros(static_cast<size_t>(padded - count) * dtype_size(dtype), 0);
+    backend.copy_to_device(static_cast<char*>(padded_params.data) + params.bytes(), zeros.data(), zeros.size());
+  }
+}
+
 ParameterLayout::ParameterLayout(const GptConfig& config) {
   const int64_t C = config.hidden_size;
   add("wte.weight", {config.padded_vocab_size(), C}, true);
@@ -41,6 +70,11 @@ const ParameterInfo& ParameterLayout::find(std::string_view name) const {
   fail("model has no parameter named '{}'", name);
 }
 
+Tensor ParameterLayout::view(const Tensor& flat, std::string_view name) const {
+  const ParameterInfo& info = find(name);
+  return flat.slice(info.offset, info.shape.numel()).reshaped(info.shape);
+}
+
 std::vector<AdamwSegment> ParameterLayout::adamw_segments(float weight_decay) const {
   std::vector<AdamwSegment> segments;
   for (const ParameterInfo& entry : entries_) {
@@ -57,10 +91,7 @@ std::vector<AdamwSegment> ParameterLayout::adamw_segments(float weight_decay) co
 GptWeights GptWeights::bind(const ParameterLayout& layout, const GptConfig& config, Tensor flat) {
   KILN_CHECK(flat.numel() == layout.total(), "flat buffer has {} elements, layout needs {}",
              flat.numel(), layout.total());
-  auto view = [&](const std::string& name) {
-    const ParameterInfo& info = layout.find(name);
-    return flat.slice(info.offset, info.shape.numel()).reshaped(info.shape);
-  };
+  auto view = [&](const std::string& name) { return layout.view(flat, name); };
   GptWeights weights;
   weights.wte = view("wte.weight");
   weights.wpe = view("wpe.weight");

@@ -8,10 +8,12 @@
 // GptWeights::bind() gives named views into any of those buffers.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "kiln/backend/backend.h"
 #include "kiln/backend/ops.h"
 #include "kiln/core/tensor.h"
 #include "kiln/nn/gpt_config.h"
@@ -27,6 +29,7 @@ struct ParameterInfo {
 
 class ParameterLayout {
  public:
+  ParameterLayout() = default;  // empty; a model's layout is built with add()
   explicit ParameterLayout(const GptConfig& config);
 
   const std::vector<ParameterInfo>& entries() const { return entries_; }
@@ -34,11 +37,25 @@ class ParameterLayout {
   const ParameterInfo& find(std::string_view name) const;  // throws naming the missing tensor
   // Maximal runs of neighbouring tensors with the same decay flag, for one fused AdamW pass.
   std::vector<AdamwSegment> adamw_segments(float weight_decay) const;
+  // Appends a tensor after the last one.
+  void add(std::string name, Shape shape, bool weight_decay);
+  // A view of `name` in `flat`, a buffer laid out by this layout (elements of its dtype).
+  Tensor view(const Tensor& flat, std::string_view name) const;
 
  private:
-  void add(std::string name, Shape shape, bool weight_decay);
   std::vector<ParameterInfo> entries_;
   int64_t total_ = 0;
+};
+
+// A model's flat parameter and gradient buffers (ARCHITECTURE.md decision 3) in the back-end's
+// memory: parameters in the compute dtype, gradients fp32, both `count` elements rounded up to a
+// multiple of `flat_multiple` (the ZeRO shards' equal split). The padding is zero and belongs to no
+// parameter; the gradients start at zero.
+struct FlatParameters {
+  FlatParameters(Backend& backend, int64_t count, DType dtype, int64_t flat_multiple);
+  std::unique_ptr<DeviceBuffer> param_buffer, grad_buffer;
+  Tensor params, grads;                // the `count` elements
+  Tensor padded_params, padded_grads;  // with the padding
 };
 
 struct BlockWeights {
