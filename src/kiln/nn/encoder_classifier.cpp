@@ -1,0 +1,355 @@
+#include "kiln/nn/encoder_classifier.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kiln/core/error.h"
+#include "kiln/core/rng.h"
+
+namespace kiln {
+namespace {
+
+std::string block_prefix(int64_t layer) { return fmt::format("encoder.layer.{}.", layer); }
+std::string intermediate_prefix(int64_t layer) { return fmt::format("intermediate.{}.dense.", layer); }
+
+bool is_residual_output(const std::string& name) {
+  return name.ends_with("attention.output.dense.weight") || name.ends_with(".output.dense.weight") ||
+         (name.starts_with("intermediate.") && name.ends_with(".weight"));
+}
+
+bool is_layernorm_gain(const std::string& name) {
+  return name.ends_with("ln_1.weight") || name.ends_with("ln_2.weight") || name == "final_layer_norm.weight";
+}
+
+}  // namespace
+
+ParameterLayout encoder_parameter_layout(const EncoderConfig& config) {
+  const int64_t C = config.hidden_size;
+  ParameterLayout layout;
+  layout.add("embeddings.word_embeddings.weight", {config.padded_vocab_size(), C}, true);
+  layout.add("embeddings.position_embeddings.weight", {config.max_position_embeddings, C}, true);
+  const auto linear = [&](const std::string& prefix, int64_t in, int64_t out) {
+    layout.add(prefix + "weight", {in, out}, true);
+    layout.add(prefix + "bias", {out}, false);
+  };
+  const auto layernorm = [&](const std::string& prefix) {
+    layout.add(prefix + "weight", {C}, false);
+    layout.add(prefix + "bias", {C}, false);
+  };
+  for (int64_t layer = 0; layer < config.num_layers; ++layer) {
+    const std::string prefix = block_prefix(layer);
+    layernorm(prefix + "ln_1.");
+    linear(prefix + "attention.qkv.", C, 3 * C);
+    linear(prefix + "attention.output.dense.", C, C);
+    layernorm(prefix + "ln_2.");
+    linear(prefix + "intermediate.dense.", C, 4 * C);
+    linear(prefix + "output.dense.", 4 * C, C);
+  }
+  for (int64_t layer = 0; layer < config.num_intermediate_layers; ++layer) linear(intermediate_prefix(layer), C, C);
+  layernorm("final_layer_norm.");
+  linear("pooler.dense.", C, C);
+  linear("classifier.dense.", C, C);
+  linear("classifier.out_proj.", C, config.num_labels);
+  return layout;
+}
+
+EncoderClassifier::Weights EncoderClassifier::Weights::bind(const ParameterLayout& layout, const EncoderConfig& config,
+                                                             const Tensor& flat) {
+  const auto view = [&](const std::string& name) { return layout.view(flat, name); };
+  Weights w;
+  w.wte = view("embeddings.word_embeddings.weight");
+  w.wpe = view("embeddings.position_embeddings.weight");
+  for (int64_t layer = 0; layer < config.num_layers; ++layer) {
+    const std::string p = block_prefix(layer);
+    w.blocks.push_back(BlockWeights{view(p + "ln_1.weight"), view(p + "ln_1.bias"), view(p + "attention.qkv.weight"),
+                                    view(p + "attention.qkv.bias"), view(p + "attention.output.dense.weight"),
+                                    view(p + "attention.output.dense.bias"), view(p + "ln_2.weight"),
+                                    view(p + "ln_2.bias"), view(p + "intermediate.dense.weight"),
+                                    view(p + "intermediate.dense.bias"), view(p + "output.dense.weight"),
+                                    view(p + "output.dense.bias")});
+  }
+  for (int64_t layer = 0; layer < config.num_intermediate_layers; ++layer) {
+    w.intermediate_weight.push_back(view(intermediate_prefix(layer) + "weight"));
+    w.intermediate_bias.push_back(view(intermediate_prefix(layer) + "bias"));
+  }
+  w.lnf_weight = view("final_layer_norm.weight");
+  w.lnf_bias = view("final_layer_norm.bias");
+  w.pooler_weight = view("pooler.dense.weight");
+  w.pooler_bias = view("pooler.dense.bias");
+  w.dense_weight = view("classifier.dense.weight");
+  w.dense_bias = view("classifier.dense.bias");
+  w.out_weight = view("classifier.out_proj.weight");
+  w.out_bias = view("classifier.out_proj.bias");
+  return w;
+}
+
+EncoderActivations EncoderActivations::lay_out(Arena& arena, const EncoderConfig& config, int64_t batch, int64_t seq,
+                                               Device device, DType dtype) {
+  const int64_t B = batch, T = seq, C = config.hidden_size;
+  ActivationLayout layout(arena, device, dtype);
+  EncoderActivations acts;
+  acts.batch = batch;
+  acts.seq = seq;
+  acts.tokens = layout.ints({B, T});
+  acts.key_mask = layout.ints({B, T});
+  acts.labels = layout.ints({B});
+  acts.embedded = layout.take({B, T, C});
+  for (int64_t layer = 0; layer < config.num_layers; ++layer)
+    acts.blocks.push_back(lay_out_block(layout, B, T, C, config.num_heads));
+  for (int64_t layer = 0; layer < config.num_intermediate_layers; ++layer) {
+    acts.intermediate_pre.push_back(layout.take({B, T, C}));
+    acts.intermediate_out.push_back(layout.take({B, T, C}));
+  }
+  acts.branch = layout.take({B, T, C});
+  acts.lnf = layout.take({B, T, C});
+  acts.lnf_mean = layout.stats({B * T});
+  acts.lnf_rstd = layout.stats({B * T});
+  acts.first = layout.take({B, C});
+  acts.pooled = layout.take({B, C});
+  acts.head_pre = layout.take({B, C});
+  acts.head = layout.take({B, C});
+  acts.logits = layout.take({B, config.num_labels});
+  acts.losses = layout.stats({B});
+  acts.d_residual = layout.take({B, T, C});
+  acts.d_hidden = layout.take({B, T, C});
+  acts.d_first = layout.take({B, C});
+  acts.d_pooled = layout.take({B, C});
+  acts.d_head = layout.take({B, C});
+  ArenaOverlay overlay(arena);  // a block's backward is done with d_fc before it writes d_qkv (block.h)
+  acts.d_qkv = layout.take({B, T, 3 * C});
+  overlay.next();
+  acts.d_fc = layout.take({B, T, 4 * C});
+  overlay.finish();
+  return acts;
+}
+
+size_t EncoderActivations::bytes_needed(const EncoderConfig& config, int64_t batch, int64_t seq, DType dtype) {
+  Arena measure = Arena::measuring();
+  lay_out(measure, config, batch, seq, Device::CPU, dtype);
+  return measure.used();
+}
+
+EncoderClassifier::EncoderClassifier(const EncoderConfig& config, Backend& backend, DType dtype,
+                                     int64_t flat_multiple)
+    : config_(config), backend_(backend), layout_((config.validate(), encoder_parameter_layout(config))) {
+  KILN_CHECK(dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16,
+             "encoder parameters must be fp32, bf16 or fp16, not {}", dtype_name(dtype));
+  FlatParameters flat(backend_, layout_.total(), dtype, flat_multiple);
+  param_buffer_ = std::move(flat.param_buffer);
+  grad_buffer_ = std::move(flat.grad_buffer);
+  params_ = flat.params;
+  grads_ = flat.grads;
+  padded_params_ = flat.padded_params;
+  padded_grads_ = flat.padded_grads;
+  weights_ = Weights::bind(layout_, config_, params_);
+  weight_grads_ = Weights::bind(layout_, config_, grads_);
+}
+
+void EncoderClassifier::init_weights(uint64_t seed) {
+  std::vector<float> host(static_cast<size_t>(layout_.total()), 0.0f);
+  Rng rng(seed);
+  const float residual_std =
+      config_.init_method_std /
+      std::sqrt(2.0f * static_cast<float>(config_.num_layers + config_.num_intermediate_layers));
+  for (const ParameterInfo& entry : layout_.entries()) {
+    float* values = host.data() + entry.offset;
+    const int64_t count = entry.shape.numel();
+    if (entry.shape.rank == 1) {
+      std::fill(values, values + count, is_layernorm_gain(entry.name) ? 1.0f : 0.0f);
+      continue;
+    }
+    const float stddev = is_residual_output(entry.name) ? residual_std : config_.init_method_std;
+    // The word embeddings' padding rows stay zero: no token looks them up.
+    const int64_t drawn = entry.name == "embeddings.word_embeddings.weight" ? config_.vocab_size * config_.hidden_size
+                                                                            : count;
+    for (int64_t i = 0; i < drawn; ++i) values[i] = rng.normal(0.0f, stddev);
+  }
+  set_parameters(host);
+}
+
+void EncoderClassifier::set_parameters(std::span<const float> values) {
+  KILN_CHECK(static_cast<int64_t>(values.size()) == layout_.total(), "{} parameter values given, the model has {}",
+             values.size(), layout_.total());
+  std::vector<char> rounded(params_.bytes());
+  narrow_from_fp32(values.data(), params_.dtype, rounded.data(), layout_.total());
+  backend_.copy_to_device(params_.data, rounded.data(), rounded.size());
+}
+
+void EncoderClassifier::allocate_activations(int64_t max_batch, int64_t max_seq) {
+  KILN_CHECK(max_batch > 0 && max_seq > 0, "batch {} and sequence {} must be positive", max_batch, max_seq);
+  KILN_CHECK(max_seq <= config_.max_position_embeddings, "seq_length {} exceeds max_position_embeddings {}", max_seq,
+             config_.max_position_embeddings);
+  const size_t bytes = EncoderActivations::bytes_needed(config_, max_batch, max_seq, dtype());
+  arena_.reset();
+  activation_buffer_ = backend_.allocate(bytes);
+  arena_ = std::make_unique<Arena>(activation_buffer_->data(), bytes);
+  max_batch_ = max_batch;
+  max_seq_ = max_seq;
+  acts_ = EncoderActivations::lay_out(*arena_, config_, max_batch, max_seq, backend_.device(), dtype());
+  const int64_t C = config_.hidden_size;
+  Backend::WorkspaceNeeds needs{max_batch, max_seq, config_.num_heads, C / config_.num_heads, dtype(), 4 * C};
+  needs.widest_layernorm = C;
+  backend_.reserve_workspace(needs);
+}
+
+BlockPass EncoderClassifier::block_pass(int64_t layer) const {
+  BlockPass pass{AttentionMask::KeyPadding, acts_.key_mask, {}};
+  if (dropping())
+    pass.dropout = {config_.hidden_dropout, dropout_key(draw_), dropout_stream(draw_, layer, DropoutSite::AttentionOutput),
+                    dropout_stream(draw_, layer, DropoutSite::MlpOutput)};
+  return pass;
+}
+
+// The dropout of a residual branch: `in` dropped (at rate 0 outside training) into `out`, plus
+// `residual` where given.
+Dropout EncoderClassifier::branch_dropout(const Tensor& out, const Tensor& in, int64_t layer, DropoutSite site,
+                                          const Tensor& residual) const {
+  return {out, in, dropping() ? config_.hidden_dropout : 0.0f, dropout_key(draw_), dropout_stream(draw_, layer, site),
+          residual};
+}
+
+double EncoderClassifier::forward(const ClassificationBatch& batch, int64_t batch_size, int64_t seq,
+                                  GradientPass gradients, float loss_scale, DropoutDraw dropout) {
+  KILN_CHECK(arena_ != nullptr, "EncoderClassifier::forward before allocate_activations");
+  KILN_CHECK(batch_size > 0 && seq > 0 && batch_size <= max_batch_ && seq <= max_seq_,
+             "batch {} x sequence {} exceeds the planned {} x {}", batch_size, seq, max_batch_, max_seq_);
+  const auto positions = static_cast<size_t>(batch_size * seq);
+  KILN_CHECK(batch.input_ids.size() == positions && batch.attention_mask.size() == positions,
+             "{} input ids and {} mask values given for {} x {} positions", batch.input_ids.size(),
+             batch.attention_mask.size(), batch_size, seq);
+  KILN_CHECK(batch.labels.empty() || batch.labels.size() == static_cast<size_t>(batch_size),
+             "{} labels given for {} samples", batch.labels.size(), batch_size);
+  KILN_CHECK(gradients == GradientPass::None || !batch.labels.empty(), "a training forward needs labels");
+  for (size_t i = 0; i < positions; ++i) {
+    KILN_CHECK(batch.input_ids[i] >= 0 && batch.input_ids[i] < config_.vocab_size,
+               "token id {} at position {} is outside the vocabulary [0, {})", batch.input_ids[i], i,
+               config_.vocab_size);
+    KILN_CHECK(batch.attention_mask[i] == 0 || batch.attention_mask[i] == 1,
+               "attention mask value {} at position {} is not 0 or 1", batch.attention_mask[i], i);
+  }
+  for (int64_t b = 0; b < batch_size; ++b)
+    KILN_CHECK(batch.attention_mask[static_cast<size_t>(b * seq)] == 1,
+               "sample {} has no real first token (its attention mask starts with 0): the pooler reads it", b);
+  for (const int32_t label : batch.labels)
+    KILN_CHECK(label >= 0 && label < config_.num_labels, "label {} is outside [0, {})", label, config_.num_labels);
+  if (batch_size != acts_.batch || seq != acts_.seq) {
+    arena_->reset();
+    acts_ = EncoderActivations::lay_out(*arena_, config_, batch_size, seq, backend_.device(), dtype());
+  }
+  gradients_ = gradients;
+  draw_ = dropout;
+  backend_.copy_to_device(acts_.tokens.data, batch.input_ids.data(), positions * sizeof(int32_t));
+  backend_.copy_to_device(acts_.key_mask.data, batch.attention_mask.data(), positions * sizeof(int32_t));
+  if (!batch.labels.empty())
+    backend_.copy_to_device(acts_.labels.data, batch.labels.data(), batch.labels.size() * sizeof(int32_t));
+
+  backend_.embedding_forward({acts_.embedded, acts_.tokens, weights_.wte, weights_.wpe});
+  if (dropping()) backend_.dropout(branch_dropout(acts_.embedded, acts_.embedded, 0, DropoutSite::Embedding));
+  Tensor x = acts_.embedded;
+  for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
+    const BlockActivations& block = acts_.blocks[static_cast<size_t>(layer)];
+    block_forward(backend_, config_.block_shape(), weights_.blocks[static_cast<size_t>(layer)], x, block, nullptr,
+                  BlockForwardExtent::Output, block_pass(layer));
+    x = block.residual_out;
+  }
+  for (int64_t j = 0; j < config_.num_intermediate_layers; ++j) {  // x + dropout(gelu(x W + b))
+    const auto index = static_cast<size_t>(j);
+    backend_.matmul_forward({acts_.intermediate_pre[index], x, weights_.intermediate_weight[index],
+                             weights_.intermediate_bias[index], WeightLayout::InOut, acts_.branch});
+    backend_.dropout(branch_dropout(acts_.intermediate_out[index], acts_.branch, config_.num_layers + j,
+                                    DropoutSite::MlpOutput, x));
+    x = acts_.intermediate_out[index];
+  }
+  backend_.layernorm_forward({acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, x, weights_.lnf_weight, weights_.lnf_bias,
+                              config_.layernorm_eps});
+  backend_.gather_rows({acts_.first, acts_.lnf, 0});
+  backend_.matmul_forward({acts_.pooled, acts_.first, weights_.pooler_weight, weights_.pooler_bias});
+  backend_.tanh_forward({acts_.pooled, acts_.pooled});
+  backend_.matmul_forward({acts_.head_pre, acts_.pooled, weights_.dense_weight, weights_.dense_bias,
+                           WeightLayout::InOut, acts_.head});
+  backend_.matmul_forward({acts_.logits, acts_.head, weights_.out_weight, weights_.out_bias});
+  backward_ready_ = false;
+  if (batch.labels.empty()) return 0.0;
+  const bool training = gradients != GradientPass::None;
+  const float gradient_scale = loss_scale / static_cast<float>(batch_size);
+  // The logits stay for logits(); the loss writes their gradient over them only in training.
+  backend_.softmax_cross_entropy(
+      {acts_.logits, acts_.losses, acts_.labels, config_.num_labels, -100, gradient_scale, training});
+  backward_ready_ = training;
+  std::vector<float> losses(static_cast<size_t>(batch_size));
+  backend_.copy_to_host(losses.data(), acts_.losses.data, losses.size() * sizeof(float));
+  double sum = 0.0;
+  for (const float loss : losses) sum += loss;
+  return sum / static_cast<double>(batch_size);
+}
+
+void EncoderClassifier::backward() {
+  KILN_CHECK(backward_ready_, "EncoderClassifier::backward without a preceding training forward");
+  backward_ready_ = false;
+  const GradStore store = grad_store();
+  const Weights& w = weights_;
+  const Weights& g = weight_grads_;
+  // The head: acts_.logits holds d(loss)/d logits.
+  backend_.matmul_backward({acts_.d_head, g.out_weight, g.out_bias, acts_.logits, acts_.head, w.out_weight,
+                            WeightLayout::InOut, acts_.head_pre, nullptr, {}, store});
+  backend_.matmul_backward({acts_.d_pooled, g.dense_weight, g.dense_bias, acts_.d_head, acts_.pooled, w.dense_weight,
+                            WeightLayout::InOut, {}, nullptr, {}, store});
+  backend_.tanh_backward({acts_.d_pooled, acts_.pooled, acts_.d_pooled});
+  backend_.matmul_backward({acts_.d_first, g.pooler_weight, g.pooler_bias, acts_.d_pooled, acts_.first,
+                            w.pooler_weight, WeightLayout::InOut, {}, nullptr, {}, store});
+  backend_.gather_rows_backward({acts_.d_hidden, acts_.d_first, 0, GradStore::Write});
+  const int64_t L = config_.num_layers, J = config_.num_intermediate_layers;
+  const Tensor last = J ? acts_.intermediate_out[static_cast<size_t>(J - 1)]
+                        : L ? acts_.blocks[static_cast<size_t>(L - 1)].residual_out
+                            : acts_.embedded;
+  backend_.layernorm_backward({acts_.d_residual, g.lnf_weight, g.lnf_bias, acts_.d_hidden, last, w.lnf_weight,
+                               acts_.lnf_mean, acts_.lnf_rstd, store, GradStore::Write});
+  const auto block_output = [&](int64_t layer) {
+    return layer ? acts_.blocks[static_cast<size_t>(layer - 1)].residual_out : acts_.embedded;
+  };
+  for (int64_t j = J - 1; j >= 0; --j) {  // y = x + dropout(gelu(x W + b)); d_residual holds dy
+    const auto index = static_cast<size_t>(j);
+    const Tensor input = j ? acts_.intermediate_out[index - 1] : block_output(L);
+    backend_.dropout(branch_dropout(acts_.branch, acts_.d_residual, L + j, DropoutSite::MlpOutput));
+    backend_.gelu_backward({acts_.branch, acts_.intermediate_pre[index], acts_.branch});
+    backend_.matmul_backward({acts_.d_hidden, g.intermediate_weight[index], g.intermediate_bias[index], acts_.branch,
+                              input, w.intermediate_weight[index], WeightLayout::InOut, {}, nullptr, {}, store});
+    backend_.dropout({acts_.d_residual, acts_.d_hidden, 0.0f, 0, 0, acts_.d_residual});  // dx = dy + the branch's
+  }
+  const BlockScratch scratch{acts_.d_hidden, acts_.d_qkv, acts_.d_fc, Tensor{}};
+  for (int64_t layer = L - 1; layer >= 0; --layer) {
+    const auto index = static_cast<size_t>(layer);
+    block_backward(backend_, config_.block_shape(), w.blocks[index], g.blocks[index], block_output(layer),
+                   acts_.blocks[index], scratch, acts_.d_residual, store, nullptr, {}, block_pass(layer));
+  }
+  if (dropping()) backend_.dropout(branch_dropout(acts_.d_residual, acts_.d_residual, 0, DropoutSite::Embedding));
+  // The lookup only adds to the word embeddings' gradient (ops.h): a writing pass clears it first.
+  if (store == GradStore::Write) backend_.fill({g.wte, 0.0f});
+  backend_.embedding_backward({g.wte, g.wpe, acts_.d_residual, acts_.tokens, store});
+}
+
+std::vector<float> EncoderClassifier::logits() {
+  KILN_CHECK(acts_.batch > 0, "EncoderClassifier::logits before a forward");
+  KILN_CHECK(!backward_ready_, "EncoderClassifier::logits after a training forward: its logits hold their gradient");
+  const int64_t count = acts_.batch * config_.num_labels;
+  std::vector<char> stored(static_cast<size_t>(count) * dtype_size(acts_.logits.dtype));
+  backend_.copy_to_host(stored.data(), acts_.logits.data, stored.size());
+  std::vector<float> values(static_cast<size_t>(count));
+  widen_to_fp32(stored.data(), acts_.logits.dtype, values.data(), count);
+  return values;
+}
+
+std::vector<int32_t> EncoderClassifier::predictions() {
+  const std::vector<float> values = logits();
+  const auto labels = static_cast<size_t>(config_.num_labels);
+  std::vector<int32_t> predicted;
+  for (size_t row = 0; row < values.size() / labels; ++row) {
+    const auto first = values.begin() + static_cast<std::ptrdiff_t>(row * labels);
+    predicted.push_back(static_cast<int32_t>(std::max_element(first, first + static_cast<std::ptrdiff_t>(labels)) - first));
+  }
+  return predicted;
+}
+
+}  // namespace kiln

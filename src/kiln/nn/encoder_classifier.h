@@ -1,0 +1,138 @@
+// An encoder classifier: a BERT-like sequence classifier (the seed lab's model) with explicit
+// forward and backward on any Backend, built from GPT's blocks and ops.
+//
+//   x = dropout(wte[ids] + wpe[position])
+//   x = block(x) for each of num_layers pre-LayerNorm blocks (block.h), the attention
+//       bidirectional under the key-padding mask (ops.h, AttentionMask::KeyPadding)
+//   x = x + dropout(gelu(x W_j + b_j)) for each of num_intermediate_layers residual layers
+//   h = ln_f(x);  pooled = tanh(h[:, 0] W_p + b_p)          (the pooler: the first position)
+//   logits = gelu(pooled W_1 + b_1) W_2 + b_2;  loss = mean cross-entropy over the labels
+// Dropout (EncoderConfig::hidden_dropout) runs in training forwards only, with the masks a
+// DropoutDraw names (dropout_streams.h; the intermediate layers draw as layers num_layers + j),
+// drawn again by the backward. Only the first position reaches the loss, so a padded position's
+// hidden state is never read; the padding mask keeps every real position's from depending on
+// padding (tested).
+//
+// Parameters (the flat-buffer layout of parameters.h, Linear weights [in, out] as GPT-2's):
+//   embeddings.word_embeddings.weight [Vp, C], embeddings.position_embeddings.weight [P, C],
+//   encoder.layer.{i}.{ln_1, attention.qkv, attention.output.dense, ln_2, intermediate.dense,
+//   output.dense}.{weight, bias}, intermediate.{j}.dense.{weight, bias}, final_layer_norm.{weight,
+//   bias}, pooler.dense.{weight, bias}, classifier.dense.{weight, bias},
+//   classifier.out_proj.{weight, bias}.
+// Precision, gradients and ownership as Gpt's (gpt.h): parameters and activations in the compute
+// dtype, gradients fp32, written or added as the forward's GradientPass says.
+// Not yet: recomputation, fp8 products, token-type embeddings. Not thread-safe.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "kiln/backend/backend.h"
+#include "kiln/core/arena.h"
+#include "kiln/nn/activations.h"
+#include "kiln/nn/block.h"
+#include "kiln/nn/dropout_streams.h"
+#include "kiln/nn/encoder_config.h"
+#include "kiln/nn/gpt.h"
+#include "kiln/nn/parameters.h"
+
+namespace kiln {
+
+// A micro-batch of classification samples on the host, row-major.
+struct ClassificationBatch {
+  std::span<const int32_t> input_ids;       // [B * T], each in [0, vocab_size)
+  std::span<const int32_t> attention_mask;  // [B * T], 1 for a real token, 0 for padding
+  std::span<const int32_t> labels;          // [B], each in [0, num_labels); empty: no loss
+};
+
+// What the model keeps from a forward for its backward, and its backward scratch, for (B, T).
+struct EncoderActivations {
+  int64_t batch = 0, seq = 0;
+  Tensor tokens, key_mask;  // [B, T] int32
+  Tensor labels;            // [B] int32
+  Tensor embedded;          // [B, T, C], the blocks' input
+  std::vector<BlockActivations> blocks;
+  std::vector<Tensor> intermediate_pre, intermediate_out;  // [B, T, C] each: GELU's input, the layer's output
+  Tensor branch;            // [B, T, C] an intermediate layer's GELU output, then its gradient (shared)
+  Tensor lnf, lnf_mean, lnf_rstd;
+  Tensor first, pooled, head_pre, head;  // [B, C]
+  Tensor logits;            // [B, num_labels]: the logits, then their gradient
+  Tensor losses;            // [B] fp32
+  Tensor d_residual, d_hidden;  // [B, T, C]
+  Tensor d_qkv, d_fc;           // [B, T, 3C], [B, T, 4C], one stretch (never in use at once)
+  Tensor d_first, d_pooled, d_head;  // [B, C]
+
+  static EncoderActivations lay_out(Arena& arena, const EncoderConfig& config, int64_t batch, int64_t seq,
+                                    Device device, DType dtype);
+  static size_t bytes_needed(const EncoderConfig& config, int64_t batch, int64_t seq, DType dtype);
+};
+
+// The layout of the encoder's parameters (above), in order.
+ParameterLayout encoder_parameter_layout(const EncoderConfig& config);
+
+class EncoderClassifier {
+ public:
+  EncoderClassifier(const EncoderConfig& config, Backend& backend, DType dtype = DType::F32,
+                    int64_t flat_multiple = 1);
+
+  const EncoderConfig& config() const { return config_; }
+  DType dtype() const { return params_.dtype; }
+  const ParameterLayout& layout() const { return layout_; }
+  Tensor params() const { return params_; }
+  Tensor grads() const { return grads_; }
+  Tensor padded_params() const { return padded_params_; }
+  Tensor padded_grads() const { return padded_grads_; }
+  int64_t num_parameters() const { return layout_.total(); }
+
+  // N(0, std) for matrices and embeddings, the residual branches' output projections (the blocks'
+  // two and the intermediate layers') scaled by 1/sqrt(2 x (layers + intermediate layers)), zero
+  // biases, unit LayerNorm gains, zero padding rows; drawn in fp32, rounded to dtype().
+  void init_weights(uint64_t seed);
+  void set_parameters(std::span<const float> values);
+
+  // Plans and allocates activation memory once, for batches up to max_batch x max_seq.
+  void allocate_activations(int64_t max_batch, int64_t max_seq);
+  size_t activation_bytes() const { return arena_ ? arena_->capacity() : 0; }
+
+  // Runs the model on `batch` of `batch_size` samples of `seq` tokens. With labels, returns the
+  // mean loss over the samples; with a `gradients` pass it prepares backward(), whose parameter
+  // gradients are d(loss_scale x mean loss). Without labels returns 0.
+  double forward(const ClassificationBatch& batch, int64_t batch_size, int64_t seq,
+                 GradientPass gradients = GradientPass::None, float loss_scale = 1.0f, DropoutDraw dropout = {});
+  // The parameter gradients of the last forward (a training one) into grads().
+  void backward();
+  // The last forward's logits [batch, num_labels], on the host; valid before its backward().
+  std::vector<float> logits();
+  // Each sample's most likely label, from logits().
+  std::vector<int32_t> predictions();
+
+ private:
+  struct Weights {
+    Tensor wte, wpe;
+    std::vector<BlockWeights> blocks;
+    std::vector<Tensor> intermediate_weight, intermediate_bias;
+    Tensor lnf_weight, lnf_bias, pooler_weight, pooler_bias, dense_weight, dense_bias, out_weight, out_bias;
+    static Weights bind(const ParameterLayout& layout, const EncoderConfig& config, const Tensor& flat);
+  };
+  bool dropping() const { return gradients_ != GradientPass::None && config_.hidden_dropout > 0.0f; }
+  BlockPass block_pass(int64_t layer) const;
+  Dropout branch_dropout(const Tensor& out, const Tensor& in, int64_t layer, DropoutSite site,
+                         const Tensor& residual = {}) const;
+  GradStore grad_store() const { return gradients_ == GradientPass::Write ? GradStore::Write : GradStore::Add; }
+
+  EncoderConfig config_;
+  Backend& backend_;
+  ParameterLayout layout_;
+  std::unique_ptr<DeviceBuffer> param_buffer_, grad_buffer_, activation_buffer_;
+  Tensor params_, grads_, padded_params_, padded_grads_;
+  Weights weights_, weight_grads_;
+  std::unique_ptr<Arena> arena_;  // borrows activation_buffer_
+  int64_t max_batch_ = 0, max_seq_ = 0;
+  EncoderActivations acts_;
+  GradientPass gradients_ = GradientPass::None;  // of the last forward
+  DropoutDraw draw_;
+  bool backward_ready_ = false;
+};
+
+}  // namespace kiln

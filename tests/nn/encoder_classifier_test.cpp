@@ -1,0 +1,276 @@
+// The encoder classifier (nn/encoder_classifier.h): the whole model's gradient against finite
+// differences (dropout off, and on with the mask its draw fixes), padding that changes nothing,
+// the write-then-add gradient passes, the parameter count, predictions, a tiny task it learns,
+// bad input named, and the CUDA back-end against the CPU's (on the emulator in CI).
+#include "kiln/nn/encoder_classifier.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "kiln/backend/registry.h"
+#include "kiln/core/error.h"
+#include "kiln/core/rng.h"
+#include "kiln/optim/adamw.h"
+#include "support/backends.h"
+#include "support/error_of.h"
+
+namespace kiln {
+namespace {
+
+using testing::error_of;
+
+EncoderConfig tiny_encoder(float dropout = 0.0f) {
+  EncoderConfig config;
+  config.num_layers = 2;
+  config.hidden_size = 24;
+  config.num_heads = 2;
+  config.vocab_size = 37;
+  config.max_position_embeddings = 8;
+  config.num_intermediate_layers = 2;
+  config.num_labels = 3;
+  config.hidden_dropout = dropout;
+  return config;
+}
+
+// Samples of random lengths in [2, seq], padded with token 0 (mask 0), with random labels.
+struct Samples {
+  std::vector<int32_t> ids, mask, labels;
+  ClassificationBatch batch() const { return {ids, mask, labels}; }
+};
+
+Samples random_samples(int64_t count, int64_t seq, const EncoderConfig& config, uint64_t seed) {
+  Rng rng(seed);
+  Samples samples;
+  for (int64_t b = 0; b < count; ++b) {
+    const int64_t length = 2 + static_cast<int64_t>(rng.below(static_cast<uint64_t>(seq - 1)));
+    for (int64_t t = 0; t < seq; ++t) {
+      samples.ids.push_back(t < length ? static_cast<int32_t>(rng.below(static_cast<uint64_t>(config.vocab_size))) : 0);
+      samples.mask.push_back(t < length ? 1 : 0);
+    }
+    samples.labels.push_back(static_cast<int32_t>(rng.below(static_cast<uint64_t>(config.num_labels))));
+  }
+  return samples;
+}
+
+std::vector<float> gradients_of(const EncoderClassifier& model) {
+  return {model.grads().as<float>(), model.grads().as<float>() + model.num_parameters()};
+}
+
+constexpr DropoutDraw kDraw{11, 2, 1};
+
+// Along a random direction d: (L(p + h d) - L(p - h d)) / 2h must equal g . d (Richardson's
+// extrapolation of two steps, as gpt_test.cpp). With dropout the loss is a training forward's,
+// under the same draw, so the same masks.
+void expect_gradient_matches_finite_differences(float dropout) {
+  auto backend = make_backend("cpu");
+  const EncoderConfig config = tiny_encoder(dropout);
+  EncoderClassifier model(config, *backend);
+  model.init_weights(1);
+  model.allocate_activations(3, 7);
+  const Samples samples = random_samples(3, 7, config, 2);
+  const GradientPass pass = dropout > 0 ? GradientPass::Write : GradientPass::None;
+  model.forward(samples.batch(), 3, 7, GradientPass::Write, 1.0f, kDraw);
+  model.backward();
+  const std::vector<float> grads = gradients_of(model);
+  float* params = model.params().as<float>();
+  const int64_t count = model.num_parameters();
+  Rng rng(3);
+  std::vector<float> direction(static_cast<size_t>(count)), saved(params, params + count);
+  double predicted = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    direction[i] = rng.normal(0.0f, 1.0f);
+    predicted += static_cast<double>(grads[i]) * direction[i];
+  }
+  const auto loss_at = [&](double scale) {
+    for (int64_t i = 0; i < count; ++i) params[i] = saved[i] + static_cast<float>(scale * direction[i]);
+    return model.forward(samples.batch(), 3, 7, pass, 1.0f, kDraw);
+  };
+  const auto central = [&](double step) { return (loss_at(step) - loss_at(-step)) / (2 * step); };
+  const double step = 8e-4;
+  const double numeric = (4 * central(step / 2) - central(step)) / 3;
+  EXPECT_NEAR(numeric, predicted, 5e-4 * std::abs(predicted)) << "numeric " << numeric;
+}
+
+TEST(EncoderClassifier, GradientMatchesFiniteDifferences) { expect_gradient_matches_finite_differences(0.0f); }
+
+TEST(EncoderClassifier, GradientMatchesFiniteDifferencesWithTheMaskItsDrawFixes) {
+  expect_gradient_matches_finite_differences(0.2f);
+}
+
+// Padded positions are masked as keys and never pooled: what they hold changes nothing.
+TEST(EncoderClassifier, WhatThePaddingHoldsChangesNothing) {
+  auto backend = make_backend("cpu");
+  const EncoderConfig config = tiny_encoder();
+  EncoderClassifier model(config, *backend);
+  model.init_weights(4);
+  model.allocate_activations(4, 8);
+  Samples samples = random_samples(4, 8, config, 5);
+  const double loss = model.forward(samples.batch(), 4, 8);
+  const std::vector<float> logits = model.logits();
+  for (size_t i = 0; i < samples.ids.size(); ++i)
+    if (samples.mask[i] == 0) samples.ids[i] = static_cast<int32_t>((i * 7) % 37);
+  EXPECT_EQ(model.forward(samples.batch(), 4, 8), loss);
+  EXPECT_EQ(model.logits(), logits);
+  // A real token does change it.
+  samples.ids[1] = (samples.ids[1] + 1) % 37;
+  EXPECT_NE(model.forward(samples.batch(), 4, 8), loss);
+}
+
+TEST(EncoderClassifier, AWritingPassLeavesWhatAddingIntoZerosDoesAndAnAddingPassAdds) {
+  auto backend = make_backend("cpu");
+  const EncoderConfig config = tiny_encoder();
+  const Samples samples = random_samples(2, 6, config, 6);
+  EncoderClassifier fresh(config, *backend);
+  fresh.init_weights(1);
+  fresh.allocate_activations(2, 6);
+  fresh.forward(samples.batch(), 2, 6, GradientPass::Add);
+  fresh.backward();
+  const std::vector<float> once = gradients_of(fresh);
+  EncoderClassifier model(config, *backend);
+  model.init_weights(1);
+  model.allocate_activations(2, 6);
+  std::fill_n(model.grads().as<float>(), model.num_parameters(), std::numeric_limits<float>::quiet_NaN());
+  model.forward(samples.batch(), 2, 6, GradientPass::Write);
+  model.backward();
+  const std::vector<float> written = gradients_of(model);
+  ASSERT_EQ(0, std::memcmp(written.data(), once.data(), once.size() * sizeof(float)));
+  model.forward(samples.batch(), 2, 6, GradientPass::Add);
+  model.backward();
+  for (int64_t i = 0; i < model.num_parameters(); ++i) ASSERT_FLOAT_EQ(model.grads().as<float>()[i], 2 * once[i]) << i;
+}
+
+TEST(EncoderClassifier, ParameterCountMatchesTheClosedFormulaAndNamesReadAsBerts) {
+  auto backend = make_backend("cpu");
+  const EncoderConfig config = tiny_encoder();
+  EncoderClassifier model(config, *backend);
+  const int64_t C = 24, L = 2, J = 2, Vp = 64, P = 8, labels = 3;
+  EXPECT_EQ(model.num_parameters(),
+            (Vp + P) * C + L * (12 * C * C + 13 * C) + J * (C * C + C) + 2 * C + 2 * (C * C + C) + C * labels + labels);
+  EXPECT_EQ(model.layout().entries().front().name, "embeddings.word_embeddings.weight");
+  EXPECT_EQ(model.layout().find("encoder.layer.1.attention.qkv.weight").shape, (Shape{C, 3 * C}));
+  EXPECT_EQ(model.layout().find("classifier.out_proj.weight").shape, (Shape{C, labels}));
+  // The lab's model: 18 x 1280, 20 heads, FFN 5120, sequence 512, vocabulary 30000, 2 labels.
+  EncoderConfig lab;
+  lab.num_layers = 18;
+  lab.hidden_size = 1280;
+  lab.num_heads = 20;
+  lab.max_position_embeddings = 512;
+  lab.vocab_size = 30000;
+  const int64_t count = encoder_parameter_layout(lab).total();
+  EXPECT_GT(count, 380'000'000);
+  EXPECT_LT(count, 400'000'000);
+}
+
+// A task a classifier must learn by attending past its first position: the label is whether the
+// sequence holds token 5 (half of the samples do, at a random position). AdamW, as the Trainer
+// steps it, for a hundred steps.
+TEST(EncoderClassifier, LearnsWhetherATokenOccursAndPredictsIt) {
+  auto backend = make_backend("cpu");
+  EncoderConfig config = tiny_encoder();
+  config.num_labels = 2;
+  config.vocab_size = 12;
+  EncoderClassifier model(config, *backend);
+  model.init_weights(7);
+  model.allocate_activations(16, 8);
+  AdamW optimizer(*backend, model.layout(), model.params(), AdamwConfig{0.9f, 0.99f, 1e-8f, 0.0f});
+  Rng rng(8);
+  const auto make = [&](int64_t count) {
+    Samples samples;
+    for (int64_t b = 0; b < count; ++b) {
+      const bool has = b % 2 == 0;
+      const int64_t where = 1 + static_cast<int64_t>(rng.below(7));
+      for (int64_t t = 0; t < 8; ++t) {
+        auto id = static_cast<int32_t>(rng.below(11));
+        if (id >= 5) ++id;  // never 5 by chance
+        samples.ids.push_back(t == 0 ? 1 : has && t == where ? 5 : id);
+        samples.mask.push_back(1);
+      }
+      samples.labels.push_back(has ? 1 : 0);
+    }
+    return samples;
+  };
+  const Samples test = make(16);
+  const double before = model.forward(test.batch(), 16, 8);
+  for (int step = 0; step < 100; ++step) {
+    const Samples train = make(16);
+    model.forward(train.batch(), 16, 8, GradientPass::Write);
+    model.backward();
+    optimizer.step(model.grads(), 3e-3f, 1.0f);
+  }
+  const double after = model.forward(test.batch(), 16, 8);
+  EXPECT_LT(after, 0.3 * before) << before << " -> " << after;
+  const std::vector<int32_t> predicted = model.predictions();
+  int correct = 0;
+  for (size_t i = 0; i < predicted.size(); ++i) correct += predicted[i] == test.labels[i];
+  EXPECT_GE(correct, 15) << "of 16 (half of them hold the token)";
+}
+
+TEST(EncoderClassifier, BadInputIsNamed) {
+  auto backend = make_backend("cpu");
+  const EncoderConfig config = tiny_encoder();
+  EncoderClassifier model(config, *backend);
+  model.init_weights(1);
+  model.allocate_activations(2, 4);
+  Samples samples = random_samples(2, 4, config, 9);
+  samples.labels[1] = 3;
+  EXPECT_NE(error_of([&] { model.forward(samples.batch(), 2, 4); }).find("label 3 is outside [0, 3)"),
+            std::string::npos);
+  samples.labels[1] = 0;
+  samples.mask[4] = 0;
+  EXPECT_NE(error_of([&] { model.forward(samples.batch(), 2, 4); }).find("sample 1 has no real first token"),
+            std::string::npos);
+  samples.mask[4] = 2;
+  EXPECT_NE(error_of([&] { model.forward(samples.batch(), 2, 4); }).find("attention mask value 2 at position 4"),
+            std::string::npos);
+  samples.mask[4] = 1;
+  samples.ids[2] = 37;
+  EXPECT_NE(error_of([&] { model.forward(samples.batch(), 2, 4); }).find("token id 37 at position 2"),
+            std::string::npos);
+  EncoderConfig one_label = config;
+  one_label.num_labels = 1;
+  EXPECT_NE(error_of([&] { EncoderClassifier bad(one_label, *backend); }).find("num_labels must be at least 2"),
+            std::string::npos);
+}
+
+// The CUDA back-end (the emulator in CI) against the CPU's: the same parameters give the same
+// loss, logits and gradients, with dropout on (the same Philox masks).
+TEST(CudaEncoderClassifier, FollowsTheCpuReference) {
+  const std::string reason = testing::backend_skip_reason("cuda");
+  if (!reason.empty()) GTEST_SKIP() << reason;
+  const EncoderConfig config = tiny_encoder(0.1f);
+  const Samples samples = random_samples(3, 8, config, 10);
+  struct Result {
+    double loss = 0;
+    std::vector<float> logits, grads;
+  };
+  const auto run = [&](const std::string& device) {
+    auto backend = make_backend(device);
+    EncoderClassifier model(config, *backend);
+    model.init_weights(12);
+    model.allocate_activations(3, 8);
+    Result result;
+    model.forward(samples.batch(), 3, 8);
+    result.logits = model.logits();
+    result.loss = model.forward(samples.batch(), 3, 8, GradientPass::Write, 1.0f, kDraw);
+    model.backward();
+    result.grads.resize(static_cast<size_t>(model.num_parameters()));
+    backend->copy_to_host(result.grads.data(), model.grads().data, result.grads.size() * sizeof(float));
+    return result;
+  };
+  const Result cpu = run("cpu"), gpu = run("cuda");
+  EXPECT_NEAR(gpu.loss, cpu.loss, 1e-5 * std::abs(cpu.loss));
+  ASSERT_EQ(gpu.logits.size(), cpu.logits.size());
+  for (size_t i = 0; i < cpu.logits.size(); ++i) EXPECT_NEAR(gpu.logits[i], cpu.logits[i], 1e-4) << i;
+  double largest = 0, scale = 0;
+  for (size_t i = 0; i < cpu.grads.size(); ++i) {
+    largest = std::max(largest, static_cast<double>(std::abs(gpu.grads[i] - cpu.grads[i])));
+    scale = std::max(scale, static_cast<double>(std::abs(cpu.grads[i])));
+  }
+  EXPECT_LT(largest, 1e-4 * scale) << largest << " of " << scale;
+}
+
+}  // namespace
+}  // namespace kiln
