@@ -1,0 +1,57 @@
+// A classification dataset as a TokenSource (token_source.h), so that the loader's workers,
+// prefetch, sample cache and data-parallel slicing and the batch stager serve a classifier as
+// they serve GPT (loader.h). Each sample is packed into the two rows every TokenSource gives:
+//   tokens   input_ids[0 .. T)
+//   targets  label, attention_mask[1], ..., attention_mask[T - 1]
+// The first position of a sample is always a real token (its mask is 1: a text is never empty,
+// and a sample whose first mask value is 0 is an error naming its row), so its slot carries the
+// label. The encoder classifier unpacks the rows (nn/encoder_classifier.h).
+//
+// Sample i reads row order(i) of the dataset: epoch e = i / N of the N rows visits them all, in
+// a seeded shuffle composed with an affine map j -> (a_e j + b_e) mod N (a_e coprime to N) drawn
+// from (seed, e), so every epoch has its own order, sample i is a pure function of (seed, i) and a
+// run resumes from its sample count alone. With the loader's workers, the tokenizing (a text
+// dataset's sample()) runs on the worker threads. Thread-safe for concurrent sample().
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "kiln/data/classification_csv.h"
+#include "kiln/data/token_source.h"
+
+namespace kiln {
+
+class ClassificationTokens final : public TokenSource {
+ public:
+  // `read(row)` gives the dataset's row (TextClassificationDataset::sample, ClassificationDataset::sample),
+  // each of seq_length ids and mask values; it must be thread-safe. `name` names the data in errors.
+  ClassificationTokens(std::function<ClassificationSample(int64_t row)> read, int64_t rows, int64_t seq_length,
+                       uint64_t seed, std::string name);
+
+  int64_t seq_length() const override { return seq_length_; }
+  int64_t num_tokens() const override { return rows_ * seq_length_; }
+  int64_t rows() const { return rows_; }
+  // The dataset row sample `index` reads.
+  int64_t row_of(int64_t index) const;
+  void sample(int64_t index, std::span<int32_t> tokens, std::span<int32_t> targets) const override;
+
+ private:
+  std::function<ClassificationSample(int64_t)> read_;
+  int64_t rows_, seq_length_;
+  uint64_t seed_;
+  std::string name_;
+  std::vector<int64_t> order_;  // the seeded shuffle of [0, rows)
+};
+
+// The inverse of the packing above, for a micro-batch of `batch` samples of `seq` positions.
+struct UnpackedClassification {
+  std::vector<int32_t> input_ids, attention_mask;  // [batch x seq]
+  std::vector<int32_t> labels;                     // [batch]
+};
+UnpackedClassification unpack_classification(std::span<const int32_t> tokens, std::span<const int32_t> targets,
+                                             int64_t batch, int64_t seq);
+
+}  // namespace kiln
