@@ -203,6 +203,23 @@ TEST(Cli, BenchCommandsOnTheCpu) {
     EXPECT_GT(row["pass2_samples_per_second"].get<double>(), 0.0);
   }
   EXPECT_EQ(csv_rows, 2);
+
+  // Raw text for a classifier: through the loader, each sample tokenized by its workers.
+  {
+    std::ofstream text(dir / "mail.jsonl");
+    for (int i = 0; i < 12; ++i) text << "{\"text\": \"message number " << i << "\", \"label\": " << i % 2 << "}\n";
+  }
+  const Result text = run_kiln("bench loader --data-path " + dir / "mail.jsonl" +
+                               " --seq-length 8 --micro-batch-size 4 --batches 5 --workers 0,2 --json");
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  std::istringstream text_lines(text.output);
+  int text_rows = 0;
+  for (std::string line; std::getline(text_lines, line); ++text_rows)
+    EXPECT_GT(nlohmann::json::parse(line)["pass1_samples_per_second"].get<double>(), 0.0) << line;
+  EXPECT_EQ(text_rows, 2);
+  const Result text_model = run_kiln("bench loader --data-path " + dir / "mail.jsonl" + " --model-iters 2");
+  EXPECT_EQ(text_model.exit_code, 1);
+  EXPECT_NE(text_model.output.find("does not read classification data"), std::string::npos) << text_model.output;
   const Result no_s3 = run_kiln("bench loader --data-path " + dir.path() + " --storage s3");
   EXPECT_EQ(no_s3.exit_code, 1);
   EXPECT_NE(no_s3.output.find("--storage s3 needs --s3-path"), std::string::npos) << no_s3.output;

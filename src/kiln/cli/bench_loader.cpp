@@ -7,11 +7,15 @@
 // small GPT for N steps per setting and reports the share of step time spent waiting for data.
 // A sequence-classification folder (metadata.json, `kiln data synth`) is measured by decoding
 // every row once per pass with the workers splitting the rows, as torch's DataLoader does with the
-// same worker count (bench/peers/pytorch_loader.py).
+// same worker count (bench/peers/pytorch_loader.py). Raw text for a classifier (a .csv or .jsonl
+// file or folder, data/text_classification.h) goes through the loader like token data, each
+// sample tokenized by the loader's workers (data/classification_tokens.h).
 #include <fmt/format.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <thread>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -22,6 +26,7 @@
 #include "kiln/cli/commands.h"
 #include "kiln/core/error.h"
 #include "kiln/data/classification_csv.h"
+#include "kiln/data/classification_tokens.h"
 #include "kiln/data/gpt_dataset.h"
 #include "kiln/data/loader.h"
 #include "kiln/data/token_dataset.h"
@@ -37,6 +42,9 @@ struct BenchLoaderOptions {
   std::vector<int> workers = {0, 1, 2, 4}, prefetch = {2}, pin_memory = {1};
   std::vector<int64_t> cache = {0};
   int64_t model_iters = 0, model_layers = 2, model_hidden = 128, model_heads = 4;
+  // Raw-text classification data (a .csv or .jsonl file or folder).
+  std::string tokenizer_dir, text_key = "text", label_key = "label";
+  int64_t num_labels = 2;
   bool json = false;
 };
 
@@ -62,8 +70,27 @@ StorageChoice storage_choice(const BenchLoaderOptions& o, const std::string& nam
   return choice;
 }
 
+// A .csv or .jsonl file, or a folder of them without the synthetic CSV's metadata.json: raw text
+// for a classifier (text_classification.h).
+bool is_text_classification(const std::string& path) {
+  const auto text_file = [](const std::filesystem::path& file) {
+    return file.extension() == ".csv" || file.extension() == ".jsonl";
+  };
+  if (!std::filesystem::is_directory(path)) return text_file(path);
+  if (std::filesystem::exists(std::filesystem::path(path) / "metadata.json")) return false;
+  for (const auto& entry : std::filesystem::directory_iterator(path))
+    if (text_file(entry.path())) return true;
+  return false;
+}
+
 std::unique_ptr<TokenSource> open_source(const BenchLoaderOptions& o, const StorageChoice& choice,
                                          const Storage& storage) {
+  if (is_text_classification(o.data_path)) {
+    KILN_CHECK(o.model_iters == 0, "--model-iters trains a GPT, which does not read classification data");
+    static const Gpt2Tokenizer tokenizer(o.tokenizer_dir);  // one command, one tokenizer
+    return open_text_classification_tokens(choice.path, tokenizer, {o.text_key, o.label_key, o.seq_length, o.num_labels},
+                                           1234, storage);
+  }
   if (is_indexed_data_path(choice.path, storage)) {
     KILN_CHECK(o.vocab_size > 0, "--vocab-size is required for indexed data");
     return make_gpt_data(choice.path, o.split, DataSplit::Train, o.vocab_size, o.seq_length,
@@ -220,7 +247,8 @@ void bench_loader(const BenchLoaderOptions& o) {
 void add_bench_loader_command(CLI::App& bench) {
   auto o = std::make_shared<BenchLoaderOptions>();
   CLI::App* loader = bench.add_subcommand("loader", "measure data loading: storage x cache x workers x prefetch x pin");
-  loader->add_option("--data-path", o->data_path, "shard folder, Megatron prefix or classification CSV folder (local)")
+  loader->add_option("--data-path", o->data_path,
+                     "shard folder, Megatron prefix, classification CSV folder, or raw-text .csv/.jsonl file or folder (local)")
       ->required();
   loader->add_option("--s3-path", o->s3_path, "the same data on S3 (s3://bucket/key), for --storage s3, s3-cache");
   loader->add_option("--cache-dir", o->cache_dir, "cache folder for --storage s3-cache");
@@ -240,6 +268,12 @@ void add_bench_loader_command(CLI::App& bench) {
   loader->add_option("--model-layers", o->model_layers, "layers of that GPT");
   loader->add_option("--model-hidden", o->model_hidden, "hidden size of that GPT");
   loader->add_option("--model-heads", o->model_heads, "attention heads of that GPT");
+  const char* tokenizer_from_environment = std::getenv("KILN_GPT2_TOKENIZER_DIR");
+  o->tokenizer_dir = tokenizer_from_environment ? tokenizer_from_environment : KILN_DEFAULT_TOKENIZER_DIR;
+  loader->add_option("--tokenizer-dir", o->tokenizer_dir, "GPT-2's encoder.json and vocab.bpe, for text data");
+  loader->add_option("--text-key", o->text_key, "text data: the text's column or key");
+  loader->add_option("--label-key", o->label_key, "text data: the label's column or key");
+  loader->add_option("--num-labels", o->num_labels, "text data: labels are in [0, N)");
   loader->add_flag("--json", o->json, "JSON lines instead of the table");
   loader->callback([o] { bench_loader(*o); });
 }

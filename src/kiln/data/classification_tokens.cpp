@@ -48,6 +48,33 @@ void ClassificationTokens::sample(int64_t index, std::span<int32_t> tokens, std:
   std::copy(sample.attention_mask.begin() + 1, sample.attention_mask.end(), targets.begin() + 1);
 }
 
+namespace {
+
+class TextClassificationTokens final : public TokenSource {
+ public:
+  TextClassificationTokens(const std::string& path, const Gpt2Tokenizer& tokenizer,
+                           const TextClassificationOptions& options, uint64_t seed, const Storage& storage)
+      : text_(path, tokenizer, options, storage),
+        tokens_([this](int64_t row) { return text_.sample(row); }, text_.size(), options.seq_length, seed, path) {}
+  int64_t seq_length() const override { return tokens_.seq_length(); }
+  int64_t num_tokens() const override { return tokens_.num_tokens(); }
+  void sample(int64_t index, std::span<int32_t> tokens, std::span<int32_t> targets) const override {
+    tokens_.sample(index, tokens, targets);
+  }
+
+ private:
+  TextClassificationDataset text_;
+  ClassificationTokens tokens_;
+};
+
+}  // namespace
+
+std::unique_ptr<TokenSource> open_text_classification_tokens(const std::string& path, const Gpt2Tokenizer& tokenizer,
+                                                             const TextClassificationOptions& options, uint64_t seed,
+                                                             const Storage& storage) {
+  return std::make_unique<TextClassificationTokens>(path, tokenizer, options, seed, storage);
+}
+
 UnpackedClassification unpack_classification(std::span<const int32_t> tokens, std::span<const int32_t> targets,
                                              int64_t batch, int64_t seq) {
   const auto positions = static_cast<size_t>(batch * seq);

@@ -19,7 +19,11 @@
 #include <span>
 #include <vector>
 
+#include <memory>
+#include <string>
+
 #include "kiln/data/classification_csv.h"
+#include "kiln/data/text_classification.h"
 #include "kiln/data/token_source.h"
 
 namespace kiln {
@@ -45,6 +49,13 @@ class ClassificationTokens final : public TokenSource {
   std::string name_;
   std::vector<int64_t> order_;  // the seeded shuffle of [0, rows)
 };
+
+// Raw text (a .csv or .jsonl file, or a folder of them: text_classification.h) as the loader reads it:
+// a TextClassificationDataset behind ClassificationTokens, owned together; `tokenizer` is borrowed
+// and must outlive the source.
+std::unique_ptr<TokenSource> open_text_classification_tokens(const std::string& path, const Gpt2Tokenizer& tokenizer,
+                                                             const TextClassificationOptions& options, uint64_t seed,
+                                                             const Storage& storage = Storage::defaults());
 
 // The inverse of the packing above, for a micro-batch of `batch` samples of `seq` positions.
 struct UnpackedClassification {
