@@ -122,10 +122,12 @@ LabExperiment data_parallel(const Config& base, const LabMachine& machine) {
       unavailable = fmt::format("the global batch {} does not split over {} ranks", global, ranks);
     else if (machine.cuda && ranks > machine.gpus)
       unavailable = fmt::format("{} ranks need {} GPUs; this machine has {}", ranks, ranks, machine.gpus);
-    const int64_t micro = std::max<int64_t>(1, std::min(resolved.micro_batch_size, global / ranks));
-    const int64_t fitting = global / ranks % micro == 0 ? micro : global / ranks;
+    // The largest micro-batch that divides a rank's share and is no larger than the base's: the
+    // ranks hold no more activations than the baseline.
+    int64_t micro = std::max<int64_t>(1, std::min(resolved.micro_batch_size, global / ranks));
+    while (global / ranks % micro != 0) --micro;
     lab.rows.push_back(row(fmt::format("{} rank{}", ranks, ranks > 1 ? "s" : ""),
-                           {{"micro_batch_size", std::to_string(fitting)},
+                           {{"micro_batch_size", std::to_string(micro)},
                             {"global_batch_size", std::to_string(global)}},
                            unavailable, ranks));
   }

@@ -62,7 +62,11 @@ void measure(const Config& base, LabRowResult& row, const LabRunOptions& options
       row.unavailable = "no launcher for several ranks";
       return;
     }
-    row.measured = options.launch_ranks(config, row.ranks);
+    try {
+      row.measured = options.launch_ranks(config, row.ranks);
+    } catch (const Error& failure) {  // the ranks' own messages are on stderr above
+      row.unavailable = failure.what();
+    }
     return;
   }
   std::unique_ptr<Trainer> trainer;

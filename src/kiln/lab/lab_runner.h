@@ -10,8 +10,9 @@
 // run_labs() measures every row that can run, lab by lab, in order, then lab 5 from labs 1-4's
 // fastest rows, and sets each row's ratio to its lab's baseline (a lab whose baseline could not run
 // has ratio 0 everywhere). A configuration that the Trainer refuses at construction (an fp8 shape,
-// a precision the device lacks) makes that row unavailable with the Trainer's reason; an error
-// during the timed steps stops the lab with that error.
+// a precision the device lacks) makes that row unavailable with the Trainer's reason, and so does a
+// row of several ranks whose processes fail (their messages go to stderr); an error during the
+// timed steps of a one-rank row stops the lab with that error.
 #pragma once
 
 #include <functional>
