@@ -100,6 +100,25 @@ TEST(EncoderClassifier, GradientMatchesFiniteDifferencesWithTheMaskItsDrawFixes)
   expect_gradient_matches_finite_differences(0.2f);
 }
 
+TEST(EncoderClassifier, TrainingForwardsDropAndEvaluationDoesNot) {
+  auto backend = make_backend("cpu");
+  EncoderClassifier plain(tiny_encoder(0.0f), *backend), dropping(tiny_encoder(0.3f), *backend);
+  for (EncoderClassifier* model : {&plain, &dropping}) {
+    model->init_weights(4);
+    model->allocate_activations(3, 8);
+  }
+  const Samples samples = random_samples(3, 8, tiny_encoder(), 13);
+  const double evaluated = plain.forward(samples.batch(), 3, 8);
+  EXPECT_EQ(dropping.forward(samples.batch(), 3, 8), evaluated) << "evaluation drops nothing";
+  EXPECT_EQ(plain.forward(samples.batch(), 3, 8, GradientPass::Write, 1.0f, kDraw), evaluated);
+  const double trained = dropping.forward(samples.batch(), 3, 8, GradientPass::Write, 1.0f, kDraw);
+  EXPECT_NE(trained, evaluated);
+  EXPECT_EQ(dropping.forward(samples.batch(), 3, 8, GradientPass::Write, 1.0f, kDraw), trained);
+  EXPECT_NE(dropping.forward(samples.batch(), 3, 8, GradientPass::Write, 1.0f, DropoutDraw{11, 3, 1}), trained);
+  // The logits of a training forward are gone: its loss wrote their gradient over them.
+  EXPECT_NE(error_of([&] { dropping.predictions(); }).find("wrote the logits' gradient"), std::string::npos);
+}
+
 // Padded positions are masked as keys and never pooled: what they hold changes nothing.
 TEST(EncoderClassifier, WhatThePaddingHoldsChangesNothing) {
   auto backend = make_backend("cpu");

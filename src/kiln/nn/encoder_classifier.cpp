@@ -270,14 +270,14 @@ double EncoderClassifier::forward(const ClassificationBatch& batch, int64_t batc
   backend_.matmul_forward({acts_.head_pre, acts_.pooled, weights_.dense_weight, weights_.dense_bias,
                            WeightLayout::InOut, acts_.head});
   backend_.matmul_forward({acts_.logits, acts_.head, weights_.out_weight, weights_.out_bias});
-  backward_ready_ = false;
+  backward_ready_ = logits_hold_gradient_ = false;
   if (batch.labels.empty()) return 0.0;
   const bool training = gradients != GradientPass::None;
   const float gradient_scale = loss_scale / static_cast<float>(batch_size);
   // The logits stay for logits(); the loss writes their gradient over them only in training.
   backend_.softmax_cross_entropy(
       {acts_.logits, acts_.losses, acts_.labels, config_.num_labels, -100, gradient_scale, training});
-  backward_ready_ = training;
+  backward_ready_ = logits_hold_gradient_ = training;
   std::vector<float> losses(static_cast<size_t>(batch_size));
   backend_.copy_to_host(losses.data(), acts_.losses.data, losses.size() * sizeof(float));
   double sum = 0.0;
@@ -332,7 +332,8 @@ void EncoderClassifier::backward() {
 
 std::vector<float> EncoderClassifier::logits() {
   KILN_CHECK(acts_.batch > 0, "EncoderClassifier::logits before a forward");
-  KILN_CHECK(!backward_ready_, "EncoderClassifier::logits after a training forward: its logits hold their gradient");
+  KILN_CHECK(!logits_hold_gradient_,
+             "EncoderClassifier::logits after a training forward: its loss wrote the logits' gradient over them");
   const int64_t count = acts_.batch * config_.num_labels;
   std::vector<char> stored(static_cast<size_t>(count) * dtype_size(acts_.logits.dtype));
   backend_.copy_to_host(stored.data(), acts_.logits.data, stored.size());

@@ -102,7 +102,8 @@ class EncoderClassifier {
                  GradientPass gradients = GradientPass::None, float loss_scale = 1.0f, DropoutDraw dropout = {});
   // The parameter gradients of the last forward (a training one) into grads().
   void backward();
-  // The last forward's logits [batch, num_labels], on the host; valid before its backward().
+  // The last forward's logits [batch, num_labels], on the host; not after a training forward, whose
+  // loss writes their gradient over them.
   std::vector<float> logits();
   // Each sample's most likely label, from logits().
   std::vector<int32_t> predictions();
@@ -133,6 +134,7 @@ class EncoderClassifier {
   GradientPass gradients_ = GradientPass::None;  // of the last forward
   DropoutDraw draw_;
   bool backward_ready_ = false;
+  bool logits_hold_gradient_ = false;  // the last forward was a training one
 };
 
 }  // namespace kiln

@@ -19,7 +19,9 @@ GptConfig EncoderConfig::block_shape() const {
 
 void EncoderConfig::validate() const {
   block_shape().validate();
-  KILN_CHECK(num_intermediate_layers >= 0, "num_intermediate_layers must be >= 0, got {}", num_intermediate_layers);
+  // Each layer draws its own dropout streams (dropout_streams.h), blocks and intermediate layers alike.
+  KILN_CHECK(num_intermediate_layers >= 0 && num_layers + num_intermediate_layers <= kMaxLayers,
+             "num_intermediate_layers must be in [0, {}], got {}", kMaxLayers - num_layers, num_intermediate_layers);
   KILN_CHECK(num_labels >= 2, "num_labels must be at least 2, got {}", num_labels);
 }
 
