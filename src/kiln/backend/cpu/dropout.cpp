@@ -18,9 +18,10 @@ void CpuBackend::dropout(const Dropout& args) {
   const float* x = in.as<float>();
   float* y = out.as<float>();
   const int64_t blocks = (count + 3) / 4;
+  const bool keep_all = threshold == 0;  // p = 0 (an add with a residual): no bits to draw
 #pragma omp parallel for schedule(static)
   for (int64_t b = 0; b < blocks; ++b) {
-    const philox::Words bits = philox::block(args.seed, args.stream, static_cast<uint64_t>(b));
+    const philox::Words bits = keep_all ? philox::Words{} : philox::block(args.seed, args.stream, static_cast<uint64_t>(b));
     for (int64_t i = 4 * b; i < std::min(4 * b + 4, count); ++i) {
       const float kept = bits.w[i & 3] >= threshold ? x[i] * scale : 0.0f;
       y[i] = residual ? residual[i] + kept : kept;

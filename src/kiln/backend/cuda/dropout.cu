@@ -19,7 +19,8 @@ __global__ void dropout_kernel(T* out, const T* in, const T* residual, int64_t c
 #pragma unroll
     for (int w = 0; w < W; w += (W >= 4 ? 4 : 1)) {
       const uint64_t first = static_cast<uint64_t>(p) * W + w;
-      const philox::Words bits = philox::block(seed, stream, first >> 2);
+      // p = 0 (an add with a residual) keeps everything: no bits to draw.
+      const philox::Words bits = threshold == 0 ? philox::Words{} : philox::block(seed, stream, first >> 2);
 #pragma unroll
       for (int k = 0; k < (W >= 4 ? 4 : 1); ++k) {
         const uint32_t draw = W >= 4 ? bits.w[k] : bits.w[first & 3];
