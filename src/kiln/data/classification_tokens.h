@@ -9,8 +9,8 @@
 //
 // Sample i reads row order(i) of the dataset: epoch e = i / N of the N rows visits them all, in
 // a seeded shuffle composed with an affine map j -> (a_e j + b_e) mod N (a_e coprime to N) drawn
-// from (seed, e), so every epoch has its own order, sample i is a pure function of (seed, i) and a
-// run resumes from its sample count alone. With the loader's workers, the tokenizing (a text
+// from (seed, e), so every epoch has its own order (of more than two rows), sample i is a pure
+// function of (seed, i) and a run resumes from its sample count alone. With the loader's workers, the tokenizing (a text
 // dataset's sample()) runs on the worker threads. Thread-safe for concurrent sample().
 #pragma once
 

@@ -20,7 +20,9 @@
 // seq_length ids, pads the rest with kPadId and sets attention_mask to 1 on real tokens and 0 on
 // padding. GPT-2 has no pad token; kPadId is <|endoftext|> (50256), the usual stand-in; the mask,
 // not the id, is what marks padding. Only a prefix of a long text is tokenized, cut where its ids
-// are a prefix of the whole text's, so a 100 KB e-mail costs about what its first ids cost.
+// are a prefix of the whole text's (before a space followed by printable ASCII), so a 100 KB e-mail
+// costs about what its first ids cost; a text with no such cut after its first ids (a base64
+// attachment to the end, CJK text) is tokenized whole.
 //
 // The tokenizer is borrowed: it must outlive the dataset. Thread-safe for concurrent sample()
 // (loader workers); the files are not expected to change while open.
