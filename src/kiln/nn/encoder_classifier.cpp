@@ -133,19 +133,12 @@ size_t EncoderActivations::bytes_needed(const EncoderConfig& config, int64_t bat
 
 EncoderClassifier::EncoderClassifier(const EncoderConfig& config, Backend& backend, DType dtype,
                                      int64_t flat_multiple)
-    : config_(config), backend_(backend), layout_((config.validate(), encoder_parameter_layout(config))) {
-  KILN_CHECK(dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16,
-             "encoder parameters must be fp32, bf16 or fp16, not {}", dtype_name(dtype));
-  FlatParameters flat(backend_, layout_.total(), dtype, flat_multiple);
-  param_buffer_ = std::move(flat.param_buffer);
-  grad_buffer_ = std::move(flat.grad_buffer);
-  params_ = flat.params;
-  grads_ = flat.grads;
-  padded_params_ = flat.padded_params;
-  padded_grads_ = flat.padded_grads;
-  weights_ = Weights::bind(layout_, config_, params_);
-  weight_grads_ = Weights::bind(layout_, config_, grads_);
-}
+    : config_(config),
+      backend_(backend),
+      layout_((config.validate(), encoder_parameter_layout(config))),
+      flat_(backend_, layout_.total(), dtype, flat_multiple),
+      weights_(Weights::bind(layout_, config_, flat_.params)),
+      weight_grads_(Weights::bind(layout_, config_, flat_.grads)) {}
 
 void EncoderClassifier::init_weights(uint64_t seed) {
   std::vector<float> host(static_cast<size_t>(layout_.total()), 0.0f);
@@ -169,13 +162,7 @@ void EncoderClassifier::init_weights(uint64_t seed) {
   set_parameters(host);
 }
 
-void EncoderClassifier::set_parameters(std::span<const float> values) {
-  KILN_CHECK(static_cast<int64_t>(values.size()) == layout_.total(), "{} parameter values given, the model has {}",
-             values.size(), layout_.total());
-  std::vector<char> rounded(params_.bytes());
-  narrow_from_fp32(values.data(), params_.dtype, rounded.data(), layout_.total());
-  backend_.copy_to_device(params_.data, rounded.data(), rounded.size());
-}
+void EncoderClassifier::set_parameters(std::span<const float> values) { flat_.set(backend_, values); }
 
 void EncoderClassifier::allocate_activations(int64_t max_batch, int64_t max_seq) {
   KILN_CHECK(max_batch > 0 && max_seq > 0, "batch {} and sequence {} must be positive", max_batch, max_seq);

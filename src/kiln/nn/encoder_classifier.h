@@ -77,12 +77,12 @@ class EncoderClassifier {
                     int64_t flat_multiple = 1);
 
   const EncoderConfig& config() const { return config_; }
-  DType dtype() const { return params_.dtype; }
+  DType dtype() const { return flat_.params.dtype; }
   const ParameterLayout& layout() const { return layout_; }
-  Tensor params() const { return params_; }
-  Tensor grads() const { return grads_; }
-  Tensor padded_params() const { return padded_params_; }
-  Tensor padded_grads() const { return padded_grads_; }
+  Tensor params() const { return flat_.params; }
+  Tensor grads() const { return flat_.grads; }
+  Tensor padded_params() const { return flat_.padded_params; }
+  Tensor padded_grads() const { return flat_.padded_grads; }
   int64_t num_parameters() const { return layout_.total(); }
 
   // N(0, std) for matrices and embeddings, the residual branches' output projections (the blocks'
@@ -125,9 +125,9 @@ class EncoderClassifier {
   EncoderConfig config_;
   Backend& backend_;
   ParameterLayout layout_;
-  std::unique_ptr<DeviceBuffer> param_buffer_, grad_buffer_, activation_buffer_;
-  Tensor params_, grads_, padded_params_, padded_grads_;
+  FlatParameters flat_;
   Weights weights_, weight_grads_;
+  std::unique_ptr<DeviceBuffer> activation_buffer_;
   std::unique_ptr<Arena> arena_;  // borrows activation_buffer_
   int64_t max_batch_ = 0, max_seq_ = 0;
   EncoderActivations acts_;

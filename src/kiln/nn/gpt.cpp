@@ -20,19 +20,12 @@ bool is_residual_projection(const std::string& name) {
 }  // namespace
 
 Gpt::Gpt(const GptConfig& config, Backend& backend, DType dtype, int64_t flat_multiple)
-    : config_(config), backend_(backend), layout_((config.validate(), config)) {
-  KILN_CHECK(dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16,
-             "GPT parameters must be fp32, bf16 or fp16, not {}", dtype_name(dtype));
-  FlatParameters flat(backend_, layout_.total(), dtype, flat_multiple);
-  param_buffer_ = std::move(flat.param_buffer);
-  grad_buffer_ = std::move(flat.grad_buffer);
-  params_ = flat.params;
-  grads_ = flat.grads;
-  padded_params_ = flat.padded_params;
-  padded_grads_ = flat.padded_grads;
-  weights_ = GptWeights::bind(layout_, config_, params_);
-  weight_grads_ = GptWeights::bind(layout_, config_, grads_);
-}
+    : config_(config),
+      backend_(backend),
+      layout_((config.validate(), config)),
+      flat_(backend_, layout_.total(), dtype, flat_multiple),
+      weights_(GptWeights::bind(layout_, config_, flat_.params)),
+      weight_grads_(GptWeights::bind(layout_, config_, flat_.grads)) {}
 
 void Gpt::init_weights(uint64_t seed) {
   std::vector<float> host(static_cast<size_t>(layout_.total()), 0.0f);
@@ -60,13 +53,7 @@ void Gpt::init_weights(uint64_t seed) {
   set_parameters(host);
 }
 
-void Gpt::set_parameters(std::span<const float> values) {
-  KILN_CHECK(static_cast<int64_t>(values.size()) == layout_.total(), "{} parameter values given, the model has {}",
-             values.size(), layout_.total());
-  std::vector<char> rounded(params_.bytes());
-  narrow_from_fp32(values.data(), params_.dtype, rounded.data(), layout_.total());
-  backend_.copy_to_device(params_.data, rounded.data(), rounded.size());
-}
+void Gpt::set_parameters(std::span<const float> values) { flat_.set(backend_, values); }
 
 void Gpt::allocate_activations(int64_t max_batch, int64_t max_seq, const RecomputePolicy& policy,
                                int64_t logit_rows) {
@@ -309,7 +296,7 @@ void Gpt::backward() {
   if (std::exchange(lookup_deferred_, false)) return;  // the caller adds it (add_embedding_lookup)
   // wte's gradient has the classifier's part already: the embedding's is added to it.
   backend_.embedding_backward({weight_grads_.wte, weight_grads_.wpe, acts_.d_residual, tokens_in_use_, store});
-  announce_final(grads_);
+  announce_final(flat_.grads);
 }
 
 BranchDropout Gpt::block_dropout(int64_t layer) const {

@@ -50,13 +50,13 @@ class Gpt {
   Gpt(const GptConfig& config, Backend& backend, DType dtype = DType::F32, int64_t flat_multiple = 1);
 
   const GptConfig& config() const { return config_; }
-  DType dtype() const { return params_.dtype; }
+  DType dtype() const { return flat_.params.dtype; }
   const ParameterLayout& layout() const { return layout_; }
-  Tensor params() const { return params_; }  // compute dtype
-  Tensor grads() const { return grads_; }    // fp32
+  Tensor params() const { return flat_.params; }  // compute dtype
+  Tensor grads() const { return flat_.grads; }    // fp32
   // The same buffers with their padding (flat_multiple).
-  Tensor padded_params() const { return padded_params_; }
-  Tensor padded_grads() const { return padded_grads_; }
+  Tensor padded_params() const { return flat_.padded_params; }
+  Tensor padded_grads() const { return flat_.padded_grads; }
   int64_t num_parameters() const { return layout_.total(); }
 
   // GPT-2 initialisation from `seed`: N(0, std) for matrices and embeddings, residual output
@@ -161,8 +161,7 @@ class Gpt {
   GptConfig config_;
   Backend& backend_;
   ParameterLayout layout_;
-  std::unique_ptr<DeviceBuffer> param_buffer_, grad_buffer_;
-  Tensor params_, grads_, padded_params_, padded_grads_;
+  FlatParameters flat_;
   GptWeights weights_, weight_grads_;
   std::unique_ptr<DeviceBuffer> activation_buffer_;
   std::unique_ptr<Arena> arena_;  // borrows activation_buffer_
@@ -180,7 +179,7 @@ class Gpt {
   GradientsFinal gradients_final_;
   // Tells the listener that every gradient from `first`'s start on is final.
   void announce_final(const Tensor& first) const {
-    if (gradients_final_) gradients_final_(first.as<float>() - grads_.as<float>());
+    if (gradients_final_) gradients_final_(first.as<float>() - flat_.grads.as<float>());
   }
   const BlockFp8* block_fp8(int64_t layer) const { return fp8_ ? &fp8_->block(layer) : nullptr; }
   // Whether the current forward drops (a training forward of a model with hidden dropout).

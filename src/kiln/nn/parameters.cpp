@@ -20,6 +20,8 @@ Tensor flat_view(const DeviceBuffer& buffer, int64_t count, DType dtype, Device 
 }  // namespace
 
 FlatParameters::FlatParameters(Backend& backend, int64_t count, DType dtype, int64_t flat_multiple) {
+  KILN_CHECK(dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16,
+             "model parameters must be fp32, bf16 or fp16, not {}", dtype_name(dtype));
   KILN_CHECK(flat_multiple >= 1, "flat buffers padded to a multiple of {}", flat_multiple);
   const int64_t padded = (count + flat_multiple - 1) / flat_multiple * flat_multiple;
   param_buffer = backend.allocate(static_cast<size_t>(padded) * dtype_size(dtype));
@@ -33,6 +35,14 @@ FlatParameters::FlatParameters(Backend& backend, int64_t count, DType dtype, int
     const std::vector<char> zeros(static_cast<size_t>(padded - count) * dtype_size(dtype), 0);
     backend.copy_to_device(static_cast<char*>(padded_params.data) + params.bytes(), zeros.data(), zeros.size());
   }
+}
+
+void FlatParameters::set(Backend& backend, std::span<const float> values) const {
+  KILN_CHECK(static_cast<int64_t>(values.size()) == params.numel(), "{} parameter values given, the model has {}",
+             values.size(), params.numel());
+  std::vector<char> rounded(params.bytes());
+  narrow_from_fp32(values.data(), params.dtype, rounded.data(), params.numel());
+  backend.copy_to_device(params.data, rounded.data(), rounded.size());
 }
 
 ParameterLayout::ParameterLayout(const GptConfig& config) {

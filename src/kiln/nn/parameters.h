@@ -9,6 +9,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,11 +49,13 @@ class ParameterLayout {
 };
 
 // A model's flat parameter and gradient buffers (ARCHITECTURE.md decision 3) in the back-end's
-// memory: parameters in the compute dtype, gradients fp32, both `count` elements rounded up to a
-// multiple of `flat_multiple` (the ZeRO shards' equal split). The padding is zero and belongs to no
-// parameter; the gradients start at zero.
+// memory: parameters in the compute dtype (fp32, bf16 or fp16), gradients fp32, both `count`
+// elements rounded up to a multiple of `flat_multiple` (the ZeRO shards' equal split). The padding
+// is zero and belongs to no parameter; the gradients start at zero.
 struct FlatParameters {
   FlatParameters(Backend& backend, int64_t count, DType dtype, int64_t flat_multiple);
+  // Every parameter from fp32 `values` (count of them, in layout order), rounded to the dtype.
+  void set(Backend& backend, std::span<const float> values) const;
   std::unique_ptr<DeviceBuffer> param_buffer, grad_buffer;
   Tensor params, grads;                // the `count` elements
   Tensor padded_params, padded_grads;  // with the padding
