@@ -15,6 +15,7 @@
 #include "kiln/core/rng.h"
 #include "kiln/optim/adamw.h"
 #include "support/backends.h"
+#include "support/directional_derivative.h"
 #include "support/error_of.h"
 
 namespace kiln {
@@ -75,23 +76,10 @@ void expect_gradient_matches_finite_differences(float dropout) {
   model.forward(samples.batch(), 3, 7, GradientPass::Write, 1.0f, kDraw);
   model.backward();
   const std::vector<float> grads = gradients_of(model);
-  float* params = model.params().as<float>();
-  const int64_t count = model.num_parameters();
-  Rng rng(3);
-  std::vector<float> direction(static_cast<size_t>(count)), saved(params, params + count);
-  double predicted = 0;
-  for (int64_t i = 0; i < count; ++i) {
-    direction[i] = rng.normal(0.0f, 1.0f);
-    predicted += static_cast<double>(grads[i]) * direction[i];
-  }
-  const auto loss_at = [&](double scale) {
-    for (int64_t i = 0; i < count; ++i) params[i] = saved[i] + static_cast<float>(scale * direction[i]);
-    return model.forward(samples.batch(), 3, 7, pass, 1.0f, kDraw);
-  };
-  const auto central = [&](double step) { return (loss_at(step) - loss_at(-step)) / (2 * step); };
-  const double step = 8e-4;
-  const double numeric = (4 * central(step / 2) - central(step)) / 3;
-  EXPECT_NEAR(numeric, predicted, 5e-4 * std::abs(predicted)) << "numeric " << numeric;
+  const testing::DirectionalDerivative check = testing::directional_derivative(
+      model.params().as<float>(), grads.data(), model.num_parameters(),
+      [&] { return model.forward(samples.batch(), 3, 7, pass, 1.0f, kDraw); });
+  EXPECT_NEAR(check.numeric, check.predicted, 5e-4 * std::abs(check.predicted)) << "numeric " << check.numeric;
 }
 
 TEST(EncoderClassifier, GradientMatchesFiniteDifferences) { expect_gradient_matches_finite_differences(0.0f); }

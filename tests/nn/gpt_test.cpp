@@ -12,6 +12,7 @@
 #include "kiln/backend/registry.h"
 #include "kiln/core/rng.h"
 #include "support/device_tensors.h"
+#include "support/directional_derivative.h"
 #include "support/token_batch.h"
 
 namespace kiln {
@@ -39,27 +40,11 @@ TEST(Gpt, GradientMatchesDirectionalFiniteDifference) {
   const Batch batch = random_batch(2 * 7, config.vocab_size, 2);
   model.forward(batch.tokens, batch.targets, 2, 7, GradientPass::Write, 1.0f);
   model.backward();
-  float* params = model.params().as<float>();
-  const float* grads = model.grads().as<float>();
-  // Along a random direction d: (L(p + h d) - L(p - h d)) / 2h must equal g . d.
-  Rng rng(3);
-  const int64_t count = model.num_parameters();
-  std::vector<float> direction(static_cast<size_t>(count)), saved(params, params + count);
-  double predicted = 0;
-  for (int64_t i = 0; i < count; ++i) {
-    direction[i] = rng.normal(0.0f, 1.0f);
-    predicted += static_cast<double>(grads[i]) * direction[i];
-  }
-  auto loss_at = [&](double scale) {
-    for (int64_t i = 0; i < count; ++i) params[i] = saved[i] + static_cast<float>(scale * direction[i]);
-    return model.forward(batch.tokens, batch.targets, 2, 7);
-  };
-  // Central differences err by O(h^2); Richardson extrapolation of steps h and h/2 cancels that
-  // term, leaving fp32 rounding of the loss as the limit.
-  auto central = [&](double step) { return (loss_at(step) - loss_at(-step)) / (2 * step); };
-  const double step = 8e-4;
-  const double numeric = (4 * central(step / 2) - central(step)) / 3;
-  EXPECT_NEAR(numeric, predicted, 5e-4 * std::abs(predicted)) << "numeric " << numeric;
+  const std::vector<float> grads(model.grads().as<float>(), model.grads().as<float>() + model.num_parameters());
+  const testing::DirectionalDerivative check =
+      testing::directional_derivative(model.params().as<float>(), grads.data(), model.num_parameters(),
+                                      [&] { return model.forward(batch.tokens, batch.targets, 2, 7); });
+  EXPECT_NEAR(check.numeric, check.predicted, 5e-4 * std::abs(check.predicted)) << "numeric " << check.numeric;
 }
 
 // A Write pass leaves what an Add pass into the zeroed gradients of a fresh model leaves, bit for

@@ -12,6 +12,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/rng.h"
 #include "kiln/nn/gpt.h"
+#include "support/directional_derivative.h"
 #include "support/token_batch.h"
 
 namespace kiln {
@@ -48,23 +49,11 @@ TEST(GptHiddenDropout, GradientMatchesFiniteDifferencesWithTheMaskItsDrawFixes) 
   model.forward(batch.tokens, batch.targets, 2, 7, GradientPass::Write, 1.0f, {}, kDraw);
   model.backward();
   const std::vector<float> grads = gradients_of(model);
-  float* params = model.params().as<float>();
-  const int64_t count = model.num_parameters();
-  Rng rng(3);
-  std::vector<float> direction(static_cast<size_t>(count)), saved(params, params + count);
-  double predicted = 0;
-  for (int64_t i = 0; i < count; ++i) {
-    direction[i] = rng.normal(0.0f, 1.0f);
-    predicted += static_cast<double>(grads[i]) * direction[i];
-  }
-  auto loss_at = [&](double scale) {  // a training forward: the same draw, so the same masks
-    for (int64_t i = 0; i < count; ++i) params[i] = saved[i] + static_cast<float>(scale * direction[i]);
-    return model.forward(batch.tokens, batch.targets, 2, 7, GradientPass::Write, 1.0f, {}, kDraw);
-  };
-  auto central = [&](double step) { return (loss_at(step) - loss_at(-step)) / (2 * step); };
-  const double step = 8e-4;
-  const double numeric = (4 * central(step / 2) - central(step)) / 3;  // Richardson, as gpt_test.cpp
-  EXPECT_NEAR(numeric, predicted, 5e-4 * std::abs(predicted)) << "numeric " << numeric;
+  const testing::DirectionalDerivative check = testing::directional_derivative(
+      model.params().as<float>(), grads.data(), model.num_parameters(), [&] {  // the same draw, so the same masks
+        return model.forward(batch.tokens, batch.targets, 2, 7, GradientPass::Write, 1.0f, {}, kDraw);
+      });
+  EXPECT_NEAR(check.numeric, check.predicted, 5e-4 * std::abs(check.predicted)) << "numeric " << check.numeric;
 }
 
 TEST(GptHiddenDropout, TrainingForwardsDropAndEvaluationDoesNot) {
