@@ -11,6 +11,7 @@
 
 #include "kiln/data/loader.h"
 #include "kiln/data/text_classification.h"
+#include "kiln/nn/encoder_classifier.h"
 #include "support/error_of.h"
 #include "support/temp_dir.h"
 

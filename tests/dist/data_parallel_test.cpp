@@ -67,10 +67,11 @@ CommandResult single(const std::string& train_arguments) {
 // The log's numbers that every rank count must reproduce: each iteration's loss, loss scale and
 // gradient norm and each validation loss, as printed (rank prefixes removed).
 std::vector<std::string> logged_numbers(const std::string& output) {
-  static const std::regex number(R"((lm loss( value)?|loss scale|grad norm|skipped iterations): +([^ |]+))");
+  static const std::regex number(
+      R"(((?:lm )?loss(?: value)?|loss scale|grad norm|skipped iterations|accuracy|F1): +([^ |]+))");
   std::vector<std::string> numbers;
   for (auto it = std::sregex_iterator(output.begin(), output.end(), number); it != std::sregex_iterator(); ++it)
-    numbers.push_back((*it)[1].str() + "=" + (*it)[3].str());
+    numbers.push_back((*it)[1].str() + "=" + (*it)[2].str());
   return numbers;
 }
 
@@ -167,6 +168,26 @@ INSTANTIATE_TEST_SUITE_P(
                       // each micro-batch's masks named by its index in the global batch, not its rank
                       Setting{"hidden_dropout", "--hidden-dropout 0.1"}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// The encoder classifier through the same data-parallel path (its gradients reach the buckets
+// through the Model's listener; it has no tied embedding to defer), with its default dropout on:
+// each micro-batch's masks are named by its index in the global batch, so two ranks draw one
+// rank's. Validation's accuracy and F1 come from counts summed over the ranks: the same values.
+TEST(DataParallelClassifier, TwoRanksEqualOneRankWithTwiceTheAccumulation) {
+  const TempDir dir;
+  const std::string flags = "--model encoder-classifier --num-intermediate-layers 1";
+  const CommandResult one = single(tiny_run(dir.path() + "/one", 2, flags));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const CommandResult two = launch(2, tiny_run(dir.path() + "/two", 2, flags));
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  EXPECT_NE(one.output.find("hidden dropout 0.1"), std::string::npos) << one.output;
+  // 4 iterations of 4 numbers; two validations of loss, accuracy and F1.
+  ASSERT_EQ(logged_numbers(one.output).size(), 4u * 4u + 2u * 3u) << one.output;
+  EXPECT_EQ(logged_numbers(two.output).front(), logged_numbers(one.output).front());
+  expect_same_log(one.output, two.output, 1e-5);
+  EXPECT_LT(largest_difference(checkpoint(dir, "one", "model.safetensors"), checkpoint(dir, "two", "model.safetensors")),
+            kRoundingBound);
+}
 
 TEST(DataParallelTwoRanks, OverlapAndBucketSizeLeaveTheSameBits) {
   // Two ranks sum pairs, exact in any order, so where the buckets are cut and when they start

@@ -94,7 +94,7 @@ TEST(SlurmCluster, SrunTrainsTheSameBitsAsKilnLaunchWithNoWrapper) {
       << under_srun.output;
   EXPECT_EQ(count_matches(under_srun.output, "validation loss at iteration"), 2u) << under_srun.output;
   EXPECT_EQ(count_matches(under_srun.output, "saved checkpoint"), 1u) << under_srun.output;
-  EXPECT_EQ(count_matches(under_srun.output, "model: 2 layers"), 1u) << under_srun.output;
+  EXPECT_EQ(count_matches(under_srun.output, "model: GPT: 2 layers"), 1u) << under_srun.output;
 
   // The same ranks compute the same sums in the same order: the same bits.
   ASSERT_EQ(logged_numbers(under_srun.output).size(), 4u * kTrainIters + 2u) << under_srun.output;

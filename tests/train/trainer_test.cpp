@@ -259,7 +259,7 @@ TEST(Trainer, CheckpointOfAnotherShapeIsRejectedByName) {
   shallower.load = dir / "ckpt";
   EXPECT_NE(error_of([&] {
               Trainer trainer(shallower);
-            }).find("tensor 'h.1.attn.c_attn.bias' does not exist in this model (1 layers)"),
+            }).find("tensor 'h.1.attn.c_attn.bias' does not exist in this model (16 tensors); wrong model or model shape?"),
             std::string::npos);
   EXPECT_NE(error_of([&] {
               Config missing = toy_config(dir.path());

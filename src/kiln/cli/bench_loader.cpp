@@ -268,8 +268,7 @@ void add_bench_loader_command(CLI::App& bench) {
   loader->add_option("--model-layers", o->model_layers, "layers of that GPT");
   loader->add_option("--model-hidden", o->model_hidden, "hidden size of that GPT");
   loader->add_option("--model-heads", o->model_heads, "attention heads of that GPT");
-  const char* tokenizer_from_environment = std::getenv("KILN_GPT2_TOKENIZER_DIR");
-  o->tokenizer_dir = tokenizer_from_environment ? tokenizer_from_environment : KILN_DEFAULT_TOKENIZER_DIR;
+  o->tokenizer_dir = default_gpt2_tokenizer_dir();
   loader->add_option("--tokenizer-dir", o->tokenizer_dir, "GPT-2's encoder.json and vocab.bpe, for text data");
   loader->add_option("--text-key", o->text_key, "text data: the text's column or key");
   loader->add_option("--label-key", o->label_key, "text data: the label's column or key");

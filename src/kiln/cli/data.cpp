@@ -49,8 +49,7 @@ void add_data_command(CLI::App& root) {
   });
 
   auto preprocess_options = std::make_shared<PreprocessOptions>();
-  const char* tokenizer_from_environment = std::getenv("KILN_GPT2_TOKENIZER_DIR");
-  preprocess_options->tokenizer_dir = tokenizer_from_environment ? tokenizer_from_environment : KILN_DEFAULT_TOKENIZER_DIR;
+  preprocess_options->tokenizer_dir = default_gpt2_tokenizer_dir();
   CLI::App* pre = data->add_subcommand(
       "preprocess", "JSON lines or text -> GPT-2 tokens -> Megatron indexed dataset (PREFIX_<key>_document.bin/.idx)");
   pre->add_option("--input", preprocess_options->inputs, "input files")->required();

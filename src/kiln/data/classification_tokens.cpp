@@ -50,12 +50,14 @@ void ClassificationTokens::sample(int64_t index, std::span<int32_t> tokens, std:
 
 namespace {
 
-class TextClassificationTokens final : public TokenSource {
+// A dataset behind ClassificationTokens, owned together.
+template <typename Dataset>
+class OwningClassificationTokens final : public TokenSource {
  public:
-  TextClassificationTokens(const std::string& path, const Gpt2Tokenizer& tokenizer,
-                           const TextClassificationOptions& options, uint64_t seed, const Storage& storage)
-      : text_(path, tokenizer, options, storage),
-        tokens_([this](int64_t row) { return text_.sample(row); }, text_.size(), options.seq_length, seed, path) {}
+  OwningClassificationTokens(std::unique_ptr<Dataset> dataset, int64_t seq_length, uint64_t seed, std::string name)
+      : dataset_(std::move(dataset)),
+        tokens_([this](int64_t row) { return dataset_->sample(row); }, dataset_->size(), seq_length, seed,
+                std::move(name)) {}
   int64_t seq_length() const override { return tokens_.seq_length(); }
   int64_t num_tokens() const override { return tokens_.num_tokens(); }
   void sample(int64_t index, std::span<int32_t> tokens, std::span<int32_t> targets) const override {
@@ -63,32 +65,63 @@ class TextClassificationTokens final : public TokenSource {
   }
 
  private:
-  TextClassificationDataset text_;
+  std::unique_ptr<Dataset> dataset_;
   ClassificationTokens tokens_;
+};
+
+// Random samples, a pure function of (seed, row).
+class MockClassification {
+ public:
+  static constexpr int64_t kRows = 65536;
+  MockClassification(int64_t vocab_size, int64_t seq_length, int64_t num_labels, uint64_t seed)
+      : vocab_size_(vocab_size), seq_length_(seq_length), num_labels_(num_labels), seed_(seed) {}
+  int64_t size() const { return kRows; }
+  ClassificationSample sample(int64_t row) const {
+    ClassificationSample sample;
+    Rng rng(mix64(seed_ ^ mix64(static_cast<uint64_t>(row) + 1)));
+    for (int64_t i = 0; i < seq_length_; ++i)
+      sample.input_ids.push_back(static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab_size_))));
+    sample.attention_mask.assign(static_cast<size_t>(seq_length_), 1);
+    sample.label = static_cast<int32_t>(sample.input_ids[seq_length_ > 1 ? 1 : 0] % num_labels_);
+    return sample;
+  }
+
+ private:
+  int64_t vocab_size_, seq_length_, num_labels_;
+  uint64_t seed_;
 };
 
 }  // namespace
 
+std::unique_ptr<TokenSource> open_classification_csv_tokens(const std::string& dir, int64_t seq_length,
+                                                            int64_t num_labels, int64_t vocab_size, uint64_t seed,
+                                                            const Storage& storage) {
+  auto dataset = std::make_unique<ClassificationDataset>(dir, storage);
+  KILN_CHECK(dataset->seq_length() == seq_length,
+             "'{}' holds samples of {} tokens, but seq_length is {}; set --seq-length {}", dir, dataset->seq_length(),
+             seq_length, dataset->seq_length());
+  KILN_CHECK(dataset->num_labels() == num_labels, "'{}' has {} labels, but num_labels is {}; set --num-labels {}", dir,
+             dataset->num_labels(), num_labels, dataset->num_labels());
+  KILN_CHECK(dataset->vocab_size() <= vocab_size,
+             "'{}' has ids up to a vocabulary of {}, beyond vocab_size {}; set --vocab-size {} (or 0: from the data)",
+             dir, dataset->vocab_size(), vocab_size, dataset->vocab_size());
+  return std::make_unique<OwningClassificationTokens<ClassificationDataset>>(std::move(dataset), seq_length, seed,
+                                                                             dir);
+}
+
+std::unique_ptr<TokenSource> make_mock_classification_tokens(int64_t vocab_size, int64_t seq_length,
+                                                             int64_t num_labels, uint64_t seed) {
+  KILN_CHECK(vocab_size > 0 && num_labels > 0, "mock classification data needs a vocabulary and labels");
+  return std::make_unique<OwningClassificationTokens<MockClassification>>(
+      std::make_unique<MockClassification>(vocab_size, seq_length, num_labels, seed), seq_length, seed,
+      "mock classification data");
+}
+
 std::unique_ptr<TokenSource> open_text_classification_tokens(const std::string& path, const Gpt2Tokenizer& tokenizer,
                                                              const TextClassificationOptions& options, uint64_t seed,
                                                              const Storage& storage) {
-  return std::make_unique<TextClassificationTokens>(path, tokenizer, options, seed, storage);
-}
-
-UnpackedClassification unpack_classification(std::span<const int32_t> tokens, std::span<const int32_t> targets,
-                                             int64_t batch, int64_t seq) {
-  const auto positions = static_cast<size_t>(batch * seq);
-  KILN_CHECK(tokens.size() == positions && targets.size() == positions,
-             "{} tokens and {} targets given for {} x {} positions", tokens.size(), targets.size(), batch, seq);
-  UnpackedClassification unpacked;
-  unpacked.input_ids.assign(tokens.begin(), tokens.end());
-  unpacked.attention_mask.assign(targets.begin(), targets.end());
-  for (int64_t b = 0; b < batch; ++b) {
-    int32_t& first = unpacked.attention_mask[static_cast<size_t>(b * seq)];
-    unpacked.labels.push_back(first);
-    first = 1;
-  }
-  return unpacked;
+  return std::make_unique<OwningClassificationTokens<TextClassificationDataset>>(
+      std::make_unique<TextClassificationDataset>(path, tokenizer, options, storage), options.seq_length, seed, path);
 }
 
 }  // namespace kiln

@@ -5,7 +5,7 @@
 //   targets  label, attention_mask[1], ..., attention_mask[T - 1]
 // The first position of a sample is always a real token (its mask is 1: a text is never empty,
 // and a sample whose first mask value is 0 is an error naming its row), so its slot carries the
-// label. The encoder classifier unpacks the rows (nn/encoder_classifier.h).
+// label. The encoder classifier unpacks the rows (nn/encoder_classifier.h, unpack_classification).
 //
 // Sample i reads row order(i) of the dataset: epoch e = i / N of the N rows visits them all, in
 // a seeded shuffle composed with an affine map j -> (a_e j + b_e) mod N (a_e coprime to N) drawn
@@ -57,12 +57,17 @@ std::unique_ptr<TokenSource> open_text_classification_tokens(const std::string& 
                                                              const TextClassificationOptions& options, uint64_t seed,
                                                              const Storage& storage = Storage::defaults());
 
-// The inverse of the packing above, for a micro-batch of `batch` samples of `seq` positions.
-struct UnpackedClassification {
-  std::vector<int32_t> input_ids, attention_mask;  // [batch x seq]
-  std::vector<int32_t> labels;                     // [batch]
-};
-UnpackedClassification unpack_classification(std::span<const int32_t> tokens, std::span<const int32_t> targets,
-                                             int64_t batch, int64_t seq);
+// Pre-tokenized classification CSV (classification_csv.h, `kiln data synth`) as the loader reads it.
+// Its sequence length and label count must be the run's and its vocabulary within the run's
+// (`vocab_size`); each mismatch is an error naming the folder and the key.
+std::unique_ptr<TokenSource> open_classification_csv_tokens(const std::string& dir, int64_t seq_length,
+                                                            int64_t num_labels, int64_t vocab_size, uint64_t seed,
+                                                            const Storage& storage = Storage::defaults());
+
+// Random classification samples (Megatron's --mock-data, for a classifier): uniform ids in
+// [0, vocab_size), every position real, label = ids[1] mod num_labels (something to learn, as the
+// synthetic CSV's), a pure function of (seed, row) over 65,536 rows.
+std::unique_ptr<TokenSource> make_mock_classification_tokens(int64_t vocab_size, int64_t seq_length,
+                                                             int64_t num_labels, uint64_t seed);
 
 }  // namespace kiln

@@ -4,6 +4,7 @@
 #include <unicode/uchar.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -111,9 +112,15 @@ std::atomic<uint64_t> next_instance{1};
 
 }  // namespace
 
-Gpt2Tokenizer::Gpt2Tokenizer(const std::string& dir)
+std::string default_gpt2_tokenizer_dir() {
+  const char* from_environment = std::getenv("KILN_GPT2_TOKENIZER_DIR");
+  return from_environment ? from_environment : KILN_DEFAULT_TOKENIZER_DIR;
+}
+
+Gpt2Tokenizer::Gpt2Tokenizer(const std::string& dir) : Gpt2Tokenizer(dir + "/encoder.json", dir + "/vocab.bpe") {}
+
+Gpt2Tokenizer::Gpt2Tokenizer(const std::string& encoder_path, const std::string& merges_path)
     : instance_(next_instance.fetch_add(1)), byte_to_unicode_(bytes_to_unicode()) {
-  const std::string encoder_path = dir + "/encoder.json";
   nlohmann::json encoder;
   try {
     encoder = nlohmann::json::parse(read_text_file(encoder_path));
@@ -142,7 +149,6 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& dir)
     unicode_to_byte_[byte_to_unicode_[byte]] = static_cast<uint8_t>(byte);
   }
 
-  const std::string merges_path = dir + "/vocab.bpe";
   std::istringstream lines(read_text_file(merges_path));
   std::string line;
   int64_t line_number = 0;

@@ -26,12 +26,17 @@
 
 namespace kiln {
 
+// Where the tokenizer's files are: $KILN_GPT2_TOKENIZER_DIR, else where `make` installs them.
+std::string default_gpt2_tokenizer_dir();
+
 class Gpt2Tokenizer {
  public:
   static constexpr int32_t kEndOfText = 50256;
 
   // Reads <dir>/encoder.json and <dir>/vocab.bpe; errors name the file and line.
   explicit Gpt2Tokenizer(const std::string& dir);
+  // The same files under other names (Megatron's --vocab-file and --merge-file).
+  Gpt2Tokenizer(const std::string& encoder_path, const std::string& merges_path);
 
   // UTF-8 text -> ids. Invalid UTF-8 is an error naming the byte offset.
   std::vector<int32_t> encode(std::string_view text) const;

@@ -7,6 +7,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/rng.h"
+#include "kiln/perf/flops.h"
 
 namespace kiln {
 namespace {
@@ -53,6 +54,22 @@ ParameterLayout encoder_parameter_layout(const EncoderConfig& config) {
   linear("classifier.dense.", C, C);
   linear("classifier.out_proj.", C, config.num_labels);
   return layout;
+}
+
+UnpackedClassification unpack_classification(std::span<const int32_t> tokens, std::span<const int32_t> targets,
+                                             int64_t batch, int64_t seq) {
+  const auto positions = static_cast<size_t>(batch * seq);
+  KILN_CHECK(tokens.size() == positions && targets.size() == positions,
+             "{} tokens and {} targets given for {} x {} positions", tokens.size(), targets.size(), batch, seq);
+  UnpackedClassification unpacked;
+  unpacked.input_ids.assign(tokens.begin(), tokens.end());
+  unpacked.attention_mask.assign(targets.begin(), targets.end());
+  for (int64_t b = 0; b < batch; ++b) {
+    int32_t& first = unpacked.attention_mask[static_cast<size_t>(b * seq)];
+    unpacked.labels.push_back(first);
+    first = 1;  // the first position is always a real token (data/classification_tokens.h)
+  }
+  return unpacked;
 }
 
 EncoderClassifier::Weights EncoderClassifier::Weights::bind(const ParameterLayout& layout, const EncoderConfig& config,
@@ -164,10 +181,32 @@ void EncoderClassifier::init_weights(uint64_t seed) {
 
 void EncoderClassifier::set_parameters(std::span<const float> values) { flat_.set(backend_, values); }
 
-void EncoderClassifier::allocate_activations(int64_t max_batch, int64_t max_seq) {
+Shape EncoderClassifier::stored_shape(const ParameterInfo& info) const {
+  if (info.name == "embeddings.word_embeddings.weight") return Shape{config_.vocab_size, config_.hidden_size};
+  return info.shape;
+}
+
+void EncoderClassifier::enable_fp8(const Fp8Recipe&) {
+  fail("fp8 products (--fp8-format) are not available for the encoder classifier yet; train it in bf16 or fp16");
+}
+
+Backend::WorkspaceNeeds EncoderClassifier::workspace_needs(const EncoderConfig& config, int64_t batch, int64_t seq,
+                                                           DType dtype) {
+  const int64_t C = config.hidden_size;
+  Backend::WorkspaceNeeds needs{batch, seq, config.num_heads, C / config.num_heads, dtype, 4 * C};
+  needs.widest_layernorm = C;
+  return needs;
+}
+
+void EncoderClassifier::allocate_activations(int64_t max_batch, int64_t max_seq, const RecomputePolicy& policy,
+                                             int64_t /*logit_rows*/) {
   KILN_CHECK(max_batch > 0 && max_seq > 0, "batch {} and sequence {} must be positive", max_batch, max_seq);
   KILN_CHECK(max_seq <= config_.max_position_embeddings, "seq_length {} exceeds max_position_embeddings {}", max_seq,
              config_.max_position_embeddings);
+  KILN_CHECK(policy.granularity == RecomputeGranularity::None,
+             "activation recomputation ({}) is not available for the encoder classifier yet; it keeps every "
+             "activation (lower --micro-batch-size and accumulate instead)",
+             policy.describe());
   const size_t bytes = EncoderActivations::bytes_needed(config_, max_batch, max_seq, dtype());
   arena_.reset();
   activation_buffer_ = backend_.allocate(bytes);
@@ -175,17 +214,17 @@ void EncoderClassifier::allocate_activations(int64_t max_batch, int64_t max_seq)
   max_batch_ = max_batch;
   max_seq_ = max_seq;
   acts_ = EncoderActivations::lay_out(*arena_, config_, max_batch, max_seq, backend_.device(), dtype());
-  const int64_t C = config_.hidden_size;
-  Backend::WorkspaceNeeds needs{max_batch, max_seq, config_.num_heads, C / config_.num_heads, dtype(), 4 * C};
-  needs.widest_layernorm = C;
+  const Backend::WorkspaceNeeds needs = workspace_needs(config_, max_batch, max_seq, dtype());
   backend_.reserve_workspace(needs);
+  workspace_bytes_ = backend_.workspace_bytes(needs);
 }
 
 BlockPass EncoderClassifier::block_pass(int64_t layer) const {
   BlockPass pass{AttentionMask::KeyPadding, acts_.key_mask, {}};
+  const DropoutDraw& draw = inputs_.dropout;
   if (dropping())
-    pass.dropout = {config_.hidden_dropout, dropout_key(draw_), dropout_stream(draw_, layer, DropoutSite::AttentionOutput),
-                    dropout_stream(draw_, layer, DropoutSite::MlpOutput)};
+    pass.dropout = {config_.hidden_dropout, dropout_key(draw), dropout_stream(draw, layer, DropoutSite::AttentionOutput),
+                    dropout_stream(draw, layer, DropoutSite::MlpOutput)};
   return pass;
 }
 
@@ -193,12 +232,31 @@ BlockPass EncoderClassifier::block_pass(int64_t layer) const {
 // `residual` where given.
 Dropout EncoderClassifier::branch_dropout(const Tensor& out, const Tensor& in, int64_t layer, DropoutSite site,
                                           const Tensor& residual) const {
-  return {out, in, dropping() ? config_.hidden_dropout : 0.0f, dropout_key(draw_), dropout_stream(draw_, layer, site),
+  const DropoutDraw& draw = inputs_.dropout;
+  return {out, in, dropping() ? config_.hidden_dropout : 0.0f, dropout_key(draw), dropout_stream(draw, layer, site),
           residual};
 }
 
 double EncoderClassifier::forward(const ClassificationBatch& batch, int64_t batch_size, int64_t seq,
                                   GradientPass gradients, float loss_scale, DropoutDraw dropout) {
+  begin(batch, batch_size, seq, gradients, loss_scale, dropout);
+  forward_ops();
+  return loss();
+}
+
+void EncoderClassifier::begin_forward(const MicroBatch& batch, GradientPass gradients, float loss_scale,
+                                      DropoutDraw dropout) {
+  if (batch.targets.empty()) {  // no labels: the ids alone, every position real
+    const std::vector<int32_t> mask(batch.tokens.size(), 1);
+    begin({batch.tokens, mask, {}}, batch.batch, batch.seq, gradients, loss_scale, dropout);
+    return;
+  }
+  const UnpackedClassification unpacked = unpack_classification(batch.tokens, batch.targets, batch.batch, batch.seq);
+  begin(unpacked.view(), batch.batch, batch.seq, gradients, loss_scale, dropout);
+}
+
+void EncoderClassifier::begin(const ClassificationBatch& batch, int64_t batch_size, int64_t seq,
+                              GradientPass gradients, float loss_scale, DropoutDraw dropout) {
   KILN_CHECK(arena_ != nullptr, "EncoderClassifier::forward before allocate_activations");
   KILN_CHECK(batch_size > 0 && seq > 0 && batch_size <= max_batch_ && seq <= max_seq_,
              "batch {} x sequence {} exceeds the planned {} x {}", batch_size, seq, max_batch_, max_seq_);
@@ -225,13 +283,25 @@ double EncoderClassifier::forward(const ClassificationBatch& batch, int64_t batc
     arena_->reset();
     acts_ = EncoderActivations::lay_out(*arena_, config_, batch_size, seq, backend_.device(), dtype());
   }
-  gradients_ = gradients;
-  draw_ = dropout;
+  inputs_ = ForwardInputs{};
+  inputs_.tokens = acts_.tokens.as<int32_t>();
+  inputs_.targets = batch.labels.empty() ? nullptr : acts_.labels.as<int32_t>();
+  inputs_.batch = batch_size;
+  inputs_.seq = seq;
+  inputs_.gradients = gradients;
+  inputs_.gradient_scale = batch.labels.empty() ? 0.0f : loss_scale / static_cast<float>(batch_size);
+  if (dropping()) inputs_.dropout = dropout;
+  labels_.assign(batch.labels.begin(), batch.labels.end());
   backend_.copy_to_device(acts_.tokens.data, batch.input_ids.data(), positions * sizeof(int32_t));
   backend_.copy_to_device(acts_.key_mask.data, batch.attention_mask.data(), positions * sizeof(int32_t));
   if (!batch.labels.empty())
     backend_.copy_to_device(acts_.labels.data, batch.labels.data(), batch.labels.size() * sizeof(int32_t));
+  // A training forward's loss writes the logits' gradient over them (forward_ops).
+  backward_ready_ = logits_hold_gradient_ = gradients != GradientPass::None;
+}
 
+void EncoderClassifier::forward_ops() {
+  KILN_CHECK(inputs_.tokens != nullptr, "EncoderClassifier::forward_ops without begin_forward");
   backend_.embedding_forward({acts_.embedded, acts_.tokens, weights_.wte, weights_.wpe});
   if (dropping()) backend_.dropout(branch_dropout(acts_.embedded, acts_.embedded, 0, DropoutSite::Embedding));
   Tensor x = acts_.embedded;
@@ -257,19 +327,20 @@ double EncoderClassifier::forward(const ClassificationBatch& batch, int64_t batc
   backend_.matmul_forward({acts_.head_pre, acts_.pooled, weights_.dense_weight, weights_.dense_bias,
                            WeightLayout::InOut, acts_.head});
   backend_.matmul_forward({acts_.logits, acts_.head, weights_.out_weight, weights_.out_bias});
-  backward_ready_ = logits_hold_gradient_ = false;
-  if (batch.labels.empty()) return 0.0;
-  const bool training = gradients != GradientPass::None;
-  const float gradient_scale = loss_scale / static_cast<float>(batch_size);
+  if (!inputs_.targets) return;
+  const bool training = inputs_.gradients != GradientPass::None;
   // The logits stay for logits(); the loss writes their gradient over them only in training.
-  backend_.softmax_cross_entropy(
-      {acts_.logits, acts_.losses, acts_.labels, config_.num_labels, -100, gradient_scale, training});
-  backward_ready_ = logits_hold_gradient_ = training;
-  std::vector<float> losses(static_cast<size_t>(batch_size));
+  backend_.softmax_cross_entropy({acts_.logits, acts_.losses, acts_.labels, config_.num_labels, -100,
+                                  inputs_.gradient_scale, training});
+}
+
+double EncoderClassifier::loss() {
+  if (!inputs_.targets) return 0.0;
+  std::vector<float> losses(static_cast<size_t>(inputs_.batch));
   backend_.copy_to_host(losses.data(), acts_.losses.data, losses.size() * sizeof(float));
   double sum = 0.0;
   for (const float loss : losses) sum += loss;
-  return sum / static_cast<double>(batch_size);
+  return sum / static_cast<double>(inputs_.batch);
 }
 
 void EncoderClassifier::backward() {
@@ -293,6 +364,7 @@ void EncoderClassifier::backward() {
                             : acts_.embedded;
   backend_.layernorm_backward({acts_.d_residual, g.lnf_weight, g.lnf_bias, acts_.d_hidden, last, w.lnf_weight,
                                acts_.lnf_mean, acts_.lnf_rstd, store, GradStore::Write});
+  announce_final(g.lnf_weight);  // the head's, the pooler's and the final LayerNorm's
   const auto block_output = [&](int64_t layer) {
     return layer ? acts_.blocks[static_cast<size_t>(layer - 1)].residual_out : acts_.embedded;
   };
@@ -304,17 +376,20 @@ void EncoderClassifier::backward() {
     backend_.matmul_backward({acts_.d_hidden, g.intermediate_weight[index], g.intermediate_bias[index], acts_.branch,
                               input, w.intermediate_weight[index], WeightLayout::InOut, {}, nullptr, {}, store});
     backend_.dropout({acts_.d_residual, acts_.d_hidden, 0.0f, 0, 0, acts_.d_residual});  // dx = dy + the branch's
+    announce_final(g.intermediate_weight[index]);
   }
   const BlockScratch scratch{acts_.d_hidden, acts_.d_qkv, acts_.d_fc, Tensor{}};
   for (int64_t layer = L - 1; layer >= 0; --layer) {
     const auto index = static_cast<size_t>(layer);
     block_backward(backend_, config_.block_shape(), w.blocks[index], g.blocks[index], block_output(layer),
                    acts_.blocks[index], scratch, acts_.d_residual, store, nullptr, {}, block_pass(layer));
+    announce_final(g.blocks[index].ln1_weight);
   }
   if (dropping()) backend_.dropout(branch_dropout(acts_.d_residual, acts_.d_residual, 0, DropoutSite::Embedding));
   // The lookup only adds to the word embeddings' gradient (ops.h): a writing pass clears it first.
   if (store == GradStore::Write) backend_.fill({g.wte, 0.0f});
   backend_.embedding_backward({g.wte, g.wpe, acts_.d_residual, acts_.tokens, store});
+  announce_final(g.wte);
 }
 
 std::vector<float> EncoderClassifier::logits() {
@@ -329,6 +404,12 @@ std::vector<float> EncoderClassifier::logits() {
   return values;
 }
 
+void EncoderClassifier::count_predictions(ConfusionMatrix& counts) {
+  const std::vector<int32_t> predicted = predictions();
+  KILN_CHECK(labels_.size() == predicted.size(), "count_predictions after a forward without labels");
+  for (size_t i = 0; i < predicted.size(); ++i) counts.add(labels_[i], predicted[i]);
+}
+
 std::vector<int32_t> EncoderClassifier::predictions() {
   const std::vector<float> values = logits();
   const auto labels = static_cast<size_t>(config_.num_labels);
@@ -338,6 +419,31 @@ std::vector<int32_t> EncoderClassifier::predictions() {
     predicted.push_back(static_cast<int32_t>(std::max_element(first, first + static_cast<std::ptrdiff_t>(labels)) - first));
   }
   return predicted;
+}
+
+std::string EncoderArchitecture::describe() const {
+  return fmt::format(
+      "encoder classifier: {} layers, hidden {}, {} heads, {} intermediate layers, {} labels, vocabulary {} (padded "
+      "{}), {} positions, hidden dropout {:g}: {} parameters",
+      config_.num_layers, config_.hidden_size, config_.num_heads, config_.num_intermediate_layers, config_.num_labels,
+      config_.vocab_size, config_.padded_vocab_size(), config_.max_position_embeddings, config_.hidden_dropout,
+      num_parameters());
+}
+
+size_t EncoderArchitecture::activation_bytes(int64_t batch, int64_t seq, const RecomputePolicy& /*policy*/,
+                                             DType dtype, int64_t /*logit_rows*/, const Fp8Recipe* /*fp8*/) const {
+  return EncoderActivations::bytes_needed(config_, batch, seq, dtype);
+}
+
+Backend::WorkspaceNeeds EncoderArchitecture::workspace_needs(int64_t batch, int64_t seq, DType dtype,
+                                                             const Fp8Recipe* /*fp8*/, int64_t /*logit_rows*/) const {
+  return EncoderClassifier::workspace_needs(config_, batch, seq, dtype);
+}
+
+double EncoderArchitecture::flops_per_iteration(int64_t global_batch, int64_t seq, bool full_recompute) const {
+  return encoder_flops_per_iteration(EncoderFlopsShape{global_batch, seq, config_.num_layers, config_.hidden_size,
+                                                       config_.num_intermediate_layers, config_.num_labels},
+                                     full_recompute);
 }
 
 }  // namespace kiln

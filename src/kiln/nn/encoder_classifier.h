@@ -21,7 +21,9 @@
 //   classifier.out_proj.{weight, bias}.
 // Precision, gradients and ownership as Gpt's (gpt.h): parameters and activations in the compute
 // dtype, gradients fp32, written or added as the forward's GradientPass says.
-// Not yet: recomputation, fp8 products, token-type embeddings. Not thread-safe.
+// As a Model (model.h) it reads the two rows of data/classification_tokens.h (ModelInput::
+// LabelledSequences), unpacked on the host. Not yet: recomputation, fp8 products, token-type
+// embeddings. Not thread-safe.
 #pragma once
 
 #include <memory>
@@ -35,6 +37,7 @@
 #include "kiln/nn/dropout_streams.h"
 #include "kiln/nn/encoder_config.h"
 #include "kiln/nn/gpt.h"
+#include "kiln/nn/model.h"
 #include "kiln/nn/parameters.h"
 
 namespace kiln {
@@ -45,6 +48,16 @@ struct ClassificationBatch {
   std::span<const int32_t> attention_mask;  // [B * T], 1 for a real token, 0 for padding
   std::span<const int32_t> labels;          // [B], each in [0, num_labels); empty: no loss
 };
+
+// The two rows of a micro-batch of `batch` classification samples of `seq` positions, as
+// data/classification_tokens.h packs them (ids; label, mask[1], ..., mask[T - 1]), unpacked.
+struct UnpackedClassification {
+  std::vector<int32_t> input_ids, attention_mask;  // [batch x seq]
+  std::vector<int32_t> labels;                     // [batch]
+  ClassificationBatch view() const { return {input_ids, attention_mask, labels}; }
+};
+UnpackedClassification unpack_classification(std::span<const int32_t> tokens, std::span<const int32_t> targets,
+                                             int64_t batch, int64_t seq);
 
 // What the model keeps from a forward for its backward, and its backward scratch, for (B, T).
 struct EncoderActivations {
@@ -71,42 +84,58 @@ struct EncoderActivations {
 // The layout of the encoder's parameters (above), in order.
 ParameterLayout encoder_parameter_layout(const EncoderConfig& config);
 
-class EncoderClassifier {
+class EncoderClassifier final : public Model {
  public:
   EncoderClassifier(const EncoderConfig& config, Backend& backend, DType dtype = DType::F32,
                     int64_t flat_multiple = 1);
 
   const EncoderConfig& config() const { return config_; }
-  DType dtype() const { return flat_.params.dtype; }
-  const ParameterLayout& layout() const { return layout_; }
-  Tensor params() const { return flat_.params; }
-  Tensor grads() const { return flat_.grads; }
-  Tensor padded_params() const { return flat_.padded_params; }
-  Tensor padded_grads() const { return flat_.padded_grads; }
-  int64_t num_parameters() const { return layout_.total(); }
+  const ParameterLayout& layout() const override { return layout_; }
+  const FlatParameters& flat() const override { return flat_; }
 
   // N(0, std) for matrices and embeddings, the residual branches' output projections (the blocks'
   // two and the intermediate layers') scaled by 1/sqrt(2 x (layers + intermediate layers)), zero
   // biases, unit LayerNorm gains, zero padding rows; drawn in fp32, rounded to dtype().
-  void init_weights(uint64_t seed);
-  void set_parameters(std::span<const float> values);
+  void init_weights(uint64_t seed) override;
+  void set_parameters(std::span<const float> values) override;
+  // The word embeddings without their padding rows.
+  Shape stored_shape(const ParameterInfo& info) const override;
 
-  // Plans and allocates activation memory once, for batches up to max_batch x max_seq.
-  void allocate_activations(int64_t max_batch, int64_t max_seq);
-  size_t activation_bytes() const { return arena_ ? arena_->capacity() : 0; }
+  // Refused by name: the encoder has no fp8 products yet.
+  void enable_fp8(const Fp8Recipe& recipe) override;
+  // Plans and allocates activation memory once, for batches up to max_batch x max_seq. Only
+  // keeping every activation (the default policy) so far; `logit_rows` does not apply (one row of
+  // logits a sample).
+  void allocate_activations(int64_t max_batch, int64_t max_seq, const RecomputePolicy& policy = {},
+                            int64_t logit_rows = kDefaultLogitRows) override;
+  size_t activation_bytes() const override { return arena_ ? arena_->capacity() : 0; }
+  size_t workspace_bytes() const override { return workspace_bytes_; }
+  static Backend::WorkspaceNeeds workspace_needs(const EncoderConfig& config, int64_t batch, int64_t seq, DType dtype);
 
   // Runs the model on `batch` of `batch_size` samples of `seq` tokens. With labels, returns the
   // mean loss over the samples; with a `gradients` pass it prepares backward(), whose parameter
   // gradients are d(loss_scale x mean loss). Without labels returns 0.
   double forward(const ClassificationBatch& batch, int64_t batch_size, int64_t seq,
                  GradientPass gradients = GradientPass::None, float loss_scale = 1.0f, DropoutDraw dropout = {});
+  using Model::forward;
+  // The Model's forward in three parts: the rows are unpacked (unpack_classification) and copied.
+  void begin_forward(const MicroBatch& batch, GradientPass gradients = GradientPass::None, float loss_scale = 1.0f,
+                     DropoutDraw dropout = {}) override;
+  void forward_ops() override;
+  double loss() override;
+  const ForwardInputs& forward_inputs() const override { return inputs_; }
   // The parameter gradients of the last forward (a training one) into grads().
-  void backward();
+  void backward() override;
+  // The listener hears the head's, pooler's and final LayerNorm's gradients, then the intermediate
+  // layers' and each block's from the last, then all.
+  void set_gradients_final_listener(GradientsFinal listener) override { gradients_final_ = std::move(listener); }
   // The last forward's logits [batch, num_labels], on the host; not after a training forward, whose
   // loss writes their gradient over them.
   std::vector<float> logits();
   // Each sample's most likely label, from logits().
   std::vector<int32_t> predictions();
+  void count_predictions(ConfusionMatrix& counts) override;
+  int64_t num_labels() const override { return config_.num_labels; }
 
  private:
   struct Weights {
@@ -116,11 +145,18 @@ class EncoderClassifier {
     Tensor lnf_weight, lnf_bias, pooler_weight, pooler_bias, dense_weight, dense_bias, out_weight, out_bias;
     static Weights bind(const ParameterLayout& layout, const EncoderConfig& config, const Tensor& flat);
   };
-  bool dropping() const { return gradients_ != GradientPass::None && config_.hidden_dropout > 0.0f; }
+  // Checks the batch on the host and copies it to the device; the ops follow in forward_ops().
+  void begin(const ClassificationBatch& batch, int64_t batch_size, int64_t seq, GradientPass gradients,
+             float loss_scale, DropoutDraw dropout);
+  bool dropping() const { return inputs_.gradients != GradientPass::None && config_.hidden_dropout > 0.0f; }
   BlockPass block_pass(int64_t layer) const;
   Dropout branch_dropout(const Tensor& out, const Tensor& in, int64_t layer, DropoutSite site,
                          const Tensor& residual = {}) const;
-  GradStore grad_store() const { return gradients_ == GradientPass::Write ? GradStore::Write : GradStore::Add; }
+  GradStore grad_store() const { return inputs_.gradients == GradientPass::Write ? GradStore::Write : GradStore::Add; }
+  // Tells the listener that every gradient from `first`'s start on is final.
+  void announce_final(const Tensor& first) const {
+    if (gradients_final_) gradients_final_(first.as<float>() - flat_.grads.as<float>());
+  }
 
   EncoderConfig config_;
   Backend& backend_;
@@ -130,11 +166,34 @@ class EncoderClassifier {
   std::unique_ptr<DeviceBuffer> activation_buffer_;
   std::unique_ptr<Arena> arena_;  // borrows activation_buffer_
   int64_t max_batch_ = 0, max_seq_ = 0;
+  size_t workspace_bytes_ = 0;
   EncoderActivations acts_;
-  GradientPass gradients_ = GradientPass::None;  // of the last forward
-  DropoutDraw draw_;
+  ForwardInputs inputs_;  // of the last begin
+  std::vector<int32_t> labels_;  // of the last forward, on the host (count_predictions)
   bool backward_ready_ = false;
   bool logits_hold_gradient_ = false;  // the last forward was a training one
+  GradientsFinal gradients_final_;
+};
+
+// The encoder classifier before it is built (model.h).
+class EncoderArchitecture final : public ModelArchitecture {
+ public:
+  explicit EncoderArchitecture(const EncoderConfig& config) : config_(config) {}
+  ModelInput input() const override { return ModelInput::LabelledSequences; }
+  std::string describe() const override;
+  int64_t num_parameters() const override { return encoder_parameter_layout(config_).total(); }
+  size_t activation_bytes(int64_t batch, int64_t seq, const RecomputePolicy& policy, DType dtype, int64_t logit_rows,
+                          const Fp8Recipe* fp8) const override;
+  Backend::WorkspaceNeeds workspace_needs(int64_t batch, int64_t seq, DType dtype, const Fp8Recipe* fp8,
+                                          int64_t logit_rows) const override;
+  // perf/flops.h's encoder form.
+  double flops_per_iteration(int64_t global_batch, int64_t seq, bool full_recompute) const override;
+  std::unique_ptr<Model> build(Backend& backend, DType dtype, int64_t flat_multiple) const override {
+    return std::make_unique<EncoderClassifier>(config_, backend, dtype, flat_multiple);
+  }
+
+ private:
+  EncoderConfig config_;
 };
 
 }  // namespace kiln

@@ -1,5 +1,7 @@
 #include "kiln/nn/gpt.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <utility>
@@ -9,6 +11,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/rng.h"
 #include "kiln/nn/block.h"
+#include "kiln/perf/flops.h"
 
 namespace kiln {
 namespace {
@@ -121,6 +124,11 @@ double Gpt::forward(std::span<const int32_t> tokens, std::span<const int32_t> ta
   begin_forward(tokens, targets, batch, seq, gradients, loss_scale, staged, dropout);
   forward_ops();
   return loss();
+}
+
+void Gpt::begin_forward(const MicroBatch& batch, GradientPass gradients, float loss_scale, DropoutDraw dropout) {
+  begin_forward(batch.tokens, batch.targets, batch.batch, batch.seq, gradients, loss_scale,
+                GptStagedInputs{batch.device_tokens, batch.device_targets}, dropout);
 }
 
 void Gpt::begin_forward(std::span<const int32_t> tokens, std::span<const int32_t> targets,
@@ -328,6 +336,16 @@ void Gpt::add_embedding_lookup(const Tensor& dout, const Tensor& tokens) {
   backend_.embedding_backward({weight_grads_.wte, weight_grads_.wpe, dout, tokens, GradStore::Add});
 }
 
+int64_t Gpt::embedding_gradients_end() const {
+  const ParameterInfo& wpe = layout_.find("wpe.weight");
+  return wpe.offset + wpe.shape.numel();
+}
+
+Shape Gpt::stored_shape(const ParameterInfo& info) const {
+  if (info.name == "wte.weight") return Shape{config_.vocab_size, config_.hidden_size};
+  return info.shape;
+}
+
 std::vector<float> Gpt::logits_at(int64_t batch_index, int64_t position) {
   KILN_CHECK(batch_index >= 0 && batch_index < acts_.batch && position >= 0 && position < acts_.seq,
              "logits_at({}, {}) outside the last forward's {} x {}", batch_index, position,
@@ -341,6 +359,23 @@ std::vector<float> Gpt::logits_at(int64_t batch_index, int64_t position) {
   std::vector<float> values(static_cast<size_t>(config_.vocab_size));
   widen_to_fp32(stored.data(), logits.dtype, values.data(), config_.vocab_size);
   return values;
+}
+
+std::string GptArchitecture::describe() const {
+  return fmt::format("GPT: {} layers, hidden {}, {} heads, vocabulary {} (padded {}), {} positions: {} parameters",
+                     config_.num_layers, config_.hidden_size, config_.num_heads, config_.vocab_size,
+                     config_.padded_vocab_size(), config_.max_position_embeddings, num_parameters());
+}
+
+size_t GptArchitecture::activation_bytes(int64_t batch, int64_t seq, const RecomputePolicy& policy, DType dtype,
+                                         int64_t logit_rows, const Fp8Recipe* fp8) const {
+  return GptActivations::bytes_needed(config_, batch, seq, policy, dtype, logit_rows, fp8 != nullptr,
+                                      fp8 && fp8->classifier);
+}
+
+double GptArchitecture::flops_per_iteration(int64_t global_batch, int64_t seq, bool full_recompute) const {
+  return kiln::flops_per_iteration(
+      FlopsShape{global_batch, seq, config_.num_layers, config_.hidden_size, config_.vocab_size}, full_recompute);
 }
 
 }  // namespace kiln

@@ -25,16 +25,11 @@
 #include "kiln/nn/dropout_streams.h"
 #include "kiln/nn/fp8_scaling.h"
 #include "kiln/nn/gpt_config.h"
+#include "kiln/nn/model.h"
 #include "kiln/nn/parameters.h"
 #include "kiln/nn/recompute.h"
 
 namespace kiln {
-
-// What a forward prepares: no backward (evaluation, generation), or a backward whose parameter
-// gradients are written over grads() (a step's first micro-batch: no pass zeroes them first) or
-// added to them (the micro-batches after it). Either way backward() leaves the same values as
-// adding into zeros would (ops.h, GradStore).
-enum class GradientPass : uint8_t { None, Write, Add };
 
 // Inputs already on the device for Gpt::forward (a BatchStager slot); null: copy from the host.
 struct GptStagedInputs {
@@ -42,7 +37,7 @@ struct GptStagedInputs {
   const int32_t* targets = nullptr;
 };
 
-class Gpt {
+class Gpt final : public Model, public TiedEmbedding {
  public:
   // `flat_multiple`: the flat parameter and gradient buffers are allocated rounded up to a
   // multiple of this many elements (the ZeRO shards' equal split); the padding is zero and belongs
@@ -50,35 +45,31 @@ class Gpt {
   Gpt(const GptConfig& config, Backend& backend, DType dtype = DType::F32, int64_t flat_multiple = 1);
 
   const GptConfig& config() const { return config_; }
-  DType dtype() const { return flat_.params.dtype; }
-  const ParameterLayout& layout() const { return layout_; }
-  Tensor params() const { return flat_.params; }  // compute dtype
-  Tensor grads() const { return flat_.grads; }    // fp32
-  // The same buffers with their padding (flat_multiple).
-  Tensor padded_params() const { return flat_.padded_params; }
-  Tensor padded_grads() const { return flat_.padded_grads; }
-  int64_t num_parameters() const { return layout_.total(); }
+  const ParameterLayout& layout() const override { return layout_; }
+  const FlatParameters& flat() const override { return flat_; }
 
   // GPT-2 initialisation from `seed`: N(0, std) for matrices and embeddings, residual output
   // projections (attn.c_proj, mlp.c_proj) scaled by 1/sqrt(2 * layers), zero biases, unit
   // LayerNorm gains, zero padding rows in wte. Values are drawn in fp32, then rounded to dtype().
-  void init_weights(uint64_t seed);
-  // Sets every parameter from fp32 values laid out by layout(), rounding to dtype().
-  void set_parameters(std::span<const float> values);
+  void init_weights(uint64_t seed) override;
+  void set_parameters(std::span<const float> values) override;
+  // wte without its padding rows.
+  Shape stored_shape(const ParameterInfo& info) const override;
+  std::string_view hugging_face_prefix() const override { return "transformer."; }
 
   // fp8 products in the transformer blocks, and in the classifier where the recipe says so, from
   // now on (fp8_scaling.h; bf16/fp16 models). Call
   // before allocate_activations, which reserves the casts' scratch. fp8() is null without it.
-  void enable_fp8(const Fp8Recipe& recipe);
-  Fp8Scaling* fp8() const { return fp8_.get(); }
+  void enable_fp8(const Fp8Recipe& recipe) override;
+  Fp8Scaling* fp8() const override { return fp8_.get(); }
 
   // Plans and allocates activation memory once, for batches up to max_batch x max_seq, keeping
   // or recomputing block activations as `policy` says (recompute.h); the classifier and loss run
   // on `logit_rows` positions at a time.
   void allocate_activations(int64_t max_batch, int64_t max_seq, const RecomputePolicy& policy = {},
-                            int64_t logit_rows = kDefaultLogitRows);
-  size_t activation_bytes() const { return arena_ ? arena_->capacity() : 0; }
-  size_t workspace_bytes() const { return workspace_bytes_; }
+                            int64_t logit_rows = kDefaultLogitRows) override;
+  size_t activation_bytes() const override { return arena_ ? arena_->capacity() : 0; }
+  size_t workspace_bytes() const override { return workspace_bytes_; }
   // The op scratch a model of this shape asks its back-end for (allocate_activations reserves it),
   // with fp8 products as `fp8` says (null: none) and the classifier on `logit_rows` positions at a time.
   static Backend::WorkspaceNeeds workspace_needs(const GptConfig& config, int64_t batch, int64_t seq, DType dtype,
@@ -102,39 +93,22 @@ class Gpt {
   double forward(std::span<const int32_t> tokens, std::span<const int32_t> targets, int64_t batch,
                  int64_t seq, GradientPass gradients = GradientPass::None, float loss_scale = 1.0f,
                  GptStagedInputs staged = {}, DropoutDraw dropout = {});
+  using Model::forward;
 
-  // forward() in three parts, for a caller that records the ops into a graph (Backend::capture):
-  // begin_forward() takes forward()'s arguments, checks them on the host and copies what is not
-  // staged; forward_ops() issues the forward's ops and nothing else (no copy, no wait); loss()
-  // waits for them and returns what forward() would. backward() may come before loss().
+  // forward() in three parts (model.h): MicroBatch's rows are the tokens and their targets.
   void begin_forward(std::span<const int32_t> tokens, std::span<const int32_t> targets,
                      int64_t batch, int64_t seq, GradientPass gradients = GradientPass::None,
                      float loss_scale = 1.0f, GptStagedInputs staged = {}, DropoutDraw dropout = {});
-  void forward_ops();
-  double loss();
-  // What the ops of forward_ops() and backward() read from begin_forward()'s arguments besides the
-  // tensors' contents: ops recorded after one begin_forward() replay correctly after another
-  // exactly when the two give equal ForwardInputs.
-  struct ForwardInputs {
-    const int32_t* tokens = nullptr;   // device addresses the ops read the batch from
-    const int32_t* targets = nullptr;  // null without targets
-    int64_t batch = 0, seq = 0;
-    float gradient_scale = 0.0f;  // loss_scale over the counted positions
-    GradientPass gradients = GradientPass::None;
-    DropoutDraw dropout;  // the masks' draw: the seed and stream numbers the dropout ops read
-    bool operator==(const ForwardInputs&) const = default;
-  };
-  const ForwardInputs& forward_inputs() const { return inputs_; }
+  void begin_forward(const MicroBatch& batch, GradientPass gradients = GradientPass::None, float loss_scale = 1.0f,
+                     DropoutDraw dropout = {}) override;
+  void forward_ops() override;
+  double loss() override;
+  const ForwardInputs& forward_inputs() const override { return inputs_; }
   // The rest of this micro-batch's parameter gradients into grads(), written or added as the
   // forward's `gradients` pass says; requires that forward just before it.
-  void backward();
-  // Told during backward() each time a suffix of grads() is final for this micro-batch: every
-  // gradient at offset >= first_final (ln_f's, then each block's from the last, then all).
-  // Data parallelism starts reducing gradient buckets from it (dist/gradient_buckets.h). The call
-  // comes when the ops are issued, not done: what the listener starts must be ordered after the
-  // back-end's compute stream (the Communicator's contract). Empty: nobody is told.
-  using GradientsFinal = std::function<void(int64_t first_final)>;
-  void set_gradients_final_listener(GradientsFinal listener) { gradients_final_ = std::move(listener); }
+  void backward() override;
+  // The listener (model.h) hears ln_f's gradients, then each block's from the last, then all.
+  void set_gradients_final_listener(GradientsFinal listener) override { gradients_final_ = std::move(listener); }
 
   // The tied embedding's gradient, early (data parallelism: Trainer). wte's gradient has two parts:
   // the classifier's, complete once the forward has run (its backward runs there), and the token
@@ -143,13 +117,16 @@ class Gpt {
   // final now (wpe's written as zeros on a writing pass), so they can be reduced while the blocks'
   // backward runs; the listener is told nothing below the first block. The caller adds the lookups
   // afterwards, each rank's, with add_embedding_lookup(embedding_output_gradient(), tokens).
-  void defer_embedding_lookup();
+  void defer_embedding_lookup() override;
   // The gradient at the embedding's output [B, T, C] of the last backward (the lookup's input);
   // valid until the next forward.
-  Tensor embedding_output_gradient() const;
+  Tensor embedding_output_gradient() const override;
   // wte's token rows and wpe's rows += the lookup of `dout` [B, T, C] at `tokens` [B, T] (int32):
   // the part defer_embedding_lookup() left out, for any rank's micro-batch.
-  void add_embedding_lookup(const Tensor& dout, const Tensor& tokens);
+  void add_embedding_lookup(const Tensor& dout, const Tensor& tokens) override;
+  int64_t embedding_gradients_end() const override;  // wte's and wpe's
+  int64_t embedding_width() const override { return config_.hidden_size; }
+  TiedEmbedding* tied_embedding() override { return this; }
 
   // Logits of one position of the last forward (formed now from its final LayerNorm output, in
   // the compute dtype also where the classifier is fp8: one row is no fp8 product's shape), first
@@ -194,6 +171,29 @@ class Gpt {
   GradStore grad_store() const {
     return inputs_.gradients == GradientPass::Write ? GradStore::Write : GradStore::Add;
   }
+};
+
+// GPT before it is built (model.h).
+class GptArchitecture final : public ModelArchitecture {
+ public:
+  explicit GptArchitecture(const GptConfig& config) : config_(config) {}
+  ModelInput input() const override { return ModelInput::NextTokens; }
+  std::string describe() const override;
+  int64_t num_parameters() const override { return ParameterLayout(config_).total(); }
+  size_t activation_bytes(int64_t batch, int64_t seq, const RecomputePolicy& policy, DType dtype, int64_t logit_rows,
+                          const Fp8Recipe* fp8) const override;
+  Backend::WorkspaceNeeds workspace_needs(int64_t batch, int64_t seq, DType dtype, const Fp8Recipe* fp8,
+                                          int64_t logit_rows) const override {
+    return Gpt::workspace_needs(config_, batch, seq, dtype, fp8, logit_rows);
+  }
+  // Narayanan et al. 2021's closed forms (perf/flops.h).
+  double flops_per_iteration(int64_t global_batch, int64_t seq, bool full_recompute) const override;
+  std::unique_ptr<Model> build(Backend& backend, DType dtype, int64_t flat_multiple) const override {
+    return std::make_unique<Gpt>(config_, backend, dtype, flat_multiple);
+  }
+
+ private:
+  GptConfig config_;
 };
 
 }  // namespace kiln

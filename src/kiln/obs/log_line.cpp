@@ -23,6 +23,9 @@ std::string format_log_line(const IterationStats& s) {
 std::string format_validation_line(const ValidationStats& s) {
   const std::string where = s.at_end ? fmt::format("the end of training ({})", s.iteration)
                                      : fmt::format("iteration {}", s.iteration);
+  if (s.classification)
+    return fmt::format(" validation loss at {} | loss value: {:.6E} | accuracy: {:.4f} | F1: {:.4f} | samples: {} |",
+                       where, s.lm_loss, s.classification->accuracy, s.classification->f1, s.classification->samples);
   return fmt::format(" validation loss at {} | lm loss value: {:.6E} | lm loss PPL: {:.6E} |", where,
                      s.lm_loss, s.perplexity);
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace kiln {
@@ -33,11 +34,18 @@ struct IterationStats {
   int64_t device_memory_used_bytes = 0;
 };
 
+// A classifier's validation scores (nn/classification_metrics.h).
+struct ClassificationScores {
+  double accuracy = 0, f1 = 0;
+  int64_t samples = 0;
+};
+
 struct ValidationStats {
   int64_t iteration = 0;
-  double lm_loss = 0;
-  double perplexity = 0;
+  double lm_loss = 0;     // the mean validation loss (a classifier's cross-entropy over its labels)
+  double perplexity = 0;  // exp(lm_loss): meaningful for a language model
   bool at_end = false;
+  std::optional<ClassificationScores> classification;  // set for a model that classifies samples
 };
 
 class TrainObserver {

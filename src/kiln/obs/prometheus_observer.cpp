@@ -56,7 +56,12 @@ PrometheusObserver::PrometheusObserver(PrometheusRegistry& registry,
           "kiln_iteration_duration_seconds", "Wall time of the training iterations, in seconds.",
           kIterationBuckets)),
       validation_lm_loss_(registry.add_gauge("kiln_validation_lm_loss",
-                                             "Mean validation loss of the last validation.")) {}
+                                             "Mean validation loss of the last validation.")),
+      validation_accuracy_(registry.add_gauge("kiln_validation_accuracy",
+                                              "A classifier's share of correct validation predictions (0 to 1).")),
+      validation_f1_(registry.add_gauge("kiln_validation_f1",
+                                        "A classifier's validation F1: the positive label's with two labels, else "
+                                        "the mean over labels.")) {}
 
 void PrometheusObserver::on_iteration(const IterationStats& stats) {
   registry_.set(iterations_, static_cast<double>(stats.iteration));
@@ -81,6 +86,10 @@ void PrometheusObserver::on_iteration(const IterationStats& stats) {
 
 void PrometheusObserver::on_validation(const ValidationStats& stats) {
   registry_.set(validation_lm_loss_, stats.lm_loss);
+  if (stats.classification) {
+    registry_.set(validation_accuracy_, stats.classification->accuracy);
+    registry_.set(validation_f1_, stats.classification->f1);
+  }
 }
 
 }  // namespace kiln

@@ -52,7 +52,7 @@ class PrometheusObserver : public TrainObserver {
   Metric iterations_, train_iterations_, consumed_samples_, consumed_tokens_, skipped_iterations_,
       lm_loss_, learning_rate_, loss_scale_, gradient_norm_, tokens_per_second_, model_flops_,
       model_flops_utilization_, data_wait_, gradient_reduce_wait_, iteration_duration_,
-      validation_lm_loss_;
+      validation_lm_loss_, validation_accuracy_, validation_f1_;
 };
 
 }  // namespace kiln

@@ -63,7 +63,12 @@ void TensorBoardObserver::on_iteration(const IterationStats& stats) {
 
 void TensorBoardObserver::on_validation(const ValidationStats& stats) {
   write("lm loss validation", stats.lm_loss, stats.iteration);
-  if (options_.log_validation_ppl) write("lm loss validation ppl", stats.perplexity, stats.iteration);
+  if (stats.classification) {
+    write("accuracy validation", stats.classification->accuracy, stats.iteration);
+    write("f1 validation", stats.classification->f1, stats.iteration);
+  } else if (options_.log_validation_ppl) {
+    write("lm loss validation ppl", stats.perplexity, stats.iteration);
+  }
 }
 
 }  // namespace kiln

@@ -11,6 +11,14 @@ double flops_per_iteration(const FlopsShape& shape, bool full_recompute) {
   return leading * (1.0 + s / (6.0 * h) + vocab_term);
 }
 
+double encoder_flops_per_iteration(const EncoderFlopsShape& shape, bool full_recompute) {
+  const double B = static_cast<double>(shape.global_batch), s = static_cast<double>(shape.seq);
+  const double l = static_cast<double>(shape.layers), h = static_cast<double>(shape.hidden);
+  const double J = static_cast<double>(shape.intermediate_layers), L = static_cast<double>(shape.labels);
+  const double forward_per_sample = s * (l * (24.0 * h * h + 4.0 * s * h) + 2.0 * J * h * h) + 4.0 * h * h + 2.0 * h * L;
+  return (full_recompute ? 4.0 : 3.0) * B * forward_per_sample;
+}
+
 double achieved_tflops(double flops, double seconds_per_iteration, int64_t gpus) {
   if (seconds_per_iteration <= 0 || gpus <= 0) return 0.0;
   return flops / (seconds_per_iteration * static_cast<double>(gpus) * 1e12);

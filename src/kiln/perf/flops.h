@@ -17,6 +17,18 @@ struct FlopsShape {
 
 double flops_per_iteration(const FlopsShape& shape, bool full_recompute);
 
+// Model FLOPs of an encoder classifier's training iteration (nn/encoder_classifier.h), counted as
+// above (2 a multiply-add; the backward twice the forward; full recomputation one forward more):
+// per token a block's forward is 24 h^2 (its four products) + 4 s h (q k^T and P v, the whole
+// sequence, as the form above counts it), an intermediate layer's 2 h^2; per sample the pooler and
+// head add 4 h^2 + 2 h L (L labels). With J intermediate layers:
+//   F = (3, or 4 with full recomputation) x B (s (l (24 h^2 + 4 s h) + 2 J h^2) + 4 h^2 + 2 h L)
+// For J = 0 the blocks' part is the form above without its vocabulary term.
+struct EncoderFlopsShape {
+  int64_t global_batch = 1, seq = 1, layers = 1, hidden = 1, intermediate_layers = 0, labels = 2;
+};
+double encoder_flops_per_iteration(const EncoderFlopsShape& shape, bool full_recompute);
+
 // FLOPs of one attention core call, the convention of the FlashAttention papers (Dao et al. 2022,
 // Dao 2023): forward 4 B T^2 C (the two products q k^T and P v over all heads), halved when causal
 // (the keys after each query are skipped); backward 2.5 times forward (five products of that size).

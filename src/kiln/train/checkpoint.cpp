@@ -29,16 +29,10 @@ constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kFp8StateTensor = "fp8_scaling";  // in kOptimizerFile
 constexpr const char* kStateFile = "trainer_state.json";
 
-// The shape a parameter has on disk: wte without its padding rows.
-Shape stored_shape(const ParameterInfo& info, const GptConfig& config) {
-  if (info.name == "wte.weight") return Shape{config.vocab_size, config.hidden_size};
-  return info.shape;
-}
-
 void append_entries(std::vector<SafetensorsEntry>& entries, const std::string& prefix,
-                    const Gpt& model, const std::vector<float>& host) {
+                    const Model& model, const std::vector<float>& host) {
   for (const ParameterInfo& info : model.layout().entries())
-    entries.push_back({prefix + info.name, DType::F32, stored_shape(info, model.config()),
+    entries.push_back({prefix + info.name, DType::F32, model.stored_shape(info),
                        host.data() + info.offset});
 }
 
@@ -53,14 +47,14 @@ const void* aligned_data(const SafetensorsEntry& entry, std::vector<float>& stag
 }
 
 // Reads the tensors named prefix + parameter name into a flat host buffer laid out like the
-// model, converting fp16/bf16 to fp32; padding rows of wte stay zero.
-std::vector<float> read_flat(const SafetensorsFile& file, const std::string& prefix, const Gpt& model) {
+// model, converting fp16/bf16 to fp32; padding rows (stored_shape) stay zero.
+std::vector<float> read_flat(const SafetensorsFile& file, const std::string& prefix, const Model& model) {
   std::vector<float> host(static_cast<size_t>(model.num_parameters()), 0.0f);
   std::vector<float> staging;
   for (const ParameterInfo& info : model.layout().entries()) {
     const std::string name = prefix + info.name;
     const SafetensorsEntry& entry = file.get(name);
-    const Shape expected = stored_shape(info, model.config());
+    const Shape expected = model.stored_shape(info);
     KILN_CHECK(entry.shape == expected, "{}: tensor '{}' has shape {} but the model needs {}",
                file.path(), name, entry.shape.to_string(), expected.to_string());
     KILN_CHECK(entry.dtype == DType::F32 || entry.dtype == DType::BF16 || entry.dtype == DType::F16,
@@ -82,13 +76,13 @@ bool is_ignorable(const std::string& name) {
          name == "lm_head.weight";
 }
 
-void reject_unknown(const SafetensorsFile& file, const std::string& prefix, const Gpt& model) {
+void reject_unknown(const SafetensorsFile& file, const std::string& prefix, const Model& model) {
   std::set<std::string> expected;
   for (const ParameterInfo& info : model.layout().entries()) expected.insert(prefix + info.name);
   for (const auto& [name, entry] : file.entries())
     KILN_CHECK(is_ignorable(name) || expected.count(name),
-               "{}: tensor '{}' does not exist in this model ({} layers); wrong model shape?",
-               file.path(), name, model.config().num_layers);
+               "{}: tensor '{}' does not exist in this model ({} tensors); wrong model or model shape?",
+               file.path(), name, model.layout().entries().size());
 }
 
 std::string read_text(const std::string& path) {
@@ -108,7 +102,7 @@ nlohmann::json read_state_json(const std::string& checkpoint_dir) {
   }
 }
 
-void write_checkpoint_files(const std::string& temp_dir, const Config& config, const Gpt& model,
+void write_checkpoint_files(const std::string& temp_dir, const Config& config, const Model& model,
                             const OptimizerSnapshot& optimizer, const TrainerState& state, int world_size,
                             bool sharded) {
   const auto count = static_cast<size_t>(model.num_parameters());
@@ -152,7 +146,7 @@ void write_checkpoint_files(const std::string& temp_dir, const Config& config, c
 
 }  // namespace
 
-std::string save_checkpoint(const std::string& save_dir, const Config& config, const Gpt& model,
+std::string save_checkpoint(const std::string& save_dir, const Config& config, const Model& model,
                             const OptimizerSnapshot& optimizer, const TrainerState& state, int world_size,
                             bool sharded) {
   fs::create_directories(save_dir);
@@ -244,10 +238,12 @@ TrainerState read_trainer_state(const std::string& checkpoint_dir) {
   return state;
 }
 
-std::vector<float> load_model_weights(const std::string& checkpoint_dir, Gpt& model) {
+std::vector<float> load_model_weights(const std::string& checkpoint_dir, Model& model) {
   const SafetensorsFile file(checkpoint_dir + "/" + kModelFile);
-  // Hugging Face transformers' GPT2LMHeadModel files prefix the body with "transformer.".
-  const std::string prefix = file.contains("transformer.wte.weight") ? "transformer." : "";
+  // Hugging Face's files may prefix the body (GPT2LMHeadModel's "transformer.").
+  const std::string foreign(model.hugging_face_prefix());
+  const std::string prefix =
+      !foreign.empty() && file.contains(foreign + model.layout().entries().front().name) ? foreign : "";
   reject_unknown(file, prefix, model);
   std::vector<float> weights = read_flat(file, prefix, model);
   model.set_parameters(weights);
@@ -255,7 +251,7 @@ std::vector<float> load_model_weights(const std::string& checkpoint_dir, Gpt& mo
 }
 
 OptimizerSnapshot read_optimizer_state(const std::string& checkpoint_dir, std::vector<float> master_weights,
-                                       const Gpt& model) {
+                                       const Model& model) {
   const SafetensorsFile file(checkpoint_dir + "/" + kOptimizerFile);
   OptimizerSnapshot state{std::move(master_weights), read_flat(file, "exp_avg.", model),
                           read_flat(file, "exp_avg_sq.", model)};
@@ -266,7 +262,7 @@ OptimizerSnapshot read_optimizer_state(const std::string& checkpoint_dir, std::v
   return state;
 }
 
-bool load_fp8_state(const std::string& checkpoint_dir, Gpt& model) {
+bool load_fp8_state(const std::string& checkpoint_dir, Model& model) {
   KILN_CHECK(model.fp8() != nullptr, "load_fp8_state on a model without fp8 products");
   const SafetensorsFile file(checkpoint_dir + "/" + kOptimizerFile);
   if (!file.contains(kFp8StateTensor)) return false;

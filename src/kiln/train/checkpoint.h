@@ -1,8 +1,10 @@
 // Checkpoints: a folder per saved iteration, Megatron-style, readable by other tools.
 //
 //   SAVE/latest_checkpointed_iteration.txt   the newest complete iteration (Megatron's tracker)
-//   SAVE/iter_0000100/model.safetensors      weights under Hugging Face GPT-2 names, Conv1D
-//                                            [in, out] layout, wte trimmed to vocab_size rows
+//   SAVE/iter_0000100/model.safetensors      weights under the model's names (Hugging Face
+//                                            GPT-2's; the encoder's BERT-like ones), Linear
+//                                            weights [in, out], the word embeddings trimmed to
+//                                            vocab_size rows (Model::stored_shape)
 //   SAVE/iter_0000100/optimizer.safetensors  Adam moments "exp_avg.<name>", "exp_avg_sq.<name>"
 //                                            (the fp32 master weights are the model weights,
 //                                            also when training keeps bf16/fp16 parameters);
@@ -23,7 +25,7 @@
 #include <vector>
 
 #include "kiln/backend/backend.h"
-#include "kiln/nn/gpt.h"
+#include "kiln/nn/model.h"
 #include "kiln/optim/adamw.h"
 #include "kiln/optim/loss_scaler.h"
 #include "kiln/train/config.h"
@@ -48,7 +50,7 @@ struct OptimizerSnapshot {
 
 // Writes SAVE/iter_XXXXXXX and updates the tracker; returns the checkpoint folder.
 // `world_size` and `sharded` are recorded in trainer_state.json (what wrote it, not a constraint).
-std::string save_checkpoint(const std::string& save_dir, const Config& config, const Gpt& model,
+std::string save_checkpoint(const std::string& save_dir, const Config& config, const Model& model,
                             const OptimizerSnapshot& optimizer, const TrainerState& state, int world_size,
                             bool sharded);
 
@@ -63,16 +65,16 @@ Config read_checkpoint_config(const std::string& checkpoint_dir);
 TrainerState read_trainer_state(const std::string& checkpoint_dir);
 // The model's parameters from model.safetensors, rounded to the model's dtype; returns them as
 // read, in fp32 (the master weights load_optimizer_state wants, so the file is read once).
-std::vector<float> load_model_weights(const std::string& checkpoint_dir, Gpt& model);
+std::vector<float> load_model_weights(const std::string& checkpoint_dir, Model& model);
 // Adam moments, with the fp32 master weights load_model_weights returned (exact, not re-widened
 // from rounded parameters), so a bf16/fp16 run resumes bit for bit.
 OptimizerSnapshot read_optimizer_state(const std::string& checkpoint_dir, std::vector<float> master_weights,
-                                       const Gpt& model);
+                                       const Model& model);
 
-// The fp8 scaling state of a model with fp8 products (Gpt::enable_fp8) from optimizer.safetensors;
+// The fp8 scaling state of a model with fp8 products (Model::enable_fp8) from optimizer.safetensors;
 // false, loading nothing, when the checkpoint has none or one of another amax history length or
 // fp8 format, or with the classifier's rows where this model has none or none where it has them;
 // an error naming the file when its values cannot be scales and amax.
-bool load_fp8_state(const std::string& checkpoint_dir, Gpt& model);
+bool load_fp8_state(const std::string& checkpoint_dir, Model& model);
 
 }  // namespace kiln

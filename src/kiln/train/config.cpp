@@ -14,11 +14,15 @@
 #include <unordered_set>
 
 #include "kiln/core/error.h"
+#include "kiln/train/model_kinds.h"
 
 namespace kiln {
 
 const std::vector<ConfigField>& config_fields() {
   static const std::vector<ConfigField> fields = {
+      {"model", &Config::model,
+       "the model: gpt (GPT-2 causal language model) or encoder-classifier (BERT-like sequence classifier, the "
+       "seed lab's)"},
       {"num_layers", &Config::num_layers, "transformer blocks"},
       {"hidden_size", &Config::hidden_size, "model width C"},
       {"num_attention_heads", &Config::num_attention_heads, "attention heads (must divide hidden_size)"},
@@ -27,8 +31,13 @@ const std::vector<ConfigField>& config_fields() {
       {"vocab_size", &Config::vocab_size, "vocabulary size (0: from the data's meta.json)"},
       {"init_method_std", &Config::init_method_std, "std of the normal initialisation"},
       {"hidden_dropout", &Config::hidden_dropout,
-       "dropout rate of the embedding's output and of each block's two projections in training (Megatron's; "
-       "0: none, the GPT default)"},
+       "dropout rate of the embedding's output, each block's two projections and the encoder's intermediate "
+       "layers in training (Megatron's; -1: the model's default, 0 for gpt, 0.1 for encoder-classifier)"},
+      {"num_intermediate_layers", &Config::num_intermediate_layers,
+       "encoder-classifier: residual Linear+GELU layers between the blocks and the final LayerNorm"},
+      {"num_labels", &Config::num_labels, "encoder-classifier: classes (labels 0 .. num_labels-1)"},
+      {"text_key", &Config::text_key, "raw-text classification data (.csv, .jsonl): the field holding the text"},
+      {"label_key", &Config::label_key, "raw-text classification data: the field holding the integer label"},
       {"micro_batch_size", &Config::micro_batch_size, "samples per forward/backward"},
       {"global_batch_size", &Config::global_batch_size,
        "samples per optimizer step (0: micro x data-parallel); the rest is gradient accumulation"},
@@ -398,6 +407,7 @@ void Config::resolve(int world_size) {
   if (global_batch_size == 0) global_batch_size = micro_batch_size * data_parallel_size;
   if (lr_decay_iters == 0) lr_decay_iters = train_iters;
   if (profile_execution) profile = true;
+  if (hidden_dropout == -1.0) hidden_dropout = model_kind(model).default_hidden_dropout;
 }
 
 void Config::validate() const {
@@ -574,7 +584,26 @@ void Config::validate() const {
              "config keys 'hidden_dropout' and 'fp8_format' are both set: dropout with fp8 products is not "
              "supported yet");
   plan_recompute(recompute_policy(), num_layers);
+  const ModelKind& kind = model_kind(model);
+  if (kind.input == ModelInput::LabelledSequences) {
+    KILN_CHECK(num_labels >= 2, "config key 'num_labels' must be at least 2, got {}", num_labels);
+    KILN_CHECK(num_intermediate_layers >= 0, "config key 'num_intermediate_layers' must be >= 0, got {}",
+               num_intermediate_layers);
+    KILN_CHECK(recompute_granularity == "none",
+               "config key 'recompute_granularity' is '{}', but the encoder-classifier has no activation "
+               "recomputation yet; lower --micro-batch-size and accumulate instead",
+               recompute_granularity);
+    KILN_CHECK(fp8_format.empty(), "config key 'fp8_format' is set, but the encoder-classifier has no fp8 products "
+                                   "yet; train it in bf16 or fp16");
+    KILN_CHECK(!text_key.empty() && !label_key.empty(), "config keys 'text_key' and 'label_key' must not be empty");
+  }
 }
+
+double Config::resolved_hidden_dropout() const {
+  return hidden_dropout == -1.0 ? model_kind(model).default_hidden_dropout : hidden_dropout;
+}
+
+std::unique_ptr<ModelArchitecture> Config::architecture() const { return model_kind(model).architecture(*this); }
 
 int64_t Config::tokenizer_vocab_size() const {
   KILN_CHECK(vocab_file.empty() == merge_file.empty(),
@@ -595,7 +624,7 @@ GptConfig Config::gpt() const {
   gpt.vocab_size = vocab_size > 0 ? vocab_size : 1;
   gpt.max_position_embeddings = max_position_embeddings;
   gpt.init_method_std = static_cast<float>(init_method_std);
-  gpt.hidden_dropout = static_cast<float>(hidden_dropout);
+  gpt.hidden_dropout = static_cast<float>(resolved_hidden_dropout());
   return gpt;
 }
 

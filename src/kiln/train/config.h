@@ -14,6 +14,7 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -23,6 +24,7 @@
 #include "kiln/nn/activations.h"
 #include "kiln/nn/fp8_scaling.h"
 #include "kiln/nn/gpt_config.h"
+#include "kiln/nn/model.h"
 #include "kiln/nn/recompute.h"
 #include "kiln/optim/adamw.h"
 #include "kiln/optim/loss_scaler.h"
@@ -32,7 +34,8 @@
 namespace kiln {
 
 struct Config {
-  // Model.
+  // Model (train/model_kinds.h): gpt or encoder-classifier, and its shape.
+  std::string model = "gpt";
   int64_t num_layers = 4;
   int64_t hidden_size = 128;
   int64_t num_attention_heads = 4;
@@ -40,7 +43,13 @@ struct Config {
   int64_t max_position_embeddings = 0;
   int64_t vocab_size = 0;
   double init_method_std = 0.02;
-  double hidden_dropout = 0.0;  // Megatron's hidden_dropout (its default is 0.1; kiln's GPT keeps 0)
+  // Megatron's hidden_dropout; -1: the model's default (GPT 0, so today's runs keep their numbers;
+  // the encoder classifier 0.1, Megatron's and the lab's), which resolve() fills in.
+  double hidden_dropout = -1.0;
+  int64_t num_intermediate_layers = 2;  // encoder-classifier: residual Linear+GELU layers after the blocks
+  int64_t num_labels = 2;               // encoder-classifier: classes
+  std::string text_key = "text";        // raw-text classification data: the text's field
+  std::string label_key = "label";      // and the label's
   // Batch.
   int64_t micro_batch_size = 8;
   int64_t global_batch_size = 0;
@@ -167,6 +176,9 @@ struct Config {
     return global_batch_size / (micro_batch_size * data_parallel_size);
   }
   GptConfig gpt() const;
+  double resolved_hidden_dropout() const;  // hidden_dropout, or the model's default where it is -1
+  // The model `model` names, before it is built (model_kinds.h).
+  std::unique_ptr<ModelArchitecture> architecture() const;
   RecomputePolicy recompute_policy() const;
   LrSchedule lr_schedule() const;
   AdamwConfig adamw() const;

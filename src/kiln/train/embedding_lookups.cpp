@@ -6,12 +6,14 @@
 
 namespace kiln {
 
-bool EmbeddingLookups::worthwhile(const GptConfig& gpt, int64_t micro_batch, int64_t seq, DType compute, int ranks) {
+bool EmbeddingLookups::worthwhile(const TiedEmbedding& embedding_model, int64_t micro_batch, int64_t seq,
+                                  DType compute, int ranks) {
   const auto positions = static_cast<double>(ranks) * static_cast<double>(micro_batch * seq);
-  const double gathered = positions * static_cast<double>(gpt.hidden_size * static_cast<int64_t>(dtype_size(compute)) +
-                                                          static_cast<int64_t>(sizeof(int32_t)));
-  const double embedding = static_cast<double>((gpt.padded_vocab_size() + gpt.max_position_embeddings) *
-                                               gpt.hidden_size * static_cast<int64_t>(sizeof(float)));
+  const double gathered =
+      positions * static_cast<double>(embedding_model.embedding_width() * static_cast<int64_t>(dtype_size(compute)) +
+                                      static_cast<int64_t>(sizeof(int32_t)));
+  const double embedding =
+      static_cast<double>(embedding_model.embedding_gradients_end()) * static_cast<double>(sizeof(float));
   return gathered < embedding;
 }
 
@@ -48,7 +50,7 @@ Tensor EmbeddingLookups::tokens_of(int rank) const {
   return all_tokens().slice(rank * count, count).reshaped({micro_batch_, seq_});
 }
 
-void EmbeddingLookups::start(const Gpt& model, std::span<const int32_t> tokens) {
+void EmbeddingLookups::start(const TiedEmbedding& model, std::span<const int32_t> tokens) {
   const int rank = communicator_.rank();
   const Tensor own_tokens = tokens_of(rank);
   KILN_CHECK(static_cast<int64_t>(tokens.size()) == own_tokens.numel(),
@@ -59,7 +61,7 @@ void EmbeddingLookups::start(const Gpt& model, std::span<const int32_t> tokens) 
   tokens_gather_ = communicator_.all_gather(all_tokens());
 }
 
-void EmbeddingLookups::add_to(Gpt& model) {
+void EmbeddingLookups::add_to(TiedEmbedding& model) {
   std::exchange(gradients_gather_, nullptr)->wait();
   std::exchange(tokens_gather_, nullptr)->wait();
   for (int rank = 0; rank < communicator_.world_size(); ++rank)

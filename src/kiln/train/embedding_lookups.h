@@ -1,5 +1,5 @@
 // EmbeddingLookups: data parallelism's early reduction of the tied embedding's gradient
-// (Gpt::defer_embedding_lookup). GPT's embedding is tied to its classifier, so its gradient is
+// (TiedEmbedding::defer_embedding_lookup, nn/model.h). GPT's embedding is tied to its classifier, so its gradient is
 // only final at the very end of the backward, when the token lookup adds to it: as the largest
 // tensor of a small model (GPT-2 124M: 31% of the parameters), it is the bucket the backward cannot
 // hide. So the last micro-batch's backward leaves the lookup out, the embedding's bucket is
@@ -18,7 +18,7 @@
 
 #include "kiln/backend/backend.h"
 #include "kiln/dist/communicator.h"
-#include "kiln/nn/gpt.h"
+#include "kiln/nn/model.h"
 
 namespace kiln {
 
@@ -26,16 +26,16 @@ class EmbeddingLookups {
  public:
   // Whether deferring pays: the lookups gathered from `ranks` ranks are fewer bytes than the
   // embedding's gradient (wte and wpe, fp32), which the deferral lets the backward hide.
-  static bool worthwhile(const GptConfig& gpt, int64_t micro_batch, int64_t seq, DType compute, int ranks);
+  static bool worthwhile(const TiedEmbedding& embedding, int64_t micro_batch, int64_t seq, DType compute, int ranks);
 
   EmbeddingLookups(Backend& backend, Communicator& communicator, int64_t micro_batch, int64_t seq, int64_t hidden,
                    DType compute);
 
   // This rank's lookup inputs (the model's embedding_output_gradient(), `tokens` on the host) into
   // its slots, and the gathers of every rank's started.
-  void start(const Gpt& model, std::span<const int32_t> tokens);
+  void start(const TiedEmbedding& model, std::span<const int32_t> tokens);
   // Waits for the gathers and adds every rank's lookup to the model's gradients, rank 0's first.
-  void add_to(Gpt& model);
+  void add_to(TiedEmbedding& model);
 
  private:
   Backend& backend_;

@@ -4,12 +4,12 @@
 
 namespace kiln {
 
-void MicroBatchGraphs::forward_backward(Gpt& model) {
+void MicroBatchGraphs::forward_backward(Model& model) {
   const auto ops = [&model] {
     model.forward_ops();
     model.backward();
   };
-  const Gpt::ForwardInputs& inputs = model.forward_inputs();
+  const ForwardInputs& inputs = model.forward_inputs();
   const bool warmed_up = std::find(warmed_up_.begin(), warmed_up_.end(), inputs.gradients) != warmed_up_.end();
   if (!warmed_up || !has_graphs_) {
     ops();

@@ -1,10 +1,10 @@
 // MicroBatchGraphs: a training micro-batch's forward and backward replayed from a recorded graph
 // (Backend::capture; the `cuda_graph` switch), so that its several hundred kernel launches cost
-// the host one launch. The ops of Gpt::forward_ops() and Gpt::backward() read the micro-batch
-// through device addresses fixed by Gpt::begin_forward() (the stager slot the batch is in), a
+// the host one launch. The ops of a Model's forward_ops() and backward() read the micro-batch
+// through device addresses fixed by begin_forward() (the stager slot the batch is in), a
 // gradient scale (the loss scale over the counted positions) and whether the backward writes the
 // gradients or adds to them (a step's first micro-batch or a later one); a graph recorded with one
-// set of those (Gpt::ForwardInputs) replays correctly for every micro-batch that has the same, so
+// set of those (ForwardInputs) replays correctly for every micro-batch that has the same, so
 // one graph is kept per set, a few at most: one per stager slot and gradient pass, and again when
 // fp16's dynamic loss scale or the count of ignored targets changes the scale.
 //
@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "kiln/backend/backend.h"
-#include "kiln/nn/gpt.h"
+#include "kiln/nn/model.h"
 
 namespace kiln {
 
@@ -30,13 +30,13 @@ class MicroBatchGraphs {
 
   // Issues model.forward_ops() then model.backward(), as recorded or directly; call after
   // model.begin_forward(..., a gradient pass, ...), before model.loss().
-  void forward_backward(Gpt& model);
+  void forward_backward(Model& model);
 
  private:
   // Graphs kept: enough for two stager slots, both gradient passes, at two gradient scales.
   static constexpr size_t kMaxGraphs = 8;
   struct Recorded {
-    Gpt::ForwardInputs inputs;
+    ForwardInputs inputs;
     std::unique_ptr<OpGraph> graph;
   };
 

@@ -11,15 +11,13 @@
 #include "kiln/backend/op_tracing.h"
 #include "kiln/core/trace.h"
 #include "kiln/backend/registry.h"
-#include "kiln/data/gpt_dataset.h"
 #include "kiln/core/error.h"
 #include "kiln/perf/flops.h"
+#include "kiln/train/model_kinds.h"
 #include "kiln/train/preemption.h"
 
 namespace kiln {
 namespace {
-
-constexpr uint64_t kValidationSeedSalt = 0x76616c6964ull;  // "valid": val windows differ from train
 
 double mib(size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
@@ -27,25 +25,7 @@ double mib(size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0)
 
 Config resolve_config(Config config, int world_size) {
   config.resolve(world_size);
-  const Storage storage(config.storage_options());
-  if (config.vocab_size == 0 && config.mock_data) {
-    fail("config key 'vocab_size' must be set with mock_data (there is no data to read it from)");
-  }
-  if (config.vocab_size == 0 && !config.vocab_file.empty() && !config.data_path.empty() &&
-      is_indexed_data_path(config.data_path, storage))
-    config.vocab_size = config.tokenizer_vocab_size();  // Megatron's way: the tokenizer's vocabulary
-  if (config.vocab_size == 0) {
-    KILN_CHECK(config.data_path.empty() || !is_indexed_data_path(config.data_path, storage),
-               "config key 'vocab_size' is 0 and data_path names Megatron indexed data, which does not record it; "
-               "set --vocab-size (50257 for GPT-2 tokens)");
-    KILN_CHECK(!config.data_path.empty(),
-               "config key 'vocab_size' is 0 (take it from the data) but no data_path is set");
-    const auto from_data = read_data_vocab_size(config.data_path, storage);
-    KILN_CHECK(from_data.has_value(),
-               "config key 'vocab_size' is 0 and '{}/meta.json' does not exist; set --vocab-size",
-               config.data_path);
-    config.vocab_size = *from_data;
-  }
+  if (config.vocab_size == 0) config.vocab_size = data_vocab_size(config, model_kind(config.model).input);
   config.validate();
   return config;
 }
@@ -56,8 +36,6 @@ Trainer::Trainer(const Config& config, Communicator* communicator, int device_in
       schedule_(config_.lr_schedule()),
       full_recompute_(config_.recompute_policy().granularity == RecomputeGranularity::Full) {
   trace::name_this_thread("trainer");  // the step trace's track of the thread that trains
-  KILN_CHECK(config_.mock_data || !config_.data_path.empty(),
-             "config key 'data_path' is not set: no training data (or use --mock-data)");
   const int ranks = communicator_.world_size();
   KILN_CHECK(config_.data_parallel_size == ranks,
              "config key 'data_parallel_size' is {} but the job has {} rank(s) (tensor and pipeline parallelism "
@@ -71,39 +49,20 @@ Trainer::Trainer(const Config& config, Communicator* communicator, int device_in
   if (config_.profile_ops) backend_ = std::make_unique<OpTimingBackend>(std::move(backend_));
   if (config_.profiles_rank(communicator_.rank(), communicator_.world_size()))
     backend_ = std::make_unique<TracingBackend>(std::move(backend_));
-  const GptConfig gpt = config_.gpt();
-  const auto seed = static_cast<uint64_t>(config_.seed);
-  const Storage storage(config_.storage_options());
-  if (config_.mock_data) {
-    train_data_ = std::make_unique<MockTokens>(gpt.vocab_size, config_.seq_length, seed);
-    if (config_.eval_iters > 0)
-      val_data_ = std::make_unique<MockTokens>(gpt.vocab_size, config_.seq_length, seed ^ kValidationSeedSalt);
-  } else if (is_indexed_data_path(config_.data_path, storage)) {
-    train_data_ = make_gpt_data(config_.data_path, config_.split, DataSplit::Train, gpt.vocab_size, config_.seq_length,
-                                config_.train_iters * config_.global_batch_size, seed, storage);
-    if (config_.eval_iters > 0)  // every validation reads the same eval_iters global batches
-      val_data_ = make_gpt_data(config_.data_path, config_.split, DataSplit::Validation, gpt.vocab_size,
-                                config_.seq_length, config_.eval_iters * config_.global_batch_size, seed, storage);
-  } else {
-    auto train = std::make_unique<TokenDataset>(config_.data_path, "train", gpt.vocab_size, config_.seq_length, seed,
-                                                storage);
-    train_shards_ = train->num_shards();
-    train_data_ = std::move(train);
-    if (config_.eval_iters > 0)
-      val_data_ = std::make_unique<TokenDataset>(config_.data_path, "val", gpt.vocab_size, config_.seq_length,
-                                                 seed ^ kValidationSeedSalt, storage);
-  }
+  architecture_ = config_.architecture();
+  data_ = open_training_data(config_, architecture_->input());
   LoaderOptions loader{static_cast<int>(config_.num_workers), static_cast<int>(config_.prefetch_factor),
                        config_.data_cache_samples, communicator_.rank(), ranks, "train loader"};
-  train_loader_ = std::make_unique<DataLoader>(*train_data_, config_.micro_batch_size, loader);
+  train_loader_ = std::make_unique<DataLoader>(*data_.train, config_.micro_batch_size, loader);
   loader.name = "validation loader";
-  if (val_data_) val_loader_ = std::make_unique<DataLoader>(*val_data_, config_.micro_batch_size, loader);
-  check_memory_fits(gpt);
+  if (data_.validation)
+    val_loader_ = std::make_unique<DataLoader>(*data_.validation, config_.micro_batch_size, loader);
+  check_memory_fits();
   // A joined group, even of one rank, reduces its gradients; a process alone has nothing to reduce.
   const bool grouped = communicator != nullptr;
   // ZeRO-1 cuts the flat buffers into equal shards, one a rank: padded to a multiple of the ranks.
   sharded_ = grouped && config_.use_distributed_optimizer;
-  model_ = std::make_unique<Gpt>(gpt, *backend_, config_.compute_dtype(), sharded_ ? ranks : 1);
+  model_ = architecture_->build(*backend_, config_.compute_dtype(), sharded_ ? ranks : 1);
   if (sharded_) {
     const int64_t shard = model_->padded_params().numel() / ranks, first = shard * communicator_.rank();
     shard_ = FlatRange{first, first + shard};
@@ -120,15 +79,17 @@ Trainer::Trainer(const Config& config, Communicator* communicator, int device_in
   if (grouped && !sharded_) {
     std::vector<int64_t> starts;
     for (const ParameterInfo& entry : model_->layout().entries()) starts.push_back(entry.offset);
-    // The tied embedding's gradient in a bucket of its own, reduced during the blocks' backward
+    // A tied embedding's gradient in a bucket of its own, reduced during the blocks' backward
     // (embedding_lookups.h); not from CUDA graphs, whose replayed backward adds the lookup itself.
     int64_t embedding_end = 0;
-    if (!config_.cuda_graph && EmbeddingLookups::worthwhile(gpt, config_.micro_batch_size, config_.seq_length,
-                                                            config_.compute_dtype(), ranks)) {
-      const ParameterInfo& wpe = model_->layout().find("wpe.weight");
-      embedding_end = wpe.offset + wpe.shape.numel();
+    const TiedEmbedding* tied = model_->tied_embedding();
+    if (tied && !config_.cuda_graph &&
+        EmbeddingLookups::worthwhile(*tied, config_.micro_batch_size, config_.seq_length, config_.compute_dtype(),
+                                     ranks)) {
+      embedding_end = tied->embedding_gradients_end();
       lookups_ = std::make_unique<EmbeddingLookups>(*backend_, communicator_, config_.micro_batch_size,
-                                                    config_.seq_length, gpt.hidden_size, config_.compute_dtype());
+                                                    config_.seq_length, tied->embedding_width(),
+                                                    config_.compute_dtype());
     }
     buckets_ = std::make_unique<GradientBuckets>(
         communicator_, model_->grads(), starts,
@@ -175,7 +136,7 @@ void Trainer::calibrate_fp8() {
   const int64_t micro = config_.micro_batch_size, first_local = state_.consumed_samples / communicator_.world_size();
   for (int64_t step = 0; step < config_.accumulation_steps(); ++step) {
     train_loader_->next(first_local + step * micro, tokens_, targets_);
-    model_->forward(tokens_, targets_, micro, config_.seq_length, GradientPass::Write);
+    model_->forward(MicroBatch{tokens_, targets_, micro, config_.seq_length}, GradientPass::Write);
     model_->backward();
   }
   update_fp8_scales(state_.iteration);
@@ -191,22 +152,22 @@ void Trainer::update_fp8_scales(int64_t step) {
   model_->fp8()->update_scales(step);
 }
 
-void Trainer::check_memory_fits(const GptConfig& gpt) const {
+void Trainer::check_memory_fits() const {
   const std::optional<Backend::DeviceMemory> memory = backend_->device_memory();
   if (!memory) return;
   const size_t free_bytes = memory->free;
   const DType dtype = config_.compute_dtype();
-  const auto count = static_cast<size_t>(ParameterLayout(gpt).total());
+  const auto count = static_cast<size_t>(architecture_->num_parameters());
   const size_t parameter_bytes = count * dtype_size(dtype);
   const size_t fp32_bytes = count * sizeof(float);  // gradients, each Adam moment, the master copy
   const size_t optimizer_bytes = (dtype == DType::F32 ? 2 : 3) * fp32_bytes;
   const std::optional<Fp8Recipe> fp8 = config_.fp8_recipe();
+  const Fp8Recipe* recipe = fp8 ? &*fp8 : nullptr;
   const size_t activation_bytes =
-      GptActivations::bytes_needed(gpt, config_.micro_batch_size, config_.seq_length, config_.recompute_policy(),
-                                   dtype, config_.loss_chunk_rows, fp8.has_value(), fp8 && fp8->classifier);
-  const size_t workspace_bytes = backend_->workspace_bytes(
-      Gpt::workspace_needs(gpt, config_.micro_batch_size, config_.seq_length, dtype, fp8 ? &*fp8 : nullptr,
-                           config_.loss_chunk_rows));
+      architecture_->activation_bytes(config_.micro_batch_size, config_.seq_length, config_.recompute_policy(), dtype,
+                                      config_.loss_chunk_rows, recipe);
+  const size_t workspace_bytes = backend_->workspace_bytes(architecture_->workspace_needs(
+      config_.micro_batch_size, config_.seq_length, dtype, recipe, config_.loss_chunk_rows));
   const size_t total = parameter_bytes + fp32_bytes + optimizer_bytes + activation_bytes + workspace_bytes;
   constexpr double kGiB = 1073741824.0;
   KILN_CHECK(total <= free_bytes,
@@ -264,7 +225,7 @@ double Trainer::reduce_gradients() {
   if (buckets_) {
     const auto start = std::chrono::steady_clock::now();
     buckets_->finish();
-    if (lookups_) lookups_->add_to(*model_);  // waits for the gathered lookups first
+    if (lookups_) lookups_->add_to(*model_->tied_embedding());  // waits for the gathered lookups first
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   }
   if (!sharded_) return 0.0;
@@ -334,12 +295,13 @@ IterationStats Trainer::train_step() {
     std::optional<trace::Span> phase;  // the step trace's part of the micro-batch under way
     phase.emplace("phase", "forward" + micro_batch);
     stager_->wait_for_copy(current.device);
-    const GptStagedInputs device{current.device, current.device + current.tokens.size()};
+    const MicroBatch batch{current.tokens, current.targets, micro, seq, current.device,
+                           current.device + current.tokens.size()};
     // The first micro-batch writes the gradients (no pass zeroes them), the others add to them.
-    model_->begin_forward(current.tokens, current.targets, micro, seq,
-                          step == 0 ? GradientPass::Write : GradientPass::Add,
-                          scale / static_cast<float>(micro_batches), device,
-                          DropoutDraw{static_cast<uint64_t>(config_.seed), state_.iteration, step * ranks + communicator_.rank()});
+    model_->begin_forward(batch, step == 0 ? GradientPass::Write : GradientPass::Add,
+                          scale / static_cast<float>(micro_batches),
+                          DropoutDraw{static_cast<uint64_t>(config_.seed), state_.iteration,
+                                      step * ranks + communicator_.rank()});
     // The last backward starts each gradient bucket as soon as it is final (not from a graph,
     // whose replay tells nobody).
     const bool overlap = last && buckets_ && config_.overlap_grad_reduce && !graphs_;
@@ -351,13 +313,13 @@ IterationStats Trainer::train_step() {
       model_->forward_ops();
       phase.emplace("phase", "backward" + micro_batch);
       if (defer_lookup) {
-        model_->defer_embedding_lookup();
+        model_->tied_embedding()->defer_embedding_lookup();
         if (overlap) buckets_->start_early();  // the embedding's gradient is final now
       }
       model_->backward();
     }
     if (overlap) model_->set_gradients_final_listener({});
-    if (defer_lookup) lookups_->start(*model_, current.tokens);
+    if (defer_lookup) lookups_->start(*model_->tied_embedding(), current.tokens);
     // Waits for the device once per micro-batch, with backward queued.
     phase.emplace("sync", "loss (waits for the device)");
     losses[static_cast<size_t>(step * ranks + communicator_.rank())] = model_->loss();
@@ -411,11 +373,10 @@ IterationStats Trainer::train_step() {
   stats.data_wait_ms = train_loader_->take_wait_ms();
   stats.grad_reduce_wait_ms = reduce_wait_ms;
   stats.data_parallel_size = ranks;
-  const FlopsShape shape{config_.global_batch_size, seq, config_.num_layers, config_.hidden_size,
-                         config_.vocab_size};
   // Megatron counts the recomputed forward in the achieved rate: the 96 (not 72) form under full.
   stats.tflops_per_gpu =
-      achieved_tflops(flops_per_iteration(shape, full_recompute_), seconds, config_.data_parallel_size);
+      achieved_tflops(architecture_->flops_per_iteration(config_.global_batch_size, seq, full_recompute_), seconds,
+                      config_.data_parallel_size);
   stats.tokens_per_second = static_cast<double>(config_.global_batch_size * seq) / seconds;
   stats.learning_rate = lr;
   stats.global_batch_size = config_.global_batch_size;
@@ -449,8 +410,8 @@ double Trainer::global_sum(std::vector<double>& per_micro_batch) const {
   return sum;
 }
 
-double Trainer::evaluate() {
-  KILN_CHECK(val_data_ != nullptr, "validation needs eval_iters > 0 and val shards");
+ValidationStats Trainer::evaluate() {
+  KILN_CHECK(val_loader_ != nullptr, "validation needs eval_iters > 0 and validation data");
   wait_for_parameters();
   const int64_t micro = config_.micro_batch_size;
   const int ranks = communicator_.world_size(), rank = communicator_.rank();
@@ -466,18 +427,29 @@ double Trainer::evaluate() {
   // micro-batch b x ranks + r.
   const int64_t micro_batches = config_.eval_iters * config_.global_batch_size / micro;
   std::vector<double> losses(static_cast<size_t>(micro_batches), 0.0);
+  ConfusionMatrix predictions(model_->num_labels());
   for (int64_t batch = rank, local = 0; batch < micro_batches; batch += ranks, ++local) {
     val_loader_->next(local * micro, tokens_, targets_);
-    losses[static_cast<size_t>(batch)] = model_->forward(tokens_, targets_, micro, config_.seq_length);
+    losses[static_cast<size_t>(batch)] = model_->forward(MicroBatch{tokens_, targets_, micro, config_.seq_length});
+    model_->count_predictions(predictions);
   }
   if (model_->fp8()) backend_->copy_to_device(model_->fp8()->state().data, fp8_state.data(), fp8_state.size());
-  return global_sum(losses) / static_cast<double>(micro_batches);
+  ValidationStats stats;
+  stats.iteration = state_.iteration;
+  stats.lm_loss = global_sum(losses) / static_cast<double>(micro_batches);
+  stats.perplexity = std::exp(stats.lm_loss);
+  if (model_->num_labels() > 0) {
+    communicator_.all_reduce_host(predictions.counts(), ReduceOp::Sum);  // counts: exact in doubles
+    stats.classification = ClassificationScores{predictions.accuracy(), predictions.f1(),
+                                                static_cast<int64_t>(predictions.total())};
+  }
+  return stats;
 }
 
 void Trainer::validate(bool at_end) {
-  const double loss = evaluate();
+  ValidationStats stats = evaluate();
+  stats.at_end = at_end;
   last_validated_ = state_.iteration;
-  const ValidationStats stats{state_.iteration, loss, std::exp(loss), at_end};
   for (TrainObserver* observer : observers_) observer->on_validation(stats);
 }
 
@@ -493,18 +465,11 @@ void Trainer::save() {
 
 void Trainer::run() {
   for (TrainObserver* observer : observers_) {
-    observer->on_message(fmt::format(
-        "model: {} layers, hidden {}, {} heads, vocab {} (padded {}), sequence {}: {} parameters",
-        config_.num_layers, config_.hidden_size, config_.num_attention_heads, config_.vocab_size,
-        model_->config().padded_vocab_size(), config_.seq_length, model_->num_parameters()));
+    observer->on_message(fmt::format("model: {}; sequence {}", architecture_->describe(), config_.seq_length));
     observer->on_message(fmt::format(
         "batch: micro {} x data-parallel {} x accumulation {} = global {} | precision {} | data: {}",
         config_.micro_batch_size, config_.data_parallel_size, config_.accumulation_steps(),
-        config_.global_batch_size, config_.precision_name(),
-        config_.mock_data  ? std::string("random tokens (mock data)")
-        : train_shards_ > 0 ? fmt::format("{} train tokens in {} shards", train_data_->num_tokens(), train_shards_)
-                            : fmt::format("indexed data '{}', split {}, {} train tokens per epoch", config_.data_path,
-                                          config_.split, train_data_->num_tokens())));
+        config_.global_batch_size, config_.precision_name(), data_.description));
     observer->on_message(memory_summary());
     if (starting_afresh_)
       observer->on_message(fmt::format("no checkpoint in '{}' yet: starting from scratch (--load is the --save folder)",
@@ -529,7 +494,7 @@ void Trainer::run() {
     const IterationStats stats = train_step();
     for (TrainObserver* observer : observers_) observer->on_iteration(stats);
     const int64_t it = state_.iteration;
-    if (val_data_ && config_.eval_interval > 0 && it % config_.eval_interval == 0) validate(false);
+    if (val_loader_ && config_.eval_interval > 0 && it % config_.eval_interval == 0) validate(false);
     if (!config_.save.empty() && config_.save_interval > 0 && it % config_.save_interval == 0) save();
     if (const std::string reason = stop_reason(started); !reason.empty()) {
       if (!config_.save.empty() && last_saved_ != state_.iteration) save();
@@ -539,7 +504,7 @@ void Trainer::run() {
       return;
     }
   }
-  if (val_data_ && last_validated_ != state_.iteration) validate(true);
+  if (val_loader_ && last_validated_ != state_.iteration) validate(true);
   if (!config_.save.empty() && last_saved_ != state_.iteration) save();
   wait_for_parameters();
 }

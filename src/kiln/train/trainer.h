@@ -1,4 +1,5 @@
-// Trainer: owns one training run (ARCHITECTURE.md decision 6). Per iteration:
+// Trainer: owns one training run (ARCHITECTURE.md decision 6) of the model `config.model` names,
+// which it knows only as a Model (nn/model.h, train/model_kinds.h). Per iteration:
 //   micro-batches (forward, backward; gradients accumulate; with cuda_graph both replayed from a
 //   graph, micro_batch_graphs.h) -> global gradient norm and inf/NaN
 //   check -> loss-scaler update (skip the step on overflow) -> unscale and clip folded into one
@@ -39,12 +40,10 @@
 #include "kiln/backend/op_timing.h"
 #include "kiln/backend/op_tracing.h"
 #include "kiln/data/loader.h"
-#include "kiln/data/token_dataset.h"
-#include "kiln/data/token_source.h"
 #include "kiln/dist/communicator.h"
 #include "kiln/dist/gradient_buckets.h"
+#include "kiln/nn/model.h"
 #include "kiln/train/embedding_lookups.h"
-#include "kiln/nn/gpt.h"
 #include "kiln/obs/observer.h"
 #include "kiln/optim/adamw.h"
 #include "kiln/optim/loss_scaler.h"
@@ -52,6 +51,7 @@
 #include "kiln/train/checkpoint.h"
 #include "kiln/train/config.h"
 #include "kiln/train/micro_batch_graphs.h"
+#include "kiln/train/training_data.h"
 
 namespace kiln {
 
@@ -72,11 +72,14 @@ class Trainer {
   void add_observer(TrainObserver* observer) { observers_.push_back(observer); }
   void run();                     // trains until train_iters, validating and saving on schedule
   IterationStats train_step();    // one iteration
-  double evaluate();              // mean validation loss over eval_iters global batches (Megatron)
+  // Over eval_iters global batches (Megatron's count): the mean validation loss and, for a model that
+  // classifies samples, its accuracy and F1.
+  ValidationStats evaluate();
 
   const Config& config() const { return config_; }
   const TrainerState& state() const { return state_; }
-  const Gpt& model() const { return *model_; }
+  const Model& model() const { return *model_; }
+  const ModelArchitecture& architecture() const { return *architecture_; }
   const AdamW& optimizer() const { return *optimizer_; }
   Backend& backend() const { return *backend_; }
   // The per-op timer when the config asks for it (profile_ops), else null.
@@ -93,7 +96,7 @@ class Trainer {
   void save();
   void validate(bool at_end);
   // Fails before anything is allocated when the plan cannot fit in the device's free memory.
-  void check_memory_fits(const GptConfig& gpt) const;
+  void check_memory_fits() const;
   // A micro-batch in a stager slot: host copy (checked by the model) and device address.
   struct StagedBatch {
     std::span<int32_t> tokens, targets;
@@ -128,12 +131,13 @@ class Trainer {
   LrSchedule schedule_;        // parsed once from config_
   bool full_recompute_ = false;
   std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Gpt> model_;
+  std::unique_ptr<ModelArchitecture> architecture_;
+  std::unique_ptr<Model> model_;
   std::unique_ptr<AdamW> optimizer_;
   LossScaler scaler_;
   TrainerState state_;
-  std::unique_ptr<TokenSource> train_data_, val_data_;
-  std::unique_ptr<DataLoader> train_loader_, val_loader_;  // over train_data_, val_data_
+  TrainingData data_;
+  std::unique_ptr<DataLoader> train_loader_, val_loader_;  // over data_.train, data_.validation
   std::unique_ptr<BatchStager> stager_;  // training micro-batches to the device
   std::unique_ptr<MicroBatchGraphs> graphs_;  // with cuda_graph
   std::unique_ptr<GradientBuckets> buckets_;  // in a group, unsharded
@@ -141,7 +145,6 @@ class Trainer {
   bool sharded_ = false;                      // ZeRO-1: use_distributed_optimizer on many ranks
   FlatRange shard_;                           // this rank's part of the padded flat buffers
   std::unique_ptr<CommWork> param_gather_;    // the last step's parameter gather, if still in flight
-  size_t train_shards_ = 0;
   std::vector<TrainObserver*> observers_;
   std::vector<int32_t> tokens_, targets_;
   int64_t last_saved_ = -1, last_validated_ = -1;

@@ -1,0 +1,232 @@
+// The Trainer with the encoder classifier (--model encoder-classifier) end to end on the CPU: it
+// learns labelled text tokenized by the loader, reports accuracy and F1, resumes bit for bit with
+// dropout on, accumulates exactly, splits validation over ranks, and names bad setups.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "kiln/core/rng.h"
+#include "kiln/data/classification_csv.h"
+#include "kiln/train/safetensors.h"
+#include "kiln/train/trainer.h"
+#include "support/error_of.h"
+#include "support/gloo_ranks.h"
+#include "support/recorded_runs.h"
+#include "support/temp_dir.h"
+
+namespace kiln {
+namespace {
+
+using testing::error_of;
+using testing::TempDir;
+
+// `rows` e-mail-like texts: "Subject:" then 5 to 12 words, all from one of two word pools; the
+// label is the pool. The first token is the same in every text, so the pooled first position
+// must attend to the rest to tell them apart.
+void write_pool_texts(const std::string& path, int64_t rows, uint64_t seed) {
+  static const char* const kPools[2][6] = {{"meeting", "agenda", "notes", "project", "review", "lunch"},
+                                           {"prize", "winner", "cash", "offer", "free", "claim"}};
+  Rng rng(seed);
+  std::ofstream out(path);
+  for (int64_t row = 0; row < rows; ++row) {
+    const auto label = static_cast<int>(rng.below(2));
+    std::string text = "Subject:";
+    const uint64_t words = 5 + rng.below(8);
+    for (uint64_t w = 0; w < words; ++w) text += std::string(" ") + kPools[label][rng.below(6)];
+    out << "{\"text\": \"" << text << "\", \"label\": " << label << "}\n";
+  }
+}
+
+Config classifier_config(const std::string& data) {
+  Config config;
+  config.model = "encoder-classifier";
+  config.data_path = data;
+  config.num_layers = 2;
+  config.hidden_size = 32;
+  config.num_attention_heads = 2;
+  config.num_intermediate_layers = 1;
+  config.seq_length = 16;
+  config.micro_batch_size = 8;
+  config.global_batch_size = 16;
+  config.train_iters = 6;
+  config.lr = 3e-3;
+  config.lr_warmup_iters = 2;
+  config.eval_iters = 0;
+  config.log_interval = 1;
+  config.num_workers = 0;
+  return config;
+}
+
+// Pre-tokenized CSV (`kiln data synth`): 256 samples of 16 ids below 97, 2 labels.
+std::string write_synth(const TempDir& dir) {
+  ClassificationSynthOptions synth;
+  synth.output_dir = dir / "synth";
+  synth.files = 2;
+  synth.min_rows = synth.max_rows = 128;
+  synth.seq_length = 16;
+  synth.vocab_size = 97;
+  write_synthetic_classification(synth);
+  return synth.output_dir;
+}
+
+TEST(ClassifierTraining, LearnsLabelledTextAndReportsAccuracyAndF1) {
+  TempDir dir;
+  write_pool_texts(dir / "train.jsonl", 512, 1);
+  write_pool_texts(dir / "validation.jsonl", 64, 2);
+  Config config = classifier_config(dir.path());
+  config.train_iters = 60;
+  config.eval_iters = 4;  // 4 global batches of 16: the 64 validation samples
+  config.eval_interval = 30;
+  config.num_workers = 2;  // the loader's workers tokenize
+  config.save = dir / "ckpt";
+  Trainer trainer(config);
+  EXPECT_EQ(trainer.config().hidden_dropout, 0.1) << "the encoder's default rate";
+  EXPECT_EQ(trainer.config().vocab_size, 50257) << "the tokenizer's vocabulary";
+  testing::IterationRecorder recorder;
+  trainer.add_observer(&recorder);
+  trainer.run();
+  ASSERT_EQ(recorder.validations.size(), 2u);
+  const ValidationStats& last = recorder.validations.back();
+  ASSERT_TRUE(last.classification.has_value());
+  EXPECT_EQ(last.classification->samples, 64);
+  EXPECT_GE(last.classification->accuracy, 0.95) << "a pool in every word: nearly all should be right";
+  EXPECT_GE(last.classification->f1, 0.95);
+  EXPECT_LT(last.lm_loss, 0.3);
+  EXPECT_NEAR(recorder.iterations.front().lm_loss, std::log(2.0), 0.2);
+  // The weights under BERT-like names, the word embeddings without their padding rows.
+  const SafetensorsFile model(dir / "ckpt/iter_0000060/model.safetensors");
+  EXPECT_EQ(model.get("embeddings.word_embeddings.weight").shape, (Shape{50257, 32}));
+  for (const char* name : {"encoder.layer.1.attention.qkv.weight", "intermediate.0.dense.weight",
+                           "pooler.dense.weight", "classifier.out_proj.bias"})
+    EXPECT_TRUE(model.contains(name)) << name;
+  EXPECT_EQ(model.get("classifier.out_proj.weight").shape, (Shape{32, 2}));
+}
+
+TEST(ClassifierTraining, ResumeWithDropoutIsBitForBit) {
+  TempDir dir;
+  Config config = classifier_config(write_synth(dir));
+  config.num_workers = 2;
+  config.save = dir / "full";
+  config.save_interval = 3;
+  const std::vector<IterationStats> full = testing::train_and_record(config);
+  ASSERT_EQ(full.size(), 6u);
+  Config resumed = config;
+  resumed.load = dir / "full/iter_0000003";
+  resumed.save = dir / "resumed";
+  testing::expect_resumed_bit_for_bit(testing::train_and_record(resumed), full, 3);
+  EXPECT_EQ(testing::read_file_bytes(dir / "resumed/iter_0000006/model.safetensors"),
+            testing::read_file_bytes(dir / "full/iter_0000006/model.safetensors"));
+  EXPECT_EQ(testing::read_file_bytes(dir / "resumed/iter_0000006/optimizer.safetensors"),
+            testing::read_file_bytes(dir / "full/iter_0000006/optimizer.safetensors"));
+  Config undropped = config;
+  undropped.hidden_dropout = 0.0;
+  undropped.save = "";
+  undropped.save_interval = 0;
+  EXPECT_NE(testing::train_and_record(undropped).front().lm_loss, full.front().lm_loss) << "dropout draws masks";
+}
+
+TEST(ClassifierTraining, AccumulationMatchesOneBigMicroBatch) {
+  TempDir dir;
+  Config big = classifier_config(write_synth(dir));
+  big.hidden_dropout = 0.0;  // masks are drawn per micro-batch: only without dropout are the two the same
+  big.micro_batch_size = 16;
+  big.train_iters = 3;
+  Config accumulated = big;
+  accumulated.micro_batch_size = 4;
+  const std::vector<IterationStats> a = testing::train_and_record(big), b = testing::train_and_record(accumulated);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_NEAR(a[i].lm_loss, b[i].lm_loss, 1e-5) << i;
+    EXPECT_NEAR(a[i].grad_norm, b[i].grad_norm, 1e-5 * a[i].grad_norm) << i;
+  }
+}
+
+TEST(ClassifierTraining, MemoryPlanAndRateComeFromTheArchitecture) {
+  TempDir dir;
+  Config config = classifier_config(write_synth(dir));
+  Trainer trainer(config);
+  const ModelArchitecture& architecture = trainer.architecture();
+  EXPECT_EQ(trainer.model().num_parameters(), architecture.num_parameters());
+  EXPECT_EQ(trainer.model().activation_bytes(),
+            architecture.activation_bytes(8, 16, {}, DType::F32, config.loss_chunk_rows, nullptr));
+  EXPECT_EQ(trainer.model().num_labels(), 2);
+  const IterationStats stats = trainer.train_step();
+  EXPECT_GT(stats.tflops_per_gpu, 0.0);
+  EXPECT_NE(trainer.memory_summary().find("activations"), std::string::npos);
+}
+
+// Rank r validates micro-batches r, r + ranks, ...: the counts summed over the ranks are one
+// rank's, sample for sample.
+TEST(ClassifierTraining, ValidationOverTwoRanksCountsWhatOneRankCounts) {
+  TempDir dir;
+  write_pool_texts(dir / "train.jsonl", 64, 1);
+  write_pool_texts(dir / "validation.jsonl", 48, 2);
+  Config config = classifier_config(dir.path());
+  config.eval_iters = 3;
+  Trainer alone(config);
+  const ValidationStats expected = alone.evaluate();
+  ASSERT_TRUE(expected.classification.has_value());
+  EXPECT_EQ(expected.classification->samples, 48);
+  std::vector<ValidationStats> got(2);
+  testing::on_gloo_ranks(2, [&](GlooCommunicator& communicator) {
+    Trainer trainer(config, &communicator);
+    got[static_cast<size_t>(communicator.rank())] = trainer.evaluate();
+  });
+  for (const ValidationStats& stats : got) {
+    ASSERT_TRUE(stats.classification.has_value());
+    EXPECT_EQ(stats.lm_loss, expected.lm_loss);
+    EXPECT_EQ(stats.classification->accuracy, expected.classification->accuracy);
+    EXPECT_EQ(stats.classification->f1, expected.classification->f1);
+    EXPECT_EQ(stats.classification->samples, 48);
+  }
+}
+
+TEST(ClassifierTraining, BadSetupsAreNamed) {
+  TempDir dir;
+  std::filesystem::create_directories(dir / "empty");
+  Config config = classifier_config(dir / "empty");
+  EXPECT_NE(error_of([&] { Trainer trainer(config); }).find("expected train.jsonl or train.csv"), std::string::npos);
+
+  write_pool_texts(dir / "only.jsonl", 32, 1);
+  config.data_path = dir / "only.jsonl";
+  config.eval_iters = 2;
+  EXPECT_NE(error_of([&] { Trainer trainer(config); }).find("has no validation samples"), std::string::npos);
+
+  config.eval_iters = 0;
+  config.recompute_granularity = "full";
+  config.recompute_method = "uniform";
+  EXPECT_NE(error_of([&] { Trainer trainer(config); }).find("'recompute_granularity'"), std::string::npos);
+
+  config = classifier_config(dir / "only.jsonl");
+  config.model = "vit";
+  EXPECT_NE(error_of([&] { Trainer trainer(config); }).find("models: gpt, encoder-classifier"), std::string::npos);
+
+  {  // a label outside num_labels: the file and row named at start
+    std::ofstream bad(dir / "bad.jsonl");
+    bad << "{\"text\": \"hello\", \"label\": 1}\n{\"text\": \"world\", \"label\": 2}\n";
+  }
+  config = classifier_config(dir / "bad.jsonl");
+  const std::string error = error_of([&] { Trainer trainer(config); });
+  EXPECT_NE(error.find("bad.jsonl row 2"), std::string::npos) << error;
+
+  // A GPT checkpoint is not an encoder's: the tensor it lacks is named.
+  Config gpt;
+  gpt.mock_data = true;
+  gpt.vocab_size = 64;
+  gpt.num_layers = 2;
+  gpt.hidden_size = 32;
+  gpt.num_attention_heads = 2;
+  gpt.seq_length = 16;
+  gpt.micro_batch_size = 4;
+  gpt.train_iters = 1;
+  gpt.eval_iters = 0;
+  gpt.save = dir / "gpt";
+  testing::train_and_record(gpt);
+  config = classifier_config(dir / "only.jsonl");
+  config.load = dir / "gpt";
+  EXPECT_NE(error_of([&] { Trainer trainer(config); }).find("wrong model or model shape"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kiln
