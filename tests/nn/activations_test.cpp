@@ -34,8 +34,8 @@ std::map<Range, std::set<std::string>> views_of(const GptActivations& acts) {
   add("tokens", acts.tokens);
   add("targets", acts.targets);
   add("embedded", acts.embedded);
-  for (size_t layer = 0; layer < acts.blocks.size(); ++layer) {
-    const BlockActivations& b = acts.blocks[layer];
+  for (size_t layer = 0; layer < acts.stack.blocks.size(); ++layer) {
+    const BlockActivations& b = acts.stack.blocks[layer];
     for (const auto& [name, tensor] :
          {std::pair<const char*, const Tensor&>{"ln1", b.ln1}, {"ln1_mean", b.ln1_mean}, {"ln1_rstd", b.ln1_rstd},
           {"qkv", b.qkv}, {"attn_out", b.attn_out}, {"attn_lse", b.attn_lse}, {"residual_mid", b.residual_mid},
@@ -54,7 +54,7 @@ std::map<Range, std::set<std::string>> views_of(const GptActivations& acts) {
   add("d_hidden", acts.d_hidden);
   add("d_qkv", acts.d_qkv);
   add("d_fc", acts.d_fc);
-  if (!acts.gelu_codes_recomputed.empty()) add("gelu_codes_recomputed", acts.gelu_codes_recomputed);
+  if (!acts.stack.gelu_codes_recomputed.empty()) add("gelu_codes_recomputed", acts.stack.gelu_codes_recomputed);
   if (!acts.d_residual_fp8.empty()) add("d_residual_fp8", acts.d_residual_fp8);
   return views;
 }
@@ -126,13 +126,13 @@ TEST(Activations, Fp8ProductsKeepTheirInputsCodesInsteadOfTheInputs) {
     Arena arena(bytes);
     const GptActivations acts =
         GptActivations::lay_out(arena, config, 3, 16, Device::CPU, policy, DType::BF16, kDefaultLogitRows, true);
-    for (size_t layer = 0; layer < acts.blocks.size(); ++layer) {
-      const BlockActivations& block = acts.blocks[layer];
-      EXPECT_EQ(block.ln1.data, acts.blocks[0].ln1.data);
-      EXPECT_EQ(block.ln2.data, acts.blocks[0].ln1.data);
+    for (size_t layer = 0; layer < acts.stack.blocks.size(); ++layer) {
+      const BlockActivations& block = acts.stack.blocks[layer];
+      EXPECT_EQ(block.ln1.data, acts.stack.blocks[0].ln1.data);
+      EXPECT_EQ(block.ln2.data, acts.stack.blocks[0].ln1.data);
       EXPECT_EQ(block.ln1.dtype, DType::F8E4M3);
       EXPECT_EQ(block.ln1.shape, (Shape{M, C}));
-      EXPECT_EQ(block.fc_post_gelu.data, acts.blocks[0].fc_post_gelu.data);
+      EXPECT_EQ(block.fc_post_gelu.data, acts.stack.blocks[0].fc_post_gelu.data);
       EXPECT_EQ(block.fc_post_gelu.dtype, DType::F8E4M3);
       EXPECT_EQ(block.fc_post_gelu.numel(), 4 * C * M);
       for (const Tensor* codes : {&block.ln1_fp8_t, &block.attn_out_fp8_t, &block.ln2_fp8_t}) {
@@ -146,10 +146,10 @@ TEST(Activations, Fp8ProductsKeepTheirInputsCodesInsteadOfTheInputs) {
       }
     }
     const bool selective = policy.granularity == RecomputeGranularity::Selective;
-    EXPECT_EQ(acts.gelu_codes_recomputed.shape, (selective ? Shape{4 * C, M} : Shape{})) << policy.describe();
+    EXPECT_EQ(acts.stack.gelu_codes_recomputed.shape, (selective ? Shape{4 * C, M} : Shape{})) << policy.describe();
     // The forward's GELU codes are dead before any backward: the recomputed ones take their memory.
     if (selective) {
-      EXPECT_EQ(acts.gelu_codes_recomputed.data, acts.blocks[0].fc_post_gelu.data);
+      EXPECT_EQ(acts.stack.gelu_codes_recomputed.data, acts.stack.blocks[0].fc_post_gelu.data);
     }
     // The backward's codes of the residual stream's gradient, by rows and by columns: one buffer.
     EXPECT_EQ(acts.d_residual_fp8.shape, (Shape{2, M, C}));

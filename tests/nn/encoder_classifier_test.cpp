@@ -88,6 +88,36 @@ TEST(EncoderClassifier, GradientMatchesFiniteDifferencesWithTheMaskItsDrawFixes)
   expect_gradient_matches_finite_differences(0.2f);
 }
 
+// Recomputation (block_stack.h) replays the blocks' very ops, dropout masks included: every policy
+// gives the gradients of the model that keeps everything, bit for bit, and takes less memory.
+TEST(EncoderClassifier, EveryRecomputationPolicyGivesTheSameGradientsWithDropout) {
+  auto backend = make_backend("cpu");
+  EncoderConfig config = tiny_encoder(0.2f);
+  config.num_layers = 4;
+  const Samples samples = random_samples(3, 7, config, 5);
+  const auto gradients_with = [&](const RecomputePolicy& policy, size_t* bytes) {
+    EncoderClassifier model(config, *backend);
+    model.init_weights(3);
+    model.allocate_activations(3, 7, policy);
+    *bytes = model.activation_bytes();
+    const double loss = model.forward(samples.batch(), 3, 7, GradientPass::Write, 1.0f, kDraw);
+    model.backward();
+    std::vector<float> grads = gradients_of(model);
+    grads.push_back(static_cast<float>(loss));
+    return grads;
+  };
+  size_t kept_bytes = 0;
+  const std::vector<float> kept = gradients_with({}, &kept_bytes);
+  for (const RecomputePolicy& policy :
+       {RecomputePolicy::parse("selective", "", 1), RecomputePolicy::parse("full", "uniform", 1),
+        RecomputePolicy::parse("full", "uniform", 2), RecomputePolicy::parse("full", "block", 3)}) {
+    size_t bytes = 0;
+    EXPECT_EQ(gradients_with(policy, &bytes), kept) << policy.describe();
+    EXPECT_LT(bytes, kept_bytes) << policy.describe();
+    EXPECT_EQ(bytes, EncoderActivations::bytes_needed(config, 3, 7, DType::F32, policy)) << policy.describe();
+  }
+}
+
 TEST(EncoderClassifier, TrainingForwardsDropAndEvaluationDoesNot) {
   auto backend = make_backend("cpu");
   EncoderClassifier plain(tiny_encoder(0.0f), *backend), dropping(tiny_encoder(0.3f), *backend);

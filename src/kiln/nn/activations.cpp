@@ -60,24 +60,12 @@ Tensor ActivationLayout::take_as(Shape shape, DType dtype) {
   return tensor;
 }
 
-BlockActivations lay_out_block(ActivationLayout& layout, int64_t batch, int64_t seq, int64_t hidden, int64_t heads) {
-  return take_block(layout, batch, seq, hidden, heads, SharedBlockBuffers{}, /*mlp_codes=*/false);
-}
-
-GptActivations GptActivations::lay_out(Arena& arena, const GptConfig& config, int64_t batch, int64_t seq,
-                                       Device device, const RecomputePolicy& policy, DType dtype,
-                                       int64_t logit_rows, bool fp8, bool fp8_classifier) {
-  KILN_CHECK(logit_rows > 0, "logit rows per classifier chunk must be positive, got {}", logit_rows);
-  const int64_t B = batch, T = seq, C = config.hidden_size, NH = config.num_heads;
-  const int64_t Vp = config.padded_vocab_size();
-  ActivationLayout layout(arena, device, dtype);
-  GptActivations acts;
-  acts.batch = batch;
-  acts.seq = seq;
-  acts.recompute = plan_recompute(policy, config.num_layers);
-  acts.tokens = layout.ints({B, T});
-  acts.targets = layout.ints({B, T});
-  acts.embedded = layout.take({B, T, C});
+BlockStackActivations BlockStackActivations::lay_out(ActivationLayout& layout, int64_t layers, int64_t batch,
+                                                     int64_t seq, int64_t hidden, int64_t heads,
+                                                     const RecomputePolicy& policy, bool fp8) {
+  const int64_t B = batch, T = seq, C = hidden, NH = heads;
+  BlockStackActivations acts;
+  acts.recompute = plan_recompute(policy, layers);
   const bool selective = std::any_of(acts.recompute.begin(), acts.recompute.end(),
                                      [](const LayerRecompute& plan) { return plan.gelu_recomputed; });
   SharedBlockBuffers shared;
@@ -91,7 +79,7 @@ GptActivations GptActivations::lay_out(Arena& arena, const GptConfig& config, in
   std::vector<BlockActivations> slots;
   for (int64_t slot = 0; slot < recompute_scratch_slots(acts.recompute); ++slot)
     slots.push_back(take_block(layout, B, T, C, NH, shared, /*mlp_codes=*/true));
-  for (int64_t layer = 0; layer < config.num_layers; ++layer) {
+  for (int64_t layer = 0; layer < layers; ++layer) {
     const LayerRecompute& plan = acts.recompute[static_cast<size_t>(layer)];
     if (plan.recomputed) {
       BlockActivations block = slots[static_cast<size_t>(plan.scratch_slot)];
@@ -101,6 +89,23 @@ GptActivations GptActivations::lay_out(Arena& arena, const GptConfig& config, in
       acts.blocks.push_back(take_block(layout, B, T, C, NH, shared, !plan.gelu_recomputed));
     }
   }
+  return acts;
+}
+
+GptActivations GptActivations::lay_out(Arena& arena, const GptConfig& config, int64_t batch, int64_t seq,
+                                       Device device, const RecomputePolicy& policy, DType dtype,
+                                       int64_t logit_rows, bool fp8, bool fp8_classifier) {
+  KILN_CHECK(logit_rows > 0, "logit rows per classifier chunk must be positive, got {}", logit_rows);
+  const int64_t B = batch, T = seq, C = config.hidden_size, NH = config.num_heads;
+  const int64_t Vp = config.padded_vocab_size();
+  ActivationLayout layout(arena, device, dtype);
+  GptActivations acts;
+  acts.batch = batch;
+  acts.seq = seq;
+  acts.tokens = layout.ints({B, T});
+  acts.targets = layout.ints({B, T});
+  acts.embedded = layout.take({B, T, C});
+  acts.stack = BlockStackActivations::lay_out(layout, config.num_layers, B, T, C, NH, policy, fp8);
   acts.lnf = layout.take({B, T, C});
   acts.lnf_mean = layout.stats({B * T});
   acts.lnf_rstd = layout.stats({B * T});

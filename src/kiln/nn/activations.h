@@ -90,9 +90,23 @@ class ActivationLayout {
   DType dtype_;
 };
 
-// One block's activations for (batch, seq), every tensor its own (no recomputation, no fp8): what
-// a model that keeps every block's activations takes for each block.
-BlockActivations lay_out_block(ActivationLayout& layout, int64_t batch, int64_t seq, int64_t hidden, int64_t heads);
+// A model's stack of blocks (block_stack.h) under a recompute policy: recomputed blocks' views
+// point into shared scratch slots, only a chunk's last output kept (the next chunk's input); under
+// selective recomputation every block's GELU output is one shared buffer; with fp8 the LayerNorm
+// and GELU outputs are shared buffers of codes (above).
+struct BlockStackActivations {
+  std::vector<BlockActivations> blocks;
+  std::vector<LayerRecompute> recompute;  // per layer, from the policy
+  // Selective recomputation with fp8 only: [4C, B*T] codes of the GELU output, recomputed before
+  // each backward (the forward's shared buffer of GELU codes), else empty.
+  Tensor gelu_codes_recomputed;
+
+  // `layers` blocks of width `hidden` and `heads` heads for (batch, seq); `fp8`: the blocks' products
+  // are fp8, so their inputs' codes are kept. Errors name the config key when the policy does not
+  // fit the depth.
+  static BlockStackActivations lay_out(ActivationLayout& layout, int64_t layers, int64_t batch, int64_t seq,
+                                       int64_t hidden, int64_t heads, const RecomputePolicy& policy, bool fp8);
+};
 
 // Positions per classifier chunk: large enough for efficient products (4096 x C x V), small
 // enough that the logits stay a fraction of the activations (GPT-2: 412 MB in bf16).
@@ -102,7 +116,7 @@ struct GptActivations {
   int64_t batch = 0, seq = 0;
   Tensor tokens, targets;          // [B,T] int32
   Tensor embedded;                 // [B,T,C] input of block 0
-  std::vector<BlockActivations> blocks;
+  BlockStackActivations stack;     // the blocks' activations, under the recompute policy
   Tensor lnf, lnf_mean, lnf_rstd;
   Tensor logits;                   // [min(logit_rows, B*T), Vp]: one chunk's logits, then their gradient (shared)
   Tensor logit_codes;              // fp8 classifier only: [2, min(logit_rows, B*T), Vp], the chunk's logits'
@@ -115,10 +129,7 @@ struct GptActivations {
                                    // d ln_f between a training forward and backward
   Tensor d_qkv;                    // [B,T,3C] (shared)
   Tensor d_fc;                     // [B,T,4C] gradient of both MLP activations, in place (shared)
-  Tensor gelu_codes_recomputed;    // [4C, B*T] fp8 with selective recomputation only (above; fc_post_gelu's
-                                   // memory), else empty
   Tensor d_residual_fp8;           // fp8 only: [2 x B*T x C] codes of d_residual (above), else empty
-  std::vector<LayerRecompute> recompute;  // per layer, from the policy
 
   // Lays out every tensor for (batch, seq) in `arena` and returns the views (null data when the
   // arena is measuring). `device` tags the views; `dtype` is the compute dtype; `fp8`: the blocks'

@@ -103,7 +103,7 @@ EncoderClassifier::Weights EncoderClassifier::Weights::bind(const ParameterLayou
 }
 
 EncoderActivations EncoderActivations::lay_out(Arena& arena, const EncoderConfig& config, int64_t batch, int64_t seq,
-                                               Device device, DType dtype) {
+                                               Device device, DType dtype, const RecomputePolicy& policy) {
   const int64_t B = batch, T = seq, C = config.hidden_size;
   ActivationLayout layout(arena, device, dtype);
   EncoderActivations acts;
@@ -113,8 +113,7 @@ EncoderActivations EncoderActivations::lay_out(Arena& arena, const EncoderConfig
   acts.key_mask = layout.ints({B, T});
   acts.labels = layout.ints({B});
   acts.embedded = layout.take({B, T, C});
-  for (int64_t layer = 0; layer < config.num_layers; ++layer)
-    acts.blocks.push_back(lay_out_block(layout, B, T, C, config.num_heads));
+  acts.stack = BlockStackActivations::lay_out(layout, config.num_layers, B, T, C, config.num_heads, policy, false);
   for (int64_t layer = 0; layer < config.num_intermediate_layers; ++layer) {
     acts.intermediate_pre.push_back(layout.take({B, T, C}));
     acts.intermediate_out.push_back(layout.take({B, T, C}));
@@ -142,15 +141,17 @@ EncoderActivations EncoderActivations::lay_out(Arena& arena, const EncoderConfig
   return acts;
 }
 
-size_t EncoderActivations::bytes_needed(const EncoderConfig& config, int64_t batch, int64_t seq, DType dtype) {
+size_t EncoderActivations::bytes_needed(const EncoderConfig& config, int64_t batch, int64_t seq, DType dtype,
+                                        const RecomputePolicy& policy) {
   Arena measure = Arena::measuring();
-  lay_out(measure, config, batch, seq, Device::CPU, dtype);
+  lay_out(measure, config, batch, seq, Device::CPU, dtype, policy);
   return measure.used();
 }
 
 EncoderClassifier::EncoderClassifier(const EncoderConfig& config, Backend& backend, DType dtype,
                                      int64_t flat_multiple)
     : config_(config),
+      block_shape_(config.block_shape()),
       backend_(backend),
       layout_((config.validate(), encoder_parameter_layout(config))),
       flat_(backend_, layout_.total(), dtype, flat_multiple),
@@ -203,20 +204,21 @@ void EncoderClassifier::allocate_activations(int64_t max_batch, int64_t max_seq,
   KILN_CHECK(max_batch > 0 && max_seq > 0, "batch {} and sequence {} must be positive", max_batch, max_seq);
   KILN_CHECK(max_seq <= config_.max_position_embeddings, "seq_length {} exceeds max_position_embeddings {}", max_seq,
              config_.max_position_embeddings);
-  KILN_CHECK(policy.granularity == RecomputeGranularity::None,
-             "activation recomputation ({}) is not available for the encoder classifier yet; it keeps every "
-             "activation (lower --micro-batch-size and accumulate instead)",
-             policy.describe());
-  const size_t bytes = EncoderActivations::bytes_needed(config_, max_batch, max_seq, dtype());
+  const size_t bytes = EncoderActivations::bytes_needed(config_, max_batch, max_seq, dtype(), policy);
   arena_.reset();
   activation_buffer_ = backend_.allocate(bytes);
   arena_ = std::make_unique<Arena>(activation_buffer_->data(), bytes);
   max_batch_ = max_batch;
   max_seq_ = max_seq;
-  acts_ = EncoderActivations::lay_out(*arena_, config_, max_batch, max_seq, backend_.device(), dtype());
+  recompute_ = policy;
+  acts_ = EncoderActivations::lay_out(*arena_, config_, max_batch, max_seq, backend_.device(), dtype(), recompute_);
   const Backend::WorkspaceNeeds needs = workspace_needs(config_, max_batch, max_seq, dtype());
   backend_.reserve_workspace(needs);
   workspace_bytes_ = backend_.workspace_bytes(needs);
+}
+
+BlockStackPass EncoderClassifier::blocks() const {
+  return {block_shape_, weights_.blocks, acts_.stack, nullptr, [this](int64_t layer) { return block_pass(layer); }};
 }
 
 BlockPass EncoderClassifier::block_pass(int64_t layer) const {
@@ -281,7 +283,7 @@ void EncoderClassifier::begin(const ClassificationBatch& batch, int64_t batch_si
     KILN_CHECK(label >= 0 && label < config_.num_labels, "label {} is outside [0, {})", label, config_.num_labels);
   if (batch_size != acts_.batch || seq != acts_.seq) {
     arena_->reset();
-    acts_ = EncoderActivations::lay_out(*arena_, config_, batch_size, seq, backend_.device(), dtype());
+    acts_ = EncoderActivations::lay_out(*arena_, config_, batch_size, seq, backend_.device(), dtype(), recompute_);
   }
   inputs_ = ForwardInputs{};
   inputs_.tokens = acts_.tokens.as<int32_t>();
@@ -304,13 +306,7 @@ void EncoderClassifier::forward_ops() {
   KILN_CHECK(inputs_.tokens != nullptr, "EncoderClassifier::forward_ops without begin_forward");
   backend_.embedding_forward({acts_.embedded, acts_.tokens, weights_.wte, weights_.wpe});
   if (dropping()) backend_.dropout(branch_dropout(acts_.embedded, acts_.embedded, 0, DropoutSite::Embedding));
-  Tensor x = acts_.embedded;
-  for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
-    const BlockActivations& block = acts_.blocks[static_cast<size_t>(layer)];
-    block_forward(backend_, config_.block_shape(), weights_.blocks[static_cast<size_t>(layer)], x, block, nullptr,
-                  BlockForwardExtent::Output, block_pass(layer));
-    x = block.residual_out;
-  }
+  Tensor x = block_stack_forward(backend_, blocks(), acts_.embedded, inputs_.gradients != GradientPass::None);
   for (int64_t j = 0; j < config_.num_intermediate_layers; ++j) {  // x + dropout(gelu(x W + b))
     const auto index = static_cast<size_t>(j);
     backend_.matmul_forward({acts_.intermediate_pre[index], x, weights_.intermediate_weight[index],
@@ -359,18 +355,14 @@ void EncoderClassifier::backward() {
                             w.pooler_weight, WeightLayout::InOut, {}, nullptr, {}, store});
   backend_.gather_rows_backward({acts_.d_hidden, acts_.d_first, 0, GradStore::Write});
   const int64_t L = config_.num_layers, J = config_.num_intermediate_layers;
-  const Tensor last = J ? acts_.intermediate_out[static_cast<size_t>(J - 1)]
-                        : L ? acts_.blocks[static_cast<size_t>(L - 1)].residual_out
-                            : acts_.embedded;
+  const Tensor blocks_output = L ? acts_.stack.blocks[static_cast<size_t>(L - 1)].residual_out : acts_.embedded;
+  const Tensor last = J ? acts_.intermediate_out[static_cast<size_t>(J - 1)] : blocks_output;
   backend_.layernorm_backward({acts_.d_residual, g.lnf_weight, g.lnf_bias, acts_.d_hidden, last, w.lnf_weight,
                                acts_.lnf_mean, acts_.lnf_rstd, store, GradStore::Write});
   announce_final(g.lnf_weight);  // the head's, the pooler's and the final LayerNorm's
-  const auto block_output = [&](int64_t layer) {
-    return layer ? acts_.blocks[static_cast<size_t>(layer - 1)].residual_out : acts_.embedded;
-  };
   for (int64_t j = J - 1; j >= 0; --j) {  // y = x + dropout(gelu(x W + b)); d_residual holds dy
     const auto index = static_cast<size_t>(j);
-    const Tensor input = j ? acts_.intermediate_out[index - 1] : block_output(L);
+    const Tensor input = j ? acts_.intermediate_out[index - 1] : blocks_output;
     backend_.dropout(branch_dropout(acts_.branch, acts_.d_residual, L + j, DropoutSite::MlpOutput));
     backend_.gelu_backward({acts_.branch, acts_.intermediate_pre[index], acts_.branch});
     backend_.matmul_backward({acts_.d_hidden, g.intermediate_weight[index], g.intermediate_bias[index], acts_.branch,
@@ -378,13 +370,9 @@ void EncoderClassifier::backward() {
     backend_.dropout({acts_.d_residual, acts_.d_hidden, 0.0f, 0, 0, acts_.d_residual});  // dx = dy + the branch's
     announce_final(g.intermediate_weight[index]);
   }
-  const BlockScratch scratch{acts_.d_hidden, acts_.d_qkv, acts_.d_fc, Tensor{}};
-  for (int64_t layer = L - 1; layer >= 0; --layer) {
-    const auto index = static_cast<size_t>(layer);
-    block_backward(backend_, config_.block_shape(), w.blocks[index], g.blocks[index], block_output(layer),
-                   acts_.blocks[index], scratch, acts_.d_residual, store, nullptr, {}, block_pass(layer));
-    announce_final(g.blocks[index].ln1_weight);
-  }
+  block_stack_backward(backend_, blocks(), g.blocks, acts_.embedded,
+                       BlockScratch{acts_.d_hidden, acts_.d_qkv, acts_.d_fc, Tensor{}}, acts_.d_residual, store,
+                       [&](int64_t layer) { announce_final(g.blocks[static_cast<size_t>(layer)].ln1_weight); });
   if (dropping()) backend_.dropout(branch_dropout(acts_.d_residual, acts_.d_residual, 0, DropoutSite::Embedding));
   // The lookup only adds to the word embeddings' gradient (ops.h): a writing pass clears it first.
   if (store == GradStore::Write) backend_.fill({g.wte, 0.0f});
@@ -430,9 +418,9 @@ std::string EncoderArchitecture::describe() const {
       num_parameters());
 }
 
-size_t EncoderArchitecture::activation_bytes(int64_t batch, int64_t seq, const RecomputePolicy& /*policy*/,
-                                             DType dtype, int64_t /*logit_rows*/, const Fp8Recipe* /*fp8*/) const {
-  return EncoderActivations::bytes_needed(config_, batch, seq, dtype);
+size_t EncoderArchitecture::activation_bytes(int64_t batch, int64_t seq, const RecomputePolicy& policy, DType dtype,
+                                             int64_t /*logit_rows*/, const Fp8Recipe* /*fp8*/) const {
+  return EncoderActivations::bytes_needed(config_, batch, seq, dtype, policy);
 }
 
 Backend::WorkspaceNeeds EncoderArchitecture::workspace_needs(int64_t batch, int64_t seq, DType dtype,

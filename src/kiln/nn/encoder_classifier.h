@@ -22,8 +22,8 @@
 // Precision, gradients and ownership as Gpt's (gpt.h): parameters and activations in the compute
 // dtype, gradients fp32, written or added as the forward's GradientPass says.
 // As a Model (model.h) it reads the two rows of data/classification_tokens.h (ModelInput::
-// LabelledSequences), unpacked on the host. Not yet: recomputation, fp8 products, token-type
-// embeddings. Not thread-safe.
+// LabelledSequences), unpacked on the host. The blocks recompute as GPT's do (block_stack.h). Not
+// yet: fp8 products, token-type embeddings. Not thread-safe.
 #pragma once
 
 #include <memory>
@@ -34,6 +34,7 @@
 #include "kiln/core/arena.h"
 #include "kiln/nn/activations.h"
 #include "kiln/nn/block.h"
+#include "kiln/nn/block_stack.h"
 #include "kiln/nn/dropout_streams.h"
 #include "kiln/nn/encoder_config.h"
 #include "kiln/nn/gpt.h"
@@ -65,7 +66,7 @@ struct EncoderActivations {
   Tensor tokens, key_mask;  // [B, T] int32
   Tensor labels;            // [B] int32
   Tensor embedded;          // [B, T, C], the blocks' input
-  std::vector<BlockActivations> blocks;
+  BlockStackActivations stack;  // the blocks', under the recompute policy (activations.h)
   std::vector<Tensor> intermediate_pre, intermediate_out;  // [B, T, C] each: GELU's input, the layer's output
   Tensor branch;            // [B, T, C] an intermediate layer's GELU output, then its gradient (shared)
   Tensor lnf, lnf_mean, lnf_rstd;
@@ -77,8 +78,9 @@ struct EncoderActivations {
   Tensor d_first, d_pooled, d_head;  // [B, C]
 
   static EncoderActivations lay_out(Arena& arena, const EncoderConfig& config, int64_t batch, int64_t seq,
-                                    Device device, DType dtype);
-  static size_t bytes_needed(const EncoderConfig& config, int64_t batch, int64_t seq, DType dtype);
+                                    Device device, DType dtype, const RecomputePolicy& policy = {});
+  static size_t bytes_needed(const EncoderConfig& config, int64_t batch, int64_t seq, DType dtype,
+                             const RecomputePolicy& policy = {});
 };
 
 // The layout of the encoder's parameters (above), in order.
@@ -103,9 +105,9 @@ class EncoderClassifier final : public Model {
 
   // Refused by name: the encoder has no fp8 products yet.
   void enable_fp8(const Fp8Recipe& recipe) override;
-  // Plans and allocates activation memory once, for batches up to max_batch x max_seq. Only
-  // keeping every activation (the default policy) so far; `logit_rows` does not apply (one row of
-  // logits a sample).
+  // Plans and allocates activation memory once, for batches up to max_batch x max_seq, keeping or
+  // recomputing the blocks' activations as `policy` says (recompute.h; the intermediate layers and
+  // the head keep theirs); `logit_rows` does not apply (one row of logits a sample).
   void allocate_activations(int64_t max_batch, int64_t max_seq, const RecomputePolicy& policy = {},
                             int64_t logit_rows = kDefaultLogitRows) override;
   size_t activation_bytes() const override { return arena_ ? arena_->capacity() : 0; }
@@ -150,6 +152,8 @@ class EncoderClassifier final : public Model {
              float loss_scale, DropoutDraw dropout);
   bool dropping() const { return inputs_.gradients != GradientPass::None && config_.hidden_dropout > 0.0f; }
   BlockPass block_pass(int64_t layer) const;
+  // The blocks as one stack (block_stack.h), with the current forward's mask and dropout.
+  BlockStackPass blocks() const;
   Dropout branch_dropout(const Tensor& out, const Tensor& in, int64_t layer, DropoutSite site,
                          const Tensor& residual = {}) const;
   GradStore grad_store() const { return inputs_.gradients == GradientPass::Write ? GradStore::Write : GradStore::Add; }
@@ -159,6 +163,7 @@ class EncoderClassifier final : public Model {
   }
 
   EncoderConfig config_;
+  GptConfig block_shape_;  // config_.block_shape(), which the stack's pass refers to
   Backend& backend_;
   ParameterLayout layout_;
   FlatParameters flat_;
@@ -166,6 +171,7 @@ class EncoderClassifier final : public Model {
   std::unique_ptr<DeviceBuffer> activation_buffer_;
   std::unique_ptr<Arena> arena_;  // borrows activation_buffer_
   int64_t max_batch_ = 0, max_seq_ = 0;
+  RecomputePolicy recompute_;
   size_t workspace_bytes_ = 0;
   EncoderActivations acts_;
   ForwardInputs inputs_;  // of the last begin

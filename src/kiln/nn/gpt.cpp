@@ -11,6 +11,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/rng.h"
 #include "kiln/nn/block.h"
+#include "kiln/nn/block_stack.h"
 #include "kiln/perf/flops.h"
 
 namespace kiln {
@@ -185,17 +186,7 @@ void Gpt::forward_ops() {
   KILN_CHECK(inputs_.tokens != nullptr, "Gpt::forward_ops without begin_forward");
   backend_.embedding_forward({acts_.embedded, tokens_in_use_, weights_.wte, weights_.wpe});
   if (dropping()) drop_embedding_output(acts_.embedded);
-  Tensor input = acts_.embedded;
-  for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
-    const BlockActivations& block = acts_.blocks[static_cast<size_t>(layer)];
-    // Codes for a backward only where this forward's results are the ones the backward reads.
-    const bool backward_reads = inputs_.gradients != GradientPass::None &&
-                                !acts_.recompute[static_cast<size_t>(layer)].recomputed;
-    block_forward(backend_, config_, weights_.blocks[static_cast<size_t>(layer)], input,
-                  backward_reads ? block : without_backward_codes(block), block_fp8(layer),
-                  BlockForwardExtent::Output, BlockPass{AttentionMask::Causal, Tensor{}, block_dropout(layer)});
-    input = block.residual_out;
-  }
+  const Tensor input = block_stack_forward(backend_, blocks(), acts_.embedded, inputs_.gradients != GradientPass::None);
   backend_.layernorm_forward({acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, input, weights_.lnf_weight,
                               weights_.lnf_bias, config_.layernorm_eps});
   backward_ready_ = false;
@@ -252,59 +243,32 @@ double Gpt::loss() {
 void Gpt::backward() {
   KILN_CHECK(backward_ready_, "Gpt::backward without a preceding training forward");
   backward_ready_ = false;
+  const BlockStackPass stack = blocks();
   const int64_t layers = config_.num_layers;
-  const Tensor last_residual =
-      layers ? acts_.blocks[static_cast<size_t>(layers - 1)].residual_out : acts_.embedded;
+  const Tensor last_residual = layers ? acts_.stack.blocks[static_cast<size_t>(layers - 1)].residual_out : acts_.embedded;
   // The classifier's backward ran in forward: d_hidden holds d ln_f. ln_f's backward is the first
   // to reach the residual stream's gradient, so it writes it; every later one adds.
   // With fp8 each LayerNorm backward also casts the residual stream's gradient for the MLP c_proj
   // of the block before it (block.h).
   const GradStore store = grad_store();
-  const auto reader_of_input_gradient = [&](int64_t layer) {  // of block `layer`'s input; ln_f's: layer L
-    if (!fp8_ || layer == 0) return Fp8GradientReader{};
-    return Fp8GradientReader{&block_fp8(layer - 1)->fc_proj,
-                             weight_grads_.blocks[static_cast<size_t>(layer - 1)].fc_proj_bias};
-  };
   backend_.layernorm_backward(layernorm_backward_feeding(
       {acts_.d_residual, weight_grads_.lnf_weight, weight_grads_.lnf_bias, acts_.d_hidden, last_residual,
        weights_.lnf_weight, acts_.lnf_mean, acts_.lnf_rstd, store, GradStore::Write},
-      reader_of_input_gradient(layers), acts_.d_residual_fp8));
+      input_gradient_reader(stack, weight_grads_.blocks, layers), acts_.d_residual_fp8));
   announce_final(weight_grads_.lnf_weight);
-  const BlockScratch scratch{acts_.d_hidden, acts_.d_qkv, acts_.d_fc, acts_.d_residual_fp8};
-  const auto input_of = [&](int64_t layer) {
-    return layer ? acts_.blocks[static_cast<size_t>(layer - 1)].residual_out : acts_.embedded;
-  };
-  for (int64_t layer = layers - 1; layer >= 0; --layer) {
-    const size_t index = static_cast<size_t>(layer);
-    const LayerRecompute& plan = acts_.recompute[index];
-    if (plan.recomputed && layer == plan.chunk_last) {
-      // Re-run the chunk's forward from its kept input. The chunk's last output is kept, so its
-      // last block runs only as far as its backward reads.
-      for (int64_t chunk_layer = plan.chunk_first; chunk_layer <= plan.chunk_last; ++chunk_layer) {
-        block_forward(backend_, config_, weights_.blocks[static_cast<size_t>(chunk_layer)], input_of(chunk_layer),
-                      acts_.blocks[static_cast<size_t>(chunk_layer)], block_fp8(chunk_layer),
-                      chunk_layer == plan.chunk_last ? BlockForwardExtent::BackwardInputs
-                                                     : BlockForwardExtent::Output,
-                      BlockPass{AttentionMask::Causal, Tensor{}, block_dropout(chunk_layer)});
-      }
-    }
-    BlockActivations kept = acts_.blocks[index];
-    if (plan.gelu_recomputed && fp8_) {  // selective: the codes of this layer's GELU output, transposed
-      kept.fc_post_gelu_fp8_t = acts_.gelu_codes_recomputed;
-      backend_.gelu_forward({Tensor{}, kept.fc_pre_gelu, &block_fp8(layer)->fc_proj.in, kept.fc_post_gelu_fp8_t});
-    } else if (plan.gelu_recomputed) {  // selective: this layer's GELU output, into the buffer all layers share
-      backend_.gelu_forward({kept.fc_post_gelu, kept.fc_pre_gelu});
-    }
-    block_backward(backend_, config_, weights_.blocks[index], weight_grads_.blocks[index], input_of(layer), kept,
-                   scratch, acts_.d_residual, store, block_fp8(layer), reader_of_input_gradient(layer),
-                   BlockPass{AttentionMask::Causal, Tensor{}, block_dropout(layer)});
-    announce_final(weight_grads_.blocks[index].ln1_weight);
-  }
+  block_stack_backward(backend_, stack, weight_grads_.blocks, acts_.embedded,
+                       BlockScratch{acts_.d_hidden, acts_.d_qkv, acts_.d_fc, acts_.d_residual_fp8}, acts_.d_residual,
+                       store, [&](int64_t layer) { announce_final(weight_grads_.blocks[static_cast<size_t>(layer)].ln1_weight); });
   if (dropping()) drop_embedding_output(embedding_output_gradient());  // d_residual, before the lookup
   if (std::exchange(lookup_deferred_, false)) return;  // the caller adds it (add_embedding_lookup)
   // wte's gradient has the classifier's part already: the embedding's is added to it.
   backend_.embedding_backward({weight_grads_.wte, weight_grads_.wpe, acts_.d_residual, tokens_in_use_, store});
   announce_final(flat_.grads);
+}
+
+BlockStackPass Gpt::blocks() const {
+  return {config_, weights_.blocks, acts_.stack, fp8_.get(),
+          [this](int64_t layer) { return BlockPass{AttentionMask::Causal, Tensor{}, block_dropout(layer)}; }};
 }
 
 BranchDropout Gpt::block_dropout(int64_t layer) const {

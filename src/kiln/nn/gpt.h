@@ -22,6 +22,7 @@
 #include "kiln/core/arena.h"
 #include "kiln/nn/activations.h"
 #include "kiln/nn/block.h"
+#include "kiln/nn/block_stack.h"
 #include "kiln/nn/dropout_streams.h"
 #include "kiln/nn/fp8_scaling.h"
 #include "kiln/nn/gpt_config.h"
@@ -158,9 +159,10 @@ class Gpt final : public Model, public TiedEmbedding {
   void announce_final(const Tensor& first) const {
     if (gradients_final_) gradients_final_(first.as<float>() - flat_.grads.as<float>());
   }
-  const BlockFp8* block_fp8(int64_t layer) const { return fp8_ ? &fp8_->block(layer) : nullptr; }
   // Whether the current forward drops (a training forward of a model with hidden dropout).
   bool dropping() const { return inputs_.gradients != GradientPass::None && config_.hidden_dropout > 0.0f; }
+  // The blocks as one stack (block_stack.h), with the current forward's dropout.
+  BlockStackPass blocks() const;
   // Block `layer`'s dropout for the current forward (none where it does not drop).
   BranchDropout block_dropout(int64_t layer) const;
   // The embedding output's dropout, in place on `values`: the forward's activations or, with the

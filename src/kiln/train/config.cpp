@@ -589,10 +589,6 @@ void Config::validate() const {
     KILN_CHECK(num_labels >= 2, "config key 'num_labels' must be at least 2, got {}", num_labels);
     KILN_CHECK(num_intermediate_layers >= 0, "config key 'num_intermediate_layers' must be >= 0, got {}",
                num_intermediate_layers);
-    KILN_CHECK(recompute_granularity == "none",
-               "config key 'recompute_granularity' is '{}', but the encoder-classifier has no activation "
-               "recomputation yet; lower --micro-batch-size and accumulate instead",
-               recompute_granularity);
     KILN_CHECK(fp8_format.empty(), "config key 'fp8_format' is set, but the encoder-classifier has no fp8 products "
                                    "yet; train it in bf16 or fp16");
     KILN_CHECK(!text_key.empty() && !label_key.empty(), "config keys 'text_key' and 'label_key' must not be empty");
