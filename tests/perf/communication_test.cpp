@@ -10,6 +10,8 @@
 
 #include "kiln/dist/communicator.h"
 #include "kiln/dist/gradient_buckets.h"
+#include "kiln/nn/encoder_classifier.h"
+#include "kiln/train/model_kinds.h"
 #include "support/error_of.h"
 #include "support/kiln_process.h"
 #include "support/small_estimate.h"
@@ -253,6 +255,32 @@ TEST(Communication, ReportFromTheEstimate) {
   EXPECT_NE(error_of([&] { communication_report(in, e, crowded); })
                 .find("--gpus 2 do not fit on --nodes 1 x --gpus-per-node 1"),
             std::string::npos);
+}
+
+// The encoder classifier's report counts its own parameters and cuts its own layout into buckets.
+TEST(Communication, EncoderClassifierReportCountsItsOwnParameters) {
+  EstimateInput in = testing::small_estimate_input();  // 2 layers, 64 wide, vocabulary 128
+  in.model = "encoder-classifier";
+  in.num_labels = 3;
+  in.gpus = 2;
+  in.micro_batch_size = 2;
+  in.tflops_per_gpu.reset();
+  const Estimate e = estimate(in);
+  EXPECT_EQ(e.parameters_exact, 127171);  // tests/perf/encoder_estimate_test.cpp works it out
+  CommunicationOptions options;
+  options.intra_node_busbw = 100;
+  options.ddp_bucket_size = 70000;
+  const CommunicationReport r = communication_report(in, e, options);
+  // fp32 gradients all-reduced over 2 ranks: 2 x 1/2 x 4 bytes a parameter.
+  EXPECT_DOUBLE_EQ(r.stages[0].bytes_per_rank, 4.0 * 127171);
+  // From the end: the head, pooler, final LayerNorm and intermediate layers (16,963 elements), the
+  // last block (49,984) and the first block's MLP projection (16,448) close a bucket of >= 70,000;
+  // the rest, down to the embeddings at the buffer's start, is the second.
+  EXPECT_EQ(r.buckets, 2);
+  const ParameterLayout layout = encoder_parameter_layout(encoder_config(training_config(in)));
+  std::vector<int64_t> starts;
+  for (const ParameterInfo& entry : layout.entries()) starts.push_back(entry.offset);
+  EXPECT_EQ(r.buckets, gradient_bucket_count(starts, 127171, 70000));
 }
 
 TEST(Communication, EstimateCommThroughTheBinary) {

@@ -93,6 +93,24 @@ TEST(Levers, LargerLossChunksCostTheirLogits) {
     EXPECT_EQ(lever.change.find("--loss-chunk-rows"), std::string::npos) << "a chunk takes the whole micro-batch";
 }
 
+// The encoder classifier's loss takes one row a sample (no chunks to enlarge), and it has no fp8
+// products or recomputation yet: those rows say so.
+TEST(Levers, TheEncoderClassifierHasNoLossChunksOrFp8) {
+  EstimateInput in = small_model();
+  in.model = "encoder-classifier";
+  in.loss_chunk_rows = 16;  // fewer than the micro-batch's 128 positions: a GPT would get the row
+  const std::vector<LeverEstimate> levers = estimate_levers(in);
+  for (const LeverEstimate& lever : levers)
+    EXPECT_EQ(lever.change.find("--loss-chunk-rows"), std::string::npos) << lever.change;
+  const auto rows = by_change(levers);
+  ASSERT_TRUE(rows.count("--fp8-format hybrid"));
+  EXPECT_FALSE(rows.at("--fp8-format hybrid").estimate);
+  EXPECT_NE(rows.at("--fp8-format hybrid").not_applicable.find("the encoder-classifier has no"), std::string::npos);
+  for (const char* change : {"--precision tf32", "--micro-batch-size 2", "--micro-batch-size 8",
+                             "--recompute-granularity selective", "--recompute-granularity full --recompute-method uniform"})
+    EXPECT_TRUE(rows.count(change) && rows.at(change).estimate) << change;
+}
+
 TEST(Levers, ChangesThatDoNotApplySayWhy) {
   EstimateInput in = small_model();
   in.hidden_size = 72;  // fp8 products need multiples of 16

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <memory>
 
+#include "kiln/nn/gpt.h"
 #include "kiln/train/trainer.h"
 #include "support/error_of.h"
 #include "support/small_gpt.h"
@@ -26,6 +28,17 @@ Config mock_gpt(const std::string& precision) {
   config.global_batch_size = 4;  // two micro-batches per iteration
   config.bf16 = precision == "bf16";
   return config;
+}
+
+// GPT of 3 layers, 64 wide, 4 heads, vocabulary 100, 32 positions.
+std::shared_ptr<const ModelArchitecture> three_layer_gpt() {
+  GptConfig gpt;
+  gpt.num_layers = 3;
+  gpt.hidden_size = 64;
+  gpt.num_heads = 4;
+  gpt.vocab_size = 100;
+  gpt.max_position_embeddings = 32;
+  return std::make_shared<GptArchitecture>(gpt);
 }
 
 std::map<std::string, OpTotals> by_op(const std::vector<OpTotals>& ops) {
@@ -69,13 +82,20 @@ TEST(Roofline, CountsTheOpsOfTheTrainersStep) {
   expect_count_matches_trainer(fp8);
 }
 
+// The encoder classifier on random labelled sequences, through the Model interface as the Trainer
+// runs it: its pooler, head and dropout (0.1, its default) counted as the step issues them.
+TEST(Roofline, CountsTheOpsOfTheEncoderClassifiersStep) {
+  Config encoder = mock_gpt("fp32");
+  encoder.model = "encoder-classifier";
+  encoder.num_labels = 3;
+  expect_count_matches_trainer(encoder);
+  encoder.bf16 = true;
+  expect_count_matches_trainer(encoder);
+}
+
 TEST(Roofline, ProductAndAttentionFlopsFollowTheClosedForms) {
   IterationShape shape;
-  shape.gpt.num_layers = 3;
-  shape.gpt.hidden_size = 64;
-  shape.gpt.num_heads = 4;
-  shape.gpt.vocab_size = 100;  // padded to 128
-  shape.gpt.max_position_embeddings = 32;
+  shape.architecture = three_layer_gpt();  // vocabulary 100, padded to 128
   shape.micro_batch = 2;
   shape.seq = 32;
   shape.accumulation = 3;
@@ -98,11 +118,7 @@ TEST(Roofline, ProductAndAttentionFlopsFollowTheClosedForms) {
 // block's MLP projection is skipped, so L and L - 1 products and 2 L LayerNorms more.
 TEST(Roofline, EachResidualAddRunsInsideAProduct) {
   IterationShape shape;
-  shape.gpt.num_layers = 3;
-  shape.gpt.hidden_size = 64;
-  shape.gpt.num_heads = 4;
-  shape.gpt.vocab_size = 100;
-  shape.gpt.max_position_embeddings = 32;
+  shape.architecture = three_layer_gpt();
   shape.micro_batch = 2;
   shape.seq = 32;
   shape.accumulation = 3;
@@ -124,6 +140,7 @@ TEST(Roofline, EachResidualAddRunsInsideAProduct) {
 
 TEST(Roofline, ShardedOptimizerStateSharesTheOptimizersWork) {
   IterationShape shape;
+  shape.architecture = std::make_shared<GptArchitecture>(GptConfig{});
   shape.dtype = DType::BF16;
   shape.seq = 16;
   const auto whole = by_op(count_iteration_ops(shape));
@@ -136,6 +153,9 @@ TEST(Roofline, ShardedOptimizerStateSharesTheOptimizersWork) {
   shape.optimizer_shards = 0;
   EXPECT_NE(error_of([&] { count_iteration_ops(shape); }).find("optimizer shards"),
             std::string::npos);
+  shape.optimizer_shards = 1;
+  shape.architecture = nullptr;
+  EXPECT_EQ(error_of([&] { count_iteration_ops(shape); }), "an iteration needs a model architecture");
 }
 
 TEST(Roofline, EachOpTakesTheSlowerOfItsBounds) {

@@ -1,5 +1,6 @@
 // `kiln estimate`: parameters, FLOPs, speed, days to train, memory per GPU and the iteration's
-// roofline for a configuration that is not run (perf/estimator.h), as a table or --json.
+// roofline for a configuration that is not run (perf/estimator.h), as a table or --json, for any
+// model kiln train builds (--model, the same flags as kiln train's).
 // Reports: all (the default), memory (the memory rows alone), ops (the roofline op by op), levers
 // (memory and roofline with one switch changed at a time, perf/levers.h), comm (data parallelism's
 // communication by ZeRO stage and the scaling table over nodes, perf/communication.h). comm is a
@@ -18,6 +19,7 @@
 #include "kiln/perf/communication.h"
 #include "kiln/perf/estimator.h"
 #include "kiln/perf/levers.h"
+#include "kiln/train/model_kinds.h"
 
 namespace kiln::cli {
 namespace {
@@ -49,14 +51,13 @@ std::string precision_name(const EstimateInput& in) {
   return in.precision + " + fp8 " + in.fp8_format + (in.fp8_classifier ? " (classifier too)" : "");
 }
 
-// The first line of a report: what is estimated, for which configuration, on `gpu`.
+// The first line of a report: what is estimated, for which configuration (the model as kiln
+// train's log describes it), on `gpu`.
 void print_header(const std::string& title, const EstimateInput& in, const std::string& gpu,
                   const std::string& suffix = "") {
-  fmt::print("# {} | GPT {} layers x {} hidden, {} heads, seq {}, vocab {} | global batch {}, micro-batch {}, {} x {} "
-             "| {} | ZeRO-{} | recompute {}{}\n",
-             title, in.num_layers, in.hidden_size, in.num_attention_heads, in.seq_length, in.vocab_size,
-             in.global_batch_size, in.micro_batch_size, in.gpus, gpu, precision_name(in), in.zero_stage,
-             in.recompute.describe(), suffix);
+  fmt::print("# {} | {} | global batch {}, micro-batch {}, {} x {} | {} | ZeRO-{} | recompute {}{}\n", title,
+             training_config(in).architecture()->describe(), in.global_batch_size, in.micro_batch_size, in.gpus, gpu,
+             precision_name(in), in.zero_stage, in.recompute.describe(), suffix);
 }
 
 void print_estimate(const EstimateInput& in, const Estimate& e, const std::string& report) {
@@ -152,7 +153,7 @@ void print_levers_json(const std::vector<LeverEstimate>& levers) {
 
 void print_json(const EstimateInput& in, const Estimate& e, const std::string& report) {
   nlohmann::json out = {
-      {"gpu", e.gpu.key}, {"precision", in.precision}, {"fp8_format", in.fp8_format},
+      {"model", in.model}, {"gpu", e.gpu.key}, {"precision", in.precision}, {"fp8_format", in.fp8_format},
       {"fp8_classifier", in.fp8_classifier}, {"loss_chunk_rows", in.loss_chunk_rows}, {"gpus", in.gpus},
       {"zero_stage", in.zero_stage},
       {"recompute", in.recompute.describe()}, {"parameters_formula", e.parameters_formula},
@@ -298,8 +299,8 @@ void print_comm_json(const EstimateInput& in, const EstimateOptions& options, co
     return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
   };
   const nlohmann::json out = {
-      {"gpu", e.gpu.key}, {"precision", in.precision}, {"gpus", in.gpus}, {"zero_stage", in.zero_stage},
-      {"parameters_exact", e.parameters_exact},
+      {"model", in.model}, {"gpu", e.gpu.key}, {"precision", in.precision}, {"gpus", in.gpus},
+      {"zero_stage", in.zero_stage}, {"parameters_exact", e.parameters_exact},
       {"communication",
        {{"compute_seconds", r.compute_seconds}, {"compute_from_roofline", r.compute_from_roofline},
         {"forward_share", r.forward_share}, {"backward_share", r.backward_share},
@@ -341,11 +342,17 @@ void add_estimate_command(CLI::App& root) {
                       "(memory and roofline with one switch changed at a time) or comm (data parallelism's "
                       "communication by ZeRO stage and the scaling table over nodes)")
       ->check(CLI::IsMember({"all", "memory", "ops", "levers", "comm"}));
+  std::string models;
+  for (const ModelKind& kind : model_kinds()) models += fmt::format("{}{}", models.empty() ? "" : " or ", kind.name);
+  command->add_option("--model", in.model, "the model, as kiln train's --model: " + models + " (default gpt)");
   command->add_option("--num-layers", in.num_layers, "transformer blocks")->required();
   command->add_option("--hidden-size", in.hidden_size, "model width")->required();
   command->add_option("--num-attention-heads", in.num_attention_heads, "attention heads")->required();
   command->add_option("--seq-length", in.seq_length, "tokens per sample")->required();
   command->add_option("--vocab-size", in.vocab_size, "vocabulary size")->required();
+  command->add_option("--num-intermediate-layers", in.num_intermediate_layers,
+                      "encoder-classifier: residual Linear+GELU layers after the blocks (default 2)");
+  command->add_option("--num-labels", in.num_labels, "encoder-classifier: classes (default 2)");
   command->add_option("--global-batch-size", in.global_batch_size, "samples per iteration")->required();
   command->add_option("--micro-batch-size", in.micro_batch_size, "samples per forward/backward on one GPU");
   command->add_option("--gpus", in.gpus, "data-parallel GPUs");

@@ -17,6 +17,9 @@ namespace {
 // stands in: the parameters, FLOPs and memory do not depend on it, and no time is taken from it.
 EstimateInput estimate_input(const Config& config, const std::optional<GpuSpec>& gpu) {
   EstimateInput in;
+  in.model = config.model;
+  in.num_intermediate_layers = config.num_intermediate_layers;
+  in.num_labels = config.num_labels;
   in.num_layers = config.num_layers;
   in.hidden_size = config.hidden_size;
   in.num_attention_heads = config.num_attention_heads;

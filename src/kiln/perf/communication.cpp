@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kiln/backend/op_counting.h"
 #include "kiln/core/error.h"
 #include "kiln/dist/gradient_buckets.h"
-#include "kiln/nn/gpt_config.h"
 #include "kiln/nn/parameters.h"
 
 namespace kiln {
@@ -264,13 +264,10 @@ CommunicationReport communication_report(const EstimateInput& in, const Estimate
   report.backward_share = 1 - report.forward_share;
   report.micro_batches = in.global_batch_size / (in.micro_batch_size * in.gpus);
 
-  GptConfig shape;
-  shape.num_layers = in.num_layers;
-  shape.hidden_size = in.hidden_size;
-  shape.num_heads = in.num_attention_heads;
-  shape.vocab_size = in.vocab_size;
-  shape.max_position_embeddings = in.seq_length;
-  const ParameterLayout layout(shape);
+  // The buckets cut the flat gradient buffer of the model `in` describes, laid out as kiln train
+  // lays it out: the model's own layout, built on the op counter (whose buffers own no memory).
+  OpCountingBackend counter;
+  const ParameterLayout layout = training_config(in).architecture()->build(counter, DType::F32, 1)->layout();
   std::vector<int64_t> starts;
   for (const ParameterInfo& entry : layout.entries()) starts.push_back(entry.offset);
   report.bucket_elements =

@@ -2,17 +2,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "kiln/backend/attention_workspace.h"
 #include "kiln/backend/fp8_workspace.h"
 #include "kiln/backend/layernorm_workspace.h"
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
-#include "kiln/nn/activations.h"
 #include "kiln/nn/fp8_scaling.h"
-#include "kiln/nn/gpt.h"
-#include "kiln/nn/parameters.h"
 #include "kiln/perf/flops.h"
+#include "kiln/train/model_kinds.h"
 
 namespace kiln {
 namespace {
@@ -21,7 +20,26 @@ namespace {
 // allocator slack (78.6 of 80 GiB were free to kiln on an H100 80GB).
 constexpr double kReservedGiB = 1.5;
 
+// The model kind `--model` names; an error naming the flag and listing the kinds otherwise.
+const ModelKind& model_kind_of(const EstimateInput& in) {
+  std::string known;
+  for (const ModelKind& kind : model_kinds()) {
+    if (kind.name == in.model) return kind;
+    known += (known.empty() ? "" : ", ") + std::string(kind.name);
+  }
+  fail("--model '{}' is not a model kiln builds; choose one of {}", in.model, known);
+}
+
 void validate(const EstimateInput& in) {
+  // A classifier of labelled sequences (the encoder classifier) is refused what Config::validate
+  // refuses it for kiln train, here by the estimate's flags.
+  if (model_kind_of(in).input == ModelInput::LabelledSequences) {
+    KILN_CHECK(in.num_labels >= 2, "--num-labels must be at least 2, got {}", in.num_labels);
+    KILN_CHECK(in.num_intermediate_layers >= 0, "--num-intermediate-layers must be >= 0, got {}",
+               in.num_intermediate_layers);
+    KILN_CHECK(in.fp8_format.empty(), "--fp8-format {}: the {} has no fp8 products yet; estimate it in bf16 or fp16",
+               in.fp8_format, in.model);
+  }
   for (auto [value, flag] : {std::pair{in.num_layers, "--num-layers"}, {in.hidden_size, "--hidden-size"},
                              {in.num_attention_heads, "--num-attention-heads"}, {in.seq_length, "--seq-length"},
                              {in.vocab_size, "--vocab-size"}, {in.global_batch_size, "--global-batch-size"},
@@ -69,28 +87,45 @@ std::string known_gpus() {
   return keys;
 }
 
-GptConfig model_shape(const EstimateInput& in) {
-  GptConfig config;
-  config.num_layers = in.num_layers;
-  config.hidden_size = in.hidden_size;
-  config.num_heads = in.num_attention_heads;
-  config.vocab_size = in.vocab_size;
-  config.max_position_embeddings = in.seq_length;
-  return config;
-}
-
-// The fp8 recipe the estimate's options describe (the scaling state's size depends only on the
-// tensors and the history length), or nullopt without fp8.
-std::optional<Fp8Recipe> fp8_recipe(const EstimateInput& in) {
-  if (in.fp8_format.empty()) return std::nullopt;
-  Fp8Recipe recipe;
-  recipe.grad_dtype = in.fp8_format == "hybrid" ? DType::F8E5M2 : DType::F8E4M3;
-  recipe.amax_history = in.fp8_amax_history_len;
-  recipe.classifier = in.fp8_classifier;
-  return recipe;
+// The closed-form parameter count (estimator.h), with the unpadded vocabulary: Narayanan et al.'s
+// for GPT's blocks and embeddings, plus, for the encoder classifier, what its layout adds
+// (nn/encoder_classifier.h): J intermediate layers of h^2 + h, the final LayerNorm's 2h, the pooler
+// and the head's dense layer, h^2 + h each, and the projection to L labels, h L + L.
+double closed_form_parameters(const EstimateInput& in) {
+  const double l = static_cast<double>(in.num_layers), h = static_cast<double>(in.hidden_size);
+  const double V = static_cast<double>(in.vocab_size), s = static_cast<double>(in.seq_length);
+  const double gpt = 12 * l * h * h * (1 + 13 / (12 * h) + (V + s) / (12 * l * h));
+  if (in.model != "encoder-classifier") return gpt;
+  const double J = static_cast<double>(in.num_intermediate_layers), L = static_cast<double>(in.num_labels);
+  return gpt + (J + 2) * h * h + (J + 4) * h + (h + 1) * L;
 }
 
 }  // namespace
+
+Config training_config(const EstimateInput& in) {
+  Config config;
+  config.model = in.model;
+  config.num_layers = in.num_layers;
+  config.hidden_size = in.hidden_size;
+  config.num_attention_heads = in.num_attention_heads;
+  config.seq_length = in.seq_length;
+  config.vocab_size = in.vocab_size;
+  config.num_intermediate_layers = in.num_intermediate_layers;
+  config.num_labels = in.num_labels;
+  config.global_batch_size = in.global_batch_size;
+  config.micro_batch_size = in.micro_batch_size;
+  config.bf16 = in.precision == "bf16";
+  config.fp16 = in.precision == "fp16";
+  config.tf32 = in.precision == "tf32";
+  config.device = "cuda";
+  config.fp8_format = in.fp8_format;
+  config.fp8_amax_history_len = in.fp8_amax_history_len;
+  config.fp8_classifier = in.fp8_classifier;
+  config.loss_chunk_rows = in.loss_chunk_rows;
+  config.deterministic_attention = in.deterministic_attention;
+  config.resolve(static_cast<int>(in.gpus));
+  return config;
+}
 
 MemoryEstimate model_state_bytes(double parameters, const std::string& precision, int zero_stage,
                                  int64_t data_parallel) {
@@ -116,16 +151,14 @@ Estimate estimate(const EstimateInput& in) {
   KILN_CHECK(in.fp8_format.empty() || spec->peak_tflops("fp8") > 0, "--gpu {} has no fp8 tensor cores", in.gpu);
   Estimate out;
   out.gpu = *spec;
-  const double l = static_cast<double>(in.num_layers), h = static_cast<double>(in.hidden_size);
-  const double V = static_cast<double>(in.vocab_size), s = static_cast<double>(in.seq_length);
-  out.parameters_formula = 12 * l * h * h * (1 + 13 / (12 * h) + (V + s) / (12 * l * h));
-  const GptConfig shape = model_shape(in);
   plan_recompute(in.recompute, in.num_layers);  // validates the policy against the depth
-  out.parameters_exact = ParameterLayout(shape).total();
+  const Config config = training_config(in);
+  const std::shared_ptr<const ModelArchitecture> architecture = config.architecture();
+  out.parameters_formula = closed_form_parameters(in);
+  out.parameters_exact = architecture->num_parameters();
 
-  const FlopsShape flops{in.global_batch_size, in.seq_length, in.num_layers, in.hidden_size, in.vocab_size};
-  out.flops_without_recompute = flops_per_iteration(flops, false);
-  out.flops_with_full_recompute = flops_per_iteration(flops, true);
+  out.flops_without_recompute = architecture->flops_per_iteration(in.global_batch_size, in.seq_length, false);
+  out.flops_with_full_recompute = architecture->flops_per_iteration(in.global_batch_size, in.seq_length, true);
   const bool full = in.recompute.granularity == RecomputeGranularity::Full;
   out.flops_per_iteration = full ? out.flops_with_full_recompute : out.flops_without_recompute;
   const double gpus = static_cast<double>(in.gpus);
@@ -145,27 +178,26 @@ Estimate estimate(const EstimateInput& in) {
   }
 
   out.memory = model_state_bytes(static_cast<double>(out.parameters_exact), in.precision, in.zero_stage, in.gpus);
-  const DType dtype = in.precision == "bf16" ? DType::BF16 : in.precision == "fp16" ? DType::F16 : DType::F32;
-  const std::optional<Fp8Recipe> recipe = fp8_recipe(in);
-  const bool fp8 = recipe.has_value();
+  const DType dtype = config.compute_dtype();
+  const std::optional<Fp8Recipe> recipe = config.fp8_recipe();
+  const Fp8Recipe* fp8 = recipe ? &*recipe : nullptr;
   const auto activations = [&](int64_t micro) {
     return static_cast<double>(
-        GptActivations::bytes_needed(shape, micro, in.seq_length, in.recompute, dtype, in.loss_chunk_rows, fp8,
-                                     in.fp8_classifier));
+        architecture->activation_bytes(micro, in.seq_length, in.recompute, dtype, in.loss_chunk_rows, fp8));
   };
-  // CudaBackend::workspace_bytes' attention, LayerNorm backward and fp8 cast parts (fused attention
-  // on, the default, on a GPU that takes the tiled kernels).
-  const int64_t head_size = in.hidden_size / in.num_attention_heads;
-  const bool fused = fused_attention_shape(dtype, head_size), tiled = fused && tiled_attention_head(head_size);
+  // CudaBackend::workspace_bytes' attention, LayerNorm backward and fp8 cast parts for the model's
+  // workspace needs (fused attention on, the default, on a GPU that takes the tiled kernels).
   const auto workspace = [&](int64_t micro) {
-    const int64_t positions = micro * in.seq_length;
-    const AttentionFp8Gradient fp8_gradient{fp8 ? 3 * in.hidden_size : 0, fp8 && !tiled};
-    const int64_t query_sum_columns = attention_query_sum_columns(tiled, in.deterministic_attention, in.hidden_size);
-    const size_t attention = attention_workspace_bytes(micro, in.num_attention_heads, in.seq_length, dtype, fused,
-                                                       fp8_gradient, query_sum_columns);
     const Backend::WorkspaceNeeds needs =
-        Gpt::workspace_needs(shape, micro, in.seq_length, dtype, fp8 ? &*recipe : nullptr, in.loss_chunk_rows);
-    const size_t layernorm = layernorm_backward_scratch_bytes(positions, needs.widest_layernorm, fp8);
+        architecture->workspace_needs(micro, in.seq_length, dtype, fp8, in.loss_chunk_rows);
+    const bool fused = fused_attention_shape(dtype, needs.head_size);
+    const bool tiled = fused && tiled_attention_head(needs.head_size);
+    const int64_t positions = needs.batch * needs.seq, width = needs.heads * needs.head_size;
+    const AttentionFp8Gradient fp8_gradient{fp8 ? 3 * width : 0, fp8 && !tiled};
+    const int64_t query_sum_columns = attention_query_sum_columns(tiled, in.deterministic_attention, width);
+    const size_t attention = attention_workspace_bytes(needs.batch, needs.heads, needs.seq, dtype, fused,
+                                                       fp8_gradient, query_sum_columns);
+    const size_t layernorm = layernorm_backward_scratch_bytes(positions, needs.widest_layernorm, fp8 != nullptr);
     const size_t casts = fp8_scratch_bytes(needs.fp8_cast_bytes, positions, needs.widest_row);
     return static_cast<double>(std::max({attention, layernorm, casts}));
   };
@@ -173,6 +205,7 @@ Estimate estimate(const EstimateInput& in) {
   out.memory.workspace = workspace(in.micro_batch_size);
   if (fp8) out.memory.fp8_scaling = static_cast<double>(Fp8Scaling::state_bytes(in.num_layers, *recipe));
   const double a = static_cast<double>(in.num_attention_heads), b = static_cast<double>(in.micro_batch_size);
+  const double h = static_cast<double>(in.hidden_size), s = static_cast<double>(in.seq_length);
   out.korthikanti_layer_bytes = s * b * h * (34 + 5 * a * s / h);
   out.korthikanti_layer_bytes_full_recompute = 2 * s * b * h;
 
@@ -191,16 +224,9 @@ Estimate estimate(const EstimateInput& in) {
   out.largest_micro_batch = low;
   out.fits = fits(in.micro_batch_size);
 
-  IterationShape iteration;
-  iteration.gpt = shape;
-  iteration.micro_batch = in.micro_batch_size;
-  iteration.seq = in.seq_length;
-  iteration.accumulation = in.global_batch_size / (in.micro_batch_size * in.gpus);
-  iteration.dtype = dtype;
+  IterationShape iteration = iteration_shape(config);
   iteration.recompute = in.recompute;
   iteration.optimizer_shards = in.zero_stage >= 1 ? in.gpus : 1;
-  iteration.fp8 = recipe;
-  iteration.loss_chunk_rows = in.loss_chunk_rows;
   out.roofline = roofline(count_iteration_ops(iteration), datasheet_limits(*spec, in.precision));
   out.roofline_tokens_per_second =
       static_cast<double>(in.global_batch_size / in.gpus * in.seq_length) / (out.roofline.ms * 1e-3);

@@ -1,14 +1,24 @@
 // `kiln estimate`: what a configuration will cost before it runs (../shared/PERF.md formulas).
+// The model is any `--model` kiln train builds (train/model_kinds.h): the exact counts, FLOPs,
+// memory and roofline come from its ModelArchitecture (nn/model.h) and the model it builds, so
+// GPT and the encoder classifier are estimated alike; only the closed forms are per model.
 //
-//   parameters    closed form P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)) (Narayanan et al. 2021,
-//                 arXiv 2104.04473) and the exact count of the model kiln builds (padded vocabulary,
-//                 final LayerNorm included)
-//   FLOPs         per iteration with and without full recomputation (perf/flops.h)
+//   parameters    a closed form and the exact count of the model kiln builds (padded vocabulary,
+//                 final LayerNorm included). GPT: P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h))
+//                 (Narayanan et al. 2021, arXiv 2104.04473). The encoder classifier, from its
+//                 layout (nn/encoder_classifier.h): the same blocks and embeddings, plus J
+//                 intermediate layers, the final LayerNorm, the pooler, the head's dense layer and
+//                 its projection to L labels: P + (J + 2) h^2 + (J + 4) h + (h + 1) L, equal to
+//                 the exact count when V is a multiple of the padding (64)
+//   FLOPs         per iteration with and without full recomputation, the architecture's
+//                 (perf/flops.h: Narayanan et al.'s form for GPT, its encoder form)
 //   speed         achieved TFLOP/s per GPU from a measured time per iteration, or the time per
 //                 iteration from a target TFLOP/s; its share of the GPU's datasheet peak (neither
 //                 given: no speed or time, has_speed false; the memory rows need neither)
 //   time          days for a token budget T on n GPUs at rate X: 8 T P / (n X) with recomputation,
-//                 6 T P / (n X) without
+//                 6 T P / (n X) without, P the closed form (Narayanan et al.'s rule of 6 FLOPs a
+//                 parameter and token; for the encoder it also counts its word embeddings, which
+//                 are looked up and never multiplied, so it runs high by about V h / P)
 //   memory        per GPU, as kiln's buffers hold it: weights, gradients and optimizer state per
 //                 parameter by ZeRO stage. kiln keeps gradients in fp32 in every precision, so
 //                 mixed precision is 2 (weights) + 4 (gradients) + 12 (fp32 master, two moments)
@@ -16,12 +26,13 @@
 //                 optimizer table (docs/source/api-guide/dist_optimizer.md; ZeRO-1 6 + 12/Nd,
 //                 ZeRO-2 2 + 16/Nd, ZeRO-3 18/Nd), and fp32 training 4 + 4 + 8 (Rajbhandari et al.
 //                 2020 count 2-byte gradients, 16 bytes, for their fp16 layout). Plus activations as
-//                 kiln's planner lays them out (in the precision's dtype) under the recompute
-//                 policy, and the CUDA back-end's op workspace, the largest of: attention's
-//                 (backend/attention_workspace.h: with the fused kernels one fp32 per query and
-//                 head, else two micro-batch x heads x s^2 matrices, shared by all layers) and the
-//                 LayerNorm backward's partial sums (backend/layernorm_workspace.h); Korthikanti et
-//                 al. 2022 (arXiv 2205.05198) per-layer activation bytes are given for reference.
+//                 the architecture's planner lays them out (in the precision's dtype) under the
+//                 recompute policy, and the CUDA back-end's op workspace for the architecture's
+//                 workspace needs, the largest of: attention's (backend/attention_workspace.h:
+//                 with the fused kernels one fp32 per query and head, else two micro-batch x heads
+//                 x s^2 matrices, shared by all layers) and the LayerNorm backward's partial sums
+//                 (backend/layernorm_workspace.h); Korthikanti et al. 2022 (arXiv 2205.05198)
+//                 per-layer activation bytes of a transformer layer are given for reference.
 //                 With fp8 products (--fp8-format, bf16 only) also the casts of the largest product
 //                 with the bias gradient's partial sums (fp8_workspace.h), plus the fp8 scaling
 //                 state (nn/fp8_scaling.h); the FLOPs are the same and the share of peak stays
@@ -32,7 +43,8 @@
 //                 rates, op by op, from the ops kiln's model issues (perf/roofline.h), and the
 //                 tokens/s per GPU that bounds
 // Parallelism is pure data parallelism over --gpus (tensor and pipeline parallelism are not modelled).
-// Inputs are validated; errors name the flag.
+// Inputs are validated; errors name the flag. What kiln train refuses for the model (the encoder
+// classifier has no fp8 products and no recomputation yet, Config::validate) is refused here too.
 #pragma once
 
 #include <cstdint>
@@ -42,11 +54,15 @@
 #include "kiln/nn/recompute.h"
 #include "kiln/perf/gpu_specs.h"
 #include "kiln/perf/roofline.h"
+#include "kiln/train/config.h"
 
 namespace kiln {
 
 struct EstimateInput {
+  std::string model = "gpt";  // a --model of kiln train: gpt or encoder-classifier
   int64_t num_layers = 0, hidden_size = 0, num_attention_heads = 0, seq_length = 0, vocab_size = 0;
+  int64_t num_intermediate_layers = 2;  // encoder-classifier: residual Linear+GELU layers after the blocks
+  int64_t num_labels = 2;               // encoder-classifier: classes
   int64_t global_batch_size = 0, micro_batch_size = 1, gpus = 1;
   std::string gpu = "h100-sxm";
   std::string precision = "bf16";  // fp32, tf32, bf16, fp16
@@ -92,6 +108,11 @@ struct Estimate {
 // Bytes per parameter for weights, gradients and optimizer state on one of `data_parallel` GPUs.
 MemoryEstimate model_state_bytes(double parameters, const std::string& precision, int zero_stage,
                                  int64_t data_parallel);
+
+// The kiln train Config `in` describes, resolved on `in.gpus` ranks: the model and its shape, the
+// batch, precision and fp8 (the recompute policy stays `in`'s). Its architecture() is the model
+// the estimate counts. Not validated (estimate() validates its input).
+Config training_config(const EstimateInput& in);
 
 Estimate estimate(const EstimateInput& input);
 

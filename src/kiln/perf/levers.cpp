@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "kiln/core/error.h"
+#include "kiln/train/model_kinds.h"
 
 namespace kiln {
 
@@ -59,9 +60,10 @@ std::vector<LeverEstimate> estimate_levers(const EstimateInput& in) {
         [](EstimateInput& e) { e.fp8_classifier = !e.fp8_classifier; });
 
   // The classifier and loss on 4 times the positions at a time (up to a micro-batch's): fewer,
-  // larger products and fewer passes over wte's gradient, for more logits in memory.
+  // larger products and fewer passes over wte's gradient, for more logits in memory. Only a model
+  // whose loss runs over every position (next tokens) chunks it.
   const int64_t positions = in.micro_batch_size * in.seq_length;
-  if (positions > in.loss_chunk_rows) {
+  if (model_kind(in.model).input == ModelInput::NextTokens && positions > in.loss_chunk_rows) {
     const int64_t rows = std::min(positions, 4 * in.loss_chunk_rows);
     add(fmt::format("--loss-chunk-rows {}", rows), [rows](EstimateInput& e) { e.loss_chunk_rows = rows; });
   }

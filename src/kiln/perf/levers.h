@@ -2,10 +2,11 @@
 // those that differ from it by one switch, so memory per GPU and the roofline of an iteration can
 // be compared without trying each (`kiln estimate levers`). The switches: the recompute policy
 // (none, selective, full uniform), the precision (bf16 against TF32), fp8 products (with bf16),
-// with fp8 the classifier's products in fp8 or not, half and twice the micro-batch at the same global batch, and with more than one GPU each ZeRO
-// stage. A change that does not apply to the configuration (fp8 with dimensions that are not
-// multiples of 16, a micro-batch that does not divide the global batch, ...) is listed with the
-// estimator's reason.
+// with fp8 the classifier's products in fp8 or not, larger loss chunks (for a model whose loss
+// runs over every position), half and twice the micro-batch at the same global batch, and with
+// more than one GPU each ZeRO stage. A change that does not apply to the configuration (fp8 with
+// dimensions that are not multiples of 16, a micro-batch that does not divide the global batch,
+// fp8 or recomputation for the encoder classifier, ...) is listed with the estimator's reason.
 #pragma once
 
 #include <optional>

@@ -4,7 +4,6 @@
 
 #include "kiln/backend/op_counting.h"
 #include "kiln/core/error.h"
-#include "kiln/nn/gpt.h"
 #include "kiln/optim/adamw.h"
 
 namespace kiln {
@@ -33,7 +32,7 @@ std::vector<OpTotals> sharded(std::vector<OpTotals> totals, int64_t shards) {
 
 IterationShape iteration_shape(const Config& config) {
   IterationShape shape;
-  shape.gpt = config.gpt();
+  shape.architecture = config.architecture();
   shape.micro_batch = config.micro_batch_size;
   shape.seq = config.seq_length;
   shape.accumulation = config.accumulation_steps();
@@ -50,20 +49,23 @@ std::vector<OpTotals> count_iteration_ops(const IterationShape& shape) {
              "an iteration needs a positive micro-batch, sequence, accumulation and optimizer "
              "shards, got {} x {} x {} and {}",
              shape.micro_batch, shape.seq, shape.accumulation, shape.optimizer_shards);
+  KILN_CHECK(shape.architecture != nullptr, "an iteration needs a model architecture");
   OpCountingBackend counter;
-  Gpt model(shape.gpt, counter, shape.dtype);
-  if (shape.fp8) model.enable_fp8(*shape.fp8);
-  model.allocate_activations(shape.micro_batch, shape.seq, shape.recompute, shape.loss_chunk_rows);
-  AdamW optimizer(counter, model.layout(), model.params(), AdamwConfig{});
-  // Token 0 everywhere: the ops and their work depend on the shapes alone.
-  const std::vector<int32_t> tokens(static_cast<size_t>(shape.micro_batch * shape.seq), 0);
+  const std::unique_ptr<Model> model = shape.architecture->build(counter, shape.dtype, 1);
+  if (shape.fp8) model->enable_fp8(*shape.fp8);
+  model->allocate_activations(shape.micro_batch, shape.seq, shape.recompute, shape.loss_chunk_rows);
+  AdamW optimizer(counter, model->layout(), model->params(), AdamwConfig{});
+  // Zero rows everywhere: the ops and their work depend on the shapes alone, and zeros are a valid
+  // micro-batch of every model (GPT: token 0 predicting token 0; the encoder classifier: label 0
+  // with only the first position real, data/classification_tokens.h).
+  const std::vector<int32_t> rows(static_cast<size_t>(shape.micro_batch * shape.seq), 0);
 
   // The first micro-batch writes the gradients; the others issue the same ops adding to them:
   // count one of each and repeat the second.
   const auto count_micro_batch = [&](GradientPass gradients) {
     counter.clear();
-    model.forward(tokens, tokens, shape.micro_batch, shape.seq, gradients);
-    model.backward();
+    model->forward(MicroBatch{rows, rows, shape.micro_batch, shape.seq}, gradients);
+    model->backward();
     return counter.totals();
   };
   const std::vector<OpTotals> first = count_micro_batch(GradientPass::Write);
@@ -72,9 +74,9 @@ std::vector<OpTotals> count_iteration_ops(const IterationShape& shape) {
                              : std::vector<OpTotals>{};
 
   counter.clear();
-  counter.sum_of_squares({model.grads()});
-  optimizer.step(model.grads(), 1e-4f, 1.0f);
-  if (model.fp8()) model.fp8()->update_scales(1);
+  counter.sum_of_squares({model->grads()});
+  optimizer.step(model->grads(), 1e-4f, 1.0f);
+  if (model->fp8()) model->fp8()->update_scales(1);
   const std::vector<OpTotals> once = sharded(counter.totals(), shape.optimizer_shards);
   OpLedger iteration;
   for (const auto* part : {&first, &later, &once})

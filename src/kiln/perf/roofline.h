@@ -6,14 +6,17 @@
 // divided into it says how much of the hardware a run uses, and the per-op rows say where the rest
 // goes (`kiln bench train --profile-ops` prints each op's measured share of its bound).
 //
-// Counted: every op of `accumulation` micro-batches' forward and backward (recomputation and fp8
-// casts included) and the once-per-iteration gradient norm, AdamW over every parameter and fp8
-// scale update, as Trainer::train_step issues them; with the optimizer state sharded over
+// The model is any ModelArchitecture's (nn/model.h), built on the op counter and run through the
+// Model interface as the Trainer runs it, so GPT and the encoder classifier are counted alike.
+// Counted: every op of `accumulation` micro-batches' forward and backward (recomputation, dropout
+// and fp8 casts included) and the once-per-iteration gradient norm, AdamW over every parameter and
+// fp8 scale update, as Trainer::train_step issues them; with the optimizer state sharded over
 // data-parallel GPUs (ZeRO), each GPU's norm and AdamW cover its share. Not counted: host-to-device
 // copies (staged on their own stream), gradient communication between GPUs, and whatever scratch
 // traffic an implementation adds beyond op_work.h's least bytes.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -21,16 +24,17 @@
 #include "kiln/backend/op_work.h"
 #include "kiln/core/dtype.h"
 #include "kiln/nn/fp8_scaling.h"
-#include "kiln/nn/gpt_config.h"
+#include "kiln/nn/model.h"
 #include "kiln/nn/recompute.h"
 #include "kiln/perf/gpu_specs.h"
 #include "kiln/train/config.h"
 
 namespace kiln {
 
-// One GPU's share of an iteration: `accumulation` micro-batches of `micro_batch` x `seq` tokens.
+// One GPU's share of an iteration: `accumulation` micro-batches of `micro_batch` x `seq` tokens
+// of the model `architecture` describes (required; shared, since the shape is copied freely).
 struct IterationShape {
-  GptConfig gpt;
+  std::shared_ptr<const ModelArchitecture> architecture;
   int64_t micro_batch = 1, seq = 1, accumulation = 1;
   DType dtype = DType::F32;  // compute dtype (the Config's: fp32 also for TF32)
   RecomputePolicy recompute;
@@ -43,6 +47,7 @@ struct IterationShape {
 IterationShape iteration_shape(const Config& config);
 
 // Every op of one iteration with its calls and work, without running any (the ledger's order).
+// Fails naming what the model refuses (fp8 products, recomputation) as building it would.
 std::vector<OpTotals> count_iteration_ops(const IterationShape& shape);
 
 // The datasheet's rates for a precision name (fp32, tf32, bf16, fp16): its dense tensor-core
