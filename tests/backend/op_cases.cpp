@@ -392,10 +392,16 @@ const char* mask_name(AttentionMask mask) {
   return "?";
 }
 
-OpCase attention_case(int64_t B, int64_t T, int64_t NH, int64_t HS, AttentionMask mask, Rng& rng) {
+// With `dropout` > 0, attention dropout on the probabilities (ops.h) under a fixed seed and stream:
+// a fixed mask, so the reference is a plain function of qkv again.
+OpCase attention_case(int64_t B, int64_t T, int64_t NH, int64_t HS, AttentionMask mask, Rng& rng,
+                      float dropout = 0.0f) {
   const int64_t C = NH * HS;
   OpCase op;
   op.name = fmt::format("attention_{}_B{}_T{}_NH{}_HS{}", mask_name(mask), B, T, NH, HS);
+  if (dropout > 0.0f) op.name += fmt::format("_dropout{}", static_cast<int>(dropout * 100));  // p in percent
+  const AttentionDropout drop{dropout, 0x5eedull, 0x57ea11ull};
+  const DropoutMask drop_mask = dropout_mask(dropout, drop.seed, drop.stream);
   const bool padded = mask != AttentionMask::Causal;
   const bool causal = mask != AttentionMask::KeyPadding;
   std::vector<int32_t> key_mask(static_cast<size_t>(B * T), 1);
@@ -413,7 +419,9 @@ OpCase attention_case(int64_t B, int64_t T, int64_t NH, int64_t HS, AttentionMas
   auto run_forward = [=](Backend& backend, DeviceTensors& t, const std::vector<float>& qkv_host) {
     Forward f{t.poisoned_acts({B, T, C}), t.poisoned({B * NH * T}), t.acts(qkv_host, {B, T, 3 * C}),
               padded ? t.ints(key_mask, {B, T}) : Tensor{}};
-    backend.attention_forward({f.out, f.lse, f.qkv, f.key_mask, static_cast<int>(NH), mask});
+    AttentionForward forward{f.out, f.lse, f.qkv, f.key_mask, static_cast<int>(NH), mask};
+    forward.dropout = drop;
+    backend.attention_forward(forward);
     return f;
   };
   op.forward = [=](Backend& backend, DType dtype, const FloatInputs& x) {
@@ -439,9 +447,13 @@ OpCase attention_case(int64_t B, int64_t T, int64_t NH, int64_t HS, AttentionMas
           if (max_score == -INFINITY) continue;  // no visible key: zero output
           double sum = 0;
           for (double& score : scores) sum += (score = std::exp(score - max_score));
-          for (int64_t s = 0; s < T; ++s)
+          for (int64_t s = 0; s < T; ++s) {
+            const double kept =
+                dropout > 0.0f ? drop_mask.factor(static_cast<uint64_t>(((b * NH + h) * T + t) * T + s)) : 1.0;
             for (int64_t d = 0; d < HS; ++d)
-              out[(b * T + t) * C + h * HS + d] += scores[s] / sum * qkv[(b * T + s) * 3 * C + 2 * C + h * HS + d];
+              out[(b * T + t) * C + h * HS + d] +=
+                  scores[s] / sum * kept * qkv[(b * T + s) * 3 * C + 2 * C + h * HS + d];
+          }
         }
     return out;
   };
@@ -449,8 +461,10 @@ OpCase attention_case(int64_t B, int64_t T, int64_t NH, int64_t HS, AttentionMas
     DeviceTensors t(backend, dtype);
     const Forward f = run_forward(backend, t, x[0]);
     Tensor dqkv = t.poisoned_acts({B, T, 3 * C});
-    backend.attention_backward({dqkv, t.acts(dout, {B, T, C}), f.qkv, f.out, f.lse, f.key_mask, static_cast<int>(NH),
-                                mask});
+    AttentionBackward backward{dqkv, t.acts(dout, {B, T, C}), f.qkv, f.out, f.lse, f.key_mask, static_cast<int>(NH),
+                               mask};
+    backward.dropout = drop;
+    backend.attention_backward(backward);
     return FloatInputs{t.download(dqkv)};
   };
   return op;
@@ -553,6 +567,14 @@ std::vector<OpCase> all_op_cases() {
   cases.push_back(tanh_case(256, rng));
   cases.push_back(gather_rows_case(3, 5, 24, 0, rng));
   cases.push_back(gather_rows_case(2, 7, 80, 3, rng));
+  // The encoder's bidirectional attention under key padding at its head sizes, and attention
+  // dropout (masks drawn the same on every back-end) at two rates, causal and padded.
+  cases.push_back(attention_case(2, 9, 2, 64, AttentionMask::KeyPadding, rng));
+  cases.push_back(attention_case(2, 7, 1, 80, AttentionMask::KeyPadding, rng));
+  cases.push_back(attention_case(1, 9, 1, 128, AttentionMask::KeyPadding, rng));
+  cases.push_back(attention_case(2, 9, 2, 24, AttentionMask::Causal, rng, 0.1f));
+  cases.push_back(attention_case(2, 9, 2, 64, AttentionMask::KeyPadding, rng, 0.3f));
+  cases.push_back(attention_case(1, 7, 1, 80, AttentionMask::CausalKeyPadding, rng, 0.3f));
   return cases;
 }
 

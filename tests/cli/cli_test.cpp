@@ -394,8 +394,7 @@ TEST(Cli, BadInputGivesOneLineErrorAndNonZeroExit) {
 
 
 // The seed course's Megatron-LM command line (pretrain_gpt.py's arguments) runs unchanged but for
-// tiny sizes, 2 iterations, random tokens instead of --data-path, and --attention-dropout (not
-// accepted yet) left out.
+// tiny sizes, 2 iterations and random tokens instead of --data-path.
 TEST(Cli, MegatronCourseCommandLineRuns) {
   TempDir dir;
   // GPT-2's encoder.json and vocab.bpe formats, a toy vocabulary of 6 tokens.
@@ -412,7 +411,7 @@ TEST(Cli, MegatronCourseCommandLineRuns) {
       " --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --optimizer adam --data-impl mmap "
       "--exit-duration-in-mins 1190 --DDP-impl local --use-distributed-optimizer --timing-log-level 2 "
       "--no-masked-softmax-fusion --no-bias-gelu-fusion --no-bias-dropout-fusion --no-gradient-accumulation-fusion "
-      "--adam-beta1 0.9 --adam-beta2 0.95 --init-method-std 0.006 --hidden-dropout 0.1 --num-workers 2 "
+      "--adam-beta1 0.9 --adam-beta2 0.95 --init-method-std 0.006 --hidden-dropout 0.1 --attention-dropout 0.1 --num-workers 2 "
       "--tensorboard-dir " +
       (dir / "TB") + " --log-timers-to-tensorboard --log-batch-size-to-tensorboard --log-validation-ppl-to-tensorboard "
       "--log-memory-to-tensorboard --log-world-size-to-tensorboard";
@@ -421,7 +420,7 @@ TEST(Cli, MegatronCourseCommandLineRuns) {
   for (const std::string& line : std::vector<std::string>{
            "optimizer: adam", "tensor_model_parallel_size: 1", "data_impl: mmap", "ddp_impl: local",
         "timing_log_level: 2", "masked_softmax_fusion: false", "gradient_accumulation_fusion: false",
-        "hidden_dropout: 0.1",
+        "hidden_dropout: 0.1", "attention_dropout: 0.1",
         "vocab_file: " + (dir / "gpt2-vocab.json"), "merge_file: " + (dir / "gpt2-merges.txt")})
     EXPECT_NE(printed.output.find(line + "\n"), std::string::npos) << line << "\n" << printed.output;
   const Result trained = run_kiln(course);
@@ -432,12 +431,12 @@ TEST(Cli, MegatronCourseCommandLineRuns) {
 }
 
 TEST(Cli, UnknownFlagsAreNamedOneLineEachWithTheClosest) {
-  const Result result = run_kiln("train --hiden-size 3 --lrr 1 --attention-dropout=0.1 --mock-data --vocab-size 64");
+  const Result result = run_kiln("train --hiden-size 3 --lrr 1 --swiglu --mock-data --vocab-size 64");
   EXPECT_EQ(result.exit_code, 109) << result.output;  // CLI11's ExtrasError, as main() exits on parse errors
   EXPECT_EQ(result.output,
             "kiln: error: unknown flag '--hiden-size' (did you mean --hidden-size?)\n"
             "kiln: error: unknown flag '--lrr' (did you mean --lr?)\n"
-            "kiln: error: unknown flag '--attention-dropout'\n"
+            "kiln: error: unknown flag '--swiglu'\n"
             "kiln: the flags `kiln train --help` lists are the ones it knows\n"
             "Run with --help for more information.\n");
   // kiln bench train shares the flags, and the refusal.

@@ -166,7 +166,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Setting{"fp8", "--bf16 --fp8-format hybrid --fp8-amax-history-len 4 --fp8-amax-compute-algo max"},
                       Setting{"full_recompute", "--recompute-granularity full --recompute-method uniform"},
                       // each micro-batch's masks named by its index in the global batch, not its rank
-                      Setting{"hidden_dropout", "--hidden-dropout 0.1"}),
+                      Setting{"hidden_dropout", "--hidden-dropout 0.1"},
+                      Setting{"attention_dropout", "--attention-dropout 0.1"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // The encoder classifier through the same data-parallel path (its gradients reach the buckets

@@ -32,7 +32,8 @@ EncoderConfig tiny_encoder(float dropout = 0.0f) {
   config.max_position_embeddings = 8;
   config.num_intermediate_layers = 2;
   config.num_labels = 3;
-  config.hidden_dropout = dropout;
+  config.hidden_dropout = dropout;  // and the attention's probabilities at the same rate
+  config.attention_dropout = dropout;
   return config;
 }
 

@@ -81,7 +81,8 @@ TEST(ClassifierTraining, LearnsLabelledTextAndReportsAccuracyAndF1) {
   config.num_workers = 2;  // the loader's workers tokenize
   config.save = dir / "ckpt";
   Trainer trainer(config);
-  EXPECT_EQ(trainer.config().hidden_dropout, 0.1) << "the encoder's default rate";
+  EXPECT_EQ(trainer.config().hidden_dropout, 0.1) << "the encoder's default rates";
+  EXPECT_EQ(trainer.config().attention_dropout, 0.1);
   EXPECT_EQ(trainer.config().vocab_size, 50257) << "the tokenizer's vocabulary";
   testing::IterationRecorder recorder;
   trainer.add_observer(&recorder);
@@ -121,6 +122,7 @@ TEST(ClassifierTraining, ResumeWithDropoutIsBitForBit) {
             testing::read_file_bytes(dir / "full/iter_0000006/optimizer.safetensors"));
   Config undropped = config;
   undropped.hidden_dropout = 0.0;
+  undropped.attention_dropout = 0.0;
   undropped.save = "";
   undropped.save_interval = 0;
   EXPECT_NE(testing::train_and_record(undropped).front().lm_loss, full.front().lm_loss) << "dropout draws masks";
@@ -130,6 +132,7 @@ TEST(ClassifierTraining, AccumulationMatchesOneBigMicroBatch) {
   TempDir dir;
   Config big = classifier_config(write_synth(dir));
   big.hidden_dropout = 0.0;  // masks are drawn per micro-batch: only without dropout are the two the same
+  big.attention_dropout = 0.0;
   big.micro_batch_size = 16;
   big.train_iters = 3;
   Config accumulated = big;

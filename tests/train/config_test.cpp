@@ -431,16 +431,18 @@ TEST(Config, TheSeedLabExampleIsTheLabsClassifier) {
   EXPECT_LT(parameters, 400'000'000);
 }
 
-// hidden_dropout left to the model: GPT keeps everything (today's runs keep their numbers), the
+// hidden_dropout and attention_dropout left to the model: GPT keeps everything (today's runs keep their numbers), the
 // encoder classifier drops 0.1 (Megatron's default and the lab's).
 TEST(Config, HiddenDropoutDefaultsByModel) {
   Config gpt;
   gpt.resolve();
   EXPECT_EQ(gpt.hidden_dropout, 0.0);
+  EXPECT_EQ(gpt.attention_dropout, 0.0);
   Config encoder;
   encoder.model = "encoder-classifier";
   encoder.resolve();
   EXPECT_EQ(encoder.hidden_dropout, 0.1);
+  EXPECT_EQ(encoder.attention_dropout, 0.1);
   encoder.hidden_dropout = 0.0;  // a rate given stays
   encoder.resolve();
   EXPECT_EQ(encoder.hidden_dropout, 0.0);

@@ -105,6 +105,52 @@ TEST(CudaParity, HiddenDropoutFollowsTheCpuLossesAndRecomputesItsMasks) {
   EXPECT_EQ(losses("cuda", 0.1, "full"), gpu);
 }
 
+// The encoder classifier through the Trainer (key-padding attention, pooler, head, its default
+// hidden and attention dropout): the CUDA back-end follows the CPU's losses, recomputes its masks
+// bit for bit, and replays its micro-batches from CUDA graphs (dropout off) bit for bit.
+TEST(CudaParity, EncoderClassifierFollowsTheCpuAndRecomputesAndReplays) {
+  const std::string reason = testing::backend_skip_reason("cuda");
+  if (!reason.empty()) GTEST_SKIP() << reason;
+  const auto config_on = [](const std::string& device) {
+    Config config;
+    config.model = "encoder-classifier";
+    config.device = device;
+    config.mock_data = true;
+    config.vocab_size = 61;
+    config.num_layers = 2;
+    config.hidden_size = 64;
+    config.num_attention_heads = 2;
+    config.num_intermediate_layers = 1;
+    config.seq_length = 32;
+    config.micro_batch_size = 4;
+    config.global_batch_size = 8;
+    config.train_iters = 6;
+    config.lr = 1e-3;
+    config.eval_iters = 0;
+    config.num_workers = 0;
+    return config;
+  };
+  const auto losses = [](const Config& config) {
+    std::vector<double> values;
+    for (const IterationStats& step : train_steps(config)) values.push_back(step.lm_loss);
+    return values;
+  };
+  const std::vector<double> cpu = losses(config_on("cpu")), gpu = losses(config_on("cuda"));
+  ASSERT_EQ(gpu.size(), cpu.size());
+  for (size_t i = 0; i < cpu.size(); ++i)
+    EXPECT_NEAR(gpu[i], cpu[i], 1e-4 * std::abs(cpu[i])) << "iteration " << i + 1;
+  Config recomputed = config_on("cuda");
+  recomputed.recompute_granularity = "full";
+  recomputed.recompute_method = "uniform";
+  EXPECT_EQ(losses(recomputed), gpu);
+  Config undropped = config_on("cuda");
+  undropped.hidden_dropout = 0.0;
+  undropped.attention_dropout = 0.0;
+  Config graphed = undropped;
+  graphed.cuda_graph = true;
+  EXPECT_EQ(losses(graphed), losses(undropped));
+}
+
 // Replays from CUDA graphs run the same kernels on the same data as direct calls, so every loss
 // agrees bit for bit. A graph replayed with another micro-batch's stager slot, or a capture not
 // replayed, or replayed twice, changes the losses.

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <span>
 
+#include "kiln/backend/dropout_mask.h"
 #include "kiln/core/tensor.h"
 
 namespace kiln {
@@ -271,6 +272,21 @@ struct GatherRowsBackward {
 // D = rowsum(dout * out), so dS = P * (dP - D) / sqrt(HS) with dP = dout v^T.
 enum class AttentionMask : uint8_t { Causal, KeyPadding, CausalKeyPadding };
 
+// Attention dropout (Megatron's attention_dropout) on the probabilities, inside the op, as
+// FlashAttention applies it (Dao et al. 2022, Algorithm 2): out = (P Z) v with P the softmax (its
+// normaliser and lse those of the undropped scores) and Z = keep / (1 - p). Probability
+// P[b, h, t, key] is element ((b NH + h) T + t) T + key of the Philox stream (seed, stream) and is
+// kept iff its bits are at least dropout_threshold(p), the Dropout op's rule (DropoutMask,
+// backend/dropout_mask.h), so every back-end draws the same mask. The backward draws it again:
+// dv = (P Z)^T dO, dP = (dO v^T) Z, and D = rowsum(dO * out) still (sum_k P Z dO.v = dO.out).
+// probability 0: none.
+struct AttentionDropout {
+  float probability = 0.0f;  // in [0, 1)
+  uint64_t seed = 0, stream = 0;
+  bool active() const { return probability > 0.0f; }
+  bool operator==(const AttentionDropout&) const = default;
+};
+
 // Output cast for the next fp8 product (the attention's c_proj): with `fp8` given (that product's
 // Fp8Matmul::in; bf16 or fp16, B*T and C multiples of 16), out is written as without it (the
 // backward reads it) and also cast as that product's forward would cast its input: its E4M3
@@ -286,6 +302,7 @@ struct AttentionForward {
   AttentionMask mask = AttentionMask::Causal;
   const Fp8Operand* fp8 = nullptr;      // cast the output for the next fp8 product (above), or null
   Tensor out_fp8 = {}, out_fp8_t = {};  // with fp8: [B*T, C] and [C, B*T] (or empty) E4M3 codes
+  AttentionDropout dropout = {};        // on the probabilities (above); not with fp8
 };
 // Gradient cast for the next fp8 product (c_attn's backward): with `fp8` given (that product's
 // Fp8Matmul; bf16 or fp16, B*T and 3C multiples of 16), dqkv is cast as that backward would cast
@@ -307,6 +324,7 @@ struct AttentionBackward {
   Tensor dqkv_fp8 = {}, dqkv_fp8_t = {};  // with fp8: [B*T, 3C] and [3C, B*T] codes in fp8->grad_dtype
   Tensor dbias = {};                    // with fp8: [3C] fp32, += or = (param_store), or empty
   GradStore param_store = GradStore::Add;
+  AttentionDropout dropout = {};        // the forward's (above); not with fp8
 };
 
 // ---- fused softmax + cross-entropy over the vocabulary ----------------------------------------
@@ -395,10 +413,6 @@ struct Dropout {
   uint64_t seed = 0, stream = 0;
   Tensor residual = {};  // empty: no residual added
 };
-// The least bits an element keeps at probability p: round(p 2^32), in [0, 2^32).
-inline uint64_t dropout_threshold(float probability) {
-  return static_cast<uint64_t>(static_cast<double>(probability) * 4294967296.0 + 0.5);
-}
 
 // ---- elementwise utilities ----------------------------------------------------------------------
 struct Fill {

@@ -66,6 +66,7 @@ Tensor branch_output_gradient(Backend& backend, const Tensor& d_residual, const 
 AttentionForward attention_feeding(const Fp8Matmul* projection, const BlockActivations& acts, int num_heads,
                                    const BlockPass& pass) {
   AttentionForward attention{acts.attn_out, acts.attn_lse, acts.qkv, pass.key_mask, num_heads, pass.mask};
+  attention.dropout = pass.attention_dropout;
   if (!projection) return attention;
   attention.fp8 = &projection->in;
   attention.out_fp8 = acts.attn_out_fp8;
@@ -222,6 +223,7 @@ void block_backward(Backend& backend, const GptConfig& config, const BlockWeight
   const Fp8Matmul* qkv = fp8_of(fp8, &BlockFp8::qkv);
   AttentionBackward attention{s.d_qkv, s.d_hidden, acts.qkv, acts.attn_out, acts.attn_lse, pass.key_mask,
                               static_cast<int>(config.num_heads), pass.mask};
+  attention.dropout = pass.attention_dropout;
   MatmulBackward expansion{s.d_hidden, g.qkv_weight, g.qkv_bias, s.d_qkv, product_input(acts.ln1, acts.ln1_fp8_t),
                            w.qkv_weight, WeightLayout::InOut, Tensor{}, qkv, acts.ln1_fp8_t, store};
   if (qkv) cast_attention_gradient(attention, expansion, s, store);

@@ -53,11 +53,13 @@ struct BranchDropout {
 
 // What one forward of a block (and its backward) uses besides weights, input and activations: the
 // attention's mask (GPT's causal one, or an encoder's key padding with the [B, T] int32 key_mask,
-// ops.h) and the dropout of its residual branches.
+// ops.h), the dropout of its residual branches and the attention's dropout of its probabilities
+// (ops.h, AttentionDropout: inside the attention op, whose backward draws the mask again).
 struct BlockPass {
   AttentionMask mask = AttentionMask::Causal;
   Tensor key_mask = {};
   BranchDropout dropout = {};
+  AttentionDropout attention_dropout = {};
 };
 
 // The fp8 product whose backward reads a LayerNorm backward's input gradient next, as its output

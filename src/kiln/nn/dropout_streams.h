@@ -25,8 +25,9 @@ struct DropoutDraw {
   bool operator==(const DropoutDraw&) const = default;
 };
 
-// The sites of a GPT (and encoder) block, and the embedding's output (drawn with layer 0).
-enum class DropoutSite : uint64_t { AttentionOutput = 0, MlpOutput = 1, Embedding = 2 };
+// The sites of a GPT (and encoder) block, and the embedding's output (drawn with layer 0). The
+// attention's probabilities draw element ((b NH + h) T + query) T + key of their stream (ops.h).
+enum class DropoutSite : uint64_t { AttentionOutput = 0, MlpOutput = 1, Embedding = 2, AttentionProbabilities = 3 };
 
 inline uint64_t dropout_key(const DropoutDraw& draw) {
   return mix64(draw.seed ^ mix64(static_cast<uint64_t>(draw.iteration) + 1));

@@ -224,9 +224,12 @@ BlockStackPass EncoderClassifier::blocks() const {
 BlockPass EncoderClassifier::block_pass(int64_t layer) const {
   BlockPass pass{AttentionMask::KeyPadding, acts_.key_mask, {}};
   const DropoutDraw& draw = inputs_.dropout;
-  if (dropping())
+  if (drops_hidden())
     pass.dropout = {config_.hidden_dropout, dropout_key(draw), dropout_stream(draw, layer, DropoutSite::AttentionOutput),
                     dropout_stream(draw, layer, DropoutSite::MlpOutput)};
+  if (drops_attention())
+    pass.attention_dropout = {config_.attention_dropout, dropout_key(draw),
+                              dropout_stream(draw, layer, DropoutSite::AttentionProbabilities)};
   return pass;
 }
 
@@ -235,7 +238,7 @@ BlockPass EncoderClassifier::block_pass(int64_t layer) const {
 Dropout EncoderClassifier::branch_dropout(const Tensor& out, const Tensor& in, int64_t layer, DropoutSite site,
                                           const Tensor& residual) const {
   const DropoutDraw& draw = inputs_.dropout;
-  return {out, in, dropping() ? config_.hidden_dropout : 0.0f, dropout_key(draw), dropout_stream(draw, layer, site),
+  return {out, in, drops_hidden() ? config_.hidden_dropout : 0.0f, dropout_key(draw), dropout_stream(draw, layer, site),
           residual};
 }
 
@@ -292,7 +295,7 @@ void EncoderClassifier::begin(const ClassificationBatch& batch, int64_t batch_si
   inputs_.seq = seq;
   inputs_.gradients = gradients;
   inputs_.gradient_scale = batch.labels.empty() ? 0.0f : loss_scale / static_cast<float>(batch_size);
-  if (dropping()) inputs_.dropout = dropout;
+  if (drops_hidden() || drops_attention()) inputs_.dropout = dropout;
   labels_.assign(batch.labels.begin(), batch.labels.end());
   backend_.copy_to_device(acts_.tokens.data, batch.input_ids.data(), positions * sizeof(int32_t));
   backend_.copy_to_device(acts_.key_mask.data, batch.attention_mask.data(), positions * sizeof(int32_t));
@@ -305,7 +308,7 @@ void EncoderClassifier::begin(const ClassificationBatch& batch, int64_t batch_si
 void EncoderClassifier::forward_ops() {
   KILN_CHECK(inputs_.tokens != nullptr, "EncoderClassifier::forward_ops without begin_forward");
   backend_.embedding_forward({acts_.embedded, acts_.tokens, weights_.wte, weights_.wpe});
-  if (dropping()) backend_.dropout(branch_dropout(acts_.embedded, acts_.embedded, 0, DropoutSite::Embedding));
+  if (drops_hidden()) backend_.dropout(branch_dropout(acts_.embedded, acts_.embedded, 0, DropoutSite::Embedding));
   Tensor x = block_stack_forward(backend_, blocks(), acts_.embedded, inputs_.gradients != GradientPass::None);
   for (int64_t j = 0; j < config_.num_intermediate_layers; ++j) {  // x + dropout(gelu(x W + b))
     const auto index = static_cast<size_t>(j);
@@ -373,7 +376,7 @@ void EncoderClassifier::backward() {
   block_stack_backward(backend_, blocks(), g.blocks, acts_.embedded,
                        BlockScratch{acts_.d_hidden, acts_.d_qkv, acts_.d_fc, Tensor{}}, acts_.d_residual, store,
                        [&](int64_t layer) { announce_final(g.blocks[static_cast<size_t>(layer)].ln1_weight); });
-  if (dropping()) backend_.dropout(branch_dropout(acts_.d_residual, acts_.d_residual, 0, DropoutSite::Embedding));
+  if (drops_hidden()) backend_.dropout(branch_dropout(acts_.d_residual, acts_.d_residual, 0, DropoutSite::Embedding));
   // The lookup only adds to the word embeddings' gradient (ops.h): a writing pass clears it first.
   if (store == GradStore::Write) backend_.fill({g.wte, 0.0f});
   backend_.embedding_backward({g.wte, g.wpe, acts_.d_residual, acts_.tokens, store});
@@ -412,10 +415,10 @@ std::vector<int32_t> EncoderClassifier::predictions() {
 std::string EncoderArchitecture::describe() const {
   return fmt::format(
       "encoder classifier: {} layers, hidden {}, {} heads, {} intermediate layers, {} labels, vocabulary {} (padded "
-      "{}), {} positions, hidden dropout {:g}: {} parameters",
+      "{}), {} positions, hidden dropout {:g}, attention dropout {:g}: {} parameters",
       config_.num_layers, config_.hidden_size, config_.num_heads, config_.num_intermediate_layers, config_.num_labels,
       config_.vocab_size, config_.padded_vocab_size(), config_.max_position_embeddings, config_.hidden_dropout,
-      num_parameters());
+      config_.attention_dropout, num_parameters());
 }
 
 size_t EncoderArchitecture::activation_bytes(int64_t batch, int64_t seq, const RecomputePolicy& policy, DType dtype,

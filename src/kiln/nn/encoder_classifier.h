@@ -7,7 +7,8 @@
 //   x = x + dropout(gelu(x W_j + b_j)) for each of num_intermediate_layers residual layers
 //   h = ln_f(x);  pooled = tanh(h[:, 0] W_p + b_p)          (the pooler: the first position)
 //   logits = gelu(pooled W_1 + b_1) W_2 + b_2;  loss = mean cross-entropy over the labels
-// Dropout (EncoderConfig::hidden_dropout) runs in training forwards only, with the masks a
+// Dropout (EncoderConfig::hidden_dropout, and attention_dropout on the blocks' attention
+// probabilities) runs in training forwards only, with the masks a
 // DropoutDraw names (dropout_streams.h; the intermediate layers draw as layers num_layers + j),
 // drawn again by the backward. Only the first position reaches the loss, so a padded position's
 // hidden state is never read; the padding mask keeps every real position's from depending on
@@ -150,7 +151,10 @@ class EncoderClassifier final : public Model {
   // Checks the batch on the host and copies it to the device; the ops follow in forward_ops().
   void begin(const ClassificationBatch& batch, int64_t batch_size, int64_t seq, GradientPass gradients,
              float loss_scale, DropoutDraw dropout);
-  bool dropping() const { return inputs_.gradients != GradientPass::None && config_.hidden_dropout > 0.0f; }
+  bool training() const { return inputs_.gradients != GradientPass::None; }
+  // Whether the current forward drops hidden states, attention probabilities (training forwards only).
+  bool drops_hidden() const { return training() && config_.hidden_dropout > 0.0f; }
+  bool drops_attention() const { return training() && config_.attention_dropout > 0.0f; }
   BlockPass block_pass(int64_t layer) const;
   // The blocks as one stack (block_stack.h), with the current forward's mask and dropout.
   BlockStackPass blocks() const;

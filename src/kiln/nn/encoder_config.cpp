@@ -14,6 +14,7 @@ GptConfig EncoderConfig::block_shape() const {
   shape.init_method_std = init_method_std;
   shape.layernorm_eps = layernorm_eps;
   shape.hidden_dropout = hidden_dropout;
+  shape.attention_dropout = attention_dropout;
   return shape;
 }
 

@@ -20,6 +20,7 @@ struct EncoderConfig {
   float init_method_std = 0.02f;
   float layernorm_eps = 1e-5f;
   float hidden_dropout = 0.1f;  // the lab's model's rate, on the embedding, the blocks' branches and the intermediate layers
+  float attention_dropout = 0.1f;  // the lab's model's rate, on the blocks' attention probabilities
 
   int64_t padded_vocab_size() const {
     return (vocab_size + GptConfig::kVocabPadding - 1) / GptConfig::kVocabPadding * GptConfig::kVocabPadding;

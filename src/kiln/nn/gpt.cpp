@@ -167,7 +167,7 @@ void Gpt::begin_forward(std::span<const int32_t> tokens, std::span<const int32_t
   inputs_.batch = batch;
   inputs_.seq = seq;
   inputs_.gradients = gradients;
-  if (dropping()) inputs_.dropout = dropout;
+  if (drops_hidden() || drops_attention()) inputs_.dropout = dropout;
   inputs_.tokens = staged.tokens ? staged.tokens : acts_.tokens.as<int32_t>();
   if (!staged.tokens)
     backend_.copy_to_device(acts_.tokens.data, tokens.data(), positions * sizeof(int32_t));
@@ -185,7 +185,7 @@ void Gpt::begin_forward(std::span<const int32_t> tokens, std::span<const int32_t
 void Gpt::forward_ops() {
   KILN_CHECK(inputs_.tokens != nullptr, "Gpt::forward_ops without begin_forward");
   backend_.embedding_forward({acts_.embedded, tokens_in_use_, weights_.wte, weights_.wpe});
-  if (dropping()) drop_embedding_output(acts_.embedded);
+  if (drops_hidden()) drop_embedding_output(acts_.embedded);
   const Tensor input = block_stack_forward(backend_, blocks(), acts_.embedded, inputs_.gradients != GradientPass::None);
   backend_.layernorm_forward({acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, input, weights_.lnf_weight,
                               weights_.lnf_bias, config_.layernorm_eps});
@@ -259,7 +259,7 @@ void Gpt::backward() {
   block_stack_backward(backend_, stack, weight_grads_.blocks, acts_.embedded,
                        BlockScratch{acts_.d_hidden, acts_.d_qkv, acts_.d_fc, acts_.d_residual_fp8}, acts_.d_residual,
                        store, [&](int64_t layer) { announce_final(weight_grads_.blocks[static_cast<size_t>(layer)].ln1_weight); });
-  if (dropping()) drop_embedding_output(embedding_output_gradient());  // d_residual, before the lookup
+  if (drops_hidden()) drop_embedding_output(embedding_output_gradient());  // d_residual, before the lookup
   if (std::exchange(lookup_deferred_, false)) return;  // the caller adds it (add_embedding_lookup)
   // wte's gradient has the classifier's part already: the embedding's is added to it.
   backend_.embedding_backward({weight_grads_.wte, weight_grads_.wpe, acts_.d_residual, tokens_in_use_, store});
@@ -268,11 +268,19 @@ void Gpt::backward() {
 
 BlockStackPass Gpt::blocks() const {
   return {config_, weights_.blocks, acts_.stack, fp8_.get(),
-          [this](int64_t layer) { return BlockPass{AttentionMask::Causal, Tensor{}, block_dropout(layer)}; }};
+          [this](int64_t layer) {
+            return BlockPass{AttentionMask::Causal, Tensor{}, block_dropout(layer), attention_dropout(layer)};
+          }};
+}
+
+AttentionDropout Gpt::attention_dropout(int64_t layer) const {
+  if (!drops_attention()) return {};
+  const DropoutDraw& draw = inputs_.dropout;
+  return {config_.attention_dropout, dropout_key(draw), dropout_stream(draw, layer, DropoutSite::AttentionProbabilities)};
 }
 
 BranchDropout Gpt::block_dropout(int64_t layer) const {
-  if (!dropping()) return {};
+  if (!drops_hidden()) return {};
   const DropoutDraw& draw = inputs_.dropout;
   return {config_.hidden_dropout, dropout_key(draw), dropout_stream(draw, layer, DropoutSite::AttentionOutput),
           dropout_stream(draw, layer, DropoutSite::MlpOutput)};

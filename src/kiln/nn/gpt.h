@@ -160,11 +160,15 @@ class Gpt final : public Model, public TiedEmbedding {
     if (gradients_final_) gradients_final_(first.as<float>() - flat_.grads.as<float>());
   }
   // Whether the current forward drops (a training forward of a model with hidden dropout).
-  bool dropping() const { return inputs_.gradients != GradientPass::None && config_.hidden_dropout > 0.0f; }
+  bool training() const { return inputs_.gradients != GradientPass::None; }
+  // Whether the current forward drops hidden states, attention probabilities (training forwards only).
+  bool drops_hidden() const { return training() && config_.hidden_dropout > 0.0f; }
+  bool drops_attention() const { return training() && config_.attention_dropout > 0.0f; }
   // The blocks as one stack (block_stack.h), with the current forward's dropout.
   BlockStackPass blocks() const;
   // Block `layer`'s dropout for the current forward (none where it does not drop).
   BranchDropout block_dropout(int64_t layer) const;
+  AttentionDropout attention_dropout(int64_t layer) const;
   // The embedding output's dropout, in place on `values`: the forward's activations or, with the
   // same mask, the backward's gradient there.
   void drop_embedding_output(const Tensor& values);

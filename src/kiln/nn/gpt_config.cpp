@@ -18,6 +18,8 @@ void GptConfig::validate() const {
   KILN_CHECK(init_method_std > 0.0f, "init_method_std must be positive, got {}", init_method_std);
   KILN_CHECK(hidden_dropout >= 0.0f && hidden_dropout < 1.0f, "hidden_dropout must be in [0, 1), got {}",
              hidden_dropout);
+  KILN_CHECK(attention_dropout >= 0.0f && attention_dropout < 1.0f, "attention_dropout must be in [0, 1), got {}",
+             attention_dropout);
 }
 
 std::string beyond_size_limits(int64_t num_layers, int64_t hidden_size, int64_t num_heads, int64_t vocab_size,

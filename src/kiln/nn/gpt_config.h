@@ -18,6 +18,9 @@ struct GptConfig {
   // Megatron's hidden_dropout: the embedding's output and each block's two projections are dropped
   // at this rate in training forwards (block.h, BranchDropout); 0 keeps everything.
   float hidden_dropout = 0.0f;
+  // Megatron's attention_dropout: each block's attention probabilities are dropped at this rate in
+  // training forwards, inside the attention op (ops.h, AttentionDropout); 0 keeps everything.
+  float attention_dropout = 0.0f;
 
   static constexpr int64_t kVocabPadding = 64;
   int64_t padded_vocab_size() const {

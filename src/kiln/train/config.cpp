@@ -33,6 +33,9 @@ const std::vector<ConfigField>& config_fields() {
       {"hidden_dropout", &Config::hidden_dropout,
        "dropout rate of the embedding's output, each block's two projections and the encoder's intermediate "
        "layers in training (Megatron's; -1: the model's default, 0 for gpt, 0.1 for encoder-classifier)"},
+      {"attention_dropout", &Config::attention_dropout,
+       "dropout rate of the attention probabilities, inside the attention op, in training (Megatron's; -1: the "
+       "model's default, 0 for gpt, 0.1 for encoder-classifier)"},
       {"num_intermediate_layers", &Config::num_intermediate_layers,
        "encoder-classifier: residual Linear+GELU layers between the blocks and the final LayerNorm"},
       {"num_labels", &Config::num_labels, "encoder-classifier: classes (labels 0 .. num_labels-1)"},
@@ -408,6 +411,7 @@ void Config::resolve(int world_size) {
   if (lr_decay_iters == 0) lr_decay_iters = train_iters;
   if (profile_execution) profile = true;
   if (hidden_dropout == -1.0) hidden_dropout = model_kind(model).default_hidden_dropout;
+  if (attention_dropout == -1.0) attention_dropout = model_kind(model).default_attention_dropout;
 }
 
 void Config::validate() const {
@@ -577,6 +581,14 @@ void Config::validate() const {
   KILN_CHECK(init_method_std > 0, "config key 'init_method_std' must be positive, got {}", init_method_std);
   KILN_CHECK(hidden_dropout >= 0 && hidden_dropout < 1, "config key 'hidden_dropout' must be in [0, 1), got {}",
              hidden_dropout);
+  KILN_CHECK(attention_dropout >= 0 && attention_dropout < 1,
+             "config key 'attention_dropout' must be in [0, 1), got {}", attention_dropout);
+  KILN_CHECK(attention_dropout == 0 || !cuda_graph,
+             "config keys 'attention_dropout' and 'cuda_graph' are both set: every micro-batch draws new dropout "
+             "masks, which a graph's replay would repeat");
+  KILN_CHECK(attention_dropout == 0 || fp8_format.empty(),
+             "config keys 'attention_dropout' and 'fp8_format' are both set: attention dropout with fp8 products is "
+             "not supported yet");
   KILN_CHECK(hidden_dropout == 0 || !cuda_graph,
              "config keys 'hidden_dropout' and 'cuda_graph' are both set: every micro-batch draws new dropout masks, "
              "which a graph's replay would repeat");
@@ -597,6 +609,10 @@ void Config::validate() const {
 
 double Config::resolved_hidden_dropout() const {
   return hidden_dropout == -1.0 ? model_kind(model).default_hidden_dropout : hidden_dropout;
+}
+
+double Config::resolved_attention_dropout() const {
+  return attention_dropout == -1.0 ? model_kind(model).default_attention_dropout : attention_dropout;
 }
 
 std::unique_ptr<ModelArchitecture> Config::architecture() const { return model_kind(model).architecture(*this); }
@@ -621,6 +637,7 @@ GptConfig Config::gpt() const {
   gpt.max_position_embeddings = max_position_embeddings;
   gpt.init_method_std = static_cast<float>(init_method_std);
   gpt.hidden_dropout = static_cast<float>(resolved_hidden_dropout());
+  gpt.attention_dropout = static_cast<float>(resolved_attention_dropout());
   return gpt;
 }
 

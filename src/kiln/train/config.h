@@ -46,6 +46,7 @@ struct Config {
   // Megatron's hidden_dropout; -1: the model's default (GPT 0, so today's runs keep their numbers;
   // the encoder classifier 0.1, Megatron's and the lab's), which resolve() fills in.
   double hidden_dropout = -1.0;
+  double attention_dropout = -1.0;  // Megatron's attention_dropout; -1: the model's default, as hidden_dropout
   int64_t num_intermediate_layers = 2;  // encoder-classifier: residual Linear+GELU layers after the blocks
   int64_t num_labels = 2;               // encoder-classifier: classes
   std::string text_key = "text";        // raw-text classification data: the text's field
@@ -176,7 +177,8 @@ struct Config {
     return global_batch_size / (micro_batch_size * data_parallel_size);
   }
   GptConfig gpt() const;
-  double resolved_hidden_dropout() const;  // hidden_dropout, or the model's default where it is -1
+  double resolved_hidden_dropout() const;     // hidden_dropout, or the model's default where it is -1
+  double resolved_attention_dropout() const;  // the same for attention_dropout
   // The model `model` names, before it is built (model_kinds.h).
   std::unique_ptr<ModelArchitecture> architecture() const;
   RecomputePolicy recompute_policy() const;

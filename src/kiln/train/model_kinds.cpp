@@ -18,17 +18,18 @@ EncoderConfig encoder_config(const Config& config) {
   encoder.num_labels = config.num_labels;
   encoder.init_method_std = static_cast<float>(config.init_method_std);
   encoder.hidden_dropout = static_cast<float>(config.resolved_hidden_dropout());
+  encoder.attention_dropout = static_cast<float>(config.resolved_attention_dropout());
   return encoder;
 }
 
 const std::vector<ModelKind>& model_kinds() {
   static const std::vector<ModelKind> kinds = {
-      {"gpt", "GPT-2 causal language model", ModelInput::NextTokens, 0.0,
+      {"gpt", "GPT-2 causal language model", ModelInput::NextTokens, 0.0, 0.0,
        [](const Config& config) -> std::unique_ptr<ModelArchitecture> {
          return std::make_unique<GptArchitecture>(config.gpt());
        }},
       {"encoder-classifier", "BERT-like sequence classifier (the seed lab's model)", ModelInput::LabelledSequences,
-       0.1,  // the lab's model's rate
+       0.1, 0.1,  // the lab's model's rates
        [](const Config& config) -> std::unique_ptr<ModelArchitecture> {
          return std::make_unique<EncoderArchitecture>(encoder_config(config));
        }},

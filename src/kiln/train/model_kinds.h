@@ -19,7 +19,8 @@ struct ModelKind {
   const char* name;         // the value of --model
   const char* description;  // for --help and errors
   ModelInput input;
-  double default_hidden_dropout;  // hidden_dropout when the config leaves it to the model (-1)
+  double default_hidden_dropout;     // hidden_dropout when the config leaves it to the model (-1)
+  double default_attention_dropout;  // attention_dropout likewise
   std::unique_ptr<ModelArchitecture> (*architecture)(const Config& config);
 };
 

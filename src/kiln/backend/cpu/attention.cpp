@@ -3,6 +3,8 @@
 //   forward:  S = q k^T / sqrt(HS), masked;  lse = logsumexp(S) per query;  out = softmax(S) v
 //   backward: P = exp(S - lse) (S recomputed);  dP = dO v^T;  D = rowsum(dO * out);
 //             dS = P * (dP - D) / sqrt(HS);  dq = dS k;  dk = dS^T q;  dv = P^T dO.
+// With attention dropout (ops.h) the probabilities are multiplied by the mask's factors Z before
+// P v, and the backward takes dP Z and (P Z)^T dO.
 // Only lse outlives a call; the T x T matrices live in per-thread scratch that grows to the
 // largest T seen (one allocation per thread, then none). Products run through BLAS
 // (single-threaded inside the per-head OpenMP loop). Each (batch, head) pair is owned by one
@@ -72,12 +74,19 @@ float softmax_row(float* row, int64_t t, int64_t T, const Visibility& visible) {
   return max_score + std::log(sum);
 }
 
+// Multiplies row t of head (b, h)'s probabilities [T] by the dropout mask's factors (ops.h).
+void drop_probabilities(float* row, const DropoutMask& mask, int64_t b, int64_t h, int64_t t, int64_t NH, int64_t T) {
+  const auto first = static_cast<uint64_t>(((b * NH + h) * T + t) * T);
+  for (int64_t key = 0; key < T; ++key) row[key] *= mask.factor(first + static_cast<uint64_t>(key));
+}
+
 void attention_forward_fp32(const AttentionForward& args) {
   const auto [B, T, C, NH, HS] = checks::attention_forward(args, Device::CPU);
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const float* qkv = args.qkv.as<float>();
   float* out = args.out.as<float>();
   float* lse = args.lse.as<float>();
+  const DropoutMask mask = dropout_mask(args.dropout.probability, args.dropout.seed, args.dropout.stream);
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < NH; ++h) {
@@ -87,7 +96,10 @@ void attention_forward_fp32(const AttentionForward& args) {
       float* p = head_scratch(T).scores;
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, scale, q, 3 * C, k, 3 * C, 0.0f, p, T);
       const Visibility visible = visibility(args.key_mask, args.mask, b, T);
-      for (int64_t t = 0; t < T; ++t) lse[(b * NH + h) * T + t] = softmax_row(p + t * T, t, T, visible);
+      for (int64_t t = 0; t < T; ++t) {
+        lse[(b * NH + h) * T + t] = softmax_row(p + t * T, t, T, visible);
+        if (args.dropout.active()) drop_probabilities(p + t * T, mask, b, h, t, NH, T);
+      }
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f, p, T, v, 3 * C, 0.0f,
                   out + b * T * C + h * HS, C);
     }
@@ -102,6 +114,8 @@ void attention_backward_fp32(const AttentionBackward& args) {
   const float* out = args.out.as<float>();
   const float* lse = args.lse.as<float>();
   float* dqkv = args.dqkv.as<float>();
+  const bool dropping = args.dropout.active();
+  const DropoutMask mask = dropout_mask(args.dropout.probability, args.dropout.seed, args.dropout.stream);
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < NH; ++h) {
@@ -119,11 +133,15 @@ void attention_backward_fp32(const AttentionBackward& args) {
         for (int64_t key = 0; key < T; ++key)
           p[t * T + key] = visible(t, key) && row_lse[t] != kNoKey ? std::exp(p[t * T + key] - row_lse[t]) : 0.0f;
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, 1.0f, d_o, C, v, 3 * C, 0.0f, ds, T);
-      for (int64_t t = 0; t < T; ++t) {  // dP -> dS in place
+      for (int64_t t = 0; t < T; ++t) {  // dP -> dS in place; with dropout, P -> P Z for dv
         float row_dot = 0.0f;            // D = rowsum(dO * out)
         for (int64_t d = 0; d < HS; ++d) row_dot += d_o[t * C + d] * o[t * C + d];
-        for (int64_t key = 0; key < T; ++key)
-          ds[t * T + key] = p[t * T + key] * (ds[t * T + key] - row_dot) * scale;
+        const auto first = static_cast<uint64_t>(((b * NH + h) * T + t) * T);
+        for (int64_t key = 0; key < T; ++key) {
+          const float z = dropping ? mask.factor(first + static_cast<uint64_t>(key)) : 1.0f;
+          ds[t * T + key] = p[t * T + key] * (ds[t * T + key] * z - row_dot) * scale;
+          p[t * T + key] *= z;
+        }
       }
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f, ds, T, k, 3 * C, 0.0f, dq, 3 * C);
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f, ds, T, q, 3 * C, 0.0f, dk, 3 * C);
@@ -139,7 +157,8 @@ void CpuBackend::attention_forward(const AttentionForward& args) {
   const auto [B, T, C, NH, HS] = checks::attention_forward(args, Device::CPU);
   Fp32Scope f(scratch_);
   const Tensor out = f.output(args.out);
-  attention_forward_fp32({out, args.lse, f.input(args.qkv), args.key_mask, args.num_heads, args.mask});
+  attention_forward_fp32(
+      {out, args.lse, f.input(args.qkv), args.key_mask, args.num_heads, args.mask, nullptr, {}, {}, args.dropout});
   if (args.fp8)
     cast_output_to_fp8(out.reshaped({B * T, C}), args.qkv.dtype, *args.fp8, DType::F8E4M3, args.out_fp8,
                        args.out_fp8_t, scratch_);
@@ -155,7 +174,7 @@ void CpuBackend::attention_backward(const AttentionBackward& args) {
   const Tensor dqkv = args.fp8 ? Tensor{scratch_.take(static_cast<size_t>(B * T * 3 * C)), Shape{B, T, 3 * C}}
                                : f.output(args.dqkv);
   attention_backward_fp32({dqkv, f.input(args.dout), f.input(args.qkv), f.input(args.out), args.lse, args.key_mask,
-                           args.num_heads, args.mask});
+                           args.num_heads, args.mask, nullptr, {}, {}, {}, GradStore::Add, args.dropout});
   if (args.fp8) {
     const Tensor rows = dqkv.reshaped({B * T, 3 * C});
     cast_output_to_fp8(rows, args.qkv.dtype, args.fp8->dout, args.fp8->grad_dtype, args.dqkv_fp8, args.dqkv_fp8_t,

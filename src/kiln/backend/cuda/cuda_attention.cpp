@@ -53,6 +53,18 @@ bool cudnn_takes(const cuda::CudnnAttention* cudnn, const Masking& masking) {
   return cudnn != nullptr && masking.key_mask == nullptr;
 }
 
+// Attention dropout (ops.h) runs on the general fused kernels and the materialised path: the
+// tensor-core tiles and cuDNN do not draw kiln's masks yet, so a call with dropout that would take
+// them takes the general kernels (or, past their grid, the materialised path).
+AttentionPath with_dropout(AttentionPath path, const AttentionDropout& dropout, int64_t B, int64_t NH) {
+  if (!dropout.active() || (path != AttentionPath::Tiled && path != AttentionPath::Cudnn)) return path;
+  return B * NH > 65535 ? AttentionPath::Materialized : AttentionPath::General;
+}
+
+DropoutMask mask_of(const AttentionDropout& dropout) {
+  return dropout.active() ? dropout_mask(dropout.probability, dropout.seed, dropout.stream) : DropoutMask{};
+}
+
 cuda::CudnnAttentionShape cudnn_shape(const checks::AttentionShape& shape, DType dtype, bool causal) {
   return {shape.B, shape.T, shape.NH, shape.HS, dtype == DType::BF16, causal};
 }
@@ -77,7 +89,8 @@ void materialized_attention_forward(cuda::LtMatmul& lt, bool tf32, const Attenti
     gemm(lt, types, false, true, T, T, HS, scale, q, 3 * C, at(q, C, dtype), 3 * C, 0.0f,
          at(probs, b * NH * T * T, dtype), T, NH, HS, HS, T * T);
   }
-  check_cuda(cuda::attention_softmax_forward(probs, a.lse.as<float>(), element_kind(dtype), key_mask, B, NH, T, causal),
+  check_cuda(cuda::attention_softmax_forward(probs, a.lse.as<float>(), element_kind(dtype), key_mask, B, NH, T, causal,
+                                             mask_of(a.dropout)),
              "attention_forward");
   for (int64_t b = 0; b < B; ++b) {
     const void* v = at(a.qkv.data, b * T * 3 * C + 2 * C, dtype);
@@ -95,10 +108,11 @@ void CudaBackend::attention_forward(const AttentionForward& a) {
   const auto [B, T, C, NH, HS] = shape;
   const DType dtype = a.qkv.dtype;
   const auto [scale, causal, key_mask] = masking_of(a, HS);
-  const AttentionPath path =
+  const AttentionPath path = with_dropout(
       attention_path(handles_->fused_attention, cudnn_takes(handles_->cudnn_attention.get(), {scale, causal, key_mask}),
-                     handles_->compute_major, dtype, B, NH, HS, {a.qkv.data, a.out.data, a.out_fp8.data,
-                                                                 a.out_fp8_t.data});
+                     handles_->compute_major, dtype, B, NH, HS,
+                     {a.qkv.data, a.out.data, a.out_fp8.data, a.out_fp8_t.data}),
+      a.dropout, B, NH);
   ++handles_->attention_forward_calls[static_cast<size_t>(path)];
   switch (path) {
     case AttentionPath::Cudnn: {
@@ -121,7 +135,7 @@ void CudaBackend::attention_forward(const AttentionForward& a) {
     }
     case AttentionPath::General:
       check_cuda(cuda::general_attention_forward(a.out.data, a.lse.as<float>(), a.qkv.data, key_mask,
-                                                 element_kind(dtype), B, T, NH, HS, causal, scale),
+                                                 element_kind(dtype), B, T, NH, HS, causal, scale, mask_of(a.dropout)),
                  "attention_forward (fused, general)");
       break;
     case AttentionPath::Materialized:
@@ -174,7 +188,8 @@ void attention_gradient(const GradientKernels& kernels, const AttentionBackward&
       return;
     case AttentionPath::General:
       check_cuda(cuda::general_attention_backward(a.dqkv.data, a.dout.data, a.qkv.data, a.out.data, a.lse.as<float>(),
-                                                  key_mask, element_kind(dtype), B, T, NH, HS, causal, scale, scratch),
+                                                  key_mask, element_kind(dtype), B, T, NH, HS, causal, scale, scratch,
+                                                  mask_of(a.dropout)),
                  "attention_backward (fused, general)");
       return;
     case AttentionPath::Materialized: break;
@@ -191,7 +206,8 @@ void attention_gradient(const GradientKernels& kernels, const AttentionBackward&
          0.0f, at(dprobs, b * NH * T * T, dtype), T, NH, HS, HS, T * T);
   }
   check_cuda(cuda::attention_softmax_backward(probs, dprobs, a.lse.as<float>(), a.dout.data, a.out.data,
-                                              element_kind(dtype), key_mask, B, NH, T, HS, causal, scale),
+                                              element_kind(dtype), key_mask, B, NH, T, HS, causal, scale,
+                                              mask_of(a.dropout)),
              "attention_backward");
   for (int64_t b = 0; b < B; ++b) {
     const void* q = at(a.qkv.data, b * T * 3 * C, dtype);
@@ -218,10 +234,11 @@ void CudaBackend::attention_backward(const AttentionBackward& a) {
   const DType dtype = a.qkv.dtype;
   const auto [scale, causal, key_mask] = masking_of(a, HS);
   cuda::CudnnAttention* cudnn = handles_->cudnn_attention.get();
-  const AttentionPath path = attention_path(handles_->fused_attention, cudnn_takes(cudnn, {scale, causal, key_mask}),
-                                            handles_->compute_major, dtype, B, NH, HS,
-                                            {a.qkv.data, a.dqkv.data, a.dout.data, a.out.data, a.dqkv_fp8.data,
-                                             a.dqkv_fp8_t.data});
+  const AttentionPath path = with_dropout(
+      attention_path(handles_->fused_attention, cudnn_takes(cudnn, {scale, causal, key_mask}), handles_->compute_major,
+                     dtype, B, NH, HS,
+                     {a.qkv.data, a.dqkv.data, a.dout.data, a.out.data, a.dqkv_fp8.data, a.dqkv_fp8_t.data}),
+      a.dropout, B, NH);
   const bool fused = path != AttentionPath::Materialized;
   const AttentionFp8Gradient fp8{a.fp8 ? 3 * C : 0, a.fp8 && path != AttentionPath::Tiled};
   const TiledKernels tiled{handles_->warpgroup_attention, handles_->deterministic_attention};

@@ -7,7 +7,9 @@
 // Forward: online softmax per row (running max m and sum l, Dao et al. 2022 Algorithm 1).
 // Backward: P = exp(s - lse), dP = dO v^T, dS = P (dP - D) / sqrt(HS); dQ += dS K per query
 // block, dV += P^T dO and dK += dS^T Q per key block (Dao 2023 Algorithm 2, split so that no two
-// blocks write one gradient row).
+// blocks write one gradient row). Attention dropout (ops.h): O accumulates P Z (the sums l stay
+// the undropped ones); the backward takes dP Z and dV += (P Z)^T dO, each element's factor drawn
+// again from its index ((b NH + h) T + query) T + key.
 #include <cuda_runtime.h>
 
 #include <type_traits>
@@ -15,6 +17,7 @@
 #include "kiln/backend/cuda/attention_visibility.cuh"
 #include "kiln/backend/cuda/general_attention.h"
 #include "kiln/backend/cuda/kernel_common.cuh"
+#include "kiln/backend/dropout_mask.h"
 
 namespace kiln::cuda {
 namespace {
@@ -90,12 +93,17 @@ struct BlockHead {
     head = (b * NH + h) * T_;
     visible = Visibility{T_, causal, key_mask ? key_mask + b * T_ : nullptr};
   }
+  // Attention dropout's factor of (query, key) (1 without dropout).
+  __device__ __forceinline__ float dropout_factor(const DropoutMask& dropout, int query, int key, int T_) const {
+    return dropout.threshold ? dropout.factor(static_cast<uint64_t>((head + query) * T_ + key)) : 1.0f;
+  }
 };
 
 template <typename T, int kLaneDims>
 __global__ void __launch_bounds__(kBlockThreads) general_forward_kernel(T* out, float* lse, const T* qkv,
                                                                         const int32_t* key_mask, int NH, int T_,
-                                                                        int hs, bool causal, float scale) {
+                                                                        int hs, bool causal, float scale,
+                                                                        DropoutMask dropout) {
   KILN_DYNAMIC_SHARED_MEMORY(shared_memory);
   float* const shared = reinterpret_cast<float*>(shared_memory);
   const int ld = odd_stride(hs);
@@ -135,8 +143,9 @@ __global__ void __launch_bounds__(kBlockThreads) general_forward_kernel(T* out, 
       row_max[r] = new_max;
 #pragma unroll
       for (int i = 0; i < kLaneDims; ++i) acc[r][i] *= alpha;
-      for (int j = 0; j < kSpan; ++j) {  // O += P V, one key at a time
-        const float weight = __shfl_sync(kFullMask, p, j);
+      const float kept = p * at.dropout_factor(dropout, q0 + row, k0 + lane, T_);
+      for (int j = 0; j < kSpan; ++j) {  // O += P Z V, one key at a time
+        const float weight = __shfl_sync(kFullMask, kept, j);
         if (weight != 0.0f) accumulate(acc[r], weight, v + j * ld, lane, hs);  // same on every lane
       }
     }
@@ -156,7 +165,8 @@ template <typename T, int kLaneDims>
 __global__ void __launch_bounds__(kBlockThreads) general_backward_q_kernel(T* dqkv, const T* dout, const T* qkv,
                                                                            const float* lse, const float* row_dots,
                                                                            const int32_t* key_mask, int NH, int T_,
-                                                                           int hs, bool causal, float scale) {
+                                                                           int hs, bool causal, float scale,
+                                                                           DropoutMask dropout) {
   KILN_DYNAMIC_SHARED_MEMORY(shared_memory);
   float* const shared = reinterpret_cast<float*>(shared_memory);
   const int ld = odd_stride(hs);
@@ -193,7 +203,7 @@ __global__ void __launch_bounds__(kBlockThreads) general_backward_q_kernel(T* dq
       const bool seen = visible(q0 + row, k0 + lane) && row_lse[r] != -INFINITY;
       const float s = dot(q + row * hs, k + lane * ld, hs), dp = dot(g + row * hs, v + lane * ld, hs);
       const float p = seen ? expf(s * scale - row_lse[r]) : 0.0f;
-      const float ds = p * (dp - row_dot[r]) * scale;
+      const float ds = p * (dp * at.dropout_factor(dropout, q0 + row, k0 + lane, T_) - row_dot[r]) * scale;
       for (int j = 0; j < kSpan; ++j) {  // dQ += dS K, one key at a time
         const float weight = __shfl_sync(kFullMask, ds, j);
         if (weight != 0.0f) accumulate(acc[r], weight, k + j * ld, lane, hs);
@@ -213,7 +223,8 @@ template <typename T, int kLaneDims>
 __global__ void __launch_bounds__(kBlockThreads) general_backward_kv_kernel(T* dqkv, const T* dout, const T* qkv,
                                                                             const float* lse, const float* row_dots,
                                                                             const int32_t* key_mask, int NH, int T_,
-                                                                            int hs, bool causal, float scale) {
+                                                                            int hs, bool causal, float scale,
+                                                                            DropoutMask dropout) {
   KILN_DYNAMIC_SHARED_MEMORY(shared_memory);
   float* const shared = reinterpret_cast<float*>(shared_memory);
   const int ld = odd_stride(hs);
@@ -249,9 +260,10 @@ __global__ void __launch_bounds__(kBlockThreads) general_backward_kv_kernel(T* d
       const bool seen = visible(query, k0 + row) && query_lse != -INFINITY;
       const float s = dot(q + lane * ld, k + row * hs, hs), dp = dot(g + lane * ld, v + row * hs, hs);
       const float p = seen ? expf(s * scale - query_lse) : 0.0f;
-      const float ds = p * (dp - query_dot) * scale;
-      for (int j = 0; j < kSpan; ++j) {  // dV += P^T dO, dK += dS^T Q, one query at a time
-        const float p_j = __shfl_sync(kFullMask, p, j), ds_j = __shfl_sync(kFullMask, ds, j);
+      const float z = at.dropout_factor(dropout, query, k0 + row, T_);
+      const float ds = p * (dp * z - query_dot) * scale, kept = p * z;
+      for (int j = 0; j < kSpan; ++j) {  // dV += (P Z)^T dO, dK += dS^T Q, one query at a time
+        const float p_j = __shfl_sync(kFullMask, kept, j), ds_j = __shfl_sync(kFullMask, ds, j);
         if (p_j != 0.0f) accumulate(dv[r], p_j, g + j * ld, lane, hs);
         if (ds_j != 0.0f) accumulate(dk[r], ds_j, q + j * ld, lane, hs);
       }
@@ -311,7 +323,7 @@ int dispatch_head(int kind, int64_t hs, Run run) {
 }  // namespace
 
 int general_attention_forward(void* out, float* lse, const void* qkv, const int32_t* key_mask, int kind, int64_t B,
-                              int64_t T, int64_t NH, int64_t HS, bool causal, float scale) {
+                              int64_t T, int64_t NH, int64_t HS, bool causal, float scale, const DropoutMask& dropout) {
   if (B * NH * T == 0) return 0;
   return dispatch_head(kind, HS, [&](auto element, auto lane_dims) {
     using E = decltype(element);
@@ -319,13 +331,13 @@ int general_attention_forward(void* out, float* lse, const void* qkv, const int3
                                   shared_bytes(1, static_cast<int>(HS)), B, T, NH,
                                   static_cast<E*>(out), lse, static_cast<const E*>(qkv), key_mask,
                                   static_cast<int>(NH), static_cast<int>(T), static_cast<int>(HS),
-                                  causal, scale);
+                                  causal, scale, dropout);
   });
 }
 
 int general_attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
                                const int32_t* key_mask, int kind, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                               bool causal, float scale, void* workspace) {
+                               bool causal, float scale, void* workspace, const DropoutMask& dropout) {
   if (B * NH * T == 0) return 0;
   auto* row_dots = static_cast<float*>(workspace);
   if (const int status = attention_row_dots(row_dots, dout, out, kind, B, T, NH, HS)) return status;
@@ -337,7 +349,7 @@ int general_attention_backward(void* dqkv, const void* dout, const void* qkv, co
       return launch_over_row_blocks(
           kernel, bytes, B, T, NH, static_cast<E*>(dqkv), static_cast<const E*>(dout),
           static_cast<const E*>(qkv), lse, static_cast<const float*>(row_dots), key_mask,
-          static_cast<int>(NH), static_cast<int>(T), static_cast<int>(HS), causal, scale);
+          static_cast<int>(NH), static_cast<int>(T), static_cast<int>(HS), causal, scale, dropout);
     };
     if (const int status = arguments(general_backward_kv_kernel<E, kLaneDims>)) return status;
     return arguments(general_backward_q_kernel<E, kLaneDims>);

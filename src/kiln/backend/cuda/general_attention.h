@@ -13,18 +13,22 @@
 
 #include <cstdint>
 
+#include "kiln/backend/dropout_mask.h"
+
 namespace kiln::cuda {
 
 constexpr int64_t kGeneralAttentionMaxHeadSize = 256;
 
 // qkv [B, T, 3C] (q | k | v, heads contiguous), out [B, T, C], lse [B, NH, T] fp32, key_mask
-// [B, T] or null; kind bf16 or fp16 (kernels.h); head size HS in [1, 256]; scale = 1 / sqrt(HS).
+// [B, T] or null; kind bf16 or fp16 (kernels.h); head size HS in [1, 256]; scale = 1 / sqrt(HS);
+// `dropout`: attention dropout's mask (ops.h, AttentionDropout; threshold 0: none).
 int general_attention_forward(void* out, float* lse, const void* qkv, const int32_t* key_mask, int kind, int64_t B,
-                              int64_t T, int64_t NH, int64_t HS, bool causal, float scale);
+                              int64_t T, int64_t NH, int64_t HS, bool causal, float scale,
+                              const DropoutMask& dropout = {});
 // workspace: B * NH * T floats (D).
 int general_attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
                                const int32_t* key_mask, int kind, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                               bool causal, float scale, void* workspace);
+                               bool causal, float scale, void* workspace, const DropoutMask& dropout = {});
 
 // d[b, h, t] = sum over the head's HS channels of dout * out ([B, T, NH * HS] each, any kind): the
 // D of both fused backward paths.

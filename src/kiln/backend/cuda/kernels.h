@@ -16,6 +16,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kiln/backend/dropout_mask.h"
+
 namespace kiln::cuda {
 
 enum ElementKind : int { kFp32 = 0, kBf16 = 1, kFp16 = 2 };
@@ -80,14 +82,16 @@ int fill(void* out, int kind, float value, int64_t count);
 int convert(void* out, int out_kind, const void* in, int in_kind, int64_t count);
 // Attention's softmax under the flash-attention contract (ops.h). Scores are [B, NH, T, T], already
 // scaled by 1/sqrt(HS); key_mask [B, T] or null.
-// Forward: scores -> probabilities in place, and lse [B, NH, T] (-inf for a query without keys).
+// `dropout`: attention dropout's mask (ops.h, AttentionDropout; threshold 0: none).
+// Forward: scores -> probabilities in place (with dropout P Z, the product's operand), and lse
+// [B, NH, T] of the undropped ones (-inf for a query without keys).
 int attention_softmax_forward(void* scores, float* lse, int kind, const int32_t* key_mask, int64_t B, int64_t NH,
-                              int64_t T, bool causal);
-// Backward: scores -> P = exp(s - lse) in place, and dP -> dS = P * (dP - D) * scale in place, with
-// D = rowsum(dout * out) over the head's HS channels of dout and out ([B, T, NH * HS]).
+                              int64_t T, bool causal, const DropoutMask& dropout);
+// Backward: scores -> P = exp(s - lse) in place (with dropout P Z, for dv), and dP -> dS = P * (dP Z - D)
+// * scale in place, with D = rowsum(dout * out) over the head's HS channels of dout and out ([B, T, NH * HS]).
 int attention_softmax_backward(void* scores, void* dscores, const float* lse, const void* dout, const void* out,
                                int kind, const int32_t* key_mask, int64_t B, int64_t NH, int64_t T, int64_t HS,
-                               bool causal, float scale);
+                               bool causal, float scale, const DropoutMask& dropout);
 int softmax_cross_entropy(void* logits, int kind, float* losses, const int32_t* targets, int64_t M, int64_t V,
                           int64_t Vp, int32_t ignore_index, float loss_scale, bool write_grad);
 // The same with the gradient cast for the classifier's fp8 backward (ops.h, SoftmaxCrossEntropy with
