@@ -10,6 +10,7 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <csignal>
 #include <exception>
 
 #include "kiln/core/error.h"
@@ -94,6 +95,10 @@ struct JobHandle final : CommWork {
 GlooCommunicator::GlooCommunicator(int rank, int world_size, StoreClient& store, const Address& address,
                                    std::chrono::milliseconds timeout, std::function<std::string()> explain_failure)
     : rank_(rank), world_size_(world_size), explain_failure_(std::move(explain_failure)) {
+  // Gloo writes to its sockets with writev, which raises SIGPIPE once a peer has died: the process
+  // would end silently, naming no rank. Ignored (as Python, so PyTorch, ignores it), the write fails
+  // with EPIPE and Gloo throws, and the failure names the lost rank.
+  std::signal(SIGPIPE, SIG_IGN);
   gloo::transport::tcp::attr attr;
   attr.hostname = address.hostname;
   attr.iface = address.iface;
