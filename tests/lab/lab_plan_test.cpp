@@ -1,6 +1,6 @@
 // kiln lab's plan (lab/lab_plan.h) and its table and JSON (lab/lab_result.h): the rows of each lab
-// and the reasons rows cannot run on a machine, lab 5's combination of the fastest rows, settings
-// applied by key.
+// and the reasons rows cannot run on a machine or for a model, lab 5's combination of the fastest
+// rows, settings applied by key.
 #include "kiln/lab/lab_plan.h"
 
 #include <gtest/gtest.h>
@@ -51,7 +51,9 @@ TEST(LabPlan, EveryLabsRowsOnTheCpuWithTheReasonsSomeCannotRun) {
   for (const LabRowResult& row : loading.rows) {
     const bool gpu_only = row.name.find("pinned on") != std::string::npos || row.name.find("copy") != std::string::npos;
     EXPECT_EQ(row.unavailable.empty(), !gpu_only) << row.name << ": " << row.unavailable;
-    if (gpu_only) EXPECT_NE(row.unavailable.find("runs on the CPU"), std::string::npos) << row.unavailable;
+    if (gpu_only) {
+      EXPECT_NE(row.unavailable.find("runs on the CPU"), std::string::npos) << row.unavailable;
+    }
   }
 
   const LabExperiment& tricks = lab_numbered(labs, 2);
@@ -107,6 +109,27 @@ TEST(LabPlan, WhatCannotRunSaysWhy) {
   EXPECT_NE(split[1].rows[1].unavailable.find("does not split over 2 ranks"), std::string::npos);
   EXPECT_NE(error_of([&] { plan_labs(small_base(), LabMachine{}, {{7}, "", ""}); }).find("lab 7 does not exist"),
             std::string::npos);
+}
+
+TEST(LabPlan, TheEncoderClassifiersFp8RowSaysWhyAndItsRecomputationRowsRun) {
+  Config classifier = small_base();
+  classifier.model = "encoder-classifier";
+  for (const LabMachine& machine : {LabMachine{false, 0, 2}, LabMachine{true, 1, 16}}) {
+    const std::vector<LabExperiment> labs = plan_labs(classifier, machine, {{2, 3}, "", ""});
+    const LabExperiment& tricks = lab_numbered(labs, 2);
+    ASSERT_EQ(tricks.rows.size(), 9u);
+    for (const LabRowResult& row : tricks.rows) EXPECT_EQ(row.unavailable, "") << row.name;
+    const LabExperiment& precision = lab_numbered(labs, 3);
+    EXPECT_EQ(precision.rows[4].name, "fp8 (hybrid) on bf16");
+    EXPECT_EQ(precision.rows[4].unavailable, "fp8 is not available for the encoder-classifier yet");
+    // What the classifier can run keeps the machine's reasons, and only those.
+    EXPECT_EQ(precision.rows[1].unavailable.empty(), machine.cuda) << precision.rows[1].unavailable;
+    for (const size_t i : {0u, 2u, 3u}) EXPECT_TRUE(precision.rows[i].unavailable.empty()) << precision.rows[i].name;
+  }
+  // GPT has both: its rows run.
+  const std::vector<LabExperiment> gpt = plan_labs(small_base(), LabMachine{false, 0, 2}, {{2, 3}, "", ""});
+  for (const LabRowResult& row : gpt[0].rows) EXPECT_TRUE(row.unavailable.empty()) << row.name;
+  EXPECT_TRUE(gpt[1].rows[4].unavailable.empty());
 }
 
 LabRowResult measured_row(const std::string& name, std::vector<std::pair<std::string, std::string>> settings,

@@ -77,11 +77,10 @@ std::string command_path(const CLI::App& command) {
 
 }  // namespace
 
-Config ConfigFlags::build() const {
-  Config config;
-  if (!config_file.empty()) apply_yaml_file(config, config_file);
-  for (const auto& [field, value] : overrides) set_config_field(config, *field, value, flag_name(*field));
-  return config;
+Config ConfigFlags::build(Config defaults) const {
+  if (!config_file.empty()) apply_yaml_file(defaults, config_file);
+  for (const auto& [field, value] : overrides) set_config_field(defaults, *field, value, flag_name(*field));
+  return defaults;
 }
 
 std::string unknown_flags_message(const std::vector<std::string>& leftovers,

@@ -23,7 +23,9 @@ struct ConfigFlags {
   std::string config_file;
   std::vector<std::pair<const ConfigField*, std::string>> overrides;
 
-  Config build() const;  // defaults, then the YAML file, then the flags
+  // `defaults` (Config's own, or a command's: `kiln lab`'s classifier), then the YAML file, then
+  // the flags.
+  Config build(Config defaults = {}) const;
 };
 
 // Adds the flags to `command` and makes it refuse unknown ones as above. Call after the command's

@@ -3,9 +3,12 @@
 // for a self-contained HTML page with one bar chart per lab (obs/lab_report.h). Progress goes to
 // stderr, so stdout holds the table or the JSON alone.
 //
-// The base configuration is `kiln train`'s flags and --config. Without --data-path or --mock-data
-// the lab writes random-token shards into a temporary folder (removed at the end), so the loader
-// reads real files. Rows of several ranks run as that many local processes over Gloo (NCCL on
+// The base configuration is `kiln train`'s flags and --config. When neither --config nor --model
+// names a model, it is the seed lab's classifier scaled to the device (lab/lab_defaults.h:
+// --device, else cuda where a GPU is visible) under the flags. Without --data-path or --mock-data
+// the lab writes data into a temporary folder (removed at the end), so the loader reads real
+// files: synthetic text for the classifier, which the loader's workers tokenize; random-token
+// shards for GPT. Rows of several ranks run as that many local processes over Gloo (NCCL on
 // GPUs), started as `kiln launch` starts them, each of one thread when the cores allow: each is
 // this command again with the hidden --measure-row, which joins the group, measures the row and,
 // on rank 0, writes its numbers to a JSON file for the parent.
@@ -20,19 +23,21 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "kiln/backend/registry.h"
 #include "kiln/cli/commands.h"
 #include "kiln/cli/config_flags.h"
 #include "kiln/core/atomic_file.h"
 #include "kiln/core/error.h"
-#include "kiln/core/rng.h"
-#include "kiln/data/token_shard.h"
 #include "kiln/dist/bootstrap.h"
 #include "kiln/dist/process_group.h"
 #include "kiln/dist/worker_group.h"
+#include "kiln/lab/lab_defaults.h"
 #include "kiln/lab/lab_runner.h"
 #include "kiln/obs/lab_report.h"
 #include "kiln/obs/nvml_library.h"
+#include "kiln/train/model_kinds.h"
 #include "kiln/train/trainer.h"
+#include "kiln/train/training_data.h"
 
 namespace kiln::cli {
 namespace {
@@ -64,21 +69,6 @@ class ScratchFolder {
  private:
   std::string path_;
 };
-
-// Random-token shards (train and validation) and meta.json: data the loader reads from disk.
-void write_random_token_data(const std::string& dir, int64_t vocab_size, uint64_t seed) {
-  KILN_CHECK(vocab_size > 0 && vocab_size <= 65536, "kiln lab: random-token data needs --vocab-size in [1, 65536], got {}",
-             vocab_size);
-  Rng rng(seed);
-  const auto tokens = [&](int64_t count) {
-    std::vector<uint16_t> values(static_cast<size_t>(count));
-    for (uint16_t& value : values) value = static_cast<uint16_t>(rng.below(static_cast<uint64_t>(vocab_size)));
-    return values;
-  };
-  write_token_shard(dir + "/train_000000.bin", tokens(int64_t{1} << 21));
-  write_token_shard(dir + "/val_000000.bin", tokens(int64_t{1} << 16));
-  write_file_atomically(dir + "/meta.json", fmt::format("{{\"vocab_size\": {}}}\n", vocab_size));
-}
 
 std::string executable_path() {
   char path[PATH_MAX];
@@ -162,24 +152,55 @@ LabMachine this_machine(const Config& base) {
   return machine;
 }
 
-std::string model_line(const Config& base) {
-  const Config c = resolve_config(base, 1);
-  return fmt::format("GPT {} layers x {}, {} heads, seq {}, vocabulary {}, micro-batch {}, global batch {}, {}, {}",
-                     c.num_layers, c.hidden_size, c.num_attention_heads, c.seq_length, c.vocab_size,
-                     c.micro_batch_size, c.global_batch_size, c.precision_name(),
-                     c.mock_data ? "random tokens generated" : "data " + c.data_path);
+// kiln train's reading of --config and the flags; or, when neither names a model, the lab's
+// classifier for the device the flags name (cuda where a GPU is visible when they name none) under
+// the flags. Whether a flag was given is the parser's count, not a comparison with its default.
+Config base_configuration(const CLI::App& command, const ConfigFlags& flags) {
+  if (!flags.config_file.empty() || command.get_option("--model")->count() > 0) return flags.build();
+  const bool cuda = command.get_option("--device")->count() > 0 ? flags.build().device == "cuda"
+                                                                 : cuda_device_count() > 0;
+  return flags.build(lab_classifier_base(cuda));
 }
 
-void run_lab(const ConfigFlags& flags, const LabOptions& options) {
-  if (!options.measure_row.empty()) return measure_one_row(flags, options);
-  Config base = flags.build();
-  const ScratchFolder scratch;
-  if (!base.mock_data && base.data_path.empty()) {
-    if (base.vocab_size == 0) base.vocab_size = 4096;
-    base.data_path = scratch.path() + "/data";
-    std::filesystem::create_directories(base.data_path);
-    write_random_token_data(base.data_path, base.vocab_size, static_cast<uint64_t>(base.seed));
+// Writes the base's default data into `dir` and points the base at it (lab/lab_defaults.h): text
+// for a classifier, whose vocabulary is then its tokenizer's; random tokens for GPT (vocabulary
+// 4096 unless given). Returns what the data is, for the results' model line.
+std::string write_default_data(Config& base, const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  base.data_path = dir;
+  if (model_kind(base.model).input == ModelInput::LabelledSequences) {
+    const SyntheticTextOptions text{.seq_length = base.seq_length,
+                                    .num_labels = base.num_labels,
+                                    .text_key = base.text_key,
+                                    .label_key = base.label_key,
+                                    .seed = static_cast<uint64_t>(base.seed)};
+    write_synthetic_text(dir + "/train.jsonl", text);
+    const int64_t tokens = data_vocab_size(base, ModelInput::LabelledSequences);
+    if (base.vocab_size == 0) base.vocab_size = tokens;
+    KILN_CHECK(base.vocab_size >= tokens,
+               "kiln lab: its synthetic text is tokenized into a vocabulary of {} (its tokenizer's), more than "
+               "--vocab-size {}; leave --vocab-size out, or give your own --data-path",
+               tokens, base.vocab_size);
+    return fmt::format("synthetic text ({} rows of lexicon words) tokenized by the loader", text.rows);
   }
+  if (base.vocab_size == 0) base.vocab_size = 4096;
+  write_random_token_data(dir, base.vocab_size, static_cast<uint64_t>(base.seed));
+  return "random tokens read from disk";
+}
+
+// One line: the model as the run's log describes it, then the batch, precision and data.
+std::string model_line(const Config& base, const std::string& data) {
+  const Config c = resolve_config(base, 1);
+  return fmt::format("{}; seq {}, micro-batch {}, global batch {}, {}; {}", c.architecture()->describe(),
+                     c.seq_length, c.micro_batch_size, c.global_batch_size, c.precision_name(), data);
+}
+
+void run_lab(const CLI::App& command, const ConfigFlags& flags, const LabOptions& options) {
+  if (!options.measure_row.empty()) return measure_one_row(flags, options);
+  Config base = base_configuration(command, flags);
+  const ScratchFolder scratch;
+  std::string data = base.mock_data ? "generated on the fly (--mock-data)" : "data " + base.data_path;
+  if (!base.mock_data && base.data_path.empty()) data = write_default_data(base, scratch.path() + "/data");
   LabPlanOptions plan;
   plan.labs = std::set<int>(options.labs.begin(), options.labs.end());
   plan.s3_data_path = options.s3_data_path;
@@ -198,7 +219,7 @@ void run_lab(const ConfigFlags& flags, const LabOptions& options) {
   run_labs(base, labs, run);
 
   LabResults results;
-  results.model = model_line(base);
+  results.model = model_line(base, data);
   results.machine = fmt::format("{} ({} cores)", base.device, this_machine(base).cores);
   results.warmup_iters = options.warmup_iters;
   results.timed_iters = options.timed_iters;
@@ -216,7 +237,9 @@ void add_lab_command(CLI::App& root) {
   auto flags = std::make_shared<ConfigFlags>();
   auto options = std::make_shared<LabOptions>();
   CLI::App* command = root.add_subcommand(
-      "lab", "measure what each training technique buys: the seed lab's six experiments over a configuration");
+      "lab",
+      "measure what each training technique buys: the seed lab's six experiments over a configuration (without "
+      "--model or --config: the lab's classifier, scaled to this machine, on synthetic text)");
   command->add_option("--labs", options->labs,
                       "which labs, comma-separated: 1 data pre-loading, 2 gradient tricks, 3 precision, 4 storage, "
                       "5 all together, 6 data-parallel ranks (default: all)")
@@ -229,7 +252,7 @@ void add_lab_command(CLI::App& root) {
                       "the base --data-path's copy on S3, for lab 4's S3 rows (endpoint and keys as for kiln train)");
   command->add_option("--measure-row", options->measure_row)->group("");  // internal: one rank of a multi-rank row
   add_config_flags(*command, flags);
-  command->callback([flags, options] { run_lab(*flags, *options); });
+  command->callback([command, flags, options] { run_lab(*command, *flags, *options); });
 }
 
 }  // namespace kiln::cli

@@ -6,6 +6,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/storage/s3_client.h"
+#include "kiln/train/model_kinds.h"
 #include "kiln/train/trainer.h"
 
 namespace kiln {
@@ -24,6 +25,11 @@ LabRowResult row(std::string name, Settings settings, std::string unavailable = 
 
 std::string cuda_only(const LabMachine& machine, const std::string& what) {
   return machine.cuda ? "" : fmt::format("{} is a GPU matter; the base configuration runs on the CPU", what);
+}
+
+// Why `base`'s model cannot run fp8 products (empty when it can; model_kinds.h).
+std::string fp8_unavailable(const Config& base) {
+  return model_kind(base.model).fp8_products ? "" : fmt::format("fp8 is not available for the {} yet", base.model);
 }
 
 const char* on_off(bool on) { return on ? "true" : "false"; }
@@ -69,7 +75,7 @@ LabExperiment gradient_tricks(const Config& base) {
   return lab;
 }
 
-LabExperiment precision(const LabMachine& machine) {
+LabExperiment precision(const Config& base, const LabMachine& machine) {
   LabExperiment lab{3, "Mixed precision", "what each number format buys in speed and memory", {}, ""};
   const Settings off = {{"fp16", "false"}, {"bf16", "false"}, {"tf32", "false"}, {"fp8_format", ""}};
   const auto with = [&](const std::string& key, const std::string& value) {
@@ -85,7 +91,7 @@ LabExperiment precision(const LabMachine& machine) {
   Settings fp8 = with("bf16", "true");
   for (auto& [k, v] : fp8)
     if (k == "fp8_format") v = "hybrid";
-  lab.rows.push_back(row("fp8 (hybrid) on bf16", fp8));
+  lab.rows.push_back(row("fp8 (hybrid) on bf16", fp8, fp8_unavailable(base)));
   return lab;
 }
 
@@ -143,7 +149,7 @@ std::vector<LabExperiment> plan_labs(const Config& base, const LabMachine& machi
     switch (number) {
       case 1: labs.push_back(data_preloading(machine)); break;
       case 2: labs.push_back(gradient_tricks(base)); break;
-      case 3: labs.push_back(precision(machine)); break;
+      case 3: labs.push_back(precision(base, machine)); break;
       case 4: labs.push_back(storage(base, options)); break;
       case 5: labs.push_back(LabExperiment{5, "All together", "", {}, ""}); break;
       case 6: labs.push_back(data_parallel(base, machine)); break;

@@ -41,7 +41,7 @@ struct LabExperiment {
 };
 
 struct LabResults {
-  std::string model;    // one line: the base configuration's model, "GPT 4 layers x 128, seq 128, ..."
+  std::string model;    // one line: the base's model as the run's log describes it, then its batch and data
   std::string machine;  // one line: "cpu (2 cores)", "cuda: NVIDIA H100 80GB HBM3"
   int64_t warmup_iters = 0, timed_iters = 0;
   std::vector<LabExperiment> labs;

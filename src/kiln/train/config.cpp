@@ -597,12 +597,12 @@ void Config::validate() const {
              "supported yet");
   plan_recompute(recompute_policy(), num_layers);
   const ModelKind& kind = model_kind(model);
+  KILN_CHECK(fp8_format.empty() || kind.fp8_products,
+             "config key 'fp8_format' is set, but the {} has no fp8 products yet; train it in bf16 or fp16", model);
   if (kind.input == ModelInput::LabelledSequences) {
     KILN_CHECK(num_labels >= 2, "config key 'num_labels' must be at least 2, got {}", num_labels);
     KILN_CHECK(num_intermediate_layers >= 0, "config key 'num_intermediate_layers' must be >= 0, got {}",
                num_intermediate_layers);
-    KILN_CHECK(fp8_format.empty(), "config key 'fp8_format' is set, but the encoder-classifier has no fp8 products "
-                                   "yet; train it in bf16 or fp16");
     KILN_CHECK(!text_key.empty() && !label_key.empty(), "config keys 'text_key' and 'label_key' must not be empty");
   }
 }
