@@ -9,6 +9,7 @@ namespace kiln::cli {
 
 void add_train_command(CLI::App& root);
 void add_generate_command(CLI::App& root);
+void add_classify_command(CLI::App& root);
 void add_data_command(CLI::App& root);
 void add_bench_command(CLI::App& root);
 void add_bench_loader_command(CLI::App& bench);     // under `kiln bench`

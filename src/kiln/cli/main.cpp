@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   app.add_flag("--version", show_version, "print the version and build options");
   kiln::cli::add_train_command(app);
   kiln::cli::add_generate_command(app);
+  kiln::cli::add_classify_command(app);
   kiln::cli::add_data_command(app);
   kiln::cli::add_bench_command(app);
   kiln::cli::add_estimate_command(app);

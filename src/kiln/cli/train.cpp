@@ -92,7 +92,7 @@ void finish_step_trace(StepTraceObserver* step_trace, const Trainer& trainer) {
 void add_train_command(CLI::App& root) {
   auto flags = std::make_shared<ConfigFlags>();
   auto print_config = std::make_shared<bool>(false);
-  CLI::App* command = root.add_subcommand("train", "train a GPT model");
+  CLI::App* command = root.add_subcommand("train", "train a model: GPT, or the encoder classifier (--model encoder-classifier)");
   command->add_flag("--print-config", *print_config, "print the resolved config as YAML and exit");
   add_config_flags(*command, flags);
   command->callback([flags, print_config] {
