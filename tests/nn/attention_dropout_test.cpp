@@ -10,6 +10,7 @@
 #include "kiln/backend/registry.h"
 #include "kiln/nn/gpt.h"
 #include "support/directional_derivative.h"
+#include "support/recomputation_check.h"
 #include "support/token_batch.h"
 
 namespace kiln {
@@ -116,16 +117,7 @@ std::vector<float> dropped_gradients(const RecomputePolicy& recompute, double& l
 }
 
 TEST(GptAttentionDropout, EveryRecomputationMethodGivesBitIdenticalGradients) {
-  double reference_loss = 0;
-  const std::vector<float> reference = dropped_gradients(RecomputePolicy{}, reference_loss);
-  for (const RecomputePolicy& recompute :
-       {RecomputePolicy::parse("full", "uniform", 1), RecomputePolicy::parse("full", "uniform", 3),
-        RecomputePolicy::parse("full", "block", 2), RecomputePolicy::parse("selective", "", 1)}) {
-    double loss = 0;
-    const std::vector<float> grads = dropped_gradients(recompute, loss);
-    EXPECT_EQ(loss, reference_loss) << recompute.describe();
-    EXPECT_EQ(std::memcmp(grads.data(), reference.data(), grads.size() * sizeof(float)), 0) << recompute.describe();
-  }
+  testing::expect_every_recomputation_bit_identical(dropped_gradients);
 }
 
 }  // namespace
