@@ -6,6 +6,7 @@ bar): the demo's shape (4 layers, 128 wide, 4 heads, sequence 128, vocabulary 25
 Rows, each run --repeats times back to back (runs on a 2-core machine vary by 20%):
   kiln, 1 rank                      kiln train, accumulation 2
   kiln, 2 ranks, overlap on/off     kiln launch --nproc-per-node 2 -- kiln train ...
+  kiln, 2 ranks, ZeRO-1             the same with --use-distributed-optimizer (buckets reduced to owners)
   PyTorch DDP, 2 ranks              kiln launch ... -- python3 bench/peers/pytorch_ddp_cpu.py
 A kiln row's speed is the median of its iterations' tokens/s after --warmup-iters; its "reduce
 wait" is the median time the last backward left the gradients' reduction to wait for. The share
@@ -35,13 +36,15 @@ def run(command, env):
     return result.stdout + result.stderr
 
 
-def kiln_row(args, ranks, overlap, env):
+def kiln_row(args, ranks, overlap, env, zero=False):
     train = [args.kiln, "train", *SHAPE, "--vocab-size", "257", "--mock-data", "--micro-batch-size", "8",
              "--global-batch-size", "16", "--train-iters", str(args.warmup_iters + args.timed_iters),
              "--lr", "6e-4", "--eval-iters", "0", "--log-interval", "1", "--num-workers", "0",
              "--ddp-bucket-size", str(args.bucket_size)]
     if not overlap:
         train.append("--no-overlap-grad-reduce")
+    if zero:
+        train.append("--use-distributed-optimizer")
     command = train if ranks == 1 else [args.kiln, "launch", "--standalone", "--nproc-per-node", str(ranks),
                                         "--log-ranks", "0", "--", *train]
     speeds, waits = [], []
@@ -83,20 +86,21 @@ def main():
         one, _ = kiln_row(args, 1, True, env)
         two, wait_on = kiln_row(args, 2, True, env)
         two_off, wait_off = kiln_row(args, 2, False, env)
+        zero, _ = kiln_row(args, 2, True, env, zero=True)
         torch_two, peer = pytorch_row(args, 2, env)
         torch_one, _ = pytorch_row(args, 1, env)
         rows.append({"repeat": repeat + 1, "kiln_1_rank": one, "kiln_2_ranks": two, "kiln_2_ranks_no_overlap": two_off,
-                     "reduce_wait_ms_overlap": wait_on, "reduce_wait_ms_no_overlap": wait_off,
+                     "kiln_2_ranks_zero1": zero, "reduce_wait_ms_overlap": wait_on, "reduce_wait_ms_no_overlap": wait_off,
                      "pytorch_1_process": torch_one, "pytorch_ddp_2_ranks": torch_two, "peer": peer})
     print(f"# demo shape, fp32, global batch 16 x 128 tokens, 1 thread a rank, {args.timed_iters} timed iterations "
           f"after {args.warmup_iters}; kiln buckets of {args.bucket_size} elements; tokens/s (medians)")
-    print(f"{'repeat':>6} {'kiln 1':>9} {'kiln 2':>9} {'kiln 2 no-ovl':>14} {'torch 1':>9} {'DDP 2':>9} "
+    print(f"{'repeat':>6} {'kiln 1':>9} {'kiln 2':>9} {'kiln 2 no-ovl':>14} {'kiln 2 ZeRO-1':>14} {'torch 1':>9} {'DDP 2':>9} "
           f"{'kiln2/DDP2':>11} {'kiln2/kiln1':>12} {'wait ovl ms':>12} {'wait off ms':>12} {'hidden':>7}")
     for row in rows:
         hidden = 1 - row["reduce_wait_ms_overlap"] / row["reduce_wait_ms_no_overlap"] if row["reduce_wait_ms_no_overlap"] else 0
         row["hidden_share"] = hidden
         print(f"{row['repeat']:>6} {row['kiln_1_rank']:>9.0f} {row['kiln_2_ranks']:>9.0f} "
-              f"{row['kiln_2_ranks_no_overlap']:>14.0f} {row['pytorch_1_process']:>9.0f} {row['pytorch_ddp_2_ranks']:>9.0f} "
+              f"{row['kiln_2_ranks_no_overlap']:>14.0f} {row['kiln_2_ranks_zero1']:>14.0f} {row['pytorch_1_process']:>9.0f} {row['pytorch_ddp_2_ranks']:>9.0f} "
               f"{row['kiln_2_ranks'] / row['pytorch_ddp_2_ranks']:>11.2f} {row['kiln_2_ranks'] / row['kiln_1_rank']:>12.2f} "
               f"{row['reduce_wait_ms_overlap']:>12.2f} {row['reduce_wait_ms_no_overlap']:>12.2f} {hidden:>7.0%}")
     print(json.dumps({"rows": rows}))

@@ -180,6 +180,12 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, n
   return collective(comm, &nccl_stand_in::Calls::reduce_scatter, send, recv, recvcount * type_bytes(type), stream);
 }
 
+ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t, int root,
+                        ncclComm_t comm, cudaStream_t stream) {
+  if (root != 0) return invalid(comm, "root outside the group of one");
+  return collective(comm, &nccl_stand_in::Calls::reduce, send, recv, count * type_bytes(type), stream);
+}
+
 ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclDataType_t type, ncclComm_t comm,
                            cudaStream_t stream) {
   return collective(comm, &nccl_stand_in::Calls::all_gather, send, recv, sendcount * type_bytes(type), stream);

@@ -19,7 +19,7 @@ using testing::CommandResult;
 using testing::kiln_binary;
 using testing::run_command;
 
-const std::vector<std::string> kOps = {"all_reduce", "all_gather", "reduce_scatter", "broadcast"};
+const std::vector<std::string> kOps = {"all_reduce", "all_gather", "reduce_scatter", "reduce", "broadcast"};
 constexpr const char* kFast = "--iters 3 --warmup-iters 1 --distributed-timeout-minutes 0.5";
 
 CommandResult launch(int ranks, const std::string& arguments) {
@@ -79,7 +79,7 @@ int64_t expected_count(const std::string& op, int64_t bytes, int ranks) {
 double bus_factor(const std::string& op, int ranks) {
   const double n = ranks;
   if (op == "all_reduce") return 2 * (n - 1) / n;
-  if (op == "broadcast") return 1;
+  if (op == "broadcast" || op == "reduce") return 1;
   return (n - 1) / n;
 }
 
@@ -103,8 +103,8 @@ void expect_table(const std::string& output, int ranks, const std::vector<int64_
       EXPECT_EQ(row.count, expected_count(op, bytes, ranks));
       EXPECT_EQ(row.size, row.count * 4);
       EXPECT_EQ(row.type, "float");
-      EXPECT_EQ(row.redop, op == "all_reduce" || op == "reduce_scatter" ? "sum" : "none");
-      EXPECT_EQ(row.root, op == "broadcast" ? 0 : -1);
+      EXPECT_EQ(row.redop, op == "all_gather" || op == "broadcast" ? "none" : "sum");
+      EXPECT_EQ(row.root, op == "broadcast" || op == "reduce" ? 0 : -1);
       EXPECT_EQ(row.wrong, "0");
       EXPECT_GT(row.time, 0.0);
       EXPECT_NEAR(row.busbw, row.algbw * bus_factor(op, ranks),
@@ -147,19 +147,20 @@ TEST(BenchComm, ACorruptedRankIsCountedOnTheRanksThatSeeItAndFailsTheRun) {
   const CommandResult result = launch(2, fmt::format("-b 8 -e 32 --corrupt-rank 1 {}", kFast));
   EXPECT_NE(result.exit_code, 0) << result.output;
   const std::vector<TableRow> rows = table_rows(result.output);
-  ASSERT_EQ(rows.size(), 4u * 3u) << result.output;
+  ASSERT_EQ(rows.size(), 5u * 3u) << result.output;
   // Rank 1's extra 1 reaches every rank's all_reduce sum and every rank's copy of its all_gather
-  // shard; reduce_scatter's wrong element is in rank 1's own shard; broadcast overwrites it.
+  // shard; reduce_scatter's wrong element is in rank 1's own shard; reduce's in the root's sum;
+  // broadcast overwrites it.
   for (const TableRow& row : rows) {
-    const std::string expected = row.op == "reduce_scatter" ? "1"
-                                 : row.op == "broadcast"    ? "0"
-                                                            : "2";
+    const std::string expected = row.op == "reduce_scatter" || row.op == "reduce" ? "1"
+                                 : row.op == "broadcast"                          ? "0"
+                                                                                  : "2";
     EXPECT_EQ(row.wrong, expected) << row.op << " at " << row.size;
   }
-  EXPECT_NE(result.output.find("# Wrong values: 15\n"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("# Wrong values: 18\n"), std::string::npos) << result.output;
   EXPECT_NE(
       result.output.find(
-          "kiln: error: kiln bench comm: 15 wrong values (first: all_reduce at size 8 on rank 0)"),
+          "kiln: error: kiln bench comm: 18 wrong values (first: all_reduce at size 8 on rank 0)"),
       std::string::npos)
       << result.output;
 }
@@ -204,9 +205,10 @@ TEST(BenchComm, OneProcessWithoutALauncherPrintsTheTableOfOneRank) {
             std::string::npos)
       << result.output;
   expect_table(result.output, 1, sizes(8, 1024, 4));
-  // One rank moves nothing between ranks: nccl-tests' factors give busbw 0 but for broadcast.
+  // One rank moves nothing between ranks: nccl-tests' factors give busbw 0 but for broadcast and
+  // reduce (factor 1).
   for (const TableRow& row : table_rows(result.output))
-    if (row.op != "broadcast") {
+    if (row.op != "broadcast" && row.op != "reduce") {
       EXPECT_EQ(row.busbw, 0.0) << row.op;
     }
 }
@@ -228,7 +230,7 @@ TEST(BenchComm, BadFlagsNameTheFlag) {
       {"-e 12X", "-e/--maxbytes '12X' is not a size in bytes"},
       {"-f 1", "-f/--stepfactor must be at least 2, got 1"},
       {"--ops all_reduce,allreduce",
-       "--ops: 'allreduce' is not one of all_reduce, all_gather, reduce_scatter, broadcast"},
+       "--ops: 'allreduce' is not one of all_reduce, all_gather, reduce_scatter, reduce, broadcast"},
       {"--iters 0", "-n/--iters must be positive, got 0"},
       {"--check 2", "-c/--check takes 1 or 0, got 2"},
       {"--distributed-backend mpi", "--distributed-backend 'mpi' is not gloo or nccl"},

@@ -46,6 +46,52 @@ TEST(GlooCommunicator, ReduceScatterLeavesEachRankTheSumOfItsShard) {
   }
 }
 
+TEST(GlooCommunicator, APreparedAllReduceSumsItsBufferAtEachStartAmongOtherOperations) {
+  for (const int ranks : {2, 3, 4}) {
+    on_gloo_ranks(ranks, [ranks](GlooCommunicator& comm) {
+      const int r = comm.rank();
+      // Beyond kPreparedElements, each start is a one-off all-reduce. (Large buffers at 3 and 4 ranks
+      // take Gloo's ring tens of seconds among threads of one process, not among processes.)
+      const size_t large_size = ranks == 2 ? static_cast<size_t>(GlooCommunicator::kPreparedElements) + 1 : 5;
+      std::vector<float> bucket(1001), other(7), large(large_size);
+      const auto prepared = comm.prepare_all_reduce(host_tensor(bucket));
+      const auto prepared_large = comm.prepare_all_reduce(host_tensor(large));
+      const auto total = static_cast<float>(ranks * (ranks + 1) / 2);            // 1 + 2 + ... + ranks
+      for (int step = 0; step < 3; ++step) {
+        for (size_t i = 0; i < bucket.size(); ++i) bucket[i] = static_cast<float>((i + step) * (r + 1));
+        other.assign(other.size(), static_cast<float>(r));
+        large.assign(large.size(), static_cast<float>(r + 1));
+        auto work = prepared->start();
+        comm.all_reduce(host_tensor(other), ReduceOp::Max)->wait();
+        prepared_large->start()->wait();
+        work->wait();
+        for (size_t i = 0; i < bucket.size(); ++i)
+          ASSERT_EQ(bucket[i], static_cast<float>(i + step) * total) << ranks << " ranks, step " << step << ", " << i;
+        EXPECT_EQ(other.front(), static_cast<float>(ranks - 1));
+        EXPECT_EQ(large.back(), total);
+      }
+    });
+  }
+}
+
+TEST(GlooCommunicator, ReduceLeavesTheRootTheSumWhicheverRankItIs) {
+  for (const int ranks : {2, 3, 4}) {
+    on_gloo_ranks(ranks, [ranks](GlooCommunicator& comm) {
+      const int r = comm.rank();
+      for (int root = 0; root < ranks; ++root) {
+        std::vector<float> values(37);  // odd: not a multiple of the ranks
+        for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i * (r + 1) + root);
+        comm.reduce(host_tensor(values), root)->wait();
+        if (r != root) continue;
+        const auto total = static_cast<size_t>(ranks * (ranks + 1) / 2);  // 1 + 2 + ... + ranks
+        for (size_t i = 0; i < values.size(); ++i)
+          ASSERT_EQ(values[i], static_cast<float>(i * total + static_cast<size_t>(ranks * root)))
+              << ranks << " ranks, root " << root << " element " << i;
+      }
+    });
+  }
+}
+
 TEST(GlooCommunicator, AllGatherFillsEveryShardInPlaceWhateverTheDtype) {
   on_gloo_ranks(4, [](GlooCommunicator& comm) {
     const int r = comm.rank();
@@ -89,6 +135,9 @@ TEST(GlooCommunicator, GpuBuffersAndUnevenShardsAreErrorsNamingTheOperation) {
               std::string::npos);
     EXPECT_NE(testing::error_of([&] { comm.reduce_scatter(host_tensor(values)); })
                   .find("gloo reduce_scatter: 5 elements do not split into 2 equal shards"),
+              std::string::npos);
+    EXPECT_NE(testing::error_of([&] { comm.reduce(host_tensor(values), 2); })
+                  .find("gloo reduce: root 2 outside world size 2"),
               std::string::npos);
   });
 }

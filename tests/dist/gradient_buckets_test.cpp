@@ -1,8 +1,10 @@
 // GradientBuckets: bucket boundaries, when each bucket starts, and that a step waits for all.
 #include "kiln/dist/gradient_buckets.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <tuple>
 #include <vector>
 
 #include "kiln/nn/gpt.h"
@@ -17,6 +19,7 @@ class RecordingCommunicator final : public Communicator {
  public:
   struct Call {
     int64_t begin, count;
+    int root = -1;  // -1: every rank (an all-reduce)
     bool waited = false;
   };
   explicit RecordingCommunicator(const float* base) : base_(base) {}
@@ -25,6 +28,10 @@ class RecordingCommunicator final : public Communicator {
   std::string name() const override { return "recording"; }
   std::unique_ptr<CommWork> all_reduce(Tensor data, ReduceOp) override {
     calls.push_back({data.as<float>() - base_, data.numel()});
+    return std::make_unique<Work>(calls, calls.size() - 1);
+  }
+  std::unique_ptr<CommWork> reduce(Tensor data, int root) override {
+    calls.push_back({data.as<float>() - base_, data.numel(), root});
     return std::make_unique<Work>(calls, calls.size() - 1);
   }
   std::unique_ptr<CommWork> reduce_scatter(Tensor) override { return nullptr; }
@@ -87,9 +94,36 @@ TEST(GradientBuckets, EachBucketStartsOnceItsRangeIsFinalAndTheStepWaitsForAll) 
   EXPECT_EQ(buckets.started_during_backward(), 3);
 }
 
+TEST(GradientBuckets, ForTheShardsOwnersEachBucketIsCutAtTheShardsAndReducedToTheirOwners) {
+  // Two ranks own [0, 50) and [50, 100); the bucket [30, 60) crosses the boundary.
+  std::vector<float> grads(100);
+  RecordingCommunicator comm(grads.data());
+  GradientBuckets buckets(comm, Tensor{grads.data(), Shape{100}}, std::vector<int64_t>{0, 10, 30, 35, 60, 90}, 26, 0,
+                          50);
+  buckets.gradients_final_from(30);
+  ASSERT_EQ(comm.calls.size(), 3u);
+  const std::vector<std::tuple<int64_t, int64_t, int>> expected{{60, 40, 1}, {30, 20, 0}, {50, 10, 1}};
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(comm.calls[i].begin, std::get<0>(expected[i])) << i;
+    EXPECT_EQ(comm.calls[i].count, std::get<1>(expected[i])) << i;
+    EXPECT_EQ(comm.calls[i].root, std::get<2>(expected[i])) << i;
+  }
+  buckets.finish();
+  ASSERT_EQ(comm.calls.size(), 4u);
+  EXPECT_EQ(comm.calls[3].begin, 0);
+  EXPECT_EQ(comm.calls[3].count, 30);
+  EXPECT_EQ(comm.calls[3].root, 0);
+  for (const auto& call : comm.calls) EXPECT_TRUE(call.waited);
+  EXPECT_NE(testing::error_of([&] {
+              GradientBuckets(comm, Tensor{grads.data(), Shape{100}}, std::vector<int64_t>{0, 10}, 26, 0, 40);
+            }).find("2 ranks' shards of 40 elements do not make the buffer's 100"),
+            std::string::npos);
+}
+
 TEST(GradientBuckets, TheGptBackwardFinishesItsGradientsFromTheEndOfTheBufferDown) {
-  // The watermark contract the buckets rely on: non-increasing, ending at 0, one call per block
-  // plus ln_f and the embeddings.
+  // The watermark contract the buckets rely on: non-increasing, ending at 0; ln_f, then within
+  // each block each product's weights and each LayerNorm's as its backward is issued (six a
+  // block), then the embeddings.
   auto backend = make_backend("cpu");
   GptConfig config;
   config.num_layers = 3;
@@ -106,9 +140,13 @@ TEST(GradientBuckets, TheGptBackwardFinishesItsGradientsFromTheEndOfTheBufferDow
   model.forward(tokens, targets, 2, 8, GradientPass::Write);
   model.backward();
   const ParameterLayout& layout = model.layout();
-  EXPECT_EQ(marks, (std::vector<int64_t>{layout.find("ln_f.weight").offset, layout.find("h.2.ln_1.weight").offset,
-                                         layout.find("h.1.ln_1.weight").offset, layout.find("h.0.ln_1.weight").offset,
-                                         0}));
+  std::vector<int64_t> expected{layout.find("ln_f.weight").offset};
+  for (const int layer : {2, 1, 0})
+    for (const char* parameter : {"mlp.c_proj.weight", "mlp.c_fc.weight", "ln_2.weight", "attn.c_proj.weight",
+                                  "attn.c_attn.weight", "ln_1.weight"})
+      expected.push_back(layout.find(fmt::format("h.{}.{}", layer, parameter)).offset);
+  expected.push_back(0);
+  EXPECT_EQ(marks, expected);
 }
 
 TEST(GradientBuckets, TheEarlyBucketStartsOutOfOrderOnceAndTheWatermarkStopsAboveIt) {

@@ -62,6 +62,8 @@ TEST_F(CudaNcclCommunicator, EveryOperationOfOneRankLeavesItsBuffer) {
   EXPECT_EQ(on_host(data), values);
   nccl.reduce_scatter(data)->wait();
   EXPECT_EQ(on_host(data), values);
+  nccl.reduce(data, 0)->wait();
+  EXPECT_EQ(on_host(data), values);
   nccl.all_gather(data)->wait();
   EXPECT_EQ(on_host(data), values);
   nccl.broadcast(data, 0)->wait();

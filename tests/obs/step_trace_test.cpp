@@ -297,16 +297,20 @@ TEST(StepTraceCli, BadSettingsStopTheRunBeforeItsFirstStep) {
   }
 }
 
+// tiny_train(flags) on two ranks over Gloo, under kiln launch.
+testing::CommandResult train_on_two_ranks(const std::string& flags) {
+  return testing::run_command(fmt::format("OMP_NUM_THREADS=1 {} launch --standalone --nproc-per-node 2 -- {} {}",
+                                          testing::kiln_binary(), testing::kiln_binary(), tiny_train(flags)));
+}
+
 // Two ranks over Gloo, both traced (--profile-ranks all): each writes its own file, whose
 // communication thread holds the collectives of the traced step.
 TEST(StepTraceCli, EveryProfiledRankWritesItsTraceWithItsCommunicationThread) {
   const TempDir dir;
-  const testing::CommandResult run = testing::run_command(fmt::format(
-      "OMP_NUM_THREADS=1 {} launch --standalone --nproc-per-node 2 -- {} {}", testing::kiln_binary(),
-      testing::kiln_binary(),
-      tiny_train(fmt::format("--global-batch-size 4 --profile --profile-ranks all --profile-step-start 1 "
-                             "--profile-step-end 2 --profile-name duo --profile-dir {}",
-                             dir / "p"))));
+  const testing::CommandResult run =
+      train_on_two_ranks(fmt::format("--global-batch-size 4 --profile --profile-ranks all --profile-step-start 1 "
+                                     "--profile-step-end 2 --profile-name duo --profile-dir {}",
+                                     dir / "p"));
   ASSERT_EQ(run.exit_code, 0) << run.output;
   for (int rank : {0, 1}) {
     SCOPED_TRACE(rank);
@@ -324,6 +328,29 @@ TEST(StepTraceCli, EveryProfiledRankWritesItsTraceWithItsCommunicationThread) {
     EXPECT_TRUE(parts.contains("gradient reduction (wait)"));
     EXPECT_TRUE(parts.contains("loss (sum over ranks)"));
   }
+}
+
+// ZeRO-1 over two ranks: the gradient buckets are reduced to the ranks owning their pieces (a
+// reduce a piece, to both ranks over the step), not one reduce-scatter after the backward.
+TEST(StepTraceCli, TheDistributedOptimizerReducesEachBucketToTheRanksThatOwnIt) {
+  const TempDir dir;
+  const testing::CommandResult run = train_on_two_ranks(
+      fmt::format("--global-batch-size 4 --use-distributed-optimizer --ddp-bucket-size 400 --profile "
+                  "--profile-step-start 1 --profile-step-end 2 --profile-name zero --profile-dir {}",
+                  dir / "p"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const ParsedTrace trace = parse(read_json(dir / "p/zero_rank0.pt.trace.json"));
+  ASSERT_TRUE(trace.tracks.contains("communication (gloo)"));
+  std::set<std::string> roots;
+  int reduces = 0;
+  for (const Complete& event : trace.tracks.at("communication (gloo)")) {
+    EXPECT_FALSE(event.name.starts_with("reduce_scatter")) << event.name;
+    if (!event.name.starts_with("reduce (")) continue;
+    ++reduces;
+    roots.insert(event.name.substr(event.name.find("to rank")));
+  }
+  EXPECT_GT(reduces, 2);
+  EXPECT_EQ(roots, (std::set<std::string>{"to rank 0)", "to rank 1)"}));
 }
 
 }  // namespace

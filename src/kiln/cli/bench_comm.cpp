@@ -8,7 +8,8 @@
 // Bandwidths follow nccl-tests' doc/PERFORMANCE.md (NVIDIA/nccl-tests): algbw = size / time, and
 // busbw = algbw x a factor per op that makes the number comparable with the links' bandwidth
 // whatever the rank count: all_reduce 2(n-1)/n, all_gather and reduce_scatter (n-1)/n (their size
-// being the whole buffer of n shards), broadcast 1.
+// being the whole buffer of n shards), reduce and broadcast 1 (reduce: to rank 0, what ZeRO-1's
+// gradient buckets do to each shard's owner).
 // Every operation is in place on fp32 buffers, as the Trainer's are: host memory for gloo (and a
 // process alone), this rank's GPU memory for nccl (checked through a copy to the host). Gloo's
 // reduce_scatter is an all-reduce of the whole buffer (gloo_communicator.cpp), so its busbw is
@@ -50,8 +51,9 @@ struct CommOp {
   int root;                // -1 where there is none
   bool sharded;            // the buffer is world-size equal shards
   // What the op leaves where the check looks: the sum over ranks everywhere; the sum in this
-  // rank's own shard only (the rest is undefined); every shard its owner's values; root's values.
-  enum class Leaves { Sum, SumInOwnShard, OwnersShards, RootsValues } leaves;
+  // rank's own shard only (the rest is undefined); the sum on root only (undefined elsewhere);
+  // every shard its owner's values; root's values.
+  enum class Leaves { Sum, SumInOwnShard, SumAtRoot, OwnersShards, RootsValues } leaves;
   double (*bus_factor)(int ranks);
   std::unique_ptr<CommWork> (*issue)(Communicator& comm, Tensor data);
 };
@@ -64,7 +66,7 @@ float pattern(int rank, int64_t i) {
   return static_cast<float>((i % kPeriod * 7 + rank % kPeriod * 13) % kPeriod + 1);
 }
 
-constexpr std::array<CommOp, 4> kOps = {{
+constexpr std::array<CommOp, 5> kOps = {{
     {"all_reduce", "sum", -1, false, CommOp::Leaves::Sum, [](int n) { return 2.0 * (n - 1) / n; },
      [](Communicator& comm, Tensor data) { return comm.all_reduce(data, ReduceOp::Sum); }},
     {"all_gather", "none", -1, true, CommOp::Leaves::OwnersShards,
@@ -73,6 +75,8 @@ constexpr std::array<CommOp, 4> kOps = {{
     {"reduce_scatter", "sum", -1, true, CommOp::Leaves::SumInOwnShard,
      [](int n) { return static_cast<double>(n - 1) / n; },
      [](Communicator& comm, Tensor data) { return comm.reduce_scatter(data); }},
+    {"reduce", "sum", 0, false, CommOp::Leaves::SumAtRoot, [](int) { return 1.0; },
+     [](Communicator& comm, Tensor data) { return comm.reduce(data, 0); }},
     {"broadcast", "none", 0, false, CommOp::Leaves::RootsValues, [](int) { return 1.0; },
      [](Communicator& comm, Tensor data) { return comm.broadcast(data, 0); }},
 }};
@@ -84,7 +88,7 @@ std::string op_names() {
 }
 
 struct BenchCommOptions {
-  std::vector<std::string> ops = {"all_reduce", "all_gather", "reduce_scatter", "broadcast"};
+  std::vector<std::string> ops = {"all_reduce", "all_gather", "reduce_scatter", "reduce", "broadcast"};
   std::string min_bytes = "8", max_bytes = "256M";
   int64_t step_factor = 2;
   int64_t iters = 20, warmup_iters = 5;
@@ -252,7 +256,9 @@ int64_t check_once(Communicator& comm, const CommOp& op, BenchBuffer& buffer, in
     for (int r = 0; r < ranks; ++r) sums[static_cast<size_t>(p)] += pattern(r, p);
   using Leaves = CommOp::Leaves;
   const int64_t first = op.leaves == Leaves::SumInOwnShard ? rank * shard : 0;
-  const int64_t last = op.leaves == Leaves::SumInOwnShard ? first + shard : count;
+  const int64_t last = op.leaves == Leaves::SumInOwnShard                     ? first + shard
+                       : op.leaves == Leaves::SumAtRoot && rank != op.root ? first
+                                                                           : count;
   int64_t wrong = 0;
   for (int64_t i = first; i < last; ++i) {
     const float expected =
@@ -419,7 +425,7 @@ void add_bench_comm_command(CLI::App& bench) {
       "comm",
       "time the Communicator's collectives, nccl-tests style (run it on every rank of a job)");
   comm->add_option("--ops", o->ops,
-                   "collectives to measure: all_reduce, all_gather, reduce_scatter, broadcast")
+                   "collectives to measure: all_reduce, all_gather, reduce_scatter, reduce, broadcast")
       ->delimiter(',');
   comm->add_option("-b,--minbytes", o->min_bytes,
                    "smallest size in bytes (K, M, G: powers of 1024)");

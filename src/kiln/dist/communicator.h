@@ -34,6 +34,16 @@ class CommWork {
 
 enum class ReduceOp : uint8_t { Sum, Max };
 
+// An all-reduce (sum, in place) bound to one buffer for the whole run and started many times (a
+// gradient bucket, every step). Where the engine can set it up once, each start costs less than a
+// one-off all_reduce (Gloo: a persistent algorithm, with its peers' buffers registered once).
+class PreparedAllReduce {
+ public:
+  virtual ~PreparedAllReduce() = default;
+  // As all_reduce(data, ReduceOp::Sum) on the prepared buffer, under the same contract.
+  virtual std::unique_ptr<CommWork> start() = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -49,6 +59,13 @@ class Communicator {
   // becomes the sum over ranks of shard r; the other shards are left undefined (Gloo's sums them
   // all, NCCL's leaves them as they were).
   virtual std::unique_ptr<CommWork> reduce_scatter(Tensor data) = 0;
+  // Sets up all_reduce(data, Sum) for repeated starts. Preparing is itself an operation: every rank
+  // prepares the same buffers in the same order among its other operations. By default each start
+  // is a one-off all_reduce.
+  virtual std::unique_ptr<PreparedAllReduce> prepare_all_reduce(Tensor data);
+  // `data` (fp32): root's becomes the sum over ranks; the other ranks' is left undefined (the
+  // distributed optimizer's gradient buckets: each piece of a bucket goes to the rank that owns it).
+  virtual std::unique_ptr<CommWork> reduce(Tensor data, int root) = 0;
   // `data` (any dtype, numel divisible by world size) is world_size equal shards: every rank's
   // shard r becomes rank r's shard r.
   virtual std::unique_ptr<CommWork> all_gather(Tensor data) = 0;
@@ -70,6 +87,7 @@ class SingleProcessCommunicator final : public Communicator {
   std::string name() const override { return "single process"; }
   std::unique_ptr<CommWork> all_reduce(Tensor, ReduceOp) override { return done(); }
   std::unique_ptr<CommWork> reduce_scatter(Tensor) override { return done(); }
+  std::unique_ptr<CommWork> reduce(Tensor, int) override { return done(); }
   std::unique_ptr<CommWork> all_gather(Tensor) override { return done(); }
   std::unique_ptr<CommWork> broadcast(Tensor, int) override { return done(); }
   void barrier() override {}

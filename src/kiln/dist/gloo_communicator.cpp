@@ -2,9 +2,11 @@
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
+#include <gloo/allreduce_halving_doubling.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/math.h>
+#include <gloo/reduce.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/rendezvous/store.h>
@@ -12,8 +14,10 @@
 
 #include <csignal>
 #include <exception>
+#include <future>
 
 #include "kiln/core/error.h"
+#include "kiln/core/latency_sensitive_thread.h"
 #include "kiln/core/trace.h"
 #include "kiln/dist/store.h"
 
@@ -65,6 +69,29 @@ void check_shards(const Tensor& data, int world_size, const char* operation) {
              data.numel(), world_size);
 }
 
+// Connects this rank to every other one through the store (see the class comment).
+std::shared_ptr<gloo::Context> connect(int rank, int world_size, StoreClient& store,
+                                       const GlooCommunicator::Address& address, std::chrono::milliseconds timeout) {
+  gloo::transport::tcp::attr attr;
+  attr.hostname = address.hostname;
+  attr.iface = address.iface;
+  const std::string where = address.iface.empty() ? address.hostname : "interface " + address.iface;
+  try {
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    auto context = std::make_shared<gloo::rendezvous::Context>(rank, world_size);
+    context->setTimeout(timeout);
+    GlooStoreAdapter adapter(store);
+    gloo::rendezvous::PrefixStore prefixed("gloo", adapter);
+    context->connectFullMesh(prefixed, device);
+    return context;
+  } catch (const Error&) {
+    throw;  // the store's own error names the key and address
+  } catch (const std::exception& error) {
+    fail("gloo: rank {} of {} could not connect to the other ranks from {}: {}", rank, world_size, where,
+         error.what());
+  }
+}
+
 }  // namespace
 
 struct GlooCommunicator::Job final : CommWork {
@@ -99,25 +126,29 @@ GlooCommunicator::GlooCommunicator(int rank, int world_size, StoreClient& store,
   // would end silently, naming no rank. Ignored (as Python, so PyTorch, ignores it), the write fails
   // with EPIPE and Gloo throws, and the failure names the lost rank.
   std::signal(SIGPIPE, SIG_IGN);
-  gloo::transport::tcp::attr attr;
-  attr.hostname = address.hostname;
-  attr.iface = address.iface;
-  const std::string where = address.iface.empty() ? address.hostname : "interface " + address.iface;
+  // The communication thread connects, so that Gloo's TCP event loop, which the device starts,
+  // inherits its short time slice: both sleep on the network and must run as soon as bytes
+  // arrive, even while the compute threads keep every core busy (latency_sensitive_thread.h).
+  std::promise<void> connected;
+  auto connection = connected.get_future();
+  thread_ = std::thread([this, &connected, &store, &address, timeout] {
+    trace::name_this_thread("communication (gloo)");
+    request_short_time_slice();
+    try {
+      context_ = connect(rank_, world_size_, store, address, timeout);
+    } catch (...) {
+      connected.set_exception(std::current_exception());
+      return;
+    }
+    connected.set_value();
+    thread_loop();
+  });
   try {
-    auto device = gloo::transport::tcp::CreateDevice(attr);
-    auto context = std::make_shared<gloo::rendezvous::Context>(rank, world_size);
-    context->setTimeout(timeout);
-    GlooStoreAdapter adapter(store);
-    gloo::rendezvous::PrefixStore prefixed("gloo", adapter);
-    context->connectFullMesh(prefixed, device);
-    context_ = std::move(context);
-  } catch (const Error&) {
-    throw;  // the store's own error names the key and address
-  } catch (const std::exception& error) {
-    fail("gloo: rank {} of {} could not connect to the other ranks from {}: {}", rank, world_size, where,
-         error.what());
+    connection.get();
+  } catch (...) {
+    thread_.join();
+    throw;
   }
-  thread_ = std::thread([this] { thread_loop(); });
 }
 
 GlooCommunicator::~GlooCommunicator() {
@@ -130,7 +161,6 @@ GlooCommunicator::~GlooCommunicator() {
 }
 
 void GlooCommunicator::thread_loop() {
-  trace::name_this_thread("communication (gloo)");
   for (;;) {
     std::shared_ptr<Job> job;
     {
@@ -184,6 +214,36 @@ std::unique_ptr<CommWork> GlooCommunicator::all_reduce(Tensor data, ReduceOp op)
   });
 }
 
+// Built by the first job and run by each start's, all on the communication thread: so every rank
+// builds it (taking its slots of the context) at the same place among its operations.
+class GlooCommunicator::Prepared final : public PreparedAllReduce {
+ public:
+  Prepared(GlooCommunicator& communicator, Tensor data) : communicator_(communicator), data_(data) {
+    // Jobs hold the algorithm by a shared pointer: it lives as long as this or a job in the queue.
+    communicator_.submit(fmt::format("prepare all_reduce ({} floats)", data.numel()),
+                         [algorithm = algorithm_, context = communicator_.context_, data] {
+                           *algorithm = std::make_unique<gloo::AllreduceHalvingDoubling<float>>(
+                               context, std::vector<float*>{data.as<float>()}, static_cast<int>(data.numel()));
+                         });
+  }
+  std::unique_ptr<CommWork> start() override {
+    return communicator_.submit(fmt::format("all_reduce (sum, {} floats)", data_.numel()),
+                                [algorithm = algorithm_] { (*algorithm)->run(); });
+  }
+
+ private:
+  GlooCommunicator& communicator_;
+  Tensor data_;
+  std::shared_ptr<std::unique_ptr<gloo::Algorithm>> algorithm_ = std::make_shared<std::unique_ptr<gloo::Algorithm>>();
+};
+
+std::unique_ptr<PreparedAllReduce> GlooCommunicator::prepare_all_reduce(Tensor data) {
+  check_host(data, "all_reduce");
+  KILN_CHECK(data.dtype == DType::F32, "gloo all_reduce: fp32 buffers only, got {}", dtype_name(data.dtype));
+  if (data.numel() > kPreparedElements || data.numel() == 0) return Communicator::prepare_all_reduce(data);
+  return std::make_unique<Prepared>(*this, data);
+}
+
 std::unique_ptr<CommWork> GlooCommunicator::reduce_scatter(Tensor data) {
   check_host(data, "reduce_scatter");
   check_shards(data, world_size_, "reduce_scatter");
@@ -194,6 +254,19 @@ std::unique_ptr<CommWork> GlooCommunicator::reduce_scatter(Tensor data) {
   // on every rank, at twice a reduce-scatter's bytes.
   return submit(fmt::format("reduce_scatter ({} floats)", data.numel()), [this, data] {
     all_reduce_in_place(context_, data.as<float>(), static_cast<size_t>(data.numel()), ReduceOp::Sum);
+  });
+}
+
+std::unique_ptr<CommWork> GlooCommunicator::reduce(Tensor data, int root) {
+  check_host(data, "reduce");
+  KILN_CHECK(data.dtype == DType::F32, "gloo reduce: fp32 buffers only, got {}", dtype_name(data.dtype));
+  KILN_CHECK(root >= 0 && root < world_size_, "gloo reduce: root {} outside world size {}", root, world_size_);
+  return submit(fmt::format("reduce ({} floats to rank {})", data.numel(), root), [this, data, root] {
+    gloo::ReduceOptions options(context_);
+    options.setOutput(data.as<float>(), static_cast<size_t>(data.numel()));
+    options.setRoot(root);
+    options.setReduceFunction(reduction<float>(ReduceOp::Sum));
+    gloo::reduce(options);
   });
 }
 

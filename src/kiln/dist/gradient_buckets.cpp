@@ -8,8 +8,8 @@
 namespace kiln {
 
 GradientBuckets::GradientBuckets(Communicator& communicator, Tensor grads, std::span<const int64_t> parameter_starts,
-                                 int64_t bucket_elements, int64_t early_end)
-    : communicator_(communicator), grads_(grads), has_early_(early_end > 0) {
+                                 int64_t bucket_elements, int64_t early_end, int64_t owner_shard)
+    : communicator_(communicator), grads_(grads), has_early_(early_end > 0), owner_shard_(owner_shard) {
   KILN_CHECK(bucket_elements > 0, "config key 'ddp_bucket_size' must be positive, got {}", bucket_elements);
   KILN_CHECK(!parameter_starts.empty() && parameter_starts.front() == 0 &&
                  std::is_sorted(parameter_starts.begin(), parameter_starts.end()),
@@ -17,6 +17,9 @@ GradientBuckets::GradientBuckets(Communicator& communicator, Tensor grads, std::
   KILN_CHECK(early_end == 0 || std::binary_search(parameter_starts.begin(), parameter_starts.end(), early_end),
              "gradient buckets: the early bucket must end at a parameter start, not at {}", early_end);
   const int64_t total = grads.numel();
+  KILN_CHECK(owner_shard == 0 || owner_shard * communicator.world_size() == total,
+             "gradient buckets: {} ranks' shards of {} elements do not make the buffer's {}", communicator.world_size(),
+             owner_shard, total);
   int64_t end = total;
   // Walk the parameters from the last: a bucket closes at the first parameter start that makes
   // it large enough, and at the early bucket's end; the early bucket is whatever lies below that.
@@ -29,12 +32,23 @@ GradientBuckets::GradientBuckets(Communicator& communicator, Tensor grads, std::
   }
   if (has_early_) buckets_.push_back({0, early_end});
   started_.assign(buckets_.size(), false);
+  if (owner_shard_ == 0)
+    for (const Range& range : buckets_)
+      prepared_.push_back(communicator_.prepare_all_reduce(grads_.slice(range.begin, range.end - range.begin)));
 }
 
 void GradientBuckets::start(size_t bucket) {
   const Range range = buckets_[bucket];
   started_[bucket] = true;
-  in_flight_.push_back(communicator_.all_reduce(grads_.slice(range.begin, range.end - range.begin), ReduceOp::Sum));
+  if (owner_shard_ == 0) {
+    in_flight_.push_back(prepared_[bucket]->start());
+    return;
+  }
+  for (int64_t begin = range.begin; begin < range.end;) {
+    const int64_t owner = begin / owner_shard_, end = std::min(range.end, (owner + 1) * owner_shard_);
+    in_flight_.push_back(communicator_.reduce(grads_.slice(begin, end - begin), static_cast<int>(owner)));
+    begin = end;
+  }
 }
 
 void GradientBuckets::start_early() {

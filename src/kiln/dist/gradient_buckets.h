@@ -13,6 +13,13 @@
 // already divided by the global batch's micro-batch count (the loss gradient's scale, see
 // Trainer::train_step), so the sum over ranks this class takes is the mean over the global batch.
 //
+// Where the sums go: by default every rank receives every bucket's sum (an all-reduce: data
+// parallelism). With `owner_shard` > 0 the buffer is owned in shards of that many elements, rank
+// r owning [r x owner_shard, (r + 1) x owner_shard) (the distributed optimizer's shards), and each
+// bucket is cut at the shard boundaries it crosses and each piece reduced to its owner alone, so
+// only the owner's shard of the buffer holds sums afterwards (Megatron's distributed optimizer
+// reduce-scatters its buckets the same way, with the shards cut inside every bucket instead).
+//
 // Use per step: gradients_final_from() any number of times with a non-increasing watermark (or
 // never, without overlap), then finish(), which starts what is left and waits for all of it.
 // Out of order: with `early_end` > 0, the buffer's start [0, early_end) is one bucket of its own
@@ -38,9 +45,10 @@ class GradientBuckets {
     int64_t begin = 0, end = 0;
   };
   // `parameter_starts`: the offset of every parameter in the layout, ascending, starting at 0.
-  // `early_end`: 0, or a parameter start (below: the early bucket).
+  // `early_end`: 0, or a parameter start (below: the early bucket). `owner_shard`: 0 (every rank
+  // gets every sum), or the shard size, with owner_shard x world size = the buffer's elements.
   GradientBuckets(Communicator& communicator, Tensor grads, std::span<const int64_t> parameter_starts,
-                  int64_t bucket_elements, int64_t early_end = 0);
+                  int64_t bucket_elements, int64_t early_end = 0, int64_t owner_shard = 0);
 
   // Buckets in the order they are reduced: from the end of the buffer down.
   const std::vector<Range>& buckets() const { return buckets_; }
@@ -61,6 +69,8 @@ class GradientBuckets {
   Tensor grads_;
   std::vector<Range> buckets_;  // with early_end, the early bucket is the last
   bool has_early_ = false;
+  int64_t owner_shard_ = 0;
+  std::vector<std::unique_ptr<PreparedAllReduce>> prepared_;  // a bucket each, without owners
   std::vector<bool> started_;   // this step
   std::vector<std::unique_ptr<CommWork>> in_flight_;
   size_t next_ = 0;  // the next bucket in order this step (an early one may be started already)

@@ -187,7 +187,11 @@ BlockActivations without_backward_codes(BlockActivations acts) {
 void block_backward(Backend& backend, const GptConfig& config, const BlockWeights& w,
                     const BlockWeights& g, const Tensor& input, const BlockActivations& acts,
                     const BlockScratch& s, const Tensor& d_residual, GradStore store, const BlockFp8* fp8,
-                    const Fp8GradientReader& input_gradient_reader, const BlockPass& pass) {
+                    const Fp8GradientReader& input_gradient_reader, const BlockPass& pass,
+                    const GradientsFinalFrom& gradients_final) {
+  const auto final_from = [&](const Tensor& first) {
+    if (gradients_final) gradients_final(first);
+  };
   const BranchDropout& dropout = pass.dropout;
   KILN_CHECK(!fp8 || !s.d_residual_fp8.empty(), "block_backward: fp8 products without the residual gradient's codes");
   KILN_CHECK(!fp8 || !dropout.active(), "hidden dropout with fp8 products is not supported");
@@ -206,12 +210,15 @@ void block_backward(Backend& backend, const GptConfig& config, const BlockWeight
   if (fc_proj) read_gradient_codes(contraction, s.d_residual_fp8);
   if (fc_proj && fc) cast_mlp_gradient(contraction, expansion_mlp, s.d_fc);
   backend.matmul_backward(contraction);
+  final_from(g.fc_proj_weight);  // its bias: here, or with fp8 by the next block's LayerNorm backward
   backend.matmul_backward(expansion_mlp);
+  final_from(g.fc_weight);
   const Fp8Matmul* attn_proj = fp8_of(fp8, &BlockFp8::attn_proj);
   backend.layernorm_backward(layernorm_backward_feeding({d_residual, g.ln2_weight, g.ln2_bias, s.d_hidden,
                                                          acts.residual_mid, w.ln2_weight, acts.ln2_mean, acts.ln2_rstd,
                                                          store},
                                                         {attn_proj, g.attn_proj_bias}, s.d_residual_fp8));
+  final_from(g.ln2_weight);
   // Attention branch: d_residual is now d(x1) = d(x) through the skip connection. With dropout its
   // c_proj reads it dropped, in d_qkv's memory (free until the attention's backward writes it).
   MatmulBackward projection{s.d_hidden, g.attn_proj_weight, g.attn_proj_bias,
@@ -220,6 +227,7 @@ void block_backward(Backend& backend, const GptConfig& config, const BlockWeight
                             WeightLayout::InOut, Tensor{}, attn_proj, acts.attn_out_fp8_t, store};
   if (attn_proj) read_gradient_codes(projection, s.d_residual_fp8);
   backend.matmul_backward(projection);
+  final_from(g.attn_proj_weight);
   const Fp8Matmul* qkv = fp8_of(fp8, &BlockFp8::qkv);
   AttentionBackward attention{s.d_qkv, s.d_hidden, acts.qkv, acts.attn_out, acts.attn_lse, pass.key_mask,
                               static_cast<int>(config.num_heads), pass.mask};
@@ -229,9 +237,11 @@ void block_backward(Backend& backend, const GptConfig& config, const BlockWeight
   if (qkv) cast_attention_gradient(attention, expansion, s, store);
   backend.attention_backward(attention);
   backend.matmul_backward(expansion);
+  final_from(g.qkv_weight);
   backend.layernorm_backward(layernorm_backward_feeding({d_residual, g.ln1_weight, g.ln1_bias, s.d_hidden, input,
                                                          w.ln1_weight, acts.ln1_mean, acts.ln1_rstd, store},
                                                         input_gradient_reader, s.d_residual_fp8));
+  final_from(g.ln1_weight);
 }
 
 }  // namespace kiln

@@ -22,6 +22,8 @@
 // MLP c_proj by the caller's LayerNorm backward (ln_f's, or the next block's ln_1's).
 #pragma once
 
+#include <functional>
+
 #include "kiln/backend/backend.h"
 #include "kiln/nn/activations.h"
 #include "kiln/nn/fp8_scaling.h"
@@ -94,10 +96,16 @@ void block_forward(Backend& backend, const GptConfig& config, const BlockWeights
                    const Tensor& input, const BlockActivations& acts, const BlockFp8* fp8 = nullptr,
                    BlockForwardExtent extent = BlockForwardExtent::Output, const BlockPass& pass = {});
 
+// Told, as the block's backward issues its ops, each time the gradients from a tensor of `grads`
+// on are final: after each product's weight gradient and each LayerNorm's (the parameters in the
+// flat buffer's order, from the block's end down to its ln_1). Data parallelism starts gradient
+// buckets from it (Model::set_gradients_final_listener).
+using GradientsFinalFrom = std::function<void(const Tensor& first_final)>;
+
 void block_backward(Backend& backend, const GptConfig& config, const BlockWeights& weights,
                     const BlockWeights& grads, const Tensor& input, const BlockActivations& acts,
                     const BlockScratch& scratch, const Tensor& d_residual, GradStore store,
                     const BlockFp8* fp8 = nullptr, const Fp8GradientReader& input_gradient_reader = {},
-                    const BlockPass& pass = {});
+                    const BlockPass& pass = {}, const GradientsFinalFrom& gradients_final = {});
 
 }  // namespace kiln

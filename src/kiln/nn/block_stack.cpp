@@ -32,7 +32,7 @@ Fp8GradientReader input_gradient_reader(const BlockStackPass& stack, const std::
 
 void block_stack_backward(Backend& backend, const BlockStackPass& stack, const std::vector<BlockWeights>& grads,
                           const Tensor& input, const BlockScratch& scratch, const Tensor& d_residual, GradStore store,
-                          const std::function<void(int64_t layer)>& block_done) {
+                          const GradientsFinalFrom& gradients_final) {
   const std::vector<BlockActivations>& blocks = stack.acts.blocks;
   const auto input_of = [&](int64_t layer) { return layer ? blocks[static_cast<size_t>(layer - 1)].residual_out : input; };
   for (auto layer = static_cast<int64_t>(blocks.size()) - 1; layer >= 0; --layer) {
@@ -56,8 +56,7 @@ void block_stack_backward(Backend& backend, const BlockStackPass& stack, const s
     }
     block_backward(backend, stack.shape, stack.weights[index], grads[index], input_of(layer), kept, scratch,
                    d_residual, store, block_fp8(stack, layer), input_gradient_reader(stack, grads, layer),
-                   stack.pass(layer));
-    block_done(layer);
+                   stack.pass(layer), gradients_final);
   }
 }
 

@@ -39,10 +39,11 @@ Tensor block_stack_forward(Backend& backend, const BlockStackPass& stack, const 
 // output and is left holding its input's; parameter gradients go to `grads`, as `store` says.
 // `input` is the stack's input (the forward's). With fp8, `d_residual`'s codes arrive in
 // scratch.d_residual_fp8, cast by the LayerNorm backward that wrote it for the last block's MLP
-// c_proj (input_gradient_reader()). `block_done(layer)` is called after each block's backward.
+// c_proj (input_gradient_reader()). `gradients_final` is told as each block's parameter gradients
+// become final (block_backward), the last block's first.
 void block_stack_backward(Backend& backend, const BlockStackPass& stack, const std::vector<BlockWeights>& grads,
                           const Tensor& input, const BlockScratch& scratch, const Tensor& d_residual, GradStore store,
-                          const std::function<void(int64_t layer)>& block_done);
+                          const GradientsFinalFrom& gradients_final);
 
 // The fp8 product that reads the gradient of block `layer`'s input next (the MLP c_proj of the
 // block before it) and that product's bias gradient; none for layer 0 or without fp8. `layer` may

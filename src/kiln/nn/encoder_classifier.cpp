@@ -375,7 +375,7 @@ void EncoderClassifier::backward() {
   }
   block_stack_backward(backend_, blocks(), g.blocks, acts_.embedded,
                        BlockScratch{acts_.d_hidden, acts_.d_qkv, acts_.d_fc, Tensor{}}, acts_.d_residual, store,
-                       [&](int64_t layer) { announce_final(g.blocks[static_cast<size_t>(layer)].ln1_weight); });
+                       [this](const Tensor& first) { announce_final(first); });
   if (drops_hidden()) backend_.dropout(branch_dropout(acts_.d_residual, acts_.d_residual, 0, DropoutSite::Embedding));
   // The lookup only adds to the word embeddings' gradient (ops.h): a writing pass clears it first.
   if (store == GradStore::Write) backend_.fill({g.wte, 0.0f});

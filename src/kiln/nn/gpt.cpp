@@ -258,7 +258,7 @@ void Gpt::backward() {
   announce_final(weight_grads_.lnf_weight);
   block_stack_backward(backend_, stack, weight_grads_.blocks, acts_.embedded,
                        BlockScratch{acts_.d_hidden, acts_.d_qkv, acts_.d_fc, acts_.d_residual_fp8}, acts_.d_residual,
-                       store, [&](int64_t layer) { announce_final(weight_grads_.blocks[static_cast<size_t>(layer)].ln1_weight); });
+                       store, [this](const Tensor& first) { announce_final(first); });
   if (drops_hidden()) drop_embedding_output(embedding_output_gradient());  // d_residual, before the lookup
   if (std::exchange(lookup_deferred_, false)) return;  // the caller adds it (add_embedding_lookup)
   // wte's gradient has the classifier's part already: the embedding's is added to it.

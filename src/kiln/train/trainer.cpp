@@ -76,14 +76,15 @@ Trainer::Trainer(const Config& config, Communicator* communicator, int device_in
   staging.own_stream = config_.h2d_stream;
   stager_ = backend_->make_batch_stager(staging);
   if (config_.cuda_graph) graphs_ = std::make_unique<MicroBatchGraphs>(*backend_);
-  if (grouped && !sharded_) {
+  if (grouped) {
     std::vector<int64_t> starts;
     for (const ParameterInfo& entry : model_->layout().entries()) starts.push_back(entry.offset);
     // A tied embedding's gradient in a bucket of its own, reduced during the blocks' backward
-    // (embedding_lookups.h); not from CUDA graphs, whose replayed backward adds the lookup itself.
+    // (embedding_lookups.h); not from CUDA graphs, whose replayed backward adds the lookup itself,
+    // nor to ZeRO-1's owners.
     int64_t embedding_end = 0;
     const TiedEmbedding* tied = model_->tied_embedding();
-    if (tied && !config_.cuda_graph &&
+    if (tied && !sharded_ && !config_.cuda_graph &&
         EmbeddingLookups::worthwhile(*tied, config_.micro_batch_size, config_.seq_length, config_.compute_dtype(),
                                      ranks)) {
       embedding_end = tied->embedding_gradients_end();
@@ -91,9 +92,11 @@ Trainer::Trainer(const Config& config, Communicator* communicator, int device_in
                                                     config_.seq_length, tied->embedding_width(),
                                                     config_.compute_dtype());
     }
+    // ZeRO-1: the padded buffer, each bucket's pieces reduced to the ranks that own them.
     buckets_ = std::make_unique<GradientBuckets>(
-        communicator_, model_->grads(), starts,
-        config_.ddp_bucket_size > 0 ? config_.ddp_bucket_size : default_bucket_elements(ranks), embedding_end);
+        communicator_, optimizer_grads(), starts,
+        config_.ddp_bucket_size > 0 ? config_.ddp_bucket_size : default_bucket_elements(ranks), embedding_end,
+        sharded_ ? shard_.count() : 0);
   }
   scaler_ = LossScaler(config_.loss_scaler());
   // --load naming the --save folder before its first checkpoint starts afresh (Megatron's rule),
@@ -222,15 +225,10 @@ Tensor Trainer::optimizer_params() const { return sharded_ ? model_->padded_para
 Tensor Trainer::optimizer_grads() const { return sharded_ ? model_->padded_grads() : model_->grads(); }
 
 double Trainer::reduce_gradients() {
-  if (buckets_) {
-    const auto start = std::chrono::steady_clock::now();
-    buckets_->finish();
-    if (lookups_) lookups_->add_to(*model_->tied_embedding());  // waits for the gathered lookups first
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  }
-  if (!sharded_) return 0.0;
+  if (!buckets_) return 0.0;
   const auto start = std::chrono::steady_clock::now();
-  communicator_.reduce_scatter(model_->padded_grads())->wait();  // this rank's shard: the sum over ranks
+  buckets_->finish();
+  if (lookups_) lookups_->add_to(*model_->tied_embedding());  // waits for the gathered lookups first
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 

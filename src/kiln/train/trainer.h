@@ -106,7 +106,8 @@ class Trainer {
   // The buffers the optimizer steps: with ZeRO-1 the padded ones its shard lies in.
   Tensor optimizer_params() const;
   Tensor optimizer_grads() const;
-  // Sums the gradients over the ranks (buckets, or ZeRO-1's reduce-scatter); returns the ms waited.
+  // Ends the buckets' reduction (every rank's sums, or with ZeRO-1 each shard's at its owner);
+  // returns the ms waited.
   double reduce_gradients();
   // Of the whole reduced gradient, on every rank alike.
   double gradient_sum_of_squares();
@@ -140,7 +141,7 @@ class Trainer {
   std::unique_ptr<DataLoader> train_loader_, val_loader_;  // over data_.train, data_.validation
   std::unique_ptr<BatchStager> stager_;  // training micro-batches to the device
   std::unique_ptr<MicroBatchGraphs> graphs_;  // with cuda_graph
-  std::unique_ptr<GradientBuckets> buckets_;  // in a group, unsharded
+  std::unique_ptr<GradientBuckets> buckets_;  // in a group; with ZeRO-1, reducing to the shards' owners
   std::unique_ptr<EmbeddingLookups> lookups_;  // with buckets_, where deferring the lookup pays
   bool sharded_ = false;                      // ZeRO-1: use_distributed_optimizer on many ranks
   FlatRange shard_;                           // this rank's part of the padded flat buffers

@@ -7,7 +7,7 @@
 namespace nccl_stand_in {
 
 struct Calls {
-  int64_t all_reduce = 0, reduce_scatter = 0, all_gather = 0, broadcast = 0, aborts = 0;
+  int64_t all_reduce = 0, reduce_scatter = 0, reduce = 0, all_gather = 0, broadcast = 0, aborts = 0;
 };
 Calls calls();
 

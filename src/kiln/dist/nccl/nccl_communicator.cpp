@@ -123,6 +123,16 @@ class NcclCommunicator final : public Communicator {
     });
   }
 
+  std::unique_ptr<CommWork> reduce(Tensor data, int root) override {
+    check_device(data, "reduce");
+    KILN_CHECK(data.dtype == DType::F32, "nccl reduce: fp32 buffers only, got {}", dtype_name(data.dtype));
+    KILN_CHECK(root >= 0 && root < world_size_, "nccl reduce: root {} outside world size {}", root, world_size_);
+    return enqueue(fmt::format("reduce ({} floats to rank {})", data.numel(), root), [&] {
+      return ncclReduce(data.data, data.data, static_cast<size_t>(data.numel()), ncclFloat32, ncclSum, root, comm_,
+                        stream_);
+    });
+  }
+
   std::unique_ptr<CommWork> all_gather(Tensor data) override {
     check_device(data, "all_gather");
     check_shards(data, "all_gather");
