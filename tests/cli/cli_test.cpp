@@ -157,9 +157,23 @@ TEST(Cli, BenchCommandsOnTheCpu) {
                                     "--timed-iters 2 --lr 10 --json");
   EXPECT_EQ(diverging.exit_code, 1) << diverging.output;
   EXPECT_NE(diverging.output.find("\"loss_plausible\":false"), std::string::npos) << diverging.output;
-  EXPECT_NE(diverging.output.find("not those of a GPT on uniformly random tokens: iteration 2's loss"),
+  EXPECT_NE(diverging.output.find("not those of the model on uniformly random tokens: iteration 2's loss"),
             std::string::npos)
       << diverging.output;
+  // The encoder classifier: its losses are a 2-label classifier's, its FLOPs its architecture's
+  // (perf/flops.h: 3 B (s (l (24 h^2 + 4 s h) + 2 J h^2) + 4 h^2 + 2 h L), J = 2 intermediate layers).
+  const Result encoder = run_kiln("bench train --device cpu --model encoder-classifier --num-layers 1 --hidden-size 16 "
+                                  "--num-attention-heads 2 --seq-length 8 --micro-batch-size 2 --vocab-size 64 "
+                                  "--warmup-iters 1 --timed-iters 2 --json");
+  ASSERT_EQ(encoder.exit_code, 0) << encoder.output;
+  const auto encoder_json = nlohmann::json::parse(encoder.output);
+  EXPECT_EQ(encoder_json["model"], "encoder-classifier");
+  EXPECT_TRUE(encoder_json["loss_plausible"].get<bool>());
+  const double encoder_ms = encoder_json["median_ms_per_iteration"].get<double>();
+  EXPECT_NEAR(encoder_json["samples_per_second"].get<double>(), 2.0 / (encoder_ms * 1e-3), 1e-6);
+  const double h = 16, seq = 8;
+  const double encoder_flops = 3 * 2 * (seq * (24 * h * h + 4 * seq * h + 2 * 2 * h * h) + 4 * h * h + 2 * h * 2);
+  EXPECT_NEAR(encoder_json["model_tflops"].get<double>() * encoder_ms * 1e9, encoder_flops, 1e-6 * encoder_flops);
   const Result bad_gpu = run_kiln("bench train --device cpu --gpu h800 --timed-iters 1");
   EXPECT_EQ(bad_gpu.exit_code, 1);
   EXPECT_NE(bad_gpu.output.find("--gpu 'h800' is not a datasheet"), std::string::npos) << bad_gpu.output;

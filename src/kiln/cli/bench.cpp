@@ -7,8 +7,9 @@
 // of device memory held in kiln's buffers, and the device memory in use as the driver reports it.
 // On a GPU of the datasheet table it also gives the iteration's roofline (perf/roofline.h: the
 // least time that GPU could take for the same ops) and the measured step's share of it; with
-// --profile-ops, each op's share of its own. Its losses must be those of a GPT on random tokens
-// (check_random_token_losses): a run that is fast but wrong prints its row and exits with an error.
+// --profile-ops, each op's share of its own. Its losses must be those of the model on random
+// tokens (check_random_token_losses): a run that is fast but wrong prints its row and exits with an
+// error. Any model of train/model_kinds.h: a classifier's FLOPs are its architecture's count.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -24,6 +25,7 @@
 #include "kiln/core/error.h"
 #include "kiln/perf/gpu_specs.h"
 #include "kiln/perf/roofline.h"
+#include "kiln/train/model_kinds.h"
 #include "kiln/train/trainer.h"
 
 namespace kiln::cli {
@@ -67,15 +69,20 @@ struct LossCheck {
   std::string problem;  // empty: plausible
 };
 
-LossCheck check_random_token_losses(const std::vector<double>& losses, int64_t vocab_size) {
+// What the model predicts: GPT the next of `vocab_size` tokens; a classifier one of `num_labels`
+// labels, which its mock data derives from the tokens, so learning may bring its loss to 0.
+LossCheck check_random_token_losses(const std::vector<double>& losses, const Config& config) {
+  const bool next_tokens = model_kind(config.model).input == ModelInput::NextTokens;
+  const int64_t classes = next_tokens ? config.vocab_size : config.num_labels;
   LossCheck check;
-  const double floor = std::log(static_cast<double>(vocab_size));
-  check.low = floor - 0.25;
+  const double floor = std::log(static_cast<double>(classes));
+  check.low = next_tokens ? floor - 0.25 : 0.0;
   check.high = floor + 1.5;
+  const std::string range = fmt::format("{}ln {} +1.5", next_tokens ? "ln V -0.25 to " : "0 to ", classes);
   for (size_t i = 0; i < losses.size() && check.problem.empty(); ++i)
     if (!std::isfinite(losses[i]) || losses[i] < check.low || losses[i] > check.high)
-      check.problem = fmt::format("iteration {}'s loss {:.4f} is outside [{:.4f}, {:.4f}], ln {} -0.25/+1.5", i + 1,
-                                  losses[i], check.low, check.high, vocab_size);
+      check.problem = fmt::format("iteration {}'s loss {:.4f} is outside [{:.4f}, {:.4f}], {}", i + 1, losses[i],
+                                  check.low, check.high, range);
   return check;
 }
 
@@ -83,7 +90,7 @@ LossCheck check_random_token_losses(const std::vector<double>& losses, int64_t v
 // iteration whose loss is implausible, and a non-zero exit.
 void require_plausible(const LossCheck& check, double tokens_per_second) {
   KILN_CHECK(check.problem.empty(),
-             "the measured run's losses are not those of a GPT on uniformly random tokens: {}; its {:.0f} tokens/s "
+             "the measured run's losses are not those of the model on uniformly random tokens: {}; its {:.0f} tokens/s "
              "measure a wrong computation",
              check.problem, tokens_per_second);
 }
@@ -125,13 +132,18 @@ void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
   const Config& resolved = trainer.config();
   const std::vector<double> timed(times.ms.begin() + options.warmup_iters, times.ms.end());
   const double ms = median(timed);
-  const LossCheck losses = check_random_token_losses(times.losses, resolved.vocab_size);
+  const LossCheck losses = check_random_token_losses(times.losses, resolved);
   const double tokens_per_iteration = static_cast<double>(resolved.global_batch_size * resolved.seq_length);
   const double tokens_per_second = tokens_per_iteration / (ms * 1e-3);
-  const double flops_per_token = 6.0 * static_cast<double>(trainer.model().num_parameters()) +
-                                 12.0 * static_cast<double>(resolved.num_layers * resolved.hidden_size *
-                                                            resolved.seq_length);
-  const double model_tflops = flops_per_token * tokens_per_second / 1e12;
+  const double samples_per_second = static_cast<double>(resolved.global_batch_size) / (ms * 1e-3);
+  // GPT: PERF.md's 6N + 12 L C T a token, the peers' formula; another model: its architecture's.
+  const double flops_per_iteration =
+      model_kind(resolved.model).input == ModelInput::NextTokens
+          ? (6.0 * static_cast<double>(trainer.model().num_parameters()) +
+             12.0 * static_cast<double>(resolved.num_layers * resolved.hidden_size * resolved.seq_length)) *
+                tokens_per_iteration
+          : trainer.architecture().flops_per_iteration(resolved.global_batch_size, resolved.seq_length, false);
+  const double model_tflops = flops_per_iteration / (ms * 1e-3) / 1e12;
   Backend& backend = trainer.backend();
   const std::string device = backend.description();
   const std::string precision = resolved.precision_name();
@@ -154,12 +166,13 @@ void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
 
   if (options.json) {
     nlohmann::json out = {
-        {"device", device}, {"precision", precision}, {"num_layers", resolved.num_layers},
+        {"device", device}, {"model", resolved.model}, {"precision", precision}, {"num_layers", resolved.num_layers},
         {"hidden_size", resolved.hidden_size}, {"num_attention_heads", resolved.num_attention_heads},
         {"seq_length", resolved.seq_length}, {"micro_batch_size", resolved.micro_batch_size},
         {"global_batch_size", resolved.global_batch_size}, {"parameters", trainer.model().num_parameters()},
         {"timed_iters", options.timed_iters}, {"median_ms_per_iteration", ms},
-        {"tokens_per_second", tokens_per_second}, {"model_tflops", model_tflops},
+        {"tokens_per_second", tokens_per_second}, {"samples_per_second", samples_per_second},
+        {"model_tflops", model_tflops},
         {"datasheet_peak_tflops", datasheet}, {"mfu_datasheet", datasheet > 0 ? model_tflops / datasheet : 0.0},
         {"gemm_ceiling_tflops", ceiling}, {"mfu_gemm_ceiling", ceiling > 0 ? model_tflops / ceiling : 0.0},
         {"peak_memory_gib", peak_gib}, {"device_used_gib", device_used_gib},
@@ -191,9 +204,9 @@ void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
     require_plausible(losses, tokens_per_second);
     return;
   }
-  fmt::print("# kiln bench train | {} | {} | GPT {} layers x {} hidden, {} heads, seq {}, micro-batch {}, global {} "
+  fmt::print("# kiln bench train | {} | {} | {} {} layers x {} hidden, {} heads, seq {}, micro-batch {}, global {} "
              "| {} parameters | median of {} iterations after {} warm-up\n",
-             device, precision, resolved.num_layers, resolved.hidden_size, resolved.num_attention_heads,
+             device, precision, resolved.model, resolved.num_layers, resolved.hidden_size, resolved.num_attention_heads,
              resolved.seq_length, resolved.micro_batch_size, resolved.global_batch_size,
              trainer.model().num_parameters(), options.timed_iters, options.warmup_iters);
   fmt::print("#{:>14} {:>14} {:>14} {:>16} {:>18} {:>16} {:>16}\n", "ms/iter", "tokens/s", "model TFLOP/s",
@@ -213,8 +226,7 @@ void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
                "iterations above are slower than unprofiled; indented under an op, the device work inside it as "
                "timed on the device)\n{}",
                options.timed_iters, OpTimingBackend::format(timing->times(), limits ? &*limits : nullptr));
-  fmt::print("# losses: first {:.4f}, last {:.4f} (uniformly random tokens: between {:.4f} and {:.4f} if the step is "
-             "right)\n",
+  fmt::print("# losses: first {:.4f}, last {:.4f} (random tokens: between {:.4f} and {:.4f} if the step is right)\n",
              times.losses.front(), times.losses.back(), losses.low, losses.high);
   require_plausible(losses, tokens_per_second);
 }
