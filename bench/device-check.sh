@@ -58,6 +58,16 @@
 #                                        alone), with fp8 products, with the classifier's products in
 #                                        fp8 too, and in bf16 on cuDNN's attention; each run's losses
 #                                        and its largest gap to bf16's; about 2 minutes
+#   ... --stages seedlab                 the seed lab's model (the encoder classifier: 18 layers x 1280,
+#                                        20 heads, seq 512, vocabulary 30000, micro-batch 5) in kiln
+#                                        bench train against PyTorch eager (bench/peers/
+#                                        pytorch_seed_lab.py), back to back a row: fp32, TF32, fp16,
+#                                        bf16, each without and with per-block checkpointing, and bf16
+#                                        with 3 micro-batches accumulated; one table of samples/s, the
+#                                        ratio, peak memory and a verdict against the speed issue's bar
+#                                        (1.5x, less memory) by bench/seed_lab.py; seedlab.jsonl and
+#                                        seedlab.txt under $OUT; about 4 minutes (estimated, not yet
+#                                        measured); under --deadline its rows stop being started
 #   ... --bundle                         at the end, pack every file written under $OUT but the .ncu-rep
 #                                        reports into $OUT/device-check.tar.gz, and the reports into
 #                                        $OUT/ncu-reports.tar.gz (for a transfer that takes few files)
@@ -69,6 +79,9 @@
 #                                        counters stage with tests/support/stand_in_ncu.py), the loss
 #                                        stage on a few steps of a tiny GPT. It checks
 #                                        the plumbing only: its numbers measure nothing.
+#                                        --stages seedlab after --rehearse runs that stage too, the
+#                                        real peer on the CPU (a python3 with torch: Debian's
+#                                        python3-torch) against the emulator at a tiny shape.
 #
 # A failing test or measurement does not stop the run (device time is scarce): the failures are
 # printed, the row says "failed", the other rows are still measured, and the exit status is 1.
@@ -103,8 +116,9 @@ while (($#)); do
 done
 for stage in ${stages//,/ }; do
   [[ $stage == tests || $stage == table || $stage == levers || $stage == counters || $stage == loss ||
-     $stage == nccl ]] \
-    || { echo "device-check.sh: unknown stage '$stage' (tests, table, levers, counters, loss, nccl)" >&2; exit 2; }
+     $stage == nccl || $stage == seedlab ]] \
+    || { echo "device-check.sh: unknown stage '$stage' (tests, table, levers, counters, loss, nccl, seedlab)" >&2
+         exit 2; }
 done
 runs() { [[ ",$stages," == *",$1,"* ]]; }
 
@@ -131,6 +145,9 @@ comm_sizes="-b 8 -e 256M -f 4" nccl_shape="4 512 8 8"
 peer_gpt=(python3 bench/peers/pytorch_gpt.py)
 peer_attention=(python3 bench/peers/pytorch_attention.py)
 ncu=(ncu)
+# The seedlab stage: bench/seed_lab.py's options beyond the kiln binary and the deadline (its
+# defaults are the lab's shape, 3 warm-up and 6 timed iterations a run, each run given 30 s).
+seedlab_options="--device cuda --reserve-kiln 30 --reserve-peer 30"
 # model_flags SHAPE: the flags kiln and the peer share for the shape "name layers hidden heads micro-batch"
 model_flags() {
   local name layers hidden heads micro
@@ -152,6 +169,9 @@ if [[ -n $rehearse ]]; then
   peer_gpt=(python3 tests/support/stand_in_peer.py gpt)
   peer_attention=(python3 tests/support/stand_in_peer.py attention)
   ncu=(python3 tests/support/stand_in_ncu.py)
+  seedlab_options="--device cuda --peer-device cpu --num-layers 1 --hidden-size 32 --num-attention-heads 2
+                   --seq-length 16 --vocab-size 256 --micro-batch-size 2 --warmup-iters 1 --timed-iters 1
+                   --reserve-kiln 10 --reserve-peer 20"
 elif ((prebuilt)); then
   bin=build-pack kiln=$PWD/build-pack/kiln
   mkdir -p build-pack/lib
@@ -666,6 +686,30 @@ for setting in settings:
           f" {at:>7} {validation_gap:>+14.4f}")
 print("(gaps against bf16's curve; bf16 perturbed shows how far runs drift that differ in rounding alone)")
 PY
+  fi
+fi
+
+if runs seedlab; then
+  echo "== seed lab: kiln bench train --model encoder-classifier against PyTorch eager (bench/peers/pytorch_seed_lab.py)," \
+       "fp32, TF32, fp16, bf16, each without and with per-block checkpointing, bf16 with 3 micro-batches accumulated"
+  # The peer's Python: python3 where it has torch, else Debian's (a rehearsal's CPU peer).
+  seedlab_python=""
+  for candidate in python3 /usr/bin/python3; do
+    if "$candidate" -c 'import torch' 2> /dev/null; then seedlab_python=$(command -v "$candidate"); break; fi
+  done
+  if [[ -z $seedlab_python ]]; then
+    failures+=("seedlab: neither python3 nor /usr/bin/python3 imports torch")
+  elif ! fits 60; then
+    skip "seedlab"
+  else
+    # seed_lab.py keeps the deadline itself (its rows start only if both runs fit, and a run still
+    # going at the deadline is stopped), so that its table prints.
+    python3 bench/seed_lab.py --kiln "$kiln" --python "$seedlab_python" $seedlab_options \
+      --time-left $((deadline ? deadline - SECONDS : 0)) --out "$out" | tee "$out/seedlab.txt" ||
+      failures+=("seedlab ($out/seedlab.jsonl, $out/seedlab-*.stderr)")
+    if grep -q "skipped at the deadline" "$out/seedlab.txt"; then
+      skipped+=("seedlab: $(sed -n 's/.*skipped at the deadline: //p' "$out/seedlab.txt")")
+    fi
   fi
 fi
 
