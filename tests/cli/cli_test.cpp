@@ -167,7 +167,7 @@ TEST(Cli, BenchCommandsOnTheCpu) {
                                   "--warmup-iters 1 --timed-iters 2 --json");
   ASSERT_EQ(encoder.exit_code, 0) << encoder.output;
   const auto encoder_json = nlohmann::json::parse(encoder.output);
-  EXPECT_EQ(encoder_json["model"], "encoder-classifier");
+  EXPECT_EQ(encoder_json["model_kind"], "encoder-classifier");
   EXPECT_TRUE(encoder_json["loss_plausible"].get<bool>());
   const double encoder_ms = encoder_json["median_ms_per_iteration"].get<double>();
   EXPECT_NEAR(encoder_json["samples_per_second"].get<double>(), 2.0 / (encoder_ms * 1e-3), 1e-6);

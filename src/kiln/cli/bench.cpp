@@ -166,7 +166,7 @@ void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
 
   if (options.json) {
     nlohmann::json out = {
-        {"device", device}, {"model", resolved.model}, {"precision", precision}, {"num_layers", resolved.num_layers},
+        {"device", device}, {"model_kind", resolved.model}, {"precision", precision}, {"num_layers", resolved.num_layers},
         {"hidden_size", resolved.hidden_size}, {"num_attention_heads", resolved.num_attention_heads},
         {"seq_length", resolved.seq_length}, {"micro_batch_size", resolved.micro_batch_size},
         {"global_batch_size", resolved.global_batch_size}, {"parameters", trainer.model().num_parameters()},
