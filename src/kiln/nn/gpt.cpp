@@ -9,9 +9,9 @@
 
 #include "kiln/backend/fp8_workspace.h"
 #include "kiln/core/error.h"
-#include "kiln/core/rng.h"
 #include "kiln/nn/block.h"
 #include "kiln/nn/block_stack.h"
+#include "kiln/nn/parameter_init.h"
 #include "kiln/perf/flops.h"
 
 namespace kiln {
@@ -32,29 +32,17 @@ Gpt::Gpt(const GptConfig& config, Backend& backend, DType dtype, int64_t flat_mu
       weight_grads_(GptWeights::bind(layout_, config_, flat_.grads)) {}
 
 void Gpt::init_weights(uint64_t seed) {
-  std::vector<float> host(static_cast<size_t>(layout_.total()), 0.0f);
-  Rng rng(seed);
-  const float residual_std =
-      config_.init_method_std / std::sqrt(2.0f * static_cast<float>(config_.num_layers));
-  for (const ParameterInfo& entry : layout_.entries()) {
-    float* values = host.data() + entry.offset;
-    const int64_t count = entry.shape.numel();
+  const float residual_std = config_.init_method_std / std::sqrt(2.0f * static_cast<float>(config_.num_layers));
+  set_parameters(initial_parameters(layout_, seed, [&](const ParameterInfo& entry) -> InitialValues {
     if (entry.shape.rank == 1) {
-      const float value = entry.name.ends_with("ln_1.weight") || entry.name.ends_with("ln_2.weight") ||
-                                  entry.name == "ln_f.weight"
-                              ? 1.0f
-                              : 0.0f;
-      std::fill(values, values + count, value);
-      continue;
+      const bool gain = entry.name.ends_with("ln_1.weight") || entry.name.ends_with("ln_2.weight") ||
+                        entry.name == "ln_f.weight";
+      return {gain ? 1.0f : 0.0f};
     }
-    const float stddev = is_residual_projection(entry.name) ? residual_std : config_.init_method_std;
     // wte's padding rows stay zero: they are never predicted and never looked up.
-    const int64_t initialised = entry.name == "wte.weight"
-                                    ? config_.vocab_size * config_.hidden_size
-                                    : count;
-    for (int64_t i = 0; i < initialised; ++i) values[i] = rng.normal(0.0f, stddev);
-  }
-  set_parameters(host);
+    return {0.0f, is_residual_projection(entry.name) ? residual_std : config_.init_method_std,
+            entry.name == "wte.weight" ? config_.vocab_size * config_.hidden_size : -1};
+  }));
 }
 
 void Gpt::set_parameters(std::span<const float> values) { flat_.set(backend_, values); }
