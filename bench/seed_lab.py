@@ -40,7 +40,10 @@ import subprocess
 import sys
 import time
 
-PEER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers", "pytorch_seed_lab.py")
+PEERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers")
+PEER = os.path.join(PEERS, "pytorch_seed_lab.py")
+sys.path.insert(0, PEERS)
+from seed_lab_shape import add_shape_arguments, shape_flags  # noqa: E402  (the peer's own list)
 # name: (precision, per-block checkpointing, micro-batches accumulated)
 ROWS = {
     "fp32": ("fp32", False, 1), "fp32+ckpt": ("fp32", True, 1),
@@ -65,16 +68,7 @@ def parse_arguments():
     parser.add_argument("--peer-device", choices=["cuda", "cpu"], help="PyTorch's device (default: --device)")
     parser.add_argument("--rows", help="which rows, comma-separated: " + ", ".join(ROWS) +
                         " (default: all; on --device cpu all but TF32's, which kiln refuses on the CPU)")
-    parser.add_argument("--num-layers", type=int, default=18)
-    parser.add_argument("--hidden-size", type=int, default=1280)
-    parser.add_argument("--num-attention-heads", type=int, default=20)
-    parser.add_argument("--num-intermediate-layers", type=int, default=2)
-    parser.add_argument("--num-labels", type=int, default=2)
-    parser.add_argument("--seq-length", type=int, default=512)
-    parser.add_argument("--vocab-size", type=int, default=30000)
-    parser.add_argument("--micro-batch-size", type=int, default=5)
-    parser.add_argument("--hidden-dropout", type=float, default=0.1)
-    parser.add_argument("--attention-dropout", type=float, default=0.1)
+    add_shape_arguments(parser)
     parser.add_argument("--warmup-iters", type=int, default=3)
     parser.add_argument("--timed-iters", type=int, default=6)
     parser.add_argument("--repeats", type=int, default=1, help="kiln then PyTorch this many times a row")
@@ -101,20 +95,15 @@ def parse_arguments():
     return args
 
 
-def shape_flags(args, accumulation):
-    return ["--num-layers", args.num_layers, "--hidden-size", args.hidden_size,
-            "--num-attention-heads", args.num_attention_heads,
-            "--num-intermediate-layers", args.num_intermediate_layers, "--num-labels", args.num_labels,
-            "--seq-length", args.seq_length, "--vocab-size", args.vocab_size,
-            "--micro-batch-size", args.micro_batch_size, "--global-batch-size", args.micro_batch_size * accumulation,
-            "--hidden-dropout", args.hidden_dropout, "--attention-dropout", args.attention_dropout,
-            "--warmup-iters", args.warmup_iters, "--timed-iters", args.timed_iters]
+def run_flags(args, accumulation):
+    return shape_flags(args) + ["--global-batch-size", args.micro_batch_size * accumulation,
+                                "--warmup-iters", args.warmup_iters, "--timed-iters", args.timed_iters]
 
 
 def kiln_command(args, row):
     precision, checkpointing, accumulation = ROWS[row]
     command = [args.kiln, "bench", "train", "--model", "encoder-classifier", "--device", args.device,
-               "--skip-gemm-ceiling", "--json"] + shape_flags(args, accumulation)
+               "--skip-gemm-ceiling", "--json"] + run_flags(args, accumulation)
     # fp16: kiln's dynamic loss scale starts where GradScaler's does (2^16), not at Megatron's 2^32,
     # whose first steps overflow and are skipped (faster, and not training) on both sides.
     command += {"fp32": [], "tf32": ["--tf32"], "fp16": ["--fp16", "--initial-loss-scale", 65536],
@@ -127,7 +116,7 @@ def kiln_command(args, row):
 def peer_command(args, row):
     precision, checkpointing, accumulation = ROWS[row]
     command = [args.python, PEER, "--device", args.peer_device, "--precision", precision,
-               "--recompute-granularity", "full" if checkpointing else "none"] + shape_flags(args, accumulation)
+               "--recompute-granularity", "full" if checkpointing else "none"] + run_flags(args, accumulation)
     if args.threads:
         command += ["--threads", args.threads]
     return [str(part) for part in command] + shlex.split(args.peer_switches)

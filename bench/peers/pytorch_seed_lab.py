@@ -58,6 +58,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from seed_lab_shape import add_shape_arguments  # beside this file: the lab's shape, shared with bench/seed_lab.py
+
 VOCAB_PADDING = 64  # kiln's GptConfig::kVocabPadding: the embedding table's rows, a multiple of 64
 
 
@@ -158,17 +160,8 @@ class EncoderClassifier(nn.Module):
 
 def parse_arguments():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--num-layers", type=int, default=18)
-    parser.add_argument("--hidden-size", type=int, default=1280)
-    parser.add_argument("--num-attention-heads", type=int, default=20)
-    parser.add_argument("--num-intermediate-layers", type=int, default=2)
-    parser.add_argument("--num-labels", type=int, default=2)
-    parser.add_argument("--seq-length", type=int, default=512)
-    parser.add_argument("--vocab-size", type=int, default=30000)
-    parser.add_argument("--micro-batch-size", type=int, default=5)
+    add_shape_arguments(parser)
     parser.add_argument("--global-batch-size", type=int, default=0, help="0: the micro-batch (no accumulation)")
-    parser.add_argument("--hidden-dropout", type=float, default=0.1)
-    parser.add_argument("--attention-dropout", type=float, default=0.1)
     parser.add_argument("--precision", choices=["fp32", "tf32", "fp16", "bf16"], default="bf16")
     parser.add_argument("--recompute-granularity", choices=["none", "full"], default="none")
     parser.add_argument("--padding", choices=["none", "random"], default="none")
