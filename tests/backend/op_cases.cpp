@@ -349,6 +349,36 @@ OpCase gather_rows_case(int64_t B, int64_t T, int64_t C, int64_t position, Rng& 
   return op;
 }
 
+// ---- mask_rows ---------------------------------------------------------------------------------------
+// The encoder's final hidden states with padding zeroed; its backward is the same op on dout.
+// Rows 0 and 2 and the last dropped, so a dropped row starts, sits inside and ends the tensor.
+OpCase mask_rows_case(int64_t M, int64_t C, Rng& rng) {
+  OpCase op;
+  op.name = fmt::format("mask_rows_M{}_C{}", M, C);
+  std::vector<int32_t> keep(static_cast<size_t>(M), 1);
+  keep[0] = keep[2] = keep.back() = 0;
+  op.inputs = {random_floats(static_cast<size_t>(M * C), rng)};
+  op.differentiable = {0};
+  op.forward = [=](Backend& backend, DType dtype, const FloatInputs& x) {
+    DeviceTensors t(backend, dtype);
+    Tensor out = t.poisoned_acts({M, C});
+    backend.mask_rows({out, t.acts(x[0], {M, C}), t.ints(keep, {M})});
+    return t.download(out);
+  };
+  op.reference = [=](const DoubleInputs& x) {
+    std::vector<double> out(x[0].size());
+    for (size_t i = 0; i < out.size(); ++i) out[i] = keep[i / static_cast<size_t>(C)] ? x[0][i] : 0.0;
+    return out;
+  };
+  op.backward = [=](Backend& backend, DType dtype, const FloatInputs&, const std::vector<float>& dout) {
+    DeviceTensors t(backend, dtype);
+    Tensor din = t.poisoned_acts({M, C});
+    backend.mask_rows({din, t.acts(dout, {M, C}), t.ints(keep, {M})});
+    return FloatInputs{t.download(din)};
+  };
+  return op;
+}
+
 // ---- embedding --------------------------------------------------------------------------------------
 OpCase embedding_case(int64_t B, int64_t T, int64_t C, int64_t rows, int64_t positions, Rng& rng) {
   OpCase op;
@@ -575,6 +605,9 @@ std::vector<OpCase> all_op_cases() {
   cases.push_back(attention_case(2, 9, 2, 24, AttentionMask::Causal, rng, 0.1f));
   cases.push_back(attention_case(2, 9, 2, 64, AttentionMask::KeyPadding, rng, 0.3f));
   cases.push_back(attention_case(1, 7, 1, 80, AttentionMask::CausalKeyPadding, rng, 0.3f));
+  // Rows of an odd width (CUDA's one-element path) and of packs.
+  cases.push_back(mask_rows_case(5, 7, rng));
+  cases.push_back(mask_rows_case(6, 24, rng));
   return cases;
 }
 

@@ -116,6 +116,21 @@ TEST(OpCounting, GatherRowsMovesItsRowsAndWritesAllOfDin) {
   EXPECT_NE(error_of([&] { counter.gather_rows({rows, sequences, 5}); }).find("position 5"), std::string::npos);
 }
 
+// The encoder's masking of its final hidden states reads all of them and the mask and writes all of
+// them (the dropped rows as zeros), checked as a back-end checks it.
+TEST(OpCounting, MaskRowsMovesEveryRowAndTheMask) {
+  OpCountingBackend counter;
+  DeviceTensors t(counter);
+  const Tensor rows = t.poisoned({2, 5, 8}), keep = t.ints(std::vector<int32_t>(10, 1), {2, 5});  // 320 and 40 bytes
+  counter.mask_rows({rows, rows, keep});
+  ASSERT_EQ(counter.totals().size(), 1u);
+  EXPECT_EQ(counter.totals()[0].op, "mask_rows");
+  EXPECT_EQ(counter.totals()[0].bytes, 2 * 320.0 + 40.0);
+  EXPECT_NE(error_of([&] { counter.mask_rows({rows, rows, t.ints(std::vector<int32_t>(3, 1), {3})}); })
+                .find("does not split into the 3 rows"),
+            std::string::npos);
+}
+
 // An fp8 product also writes and reads back each operand's fp8 copy, one byte an element.
 TEST(OpCounting, Fp8ProductsMoveTheirCastCopies) {
   OpCountingBackend counter;

@@ -1,6 +1,7 @@
 // `kiln classify` as a user runs it: a tiny classifier trained by `kiln train` on texts whose
 // words come from one of two pools labels held-out texts, as a table and as JSON, the same
-// whatever micro-batch a text lands in; bad checkpoints and files get one-line errors naming them.
+// whatever micro-batch a text lands in, and files without labels (no accuracy then); bad
+// checkpoints and files (one mixing labelled and unlabelled rows) get one-line errors naming them.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -58,6 +59,12 @@ void write_csv(const std::string& path, const std::vector<PoolText>& texts) {
   std::ofstream out(path);
   out << "label,text\n";
   for (const PoolText& t : texts) out << t.label << ",\"" << t.text << "\"\n";
+}
+
+// The texts alone: unlabelled data.
+void write_unlabelled_jsonl(const std::string& path, const std::vector<PoolText>& texts) {
+  std::ofstream out(path);
+  for (const PoolText& t : texts) out << nlohmann::json{{"text", t.text}}.dump() << "\n";
 }
 
 void expect_error(const CommandResult& result, const std::string& fragment) {
@@ -195,6 +202,42 @@ TEST_F(Classify, JsonParsesAndAgreesWithItself) {
   EXPECT_TRUE(alone["accuracy"].is_null());
 }
 
+// Rows without labels get their predictions and probabilities, those of the same texts labelled,
+// and no accuracy: "-" in the table's true and right columns and no accuracy line; in JSON null
+// labels, 0 labelled and a null accuracy.
+TEST_F(Classify, UnlabelledRowsGetPredictionsButNoAccuracy) {
+  TempDir dir;
+  const std::vector<PoolText> texts = pool_texts(11, 2);  // validation.jsonl's first 11
+  write_unlabelled_jsonl(dir / "unlabelled.jsonl", texts);
+  const nlohmann::json labelled =
+      parse_json(run_kiln("classify" + load() + " --json --data-path " +
+                          (*dir_ / "validation.jsonl") + " --samples 11"));
+  const nlohmann::json unlabelled = parse_json(
+      run_kiln("classify" + load() + " --json --data-path " + (dir / "unlabelled.jsonl")));
+  ASSERT_EQ(unlabelled["texts"].size(), 11u);
+  for (size_t i = 0; i < 11; ++i) {
+    const nlohmann::json& text = unlabelled["texts"][i];
+    EXPECT_EQ(text["source"], fmt::format("row {}", i + 1));
+    EXPECT_TRUE(text["label"].is_null()) << i;
+    EXPECT_EQ(text["predicted"], labelled["texts"][i]["predicted"]) << i;
+    EXPECT_EQ(text["probabilities"], labelled["texts"][i]["probabilities"]) << i;
+  }
+  EXPECT_EQ(unlabelled["labelled"], 0);
+  EXPECT_TRUE(unlabelled["accuracy"].is_null());
+
+  std::ofstream(dir / "unlabelled.csv") << "text\n\"" << texts[0].text << "\"\n";
+  const CommandResult table =
+      run_kiln("classify" + load() + " --data-path " + (dir / "unlabelled.csv"));
+  ASSERT_EQ(table.exit_code, 0) << table.output;
+  EXPECT_NE(table.output.find(fmt::format("     row 1          {} ",
+                                          labelled["texts"][0]["predicted"].get<int>())),
+            std::string::npos)
+      << table.output;
+  EXPECT_NE(table.output.find("   -      -  " + texts[0].text.substr(0, 20)), std::string::npos)
+      << table.output;
+  EXPECT_EQ(table.output.find("accuracy"), std::string::npos) << table.output;
+}
+
 TEST(ClassifyErrors, BadInputIsNamed) {
   TempDir dir;
   write_jsonl(dir / "texts.jsonl", pool_texts(16, 3));
@@ -210,9 +253,11 @@ TEST(ClassifyErrors, BadInputIsNamed) {
   expect_error(run_kiln("classify" + load), "nothing to classify");
   expect_error(run_kiln("classify" + load + " --data-path " + (dir / "missing.jsonl")),
                "missing.jsonl");
-  std::ofstream(dir / "unlabelled.jsonl") << "{\"text\": \"Subject: prize\"}\n";
-  expect_error(run_kiln("classify" + load + " --data-path " + (dir / "unlabelled.jsonl")),
-               "unlabelled.jsonl row 1 (line 1): no 'label' field");
+  std::ofstream(dir / "mixed.jsonl") << "{\"text\": \"Subject: prize\", \"label\": 1}\n"
+                                     << "{\"text\": \"Subject: lunch\"}\n";
+  expect_error(
+      run_kiln("classify" + load + " --data-path " + (dir / "mixed.jsonl")),
+      (dir / "mixed.jsonl") + " row 2 (line 2): has no label, but the file's first row has one");
   const CommandResult gpt = run_kiln(
       "train --mock-data --vocab-size 97 --num-layers 1 --hidden-size 16 --num-attention-heads 2 "
       "--seq-length 8"

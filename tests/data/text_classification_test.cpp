@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "kiln/core/rng.h"
 #include "kiln/data/prepare_text.h"
@@ -253,6 +255,52 @@ TEST(TextClassification, BadRowsNameFileRowAndProblem) {
               TextClassificationDataset(dir / "no_text.csv", tokenizer(), options_of(8, 1));
             }).find("need at least 2 labels"),
             std::string::npos);
+}
+
+// Unlabelled data (labels_required false, kiln classify's): rows without a label field (or with
+// null, or an empty CSV field, or no label column at all) read as kNoLabel and count in no label;
+// a file's rows all have a label or all have none, a folder may hold both kinds of file; a file
+// that mixes them is refused naming the file and the first row that differs. Training still needs
+// labels.
+TEST(TextClassification, UnlabelledFilesReadWithoutLabelsAndMixedOnesAreNamed) {
+  TempDir dir;
+  fs::create_directories(dir / "folder");
+  write_file_bytes(dir / "folder/a.jsonl",
+                   "{\"text\": \"lunch at noon\"}\n{\"text\": \"cash prize\", \"label\": null}\n");
+  write_file_bytes(dir / "folder/b.csv", "text\nagenda notes\n");
+  write_file_bytes(dir / "folder/c.csv", "label,text\n,free offer\n,project review\n");
+  write_file_bytes(dir / "folder/d.jsonl", "{\"text\": \"claim now\", \"label\": 1}\n");
+  TextClassificationOptions options = options_of(8);
+  options.labels_required = false;
+  const TextClassificationDataset data(dir / "folder", tokenizer(), options);
+  ASSERT_EQ(data.size(), 6);
+  for (int64_t row = 0; row < 5; ++row)
+    EXPECT_EQ(data.label(row), TextClassificationDataset::kNoLabel) << row;
+  EXPECT_EQ(data.label(5), 1);
+  EXPECT_EQ(data.label_counts(), (std::vector<int64_t>{0, 1}));
+  expect_sample(data.sample(0), "lunch at noon", TextClassificationDataset::kNoLabel, 8);
+  expect_sample(data.sample(3), "free offer", TextClassificationDataset::kNoLabel, 8);
+
+  const std::vector<std::pair<std::string, std::string>> mixed = {
+      {"mixed.jsonl", "{\"text\": \"a\", \"label\": 0}\n\n{\"text\": \"b\"}\n"},
+      {"mixed.csv", "text,label\na,\nb,1\n"}};
+  write_file_bytes(dir / mixed[0].first, mixed[0].second);
+  write_file_bytes(dir / mixed[1].first, mixed[1].second);
+  EXPECT_NE(error_of([&] { TextClassificationDataset(dir / "mixed.jsonl", tokenizer(), options); })
+                .find(dir / "mixed.jsonl row 2 (line 3): has no label, but the file's first row "
+                            "has one: a file's "
+                            "rows must all have a label or all have none"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of([&] {
+        TextClassificationDataset(dir / "mixed.csv", tokenizer(), options);
+      }).find(dir / "mixed.csv row 2 (line 3): has a label, but the file's first row has none"),
+      std::string::npos);
+  EXPECT_NE(error_of([&] {
+              TextClassificationDataset(dir / "folder/b.csv", tokenizer(), options_of(8));
+            }).find("has no 'label' column (the label key)"),
+            std::string::npos)
+      << "training reads labels";
 }
 
 // A corpus folder in the package's layout: `per_group` e-mails in each group folder.

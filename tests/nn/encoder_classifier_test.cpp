@@ -6,10 +6,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
+#include "kiln/backend/cpu/cpu_backend.h"
 #include "kiln/backend/registry.h"
 #include "kiln/core/error.h"
 #include "kiln/core/rng.h"
@@ -77,9 +79,11 @@ void expect_gradient_matches_finite_differences(float dropout) {
   model.forward(samples.batch(), 3, 7, GradientPass::Write, 1.0f, kDraw);
   model.backward();
   const std::vector<float> grads = gradients_of(model);
+  const ParameterInfo& types = model.layout().find("embeddings.token_type_embeddings.weight");
   const testing::DirectionalDerivative check = testing::directional_derivative(
       model.params().as<float>(), grads.data(), model.num_parameters(),
-      [&] { return model.forward(samples.batch(), 3, 7, pass, 1.0f, kDraw); });
+      [&] { return model.forward(samples.batch(), 3, 7, pass, 1.0f, kDraw); }, 3, 8e-4,
+      [&](int64_t i) { return i >= types.offset && i < types.offset + types.shape.numel(); });
   EXPECT_NEAR(check.numeric, check.predicted, 5e-4 * std::abs(check.predicted)) << "numeric " << check.numeric;
 }
 
@@ -87,6 +91,44 @@ TEST(EncoderClassifier, GradientMatchesFiniteDifferences) { expect_gradient_matc
 
 TEST(EncoderClassifier, GradientMatchesFiniteDifferencesWithTheMaskItsDrawFixes) {
   expect_gradient_matches_finite_differences(0.2f);
+}
+
+// Every token is of type 0: row 0 of the token-type embeddings is added at every position and
+// row 1 nowhere. So moving row 0 by v is moving every position's embedding by v: the table is
+// redundant with the positions' and is held, its gradient zero (encoder_classifier.h). (The
+// finite-difference tests above hold it still and move every other parameter.)
+TEST(EncoderClassifier, TokenTypeZeroIsAddedEverywhereAndTheTypesTableIsHeld) {
+  auto backend = make_backend("cpu");
+  const EncoderConfig config = tiny_encoder();
+  const int64_t C = config.hidden_size, P = config.max_position_embeddings, B = 3, T = 7;
+  EncoderClassifier model(config, *backend);
+  model.init_weights(1);
+  model.allocate_activations(B, T);
+  const Samples samples = random_samples(B, T, config, 2);
+  const double loss = model.forward(samples.batch(), B, T, GradientPass::Write);
+  model.backward();
+  const ParameterInfo& type_table = model.layout().find("embeddings.token_type_embeddings.weight");
+  EXPECT_FALSE(type_table.weight_decay);
+  const int64_t types = type_table.offset;
+  const int64_t positions = model.layout().find("embeddings.position_embeddings.weight").offset;
+  const float* grads = model.grads().as<float>();
+  for (int64_t i = 0; i < 2 * C; ++i) EXPECT_EQ(grads[types + i], 0.0f) << "element " << i << " of the types' table";
+  for (int64_t t = 0; t < T; ++t) EXPECT_NE(grads[positions + t * C], 0.0f) << "position " << t;
+  for (int64_t t = T; t < P; ++t) EXPECT_EQ(grads[positions + t * C], 0.0f) << "position " << t;
+  float* params = model.params().as<float>();
+  const std::vector<float> saved(params, params + model.num_parameters());
+  params[types + C] += 1.0f;
+  EXPECT_EQ(model.forward(samples.batch(), B, T), loss) << "row 1 is read nowhere";
+  Rng rng(3);
+  std::vector<float> v(static_cast<size_t>(C));
+  for (float& x : v) x = rng.normal(0.0f, 0.05f);
+  for (int64_t c = 0; c < C; ++c) params[types + c] += v[static_cast<size_t>(c)];
+  const double moved = model.forward(samples.batch(), B, T);
+  EXPECT_GT(std::abs(moved - loss), 1e-4) << "row 0 is read";
+  std::copy(saved.begin(), saved.end(), params);
+  for (int64_t t = 0; t < P; ++t)
+    for (int64_t c = 0; c < C; ++c) params[positions + t * C + c] += v[static_cast<size_t>(c)];
+  EXPECT_NEAR(model.forward(samples.batch(), B, T), moved, 1e-6) << "as every position moved";
 }
 
 // Recomputation (block_stack.h) replays the blocks' very ops, dropout masks included: every policy
@@ -157,6 +199,83 @@ TEST(EncoderClassifier, WhatThePaddingHoldsChangesNothing) {
   EXPECT_NE(model.forward(samples.batch(), 4, 8), loss);
 }
 
+// A CPU back-end that keeps what the pooler reads, the final hidden states (gather_rows' input),
+// and the gradient the final LayerNorm's backward reads (the one with the gain at `final_gain`);
+// with `masks` false it skips the zeroing of padded rows (the encoder's mask_rows, in place).
+class FinalStatesWatcher final : public CpuBackend {
+ public:
+  void gather_rows(const GatherRows& args) override {
+    CpuBackend::gather_rows(args);
+    hidden.assign(args.in.as<float>(), args.in.as<float>() + args.in.numel());
+  }
+  void layernorm_backward(const LayerNormBackward& args) override {
+    if (args.weight.data == final_gain) gradient.assign(args.dout.as<float>(), args.dout.as<float>() + args.dout.numel());
+    CpuBackend::layernorm_backward(args);
+  }
+  void mask_rows(const MaskRows& args) override {
+    ASSERT_EQ(args.out.data, args.in.data) << "the encoder masks in place";
+    if (masks) CpuBackend::mask_rows(args);
+  }
+  const void* final_gain = nullptr;
+  bool masks = true;
+  std::vector<float> hidden, gradient;  // [B, T, C] each
+};
+
+// The final hidden states are exactly 0 at padded positions, and so is the gradient that reaches
+// them; at real positions they are not.
+TEST(EncoderClassifier, FinalHiddenStatesAndTheirGradientAreZeroAtPaddedPositions) {
+  FinalStatesWatcher backend;
+  const EncoderConfig config = tiny_encoder(0.2f);
+  const int64_t B = 4, T = 8, C = config.hidden_size;
+  EncoderClassifier model(config, backend);
+  model.init_weights(5);
+  model.allocate_activations(B, T);
+  backend.final_gain = model.layout().view(model.params(), "final_layer_norm.weight").data;
+  const Samples samples = random_samples(B, T, config, 7);
+  ASSERT_NE(std::count(samples.mask.begin(), samples.mask.end(), 0), 0) << "the samples need padding";
+  model.forward(samples.batch(), B, T, GradientPass::Write, 1.0f, kDraw);
+  model.backward();
+  ASSERT_EQ(backend.hidden.size(), static_cast<size_t>(B * T * C));
+  ASSERT_EQ(backend.gradient.size(), backend.hidden.size());
+  for (int64_t position = 0; position < B * T; ++position) {
+    const auto row = backend.hidden.begin() + position * C;
+    const auto row_gradient = backend.gradient.begin() + position * C;
+    if (samples.mask[static_cast<size_t>(position)] == 0) {
+      EXPECT_TRUE(std::all_of(row, row + C, [](float h) { return h == 0.0f; })) << "padded position " << position;
+      EXPECT_TRUE(std::all_of(row_gradient, row_gradient + C, [](float g) { return g == 0.0f; }))
+          << "padded position " << position;
+    } else {
+      EXPECT_FALSE(std::all_of(row, row + C, [](float h) { return h == 0.0f; })) << "real position " << position;
+    }
+  }
+}
+
+// Only the first position, always real, reaches the loss: with the padding zeroed or not, the
+// loss, the logits and every gradient are the same bits, with padding and without, dropout on.
+TEST(EncoderClassifier, ZeroingThePaddingChangesNoLossLogitOrGradient) {
+  const EncoderConfig config = tiny_encoder(0.2f);
+  const int64_t B = 4, T = 8;
+  Samples padded = random_samples(B, T, config, 8), unpadded = padded;
+  std::fill(unpadded.mask.begin(), unpadded.mask.end(), 1);
+  for (const Samples* samples : {&padded, &unpadded}) {
+    const auto run = [&](bool masks) {
+      FinalStatesWatcher backend;
+      backend.masks = masks;
+      EncoderClassifier model(config, backend);
+      model.init_weights(6);
+      model.allocate_activations(B, T);
+      model.forward(samples->batch(), B, T);
+      std::vector<float> results = model.logits();
+      results.push_back(static_cast<float>(model.forward(samples->batch(), B, T, GradientPass::Write, 1.0f, kDraw)));
+      model.backward();
+      const std::vector<float> grads = gradients_of(model);
+      results.insert(results.end(), grads.begin(), grads.end());
+      return results;
+    };
+    EXPECT_EQ(run(true), run(false)) << (samples == &padded ? "padded" : "unpadded");
+  }
+}
+
 TEST(EncoderClassifier, AWritingPassLeavesWhatAddingIntoZerosDoesAndAnAddingPassAdds) {
   auto backend = make_backend("cpu");
   const EncoderConfig config = tiny_encoder();
@@ -184,10 +303,11 @@ TEST(EncoderClassifier, ParameterCountMatchesTheClosedFormulaAndNamesReadAsBerts
   auto backend = make_backend("cpu");
   const EncoderConfig config = tiny_encoder();
   EncoderClassifier model(config, *backend);
-  const int64_t C = 24, L = 2, J = 2, Vp = 64, P = 8, labels = 3;
-  EXPECT_EQ(model.num_parameters(),
-            (Vp + P) * C + L * (12 * C * C + 13 * C) + J * (C * C + C) + 2 * C + 2 * (C * C + C) + C * labels + labels);
+  const int64_t C = 24, L = 2, J = 2, Vp = 64, P = 8, types = 2, labels = 3;
+  EXPECT_EQ(model.num_parameters(), (Vp + P + types) * C + L * (12 * C * C + 13 * C) + J * (C * C + C) + 2 * C +
+                                        2 * (C * C + C) + C * labels + labels);
   EXPECT_EQ(model.layout().entries().front().name, "embeddings.word_embeddings.weight");
+  EXPECT_EQ(model.layout().find("embeddings.token_type_embeddings.weight").shape, (Shape{types, C}));
   EXPECT_EQ(model.layout().find("encoder.layer.1.attention.qkv.weight").shape, (Shape{C, 3 * C}));
   EXPECT_EQ(model.layout().find("classifier.out_proj.weight").shape, (Shape{C, labels}));
   // The lab's model: 18 x 1280, 20 heads, FFN 5120, sequence 512, vocabulary 30000, 2 labels.

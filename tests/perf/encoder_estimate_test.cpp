@@ -61,23 +61,23 @@ TEST(EncoderEstimate, ParametersAreTheArchitecturesCountAndTheClosedForm) {
   const Estimate e = estimate(small_encoder());
   const EncoderArchitecture architecture(encoder_config(small_encoder_config()));
   EXPECT_EQ(e.parameters_exact, architecture.num_parameters());
-  // By the layout: word embeddings V C = 8,192 and positions s C = 2,048; each block
-  // 12 C^2 + 13 C = 49,984, two of them 99,968; two intermediate layers C^2 + C = 4,160 each, 8,320;
-  // the final LayerNorm 2 C = 128; the pooler and the head's dense layer 4,160 each; the projection
-  // to 3 labels 3 C + 3 = 195. In all 127,171.
-  EXPECT_EQ(e.parameters_exact, 127171);
+  // By the layout: word embeddings V C = 8,192, positions s C = 2,048 and two token types 2 C = 128;
+  // each block 12 C^2 + 13 C = 49,984, two of them 99,968; two intermediate layers C^2 + C = 4,160
+  // each, 8,320; the final LayerNorm 2 C = 128; the pooler and the head's dense layer 4,160 each;
+  // the projection to 3 labels 3 C + 3 = 195. In all 127,299.
+  EXPECT_EQ(e.parameters_exact, 127299);
   // The closed form: GPT's 12 l h^2 + 13 l h + (V + s) h = 98,304 + 1,664 + 10,240 = 110,208, plus
-  // (J + 2) h^2 + (J + 4) h + (h + 1) L = 16,384 + 384 + 195 = 16,963: the same 127,171.
-  EXPECT_DOUBLE_EQ(e.parameters_formula, 127171.0);
+  // (J + 2) h^2 + (J + 6) h + (h + 1) L = 16,384 + 512 + 195 = 17,091: the same 127,299.
+  EXPECT_DOUBLE_EQ(e.parameters_formula, 127299.0);
   // A vocabulary of 100 is padded to 128: the exact count keeps the 28 padding rows, the closed form not.
   EstimateInput unpadded = small_encoder();
   unpadded.vocab_size = 100;
   const Estimate u = estimate(unpadded);
-  EXPECT_EQ(u.parameters_exact, 127171);
-  EXPECT_DOUBLE_EQ(u.parameters_formula, 127171.0 - 28 * 64);
+  EXPECT_EQ(u.parameters_exact, 127299);
+  EXPECT_DOUBLE_EQ(u.parameters_formula, 127299.0 - 28 * 64);
   // bf16: 2-byte weights, fp32 gradients.
-  EXPECT_EQ(e.memory.weights, 2.0 * 127171);
-  EXPECT_EQ(e.memory.gradients, 4.0 * 127171);
+  EXPECT_EQ(e.memory.weights, 2.0 * 127299);
+  EXPECT_EQ(e.memory.gradients, 4.0 * 127299);
 }
 
 TEST(EncoderEstimate, ActivationsAndFlopsAreTheArchitectures) {
@@ -178,10 +178,10 @@ TEST(EncoderEstimate, TheLabsShapeHasAbout400MillionParameters) {
   EXPECT_GE(e.parameters_exact, 380'000'000);
   EXPECT_LE(e.parameters_exact, 400'000'000);
   // 12 l h^2 + 13 l h + (V + s) h = 353,894,400 + 299,520 + 39,055,360 = 393,249,280, plus
-  // 4 h^2 + 6 h + 2 (h + 1) = 6,553,600 + 7,680 + 2,562: 399,813,122; the exact count adds the 16
+  // 4 h^2 + 8 h + 2 (h + 1) = 6,553,600 + 10,240 + 2,562: 399,815,682; the exact count adds the 16
   // padding rows of the vocabulary (30016), 20,480.
-  EXPECT_DOUBLE_EQ(e.parameters_formula, 399813122.0);
-  EXPECT_EQ(e.parameters_exact, 399833602);
+  EXPECT_DOUBLE_EQ(e.parameters_formula, 399815682.0);
+  EXPECT_EQ(e.parameters_exact, 399836162);
 }
 
 TEST(EncoderEstimate, ThroughTheBinary) {
@@ -193,7 +193,7 @@ TEST(EncoderEstimate, ThroughTheBinary) {
   ASSERT_EQ(json.exit_code, 0) << json.output;
   const auto out = nlohmann::json::parse(json.output);
   EXPECT_EQ(out["model"], "encoder-classifier");
-  EXPECT_EQ(out["parameters_exact"].get<int64_t>(), 127171);
+  EXPECT_EQ(out["parameters_exact"].get<int64_t>(), 127299);
   const testing::CommandResult table = testing::run_kiln(encoder);
   ASSERT_EQ(table.exit_code, 0) << table.output;
   EXPECT_NE(table.output.find("| encoder classifier: 2 layers, hidden 64, 4 heads, 2 intermediate layers, 3 labels"),
@@ -205,7 +205,7 @@ TEST(EncoderEstimate, ThroughTheBinary) {
       "--seq-length 32 --vocab-size 128 --num-intermediate-layers 1 --num-labels 3 --global-batch-size 4 "
       "--micro-batch-size 4 --precision bf16 --json");
   ASSERT_EQ(one.exit_code, 0) << one.output;
-  EXPECT_EQ(nlohmann::json::parse(one.output)["parameters_exact"].get<int64_t>(), 127171 - 4160);
+  EXPECT_EQ(nlohmann::json::parse(one.output)["parameters_exact"].get<int64_t>(), 127299 - 4160);
 
   const testing::CommandResult fp8 = testing::run_kiln(encoder + " --fp8-format hybrid");
   EXPECT_EQ(fp8.exit_code, 1);

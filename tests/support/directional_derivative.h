@@ -20,14 +20,18 @@ struct DirectionalDerivative {
 
 // `params` and `grads`: `count` fp32 values each (the gradient of the loss at `params`);
 // `loss()` evaluates the loss at the parameters as they are. The parameters are left as found.
+// Parameters for which `held(index)` is true (a model's frozen ones, whose gradient is zero by
+// contract) are not moved.
 inline DirectionalDerivative directional_derivative(float* params, const float* grads, int64_t count,
                                                     const std::function<double()>& loss, uint64_t seed = 3,
-                                                    double step = 8e-4) {
+                                                    double step = 8e-4,
+                                                    const std::function<bool(int64_t)>& held = nullptr) {
   Rng rng(seed);
   std::vector<float> direction(static_cast<size_t>(count)), saved(params, params + count);
   DirectionalDerivative result;
   for (int64_t i = 0; i < count; ++i) {
     direction[static_cast<size_t>(i)] = rng.normal(0.0f, 1.0f);
+    if (held && held(i)) direction[static_cast<size_t>(i)] = 0.0f;
     result.predicted += static_cast<double>(grads[i]) * direction[static_cast<size_t>(i)];
   }
   const auto loss_at = [&](double scale) {

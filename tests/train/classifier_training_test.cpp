@@ -4,10 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 
 #include "kiln/core/rng.h"
 #include "kiln/data/classification_csv.h"
+#include "kiln/nn/parameter_init.h"
 #include "kiln/train/safetensors.h"
 #include "kiln/train/trainer.h"
 #include "support/error_of.h"
@@ -98,6 +100,17 @@ TEST(ClassifierTraining, LearnsLabelledTextAndReportsAccuracyAndF1) {
   // The weights under BERT-like names, the word embeddings without their padding rows.
   const SafetensorsFile model(dir / "ckpt/iter_0000060/model.safetensors");
   EXPECT_EQ(model.get("embeddings.word_embeddings.weight").shape, (Shape{50257, 32}));
+  // The token types' table is held at its initial draws (encoder_classifier.h), which depend on
+  // the seed and its name alone (parameter_init.h).
+  const SafetensorsEntry& types = model.get("embeddings.token_type_embeddings.weight");
+  ASSERT_EQ(types.shape, (Shape{2, 32}));
+  ParameterLayout alone;
+  alone.add(types.name, types.shape, false);
+  const std::vector<float> initial = initial_parameters(alone, static_cast<uint64_t>(config.seed), [&](const ParameterInfo&) {
+    return InitialValues{0.0f, static_cast<float>(config.init_method_std)};
+  });
+  ASSERT_EQ(types.dtype, DType::F32);
+  EXPECT_EQ(std::memcmp(types.data, initial.data(), initial.size() * sizeof(float)), 0);
   for (const char* name : {"encoder.layer.1.attention.qkv.weight", "intermediate.0.dense.weight",
                            "pooler.dense.weight", "classifier.out_proj.bias"})
     EXPECT_TRUE(model.contains(name)) << name;
@@ -205,6 +218,15 @@ TEST(ClassifierTraining, BadSetupsAreNamed) {
   config.data_path = dir / "only.jsonl";
   config.eval_iters = 2;
   EXPECT_NE(error_of([&] { Trainer trainer(config); }).find("has no validation samples"), std::string::npos);
+
+  // A vocabulary smaller than the tokenizer's: refused before anything is read, naming both sizes.
+  config = classifier_config(dir / "only.jsonl");
+  config.vocab_size = 1000;
+  EXPECT_NE(error_of([&] { Trainer trainer(config); })
+                .find("--vocab-size 1000 is smaller than the vocabulary of GPT-2's tokenizer (50257 ids), which "
+                      "tokenizes the text of data_path '" +
+                      (dir / "only.jsonl") + "'"),
+            std::string::npos);
 
   config = classifier_config(dir / "only.jsonl");
   config.model = "vit";

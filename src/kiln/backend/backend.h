@@ -140,6 +140,7 @@ class Backend {
   virtual void tanh_backward(const TanhBackward& args) = 0;
   virtual void gather_rows(const GatherRows& args) = 0;
   virtual void gather_rows_backward(const GatherRowsBackward& args) = 0;
+  virtual void mask_rows(const MaskRows& args) = 0;
   virtual void attention_forward(const AttentionForward& args) = 0;
   virtual void attention_backward(const AttentionBackward& args) = 0;
   virtual void softmax_cross_entropy(const SoftmaxCrossEntropy& args) = 0;

@@ -365,6 +365,18 @@ EmbeddingDims gather_rows_backward(const GatherRowsBackward& a, Device device) {
   return gathered_rows(a.din, a.dout, a.position, device, "gather_rows_backward", "din", "dout");
 }
 
+RowsDims mask_rows(const MaskRows& a, Device device) {
+  constexpr const char* op = "mask_rows";
+  const DType dtype = compute_dtype(a.in, device, op, "in");
+  require(a.out, dtype, device, op, "out");
+  require(a.keep, DType::I32, device, op, "keep");
+  require_numel(a.out, a.in.numel(), op, "out");
+  const int64_t M = a.keep.numel();
+  KILN_CHECK(M > 0 && a.in.numel() % M == 0, "{}: argument 'in' {} does not split into the {} rows of 'keep' {}", op,
+             a.in.shape.to_string(), M, a.keep.shape.to_string());
+  return {M, a.in.numel() / M};
+}
+
 namespace {
 void require_key_mask(const Tensor& key_mask, AttentionMask mask, const AttentionShape& s, Device device,
                       const char* op) {

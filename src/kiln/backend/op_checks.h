@@ -28,6 +28,7 @@ int64_t tanh_forward(const TanhForward& args, Device device);
 int64_t tanh_backward(const TanhBackward& args, Device device);
 EmbeddingDims gather_rows(const GatherRows& args, Device device);
 EmbeddingDims gather_rows_backward(const GatherRowsBackward& args, Device device);
+RowsDims mask_rows(const MaskRows& args, Device device);
 AttentionShape attention_forward(const AttentionForward& args, Device device);
 AttentionShape attention_backward(const AttentionBackward& args, Device device);
 RowsDims softmax_cross_entropy(const SoftmaxCrossEntropy& args, Device device);  // M rows, Vp columns

@@ -64,6 +64,7 @@ void OpCountingBackend::gather_rows(const GatherRows& a) { count(a, checks::gath
 void OpCountingBackend::gather_rows_backward(const GatherRowsBackward& a) {
   count(a, checks::gather_rows_backward);
 }
+void OpCountingBackend::mask_rows(const MaskRows& a) { count(a, checks::mask_rows); }
 void OpCountingBackend::attention_forward(const AttentionForward& a) {
   count(a, checks::attention_forward);
 }

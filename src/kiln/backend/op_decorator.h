@@ -51,6 +51,7 @@ class OpDecorator : public Backend {
   void tanh_backward(const TanhBackward& args) final;
   void gather_rows(const GatherRows& args) final;
   void gather_rows_backward(const GatherRowsBackward& args) final;
+  void mask_rows(const MaskRows& args) final;
   void attention_forward(const AttentionForward& args) final;
   void attention_backward(const AttentionBackward& args) final;
   void softmax_cross_entropy(const SoftmaxCrossEntropy& args) final;

@@ -191,6 +191,8 @@ OpWork work_of(const GatherRowsBackward& a) {
   const double rows = bytes_of({&a.dout});
   return {"gather_rows_backward", 0.0, rows + (a.store == GradStore::Write ? bytes_of({&a.din}) : 2 * rows)};
 }
+// Counted as if every row were kept: all of `in` read, all of `out` written, and the mask.
+OpWork work_of(const MaskRows& a) { return {"mask_rows", 0.0, bytes_of({&a.out, &a.in, &a.keep})}; }
 // With fp8 the output's codes are written too (ops.h); the row says so.
 OpWork work_of(const AttentionForward& a) {
   return {"attention_forward " + attention_shape(a.qkv, a.num_heads) + (a.fp8 ? " fp8" : ""),

@@ -48,6 +48,7 @@ OpWork work_of(const TanhForward& args);
 OpWork work_of(const TanhBackward& args);
 OpWork work_of(const GatherRows& args);
 OpWork work_of(const GatherRowsBackward& args);
+OpWork work_of(const MaskRows& args);
 OpWork work_of(const AttentionForward& args);
 OpWork work_of(const AttentionBackward& args);
 OpWork work_of(const SoftmaxCrossEntropy& args);

@@ -260,6 +260,18 @@ struct GatherRowsBackward {
   GradStore store = GradStore::Write;
 };
 
+// ---- rows masked: out[m, :] = keep[m] ? in[m, :] : 0 --------------------------------------------
+// An encoder's final hidden states with its padded positions zeroed: keep is the attention mask
+// (1 a real token, 0 padding), one value for each of the M = B * T rows of C channels. A kept row
+// is copied as stored (no arithmetic), a dropped one set to +0 whatever it held (NaN included,
+// which a product with 0 would keep). The op is its own backward, on the gradient: din = keep ?
+// dout : 0. out may alias in.
+struct MaskRows {
+  Tensor out;   // M x C elements (any shape), = ; the compute dtype
+  Tensor in;    // same dtype and numel
+  Tensor keep;  // [M] int32: nonzero keeps the row
+};
+
 // ---- multi-head self-attention core: out = softmax(q k^T / sqrt(HS) + mask) v per head --------
 // qkv packs [q | k | v] along the last axis, each C wide, heads contiguous inside each part
 // (the layout of GPT-2's c_attn output).

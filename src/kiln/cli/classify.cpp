@@ -1,8 +1,10 @@
-// `kiln classify`: load an encoder-classifier checkpoint and label texts with it: the rows of
-// labelled data (--data-path, read and tokenized by TextClassificationDataset exactly as training
-// reads them) and texts given on the command line (--text). Each text gets its predicted label,
-// the softmax probability of every label and the start of what the model read; with labelled
-// rows, the accuracy over them closes the table (or the JSON document, with --json).
+// `kiln classify`: load an encoder-classifier checkpoint and label texts with it: the rows of data
+// (--data-path, read and tokenized by TextClassificationDataset exactly as training reads them,
+// except that a file's rows may all be unlabelled; one that mixes labelled and unlabelled rows is
+// refused naming the file and row) and texts given on the command line (--text). Each text gets
+// its predicted label, the softmax probability of every label and the start of what the model
+// read; with labelled rows, the accuracy over them closes the table (or the JSON document, with
+// --json); without, there is no accuracy.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -45,7 +47,7 @@ struct ClassifyOptions {
 struct Item {
   std::string source;  // "row 3" of the data, or "--text 1"
   ClassificationSample sample;
-  std::optional<int32_t> label;  // the true label, known for rows of the data
+  std::optional<int32_t> label;  // the true label, known for rows of labelled data
   std::string excerpt;
 };
 
@@ -103,10 +105,10 @@ std::vector<Item> read_items(const ClassifyOptions& options, const Config& confi
                              const Gpt2Tokenizer& tokenizer) {
   std::vector<Item> items;
   if (!options.data_path.empty()) {
-    const TextClassificationDataset data(
-        options.data_path, tokenizer,
-        TextClassificationOptions{config.text_key, config.label_key, config.seq_length,
-                                  config.num_labels});
+    TextClassificationOptions text_options{config.text_key, config.label_key, config.seq_length,
+                                           config.num_labels};
+    text_options.labels_required = false;
+    const TextClassificationDataset data(options.data_path, tokenizer, text_options);
     const int64_t rows = options.samples > 0 ? std::min(options.samples, data.size()) : data.size();
     for (int64_t row = 0; row < rows; ++row) {
       ClassificationSample sample = data.sample(row);
@@ -118,7 +120,9 @@ std::vector<Item> read_items(const ClassifyOptions& options, const Config& confi
       if (const int64_t bad = find_invalid_utf8(read); bad >= 0)
         read.resize(static_cast<size_t>(bad));
       std::string excerpt = excerpt_of(read, used == sample.input_ids.size());
-      const int32_t label = sample.label;
+      const std::optional<int32_t> label = sample.label == TextClassificationDataset::kNoLabel
+                                               ? std::nullopt
+                                               : std::optional(sample.label);
       items.push_back(
           Item{fmt::format("row {}", row + 1), std::move(sample), label, std::move(excerpt)});
     }
@@ -226,7 +230,7 @@ void print_json(const std::string& checkpoint, const Config& config, const std::
 
 void classify(const ClassifyOptions& options) {
   KILN_CHECK(!options.data_path.empty() || !options.texts.empty(),
-             "nothing to classify: give --data-path (labelled .jsonl or .csv) or --text");
+             "nothing to classify: give --data-path (.jsonl or .csv) or --text");
   KILN_CHECK(options.samples >= 0, "--samples must be >= 0 (0: every row), got {}",
              options.samples);
   const std::string dir = resolve_checkpoint_dir(options.load);
@@ -268,8 +272,9 @@ void add_classify_command(CLI::App& root) {
   command
       ->add_option("--load", options->load, "checkpoint folder (a save folder or one iter_* in it)")
       ->required();
-  command->add_option("--data-path", options->data_path,
-                      "labelled .jsonl or .csv (or a folder of them), read as training reads them");
+  command->add_option(
+      "--data-path", options->data_path,
+      ".jsonl or .csv (or a folder of them), labelled or not, read as training reads them");
   command->add_option("--text", options->texts, "a text to classify (repeatable)");
   command->add_option("--samples", options->samples,
                       "classify the first N rows of --data-path (0: all)");

@@ -67,6 +67,36 @@ int32_t checked_label(int64_t value, std::string_view shown, int64_t num_labels,
   return static_cast<int32_t>(value);
 }
 
+// A CSV row's label field: an integer in [0, num_labels) or, with labels optional, empty (no
+// label).
+int32_t csv_label(const std::string& shown, const TextClassificationOptions& options,
+                  const std::string& where) {
+  if (shown.empty() && !options.labels_required) return TextClassificationDataset::kNoLabel;
+  int64_t value = 0;
+  const auto [end, error] = std::from_chars(shown.data(), shown.data() + shown.size(), value);
+  KILN_CHECK(error == std::errc() && end == shown.data() + shown.size() && !shown.empty(),
+             "{}: label '{}' is not an integer in [0, {})", where, shown, options.num_labels);
+  return checked_label(value, shown, options.num_labels, where);
+}
+
+// A JSON row's label: an integer in [0, num_labels) or, with labels optional, absent or null (no
+// label).
+int32_t json_label(const nlohmann::json& row, const TextClassificationOptions& options,
+                   const std::string& where) {
+  const auto field = row.find(options.label_key);
+  if (!options.labels_required && (field == row.end() || field->is_null()))
+    return TextClassificationDataset::kNoLabel;
+  KILN_CHECK(field != row.end(), "{}: no '{}' field", where, options.label_key);
+  const std::string shown = field->dump();
+  KILN_CHECK(field->is_number_integer(), "{}: label {} is not an integer in [0, {})", where, shown,
+             options.num_labels);
+  const int64_t value =
+      field->is_number_unsigned()
+          ? static_cast<int64_t>(std::min<uint64_t>(field->get<uint64_t>(), INT64_MAX))
+          : field->get<int64_t>();
+  return checked_label(value, shown, options.num_labels, where);
+}
+
 void check_text(const std::string& text, const std::string& key, const std::string& where) {
   KILN_CHECK(!text.empty(), "{}: empty '{}' field", where, key);
   const int64_t bad = find_invalid_utf8(text);
@@ -193,7 +223,7 @@ void TextClassificationDataset::index_csv(int32_t file_index, const std::string&
       for (const std::string& column : columns) names += (names.empty() ? "" : ", ") + column;
       KILN_CHECK(file.text_column >= 0, "{}:{}: the header ({}) has no '{}' column (the text key)",
                  name, start_line, names, options_.text_key);
-      KILN_CHECK(file.label_column >= 0,
+      KILN_CHECK(file.label_column >= 0 || !options_.labels_required,
                  "{}:{}: the header ({}) has no '{}' column (the label key)", name, start_line,
                  names, options_.label_key);
       continue;
@@ -205,16 +235,16 @@ void TextClassificationDataset::index_csv(int32_t file_index, const std::string&
             start_line,
             static_cast<int64_t>(offset),
             static_cast<int64_t>(length)};
-    row_text(file, text, fmt::format("{} row {} (line {})", name, record, start_line), &row.label);
-    ++label_counts_[static_cast<size_t>(row.label)];
-    rows_.push_back(row);
+    const std::string where = fmt::format("{} row {} (line {})", name, record, start_line);
+    row_text(file, text, where, &row.label);
+    add_row(file, row, where);
   }
   KILN_CHECK(header_seen, "{}: empty file (a CSV file starts with a header row naming its columns)",
              name);
 }
 
 void TextClassificationDataset::index_jsonl(int32_t file_index, const std::string& bytes) {
-  const File& file = files_[static_cast<size_t>(file_index)];
+  File& file = files_[static_cast<size_t>(file_index)];
   const std::string& name = file.file->name();
   size_t pos = 0;
   int64_t line = 0, record = 0;
@@ -230,10 +260,21 @@ void TextClassificationDataset::index_jsonl(int32_t file_index, const std::strin
     ++record;
     Row row{
         file_index, 0, record, line, static_cast<int64_t>(offset), static_cast<int64_t>(length)};
-    row_text(file, text, fmt::format("{} row {} (line {})", name, record, line), &row.label);
-    ++label_counts_[static_cast<size_t>(row.label)];
-    rows_.push_back(row);
+    const std::string where = fmt::format("{} row {} (line {})", name, record, line);
+    row_text(file, text, where, &row.label);
+    add_row(file, row, where);
   }
+}
+
+void TextClassificationDataset::add_row(File& file, const Row& row, const std::string& where) {
+  const bool labelled = row.label != kNoLabel;
+  if (!file.labelled) file.labelled = labelled;
+  KILN_CHECK(
+      *file.labelled == labelled,
+      "{}: {}, but the file's first row {}: a file's rows must all have a label or all have none",
+      where, labelled ? "has a label" : "has no label", labelled ? "has none" : "has one");
+  if (labelled) ++label_counts_[static_cast<size_t>(row.label)];
+  rows_.push_back(row);
 }
 
 std::string TextClassificationDataset::row_text(const File& file, std::string_view row,
@@ -249,12 +290,9 @@ std::string TextClassificationDataset::row_text(const File& file, std::string_vi
                label_key, count, file.columns);
     KILN_CHECK(count == file.columns, "{}: {} fields, the header has {}", where, count,
                file.columns);
-    const std::string& shown = fields[static_cast<size_t>(file.label_column)];
-    int64_t value = 0;
-    const auto [end, error] = std::from_chars(shown.data(), shown.data() + shown.size(), value);
-    KILN_CHECK(error == std::errc() && end == shown.data() + shown.size() && !shown.empty(),
-               "{}: label '{}' is not an integer in [0, {})", where, shown, options_.num_labels);
-    *label = checked_label(value, shown, options_.num_labels, where);
+    *label = file.label_column < 0
+                 ? kNoLabel
+                 : csv_label(fields[static_cast<size_t>(file.label_column)], options_, where);
     std::string& text = fields[static_cast<size_t>(file.text_column)];
     check_text(text, text_key, where);
     return std::move(text);
@@ -271,16 +309,7 @@ std::string TextClassificationDataset::row_text(const File& file, std::string_vi
   const auto text_field = json.find(text_key);
   KILN_CHECK(text_field != json.end(), "{}: no '{}' field", where, text_key);
   KILN_CHECK(text_field->is_string(), "{}: '{}' is not a string", where, text_key);
-  const auto label_field = json.find(label_key);
-  KILN_CHECK(label_field != json.end(), "{}: no '{}' field", where, label_key);
-  const std::string shown = label_field->dump();
-  KILN_CHECK(label_field->is_number_integer(), "{}: label {} is not an integer in [0, {})", where,
-             shown, options_.num_labels);
-  const int64_t value =
-      label_field->is_number_unsigned()
-          ? static_cast<int64_t>(std::min<uint64_t>(label_field->get<uint64_t>(), INT64_MAX))
-          : label_field->get<int64_t>();
-  *label = checked_label(value, shown, options_.num_labels, where);
+  *label = json_label(json, options_, where);
   std::string text = text_field->get<std::string>();
   check_text(text, text_key, where);
   return text;

@@ -10,6 +10,10 @@
 //   .jsonl  one JSON object per line: {"text": "Win a prize, now!", "label": 1}
 // Blank lines are skipped in both. The text and label keys are options ("text", "label"); the
 // label is an integer (a JSON integer, or a CSV field of digits) in [0, num_labels).
+// Unlabelled data (labels_required false, for labelling texts: kiln classify): a row may have no
+// label, that is no label field in .jsonl (or null) and, in .csv, no label column or an empty label
+// field; its label is then kNoLabel. Within one file the rows all have a label or all have none:
+// the first row decides, and a later one that differs is an error naming the file and row.
 //
 // Opening reads each file once, records every row's byte range and checks it without tokenizing:
 // text and label present, label an integer in [0, num_labels), text non-empty and valid UTF-8
@@ -30,6 +34,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,11 +49,13 @@ struct TextClassificationOptions {
   std::string label_key = "label";  // --label-key
   int64_t seq_length = 128;         // ids per sample, after truncation and padding
   int64_t num_labels = 2;
+  bool labels_required = true;  // false: a file's rows may all be unlabelled (above)
 };
 
 class TextClassificationDataset {
  public:
   static constexpr int32_t kPadId = Gpt2Tokenizer::kEndOfText;
+  static constexpr int32_t kNoLabel = -1;  // an unlabelled row's label (labels_required false)
 
   TextClassificationDataset(const std::string& path, const Gpt2Tokenizer& tokenizer,
                             TextClassificationOptions options = {},
@@ -58,9 +65,9 @@ class TextClassificationDataset {
   int64_t seq_length() const { return options_.seq_length; }
   int64_t num_labels() const { return options_.num_labels; }
   int64_t vocab_size() const { return tokenizer_.vocab_size(); }
-  // Rows per label, indexed by label (num_labels entries): the majority-class baseline.
+  // Labelled rows per label, indexed by label (num_labels entries): the majority-class baseline.
   const std::vector<int64_t>& label_counts() const { return label_counts_; }
-  // The row's label without reading the file (known from the index).
+  // The row's label without reading the file (known from the index); kNoLabel if it has none.
   int32_t label(int64_t index) const;
   ClassificationSample sample(int64_t index) const;
 
@@ -69,7 +76,8 @@ class TextClassificationDataset {
   struct File {
     std::unique_ptr<RandomAccessFile> file;
     Format format;
-    int32_t text_column = -1, label_column = -1, columns = 0;  // CSV only
+    int32_t text_column = -1, label_column = -1, columns = 0;  // CSV only; label_column -1: none
+    std::optional<bool> labelled;  // whether its rows have labels, set by its first row
   };
   struct Row {
     int32_t file;
@@ -82,6 +90,9 @@ class TextClassificationDataset {
 
   void index_csv(int32_t file_index, const std::string& bytes);
   void index_jsonl(int32_t file_index, const std::string& bytes);
+  // Appends an indexed row of `file`, whose rows must all have a label or all have none (the
+  // first decides); `where` names it in errors.
+  void add_row(File& file, const Row& row, const std::string& where);
   // Checks one row and returns its text; `where` names it in errors.
   std::string row_text(const File& file, std::string_view row, const std::string& where,
                        int32_t* label) const;

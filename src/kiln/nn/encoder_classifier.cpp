@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "kiln/core/error.h"
-#include "kiln/core/rng.h"
+#include "kiln/nn/parameter_init.h"
 #include "kiln/perf/flops.h"
 
 namespace kiln {
@@ -31,6 +31,7 @@ ParameterLayout encoder_parameter_layout(const EncoderConfig& config) {
   ParameterLayout layout;
   layout.add("embeddings.word_embeddings.weight", {config.padded_vocab_size(), C}, true);
   layout.add("embeddings.position_embeddings.weight", {config.max_position_embeddings, C}, true);
+  layout.add("embeddings.token_type_embeddings.weight", {EncoderConfig::kTokenTypes, C}, false);  // held: no decay
   const auto linear = [&](const std::string& prefix, int64_t in, int64_t out) {
     layout.add(prefix + "weight", {in, out}, true);
     layout.add(prefix + "bias", {out}, false);
@@ -78,6 +79,7 @@ EncoderClassifier::Weights EncoderClassifier::Weights::bind(const ParameterLayou
   Weights w;
   w.wte = view("embeddings.word_embeddings.weight");
   w.wpe = view("embeddings.position_embeddings.weight");
+  w.wtt = view("embeddings.token_type_embeddings.weight");
   for (int64_t layer = 0; layer < config.num_layers; ++layer) {
     const std::string p = block_prefix(layer);
     w.blocks.push_back(BlockWeights{view(p + "ln_1.weight"), view(p + "ln_1.bias"), view(p + "attention.qkv.weight"),
@@ -112,6 +114,8 @@ EncoderActivations EncoderActivations::lay_out(Arena& arena, const EncoderConfig
   acts.tokens = layout.ints({B, T});
   acts.key_mask = layout.ints({B, T});
   acts.labels = layout.ints({B});
+  acts.token_types = layout.ints({1, T});
+  acts.placed = layout.take({T, C});
   acts.embedded = layout.take({B, T, C});
   acts.stack = BlockStackActivations::lay_out(layout, config.num_layers, B, T, C, config.num_heads, policy, false);
   for (int64_t layer = 0; layer < config.num_intermediate_layers; ++layer) {
@@ -133,6 +137,7 @@ EncoderActivations EncoderActivations::lay_out(Arena& arena, const EncoderConfig
   acts.d_first = layout.take({B, C});
   acts.d_pooled = layout.take({B, C});
   acts.d_head = layout.take({B, C});
+  acts.d_placed = layout.stats({T, C});
   ArenaOverlay overlay(arena);  // a block's backward is done with d_fc before it writes d_qkv (block.h)
   acts.d_qkv = layout.take({B, T, 3 * C});
   overlay.next();
@@ -159,25 +164,15 @@ EncoderClassifier::EncoderClassifier(const EncoderConfig& config, Backend& backe
       weight_grads_(Weights::bind(layout_, config_, flat_.grads)) {}
 
 void EncoderClassifier::init_weights(uint64_t seed) {
-  std::vector<float> host(static_cast<size_t>(layout_.total()), 0.0f);
-  Rng rng(seed);
   const float residual_std =
       config_.init_method_std /
       std::sqrt(2.0f * static_cast<float>(config_.num_layers + config_.num_intermediate_layers));
-  for (const ParameterInfo& entry : layout_.entries()) {
-    float* values = host.data() + entry.offset;
-    const int64_t count = entry.shape.numel();
-    if (entry.shape.rank == 1) {
-      std::fill(values, values + count, is_layernorm_gain(entry.name) ? 1.0f : 0.0f);
-      continue;
-    }
-    const float stddev = is_residual_output(entry.name) ? residual_std : config_.init_method_std;
+  set_parameters(initial_parameters(layout_, seed, [&](const ParameterInfo& entry) -> InitialValues {
+    if (entry.shape.rank == 1) return {is_layernorm_gain(entry.name) ? 1.0f : 0.0f};
     // The word embeddings' padding rows stay zero: no token looks them up.
-    const int64_t drawn = entry.name == "embeddings.word_embeddings.weight" ? config_.vocab_size * config_.hidden_size
-                                                                            : count;
-    for (int64_t i = 0; i < drawn; ++i) values[i] = rng.normal(0.0f, stddev);
-  }
-  set_parameters(host);
+    return {0.0f, is_residual_output(entry.name) ? residual_std : config_.init_method_std,
+            entry.name == "embeddings.word_embeddings.weight" ? config_.vocab_size * config_.hidden_size : -1};
+  }));
 }
 
 void EncoderClassifier::set_parameters(std::span<const float> values) { flat_.set(backend_, values); }
@@ -299,6 +294,8 @@ void EncoderClassifier::begin(const ClassificationBatch& batch, int64_t batch_si
   labels_.assign(batch.labels.begin(), batch.labels.end());
   backend_.copy_to_device(acts_.tokens.data, batch.input_ids.data(), positions * sizeof(int32_t));
   backend_.copy_to_device(acts_.key_mask.data, batch.attention_mask.data(), positions * sizeof(int32_t));
+  const std::vector<int32_t> token_types(static_cast<size_t>(seq), 0);  // one segment (encoder_classifier.h)
+  backend_.copy_to_device(acts_.token_types.data, token_types.data(), token_types.size() * sizeof(int32_t));
   if (!batch.labels.empty())
     backend_.copy_to_device(acts_.labels.data, batch.labels.data(), batch.labels.size() * sizeof(int32_t));
   // A training forward's loss writes the logits' gradient over them (forward_ops).
@@ -307,7 +304,9 @@ void EncoderClassifier::begin(const ClassificationBatch& batch, int64_t batch_si
 
 void EncoderClassifier::forward_ops() {
   KILN_CHECK(inputs_.tokens != nullptr, "EncoderClassifier::forward_ops without begin_forward");
-  backend_.embedding_forward({acts_.embedded, acts_.tokens, weights_.wte, weights_.wpe});
+  // What each position adds to its token, once for all samples: wpe[t] + wtt[token_types[t]].
+  backend_.embedding_forward({acts_.placed, acts_.token_types, weights_.wtt, weights_.wpe});
+  backend_.embedding_forward({acts_.embedded, acts_.tokens, weights_.wte, acts_.placed});
   if (drops_hidden()) backend_.dropout(branch_dropout(acts_.embedded, acts_.embedded, 0, DropoutSite::Embedding));
   Tensor x = block_stack_forward(backend_, blocks(), acts_.embedded, inputs_.gradients != GradientPass::None);
   for (int64_t j = 0; j < config_.num_intermediate_layers; ++j) {  // x + dropout(gelu(x W + b))
@@ -320,6 +319,7 @@ void EncoderClassifier::forward_ops() {
   }
   backend_.layernorm_forward({acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, x, weights_.lnf_weight, weights_.lnf_bias,
                               config_.layernorm_eps});
+  backend_.mask_rows({acts_.lnf, acts_.lnf, acts_.key_mask});  // padded positions' hidden states zeroed
   backend_.gather_rows({acts_.first, acts_.lnf, 0});
   backend_.matmul_forward({acts_.pooled, acts_.first, weights_.pooler_weight, weights_.pooler_bias});
   backend_.tanh_forward({acts_.pooled, acts_.pooled});
@@ -357,6 +357,7 @@ void EncoderClassifier::backward() {
   backend_.matmul_backward({acts_.d_first, g.pooler_weight, g.pooler_bias, acts_.d_pooled, acts_.first,
                             w.pooler_weight, WeightLayout::InOut, {}, nullptr, {}, store});
   backend_.gather_rows_backward({acts_.d_hidden, acts_.d_first, 0, GradStore::Write});
+  backend_.mask_rows({acts_.d_hidden, acts_.d_hidden, acts_.key_mask});  // the mask's backward: none at padding
   const int64_t L = config_.num_layers, J = config_.num_intermediate_layers;
   const Tensor blocks_output = L ? acts_.stack.blocks[static_cast<size_t>(L - 1)].residual_out : acts_.embedded;
   const Tensor last = J ? acts_.intermediate_out[static_cast<size_t>(J - 1)] : blocks_output;
@@ -377,9 +378,15 @@ void EncoderClassifier::backward() {
                        BlockScratch{acts_.d_hidden, acts_.d_qkv, acts_.d_fc, Tensor{}}, acts_.d_residual, store,
                        [this](const Tensor& first) { announce_final(first); });
   if (drops_hidden()) backend_.dropout(branch_dropout(acts_.d_residual, acts_.d_residual, 0, DropoutSite::Embedding));
-  // The lookup only adds to the word embeddings' gradient (ops.h): a writing pass clears it first.
+  // The forward's two lookups backwards: the words' and then what the positions added (fp32 sums
+  // over the samples, so the positions' gradients are never rounded to the compute dtype). A lookup
+  // only adds to its table's gradient (ops.h): a writing pass clears the words' first. The
+  // token types' table is held (encoder_classifier.h): its gradient stays zero.
   if (store == GradStore::Write) backend_.fill({g.wte, 0.0f});
-  backend_.embedding_backward({g.wte, g.wpe, acts_.d_residual, acts_.tokens, store});
+  backend_.embedding_backward({g.wte, acts_.d_placed, acts_.d_residual, acts_.tokens, GradStore::Write});
+  backend_.embedding_backward({g.wtt, g.wpe, acts_.d_placed.reshaped({1, acts_.seq, config_.hidden_size}),
+                               acts_.token_types, store});
+  backend_.fill({g.wtt, 0.0f});
   announce_final(g.wte);
 }
 

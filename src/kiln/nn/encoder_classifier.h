@@ -1,30 +1,39 @@
 // An encoder classifier: a BERT-like sequence classifier (the seed lab's model) with explicit
 // forward and backward on any Backend, built from GPT's blocks and ops.
 //
-//   x = dropout(wte[ids] + wpe[position])
+//   x = dropout(wte[ids] + wpe[position] + wtt[type])     (type 0 everywhere: one text a sample)
 //   x = block(x) for each of num_layers pre-LayerNorm blocks (block.h), the attention
 //       bidirectional under the key-padding mask (ops.h, AttentionMask::KeyPadding)
 //   x = x + dropout(gelu(x W_j + b_j)) for each of num_intermediate_layers residual layers
-//   h = ln_f(x);  pooled = tanh(h[:, 0] W_p + b_p)          (the pooler: the first position)
+//   h = ln_f(x) * mask;  pooled = tanh(h[:, 0] W_p + b_p)   (mask: 1 a real token, 0 padding;
+//                                                            the pooler reads the first position)
 //   logits = gelu(pooled W_1 + b_1) W_2 + b_2;  loss = mean cross-entropy over the labels
 // Dropout (EncoderConfig::hidden_dropout, and attention_dropout on the blocks' attention
 // probabilities) runs in training forwards only, with the masks a
 // DropoutDraw names (dropout_streams.h; the intermediate layers draw as layers num_layers + j),
-// drawn again by the backward. Only the first position reaches the loss, so a padded position's
-// hidden state is never read; the padding mask keeps every real position's from depending on
-// padding (tested).
+// drawn again by the backward. The final hidden states h are 0 at padded positions, and so is
+// their gradient (ops.h, MaskRows). Only the first position, always a real token, reaches the
+// loss, so the zeroing changes no loss or gradient; the padding mask keeps every real position's
+// hidden state from depending on padding (tested).
 //
 // Parameters (the flat-buffer layout of parameters.h, Linear weights [in, out] as GPT-2's):
 //   embeddings.word_embeddings.weight [Vp, C], embeddings.position_embeddings.weight [P, C],
-//   encoder.layer.{i}.{ln_1, attention.qkv, attention.output.dense, ln_2, intermediate.dense,
-//   output.dense}.{weight, bias}, intermediate.{j}.dense.{weight, bias}, final_layer_norm.{weight,
-//   bias}, pooler.dense.{weight, bias}, classifier.dense.{weight, bias},
+//   embeddings.token_type_embeddings.weight [2, C] (EncoderConfig::kTokenTypes: segments A and
+//   B), encoder.layer.{i}.{ln_1, attention.qkv, attention.output.dense, ln_2,
+//   intermediate.dense, output.dense}.{weight, bias}, intermediate.{j}.dense.{weight, bias},
+//   final_layer_norm.{weight, bias}, pooler.dense.{weight, bias}, classifier.dense.{weight, bias},
 //   classifier.out_proj.{weight, bias}.
 // Precision, gradients and ownership as Gpt's (gpt.h): parameters and activations in the compute
 // dtype, gradients fp32, written or added as the forward's GradientPass says.
 // As a Model (model.h) it reads the two rows of data/classification_tokens.h (ModelInput::
-// LabelledSequences), unpacked on the host. The blocks recompute as GPT's do (block_stack.h). Not
-// yet: fp8 products, token-type embeddings. Not thread-safe.
+// LabelledSequences), unpacked on the host. The blocks recompute as GPT's do (block_stack.h).
+// kiln's data has no segments, so every token is of type 0 and the forward adds row 0 to every
+// position. That row is then redundant with the position embeddings (wpe[t] + wtt[0] for every
+// t), and training it only doubles Adam's steps on the embeddings' shared shift: on the
+// SpamAssassin demo it cost 1.2 to 1.7 points of validation accuracy on each of three seeds
+// (docs/classifier.md). So the token types' table is held: its gradient is zero and it has no
+// weight decay, so it keeps its initial (or loaded) values. Not yet: fp8 products, sentence pairs
+// (type 1, which would train the table). Not thread-safe.
 #pragma once
 
 #include <memory>
@@ -66,17 +75,20 @@ struct EncoderActivations {
   int64_t batch = 0, seq = 0;
   Tensor tokens, key_mask;  // [B, T] int32
   Tensor labels;            // [B] int32
+  Tensor token_types;       // [1, T] int32, all 0 (one segment)
+  Tensor placed;            // [T, C] what each position adds to its token: wpe[t] + wtt[token_types[t]]
   Tensor embedded;          // [B, T, C], the blocks' input
   BlockStackActivations stack;  // the blocks', under the recompute policy (activations.h)
   std::vector<Tensor> intermediate_pre, intermediate_out;  // [B, T, C] each: GELU's input, the layer's output
   Tensor branch;            // [B, T, C] an intermediate layer's GELU output, then its gradient (shared)
-  Tensor lnf, lnf_mean, lnf_rstd;
+  Tensor lnf, lnf_mean, lnf_rstd;  // lnf: the final hidden states h (above), padding zeroed
   Tensor first, pooled, head_pre, head;  // [B, C]
   Tensor logits;            // [B, num_labels]: the logits, then their gradient
   Tensor losses;            // [B] fp32
   Tensor d_residual, d_hidden;  // [B, T, C]
   Tensor d_qkv, d_fc;           // [B, T, 3C], [B, T, 4C], one stretch (never in use at once)
   Tensor d_first, d_pooled, d_head;  // [B, C]
+  Tensor d_placed;                   // [T, C] fp32
 
   static EncoderActivations lay_out(Arena& arena, const EncoderConfig& config, int64_t batch, int64_t seq,
                                     Device device, DType dtype, const RecomputePolicy& policy = {});
@@ -142,7 +154,7 @@ class EncoderClassifier final : public Model {
 
  private:
   struct Weights {
-    Tensor wte, wpe;
+    Tensor wte, wpe, wtt;  // word, position and token-type embeddings
     std::vector<BlockWeights> blocks;
     std::vector<Tensor> intermediate_weight, intermediate_bias;
     Tensor lnf_weight, lnf_bias, pooler_weight, pooler_bias, dense_weight, dense_bias, out_weight, out_bias;

@@ -10,6 +10,9 @@
 namespace kiln {
 
 struct EncoderConfig {
+  // BERT's type_vocab_size: token types (segments) A and B. kiln's data has one segment, type 0.
+  static constexpr int64_t kTokenTypes = 2;
+
   int64_t num_layers = 2;
   int64_t hidden_size = 64;
   int64_t num_heads = 2;

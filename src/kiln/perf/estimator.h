@@ -7,9 +7,10 @@
 //                 final LayerNorm included). GPT: P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h))
 //                 (Narayanan et al. 2021, arXiv 2104.04473). The encoder classifier, from its
 //                 layout (nn/encoder_classifier.h): the same blocks and embeddings, plus J
-//                 intermediate layers, the final LayerNorm, the pooler, the head's dense layer and
-//                 its projection to L labels: P + (J + 2) h^2 + (J + 4) h + (h + 1) L, equal to
-//                 the exact count when V is a multiple of the padding (64)
+//                 intermediate layers, the token-type embeddings, the final LayerNorm, the pooler,
+//                 the head's dense layer and its projection to L labels:
+//                 P + (J + 2) h^2 + (J + 6) h + (h + 1) L, equal to the exact count when V is a
+//                 multiple of the padding (64)
 //   FLOPs         per iteration with and without full recomputation, the architecture's
 //                 (perf/flops.h: Narayanan et al.'s form for GPT, its encoder form)
 //   speed         achieved TFLOP/s per GPU from a measured time per iteration, or the time per

@@ -48,6 +48,16 @@ std::unique_ptr<Gpt2Tokenizer> open_tokenizer(const Config& config) {
   return std::make_unique<Gpt2Tokenizer>(default_gpt2_tokenizer_dir());
 }
 
+// Raw text's ids are the tokenizer's, anywhere in its vocabulary (the padding id, <|endoftext|>,
+// is its last): a model with fewer word embeddings could not look them up.
+void check_vocabulary_holds_tokenizer(const Config& config, const Gpt2Tokenizer& tokenizer) {
+  KILN_CHECK(config.vocab_size >= tokenizer.vocab_size(),
+             "--vocab-size {} is smaller than the vocabulary of GPT-2's tokenizer ({} ids), which tokenizes the text "
+             "of data_path '{}': the model could not embed its ids; leave --vocab-size out (0: the tokenizer's) or set "
+             "it to at least {}",
+             config.vocab_size, tokenizer.vocab_size(), config.data_path, tokenizer.vocab_size());
+}
+
 TrainingData open_next_tokens(const Config& config) {
   const auto seed = static_cast<uint64_t>(config.seed);
   const Storage storage(config.storage_options());
@@ -102,6 +112,7 @@ TrainingData open_labelled_sequences(const Config& config) {
     return data;
   }
   data.tokenizer = open_tokenizer(config);
+  check_vocabulary_holds_tokenizer(config, *data.tokenizer);
   const TextClassificationOptions options{config.text_key, config.label_key, seq, labels};
   data.train = open_text_classification_tokens(paths.train, *data.tokenizer, options, seed, storage);
   if (validating)

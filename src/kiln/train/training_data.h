@@ -10,7 +10,9 @@
 //                            training samples only.
 //                          Raw text is tokenized by the loader's workers with GPT-2's BPE
 //                          (vocab_file and merge_file when set, else the files `make` installs),
-//                          truncated and padded to seq_length (data/text_classification.h).
+//                          truncated and padded to seq_length (data/text_classification.h);
+//                          a vocab_size below the tokenizer's vocabulary is refused at once,
+//                          naming --vocab-size and both sizes.
 // Validation samples are seeded apart from training ones. With eval_iters > 0 and no validation
 // data the run stops at start, naming data_path.
 #pragma once

@@ -7,8 +7,8 @@
 // the same inputs give the same bits. Ops are written in fp32; bf16/fp16 calls run the same code on
 // widened copies and round the outputs (fp32_scope.h), which is the reference for low precision.
 // Op definitions live one family per file: embedding.cpp, layernorm.cpp, matmul.cpp, gelu.cpp,
-// tanh.cpp, gather_rows.cpp, attention.cpp, cross_entropy.cpp, elementwise.cpp, dropout.cpp, adamw.cpp,
-// fp8_scaling.cpp.
+// tanh.cpp, gather_rows.cpp, mask_rows.cpp, attention.cpp, cross_entropy.cpp, elementwise.cpp,
+// dropout.cpp, adamw.cpp, fp8_scaling.cpp.
 // Not final: tests derive from it to watch the ops a model issues (tests/nn/product_inputs_test.cpp).
 #pragma once
 
@@ -51,6 +51,7 @@ class CpuBackend : public Backend {
   void tanh_backward(const TanhBackward& args) override;
   void gather_rows(const GatherRows& args) override;
   void gather_rows_backward(const GatherRowsBackward& args) override;
+  void mask_rows(const MaskRows& args) override;
   void attention_forward(const AttentionForward& args) override;
   void attention_backward(const AttentionBackward& args) override;
   void softmax_cross_entropy(const SoftmaxCrossEntropy& args) override;

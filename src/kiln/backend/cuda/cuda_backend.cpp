@@ -343,6 +343,12 @@ void CudaBackend::gather_rows_backward(const GatherRowsBackward& a) {
              "gather_rows_backward");
 }
 
+void CudaBackend::mask_rows(const MaskRows& a) {
+  const auto [M, C] = checks::mask_rows(a, kCuda);
+  check_cuda(cuda::mask_rows(a.out.data, a.in.data, a.keep.as<int32_t>(), element_kind(a.in.dtype), M, C),
+             "mask_rows");
+}
+
 // With fp8 the gradient's codes come from the cross-entropy kernel, their transpose from a second
 // kernel reading them (ops.h).
 void CudaBackend::softmax_cross_entropy(const SoftmaxCrossEntropy& a) {

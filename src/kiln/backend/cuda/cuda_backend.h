@@ -65,6 +65,7 @@ class CudaBackend final : public Backend {
   void tanh_backward(const TanhBackward& args) override;
   void gather_rows(const GatherRows& args) override;
   void gather_rows_backward(const GatherRowsBackward& args) override;
+  void mask_rows(const MaskRows& args) override;
   void attention_forward(const AttentionForward& args) override;
   void attention_backward(const AttentionBackward& args) override;
   void softmax_cross_entropy(const SoftmaxCrossEntropy& args) override;

@@ -1,5 +1,5 @@
 // Launchers of the CUDA back-end's own kernels, defined in one .cu file per op family (embedding,
-// layernorm and layernorm_fp8, bias, gelu, tanh, gather_rows, dropout, elementwise,
+// layernorm and layernorm_fp8, bias, gelu, tanh, gather_rows, mask_rows, dropout, elementwise,
 // attention_softmax, cross_entropy, optimizer; the fused attention has its own header). Plain pointers and sizes only, no kiln
 // headers, so nvcc compiles the .cu files without fmt; CudaBackend (cuda_backend.cpp) validates
 // arguments and calls these.
@@ -74,6 +74,8 @@ int tanh_backward(void* din, const void* out, const void* dout, int kind, int64_
 int gather_rows(void* out, const void* in, int kind, int64_t B, int64_t T, int64_t C, int64_t position);
 int gather_rows_backward(void* din, const void* dout, int kind, int64_t B, int64_t T, int64_t C, int64_t position,
                          bool write);
+// out [M, C] = in where keep[m] != 0, else 0; out may alias in.
+int mask_rows(void* out, const void* in, const int32_t* keep, int kind, int64_t M, int64_t C);
 // Dropout's out = [residual +] (keep ? in * scale : 0), keep = philox::bits(seed, stream, i) >= threshold
 // (ops.h); residual may be null.
 int dropout(void* out, const void* in, const void* residual, int kind, int64_t count, uint64_t threshold, float scale,
