@@ -48,17 +48,13 @@ Masking masking_of(const AttentionOp& a, int64_t HS) {
           padded ? a.key_mask.template as<int32_t>() : nullptr};
 }
 
-// Whether cuDNN may take a call with this mask (it is on; key padding stays on kiln's kernels).
-bool cudnn_takes(const cuda::CudnnAttention* cudnn, const Masking& masking) {
-  return cudnn != nullptr && masking.key_mask == nullptr;
-}
-
-// Attention dropout (ops.h) runs on the general fused kernels and the materialised path: the
-// tensor-core tiles and cuDNN do not draw kiln's masks yet, so a call with dropout that would take
-// them takes the general kernels (or, past their grid, the materialised path).
-AttentionPath with_dropout(AttentionPath path, const AttentionDropout& dropout, int64_t B, int64_t NH) {
-  if (!dropout.active() || (path != AttentionPath::Tiled && path != AttentionPath::Cudnn)) return path;
-  return B * NH > 65535 ? AttentionPath::Materialized : AttentionPath::General;
+// Whether cuDNN may take a call with this mask and dropout (it is on; key padding stays on kiln's
+// kernels). Attention dropout (ops.h) runs on every path of kiln's own (the tensor-core tiles, the
+// general fused kernels and the materialised path draw its Philox masks), but cuDNN cannot draw
+// them, so a call with dropout takes the path kiln's kernels would take without cuDNN: the tiles
+// where they apply, else the general kernels or, past their grid, the materialised path.
+bool cudnn_takes(const cuda::CudnnAttention* cudnn, const Masking& masking, const AttentionDropout& dropout) {
+  return cudnn != nullptr && masking.key_mask == nullptr && !dropout.active();
 }
 
 DropoutMask mask_of(const AttentionDropout& dropout) {
@@ -108,11 +104,11 @@ void CudaBackend::attention_forward(const AttentionForward& a) {
   const auto [B, T, C, NH, HS] = shape;
   const DType dtype = a.qkv.dtype;
   const auto [scale, causal, key_mask] = masking_of(a, HS);
-  const AttentionPath path = with_dropout(
-      attention_path(handles_->fused_attention, cudnn_takes(handles_->cudnn_attention.get(), {scale, causal, key_mask}),
+  const AttentionPath path =
+      attention_path(handles_->fused_attention,
+                     cudnn_takes(handles_->cudnn_attention.get(), {scale, causal, key_mask}, a.dropout),
                      handles_->compute_major, dtype, B, NH, HS,
-                     {a.qkv.data, a.out.data, a.out_fp8.data, a.out_fp8_t.data}),
-      a.dropout, B, NH);
+                     {a.qkv.data, a.out.data, a.out_fp8.data, a.out_fp8_t.data});
   ++handles_->attention_forward_calls[static_cast<size_t>(path)];
   switch (path) {
     case AttentionPath::Cudnn: {
@@ -128,7 +124,8 @@ void CudaBackend::attention_forward(const AttentionForward& a) {
                                        a.out_fp8_t.as<uint8_t>(), nullptr};
       check_cuda(cuda::flash_attention_forward(a.out.data, a.lse.as<float>(), a.qkv.data, key_mask,
                                                element_kind(dtype), B, T, NH, HS, causal, scale,
-                                               handles_->warpgroup_attention, a.fp8 ? &codes : nullptr),
+                                               handles_->warpgroup_attention, a.fp8 ? &codes : nullptr,
+                                               mask_of(a.dropout)),
                  handles_->warpgroup_attention ? "attention_forward (fused, tensor cores, wgmma)"
                                                : "attention_forward (fused, tensor cores)");
       return;
@@ -182,7 +179,7 @@ void attention_gradient(const GradientKernels& kernels, const AttentionBackward&
     case AttentionPath::Tiled:
       check_cuda(cuda::flash_attention_backward(a.dqkv.data, a.dout.data, a.qkv.data, a.out.data, a.lse.as<float>(),
                                                 key_mask, element_kind(dtype), B, T, NH, HS, causal, scale, scratch,
-                                                tiled.warpgroup, tiled.deterministic),
+                                                tiled.warpgroup, tiled.deterministic, nullptr, mask_of(a.dropout)),
                  tiled.warpgroup ? "attention_backward (fused, tensor cores, wgmma)"
                                  : "attention_backward (fused, tensor cores)");
       return;
@@ -234,11 +231,10 @@ void CudaBackend::attention_backward(const AttentionBackward& a) {
   const DType dtype = a.qkv.dtype;
   const auto [scale, causal, key_mask] = masking_of(a, HS);
   cuda::CudnnAttention* cudnn = handles_->cudnn_attention.get();
-  const AttentionPath path = with_dropout(
-      attention_path(handles_->fused_attention, cudnn_takes(cudnn, {scale, causal, key_mask}), handles_->compute_major,
-                     dtype, B, NH, HS,
-                     {a.qkv.data, a.dqkv.data, a.dout.data, a.out.data, a.dqkv_fp8.data, a.dqkv_fp8_t.data}),
-      a.dropout, B, NH);
+  const AttentionPath path =
+      attention_path(handles_->fused_attention, cudnn_takes(cudnn, {scale, causal, key_mask}, a.dropout),
+                     handles_->compute_major, dtype, B, NH, HS,
+                     {a.qkv.data, a.dqkv.data, a.dout.data, a.out.data, a.dqkv_fp8.data, a.dqkv_fp8_t.data});
   const bool fused = path != AttentionPath::Materialized;
   const AttentionFp8Gradient fp8{a.fp8 ? 3 * C : 0, a.fp8 && path != AttentionPath::Tiled};
   const TiledKernels tiled{handles_->warpgroup_attention, handles_->deterministic_attention};
@@ -264,7 +260,7 @@ void CudaBackend::attention_backward(const AttentionBackward& a) {
                                              a.dqkv_fp8_t.as<uint8_t>(), a.dbias.empty() ? nullptr : partials};
     check_cuda(cuda::flash_attention_backward(nullptr, a.dout.data, a.qkv.data, a.out.data, a.lse.as<float>(),
                                               key_mask, element_kind(dtype), B, T, NH, HS, causal, scale, scratch,
-                                              tiled.warpgroup, tiled.deterministic, &codes),
+                                              tiled.warpgroup, tiled.deterministic, &codes, mask_of(a.dropout)),
                "attention_backward (fused, tensor cores, fp8 gradient)");
     if (!a.dbias.empty())
       check_cuda(cuda::sum_column_partials(a.dbias.as<float>(), partials, attention_gradient_partial_rows(B, T), 3 * C,

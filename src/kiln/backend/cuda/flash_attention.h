@@ -12,11 +12,14 @@
 // (flash_backward.cu), deterministic: two kernels, one per key tile (dK, dV) and one per query tile
 // (dQ), so every gradient element is written by one block in a fixed order, no atomics; or not
 // deterministic: one kernel per key tile that also adds dQ into fp32 sums with atomic adds (two
-// fewer products per pair of tiles), then a pass rounding the sums into dqkv.
+// fewer products per pair of tiles), then a pass rounding the sums into dqkv. Attention dropout
+// (ops.h, AttentionDropout) on every variant, its mask drawn inside the tiles (flash_tiles.cuh).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+
+#include "kiln/backend/dropout_mask.h"
 
 namespace kiln::cuda {
 
@@ -53,10 +56,18 @@ struct AttentionCodes {
   uint8_t* columns = nullptr;
   float* column_partials = nullptr;
 };
-// With `codes` (else null), out is written and cast (above; no column sums).
+// `dropout`: attention dropout's mask (ops.h, AttentionDropout; threshold 0: none), the general
+// kernels' (general_attention.h): element (query, key) of block row (b NH + h) is kept iff
+// DropoutMask::factor(((b NH + h) T + query) T + key) is not 0. Forward: out = (P Z) v / l with the
+// row maximum, l and lse of the undropped P (Z: 0 or 1 / (1 - p)). Backward: dv = (P Z)^T dout,
+// dP = (dout v^T) Z, dS = P (dP - D) scale, D = rowsum(dout * out) (FlashAttention-2, Dao 2023,
+// with FlashAttention's dropout, Dao et al. 2022 Algorithm 4). Kernels without the mask's code run
+// when its threshold is 0.
+//
+// With `codes` (else null), out is written and cast (above; no column sums): dropped as out is.
 int flash_attention_forward(void* out, float* lse, const void* qkv, const int32_t* key_mask, int kind, int64_t B,
                             int64_t T, int64_t NH, int64_t HS, bool causal, float scale, bool warpgroup,
-                            const AttentionCodes* codes = nullptr);
+                            const AttentionCodes* codes = nullptr, const DropoutMask& dropout = {});
 // With `codes` (else null), dqkv is not written: its codes are (above). workspace: D, B * NH * T
 // floats; unless `deterministic`, then dQ's sums at attention_query_sums_offset (B * T * NH * HS
 // floats; attention_workspace.h). Deterministic: the same bits on every run; else dqkv's q part may
@@ -64,6 +75,6 @@ int flash_attention_forward(void* out, float* lse, const void* qkv, const int32_
 int flash_attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
                              const int32_t* key_mask, int kind, int64_t B, int64_t T, int64_t NH, int64_t HS,
                              bool causal, float scale, void* workspace, bool warpgroup, bool deterministic,
-                             const AttentionCodes* codes = nullptr);
+                             const AttentionCodes* codes = nullptr, const DropoutMask& dropout = {});
 
 }  // namespace kiln::cuda

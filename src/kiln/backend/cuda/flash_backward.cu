@@ -25,6 +25,13 @@
 // there per product, which keeps the head-128 kernels within the register file.
 // With fp8 codes (flash_attention.h, AttentionCodes) each kernel ends by writing its
 // gradient tiles only as codes (attention_tile_codes.cuh), in the tiles' shared memory.
+// With attention dropout (ops.h, AttentionDropout; the kernels' Dropout instances), as FlashAttention
+// applies it (Dao et al. 2022, Algorithm 4): with Z = M / (1 - p), M the 0/1 keep mask drawn again in
+// registers (flash_tiles.cuh), dV = (P Z)^T dO and dS = P (dP Z - D) scale, D = rowsum(dO out) with
+// out the dropped forward's. The key kernel adds dV += (P^T M) dO, P^T with its dropped elements
+// zeroed (a copy on mma.sync; on wgmma in place, after dS^T took P^T whole), and scales dV by
+// 1 / (1 - p) once at the end; dP^T Z and dP Z are one multiply-add with the factor (0 or
+// scale / (1 - p)) in place of scale.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -68,11 +75,12 @@ static_assert(kCodesFitInTiles<64> && kCodesFitInTiles<128>);
 // own choice has no spills; a minimum there made it spill.
 // With AddsQueryGradient the kernel also adds each pair's dS K into dq_sums (dqkv's q part is left
 // to query_gradient_from_sums_kernel); else dq_sums is unused.
-template <typename T, int HS, typename Tiles, bool AddsQueryGradient>
+// Dropout: the instance that applies `dropout` (its threshold not 0); the other ignores it.
+template <typename T, int HS, typename Tiles, bool AddsQueryGradient, bool Dropout>
 __global__ void __launch_bounds__(kThreads, HS == 64 ? 2 : 0)
     key_gradients_kernel(T* dqkv, [[maybe_unused]] float* dq_sums, const T* dout, const T* qkv, const float* lse,
                          const float* row_dots, const int32_t* key_mask, int NH, int T_, int hs,
-                         bool causal, float scale, AttentionCodes codes) {
+                         bool causal, float scale, AttentionCodes codes, DropoutMask dropout) {
 #if KILN_TENSOR_CORE_BODIES
   KILN_DYNAMIC_SHARED_MEMORY(shared);
   const BackwardTiles<T, Tiles> tiles_at{reinterpret_cast<T*>(shared)};
@@ -97,6 +105,9 @@ __global__ void __launch_bounds__(kThreads, HS == 64 ? 2 : 0)
   [[maybe_unused]] float* const dq_rows = AddsQueryGradient ? dq_sums + head.output_offset : nullptr;
   const Visibility visible{T_, causal, key_mask ? key_mask + head.key_mask_offset : nullptr};
   const float scale_log2 = scale * kLog2E;
+  [[maybe_unused]] const float kept_scale = scale * dropout.scale;  // dP^T's factor where kept
+  // dV's scale at the end: 1 / (1 - p) with dropout (dV accumulates (P^T M) dO).
+  const float dv_scale = Dropout ? dropout.scale : 1.0f;
   // Thread i < 64 stages lse of query q0 + i (in base-2 units), thread 64 + i its D times scale
   // (dS^T below is then P^T (dP^T scale - D scale), one multiply-add and a multiply an element).
   const bool stages_lse = threadIdx.x < kTileRows;
@@ -139,6 +150,10 @@ __global__ void __launch_bounds__(kThreads, HS == 64 ? 2 : 0)
     }
     const float* tile_lse = statistics + buffer * 2 * kTileRows;
     const float* tile_dots = tile_lse + kTileRows;
+    // The tile's keep bits, drawn before its products, where only dK and dV hold registers (drawn
+    // under dP^T's product instead, ptxas (nvcc 13.0, sm_90a) spilled 76-144 bytes at head 128).
+    [[maybe_unused]] uint32_t keep = 0;
+    if constexpr (Dropout) keep = keep_by_key_rows(dropout, head.statistics_offset, T_, k0 + warp * 16, q0);
 
     float s[kTileRows / 8][4], dp[kTileRows / 8][4];  // S^T = K Q^T: rows keys, columns this tile's queries
     Tiles::start_scores_from_tile(s, k, queries(buffer));
@@ -160,18 +175,44 @@ __global__ void __launch_bounds__(kThreads, HS == 64 ? 2 : 0)
     });
     uint32_t p[kTileRows / 16][4];
     pack_fragments<T>(p, s);
-    // dV += P^T dO and dP^T = V dO^T, independent products, in flight together (dP^T since S^T when
-    // kEarlyScoreGradients).
-    Tiles::start_accumulate(dv, p, gradients(buffer));
-    if constexpr (!kEarlyScoreGradients) Tiles::start_scores_from_tile(dp, v, gradients(buffer));
-    Tiles::finish(dv, dp);
+    // With dropout P^T is needed whole for dS^T and dropped (P^T M) for dV. Products done when they
+    // return (mma.sync): dV's first from a dropped copy, then dP^T (as without dropout, no more
+    // registers at once than its two products'); asynchronous: dP^T alone, dV's after dS^T from P^T
+    // dropped in place (a copy in flight with both would hold 16 registers more).
+    constexpr bool kDropsAfterScoreGradients = Dropout && Tiles::kAsynchronous;
+    if constexpr (Dropout && !kDropsAfterScoreGradients) {
+      uint32_t kept[kTileRows / 16][4];
+#pragma unroll
+      for (int step = 0; step < kTileRows / 16; ++step)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) kept[step][j] = p[step][j];
+      drop_packed(kept, keep);
+      Tiles::start_accumulate(dv, kept, gradients(buffer));
+      Tiles::start_scores_from_tile(dp, v, gradients(buffer));
+      Tiles::finish(dv, dp);
+    } else if constexpr (kDropsAfterScoreGradients) {
+      if constexpr (!kEarlyScoreGradients) Tiles::start_scores_from_tile(dp, v, gradients(buffer));
+      Tiles::finish(dp);
+    } else {
+      // dV += P^T dO and dP^T = V dO^T, independent products, in flight together (dP^T since S^T when
+      // kEarlyScoreGradients).
+      Tiles::start_accumulate(dv, p, gradients(buffer));
+      if constexpr (!kEarlyScoreGradients) Tiles::start_scores_from_tile(dp, v, gradients(buffer));
+      Tiles::finish(dv, dp);
+    }
 #pragma unroll
     for (int n = 0; n < kTileRows / 8; ++n)
 #pragma unroll
-      for (int i = 0; i < 4; ++i)  // dS^T
-        dp[n][i] = packed_element<T>(p, n, i) * fmaf(dp[n][i], scale, -tile_dots[n * 8 + 2 * in_group + i % 2]);
+      for (int i = 0; i < 4; ++i) {  // dS^T (with dropout dP^T Z: the factor 0 or scale / (1 - p) for scale)
+        const float factor = !Dropout ? scale : (keep >> (4 * n + i) & 1u) ? kept_scale : 0.0f;
+        dp[n][i] = packed_element<T>(p, n, i) * fmaf(dp[n][i], factor, -tile_dots[n * 8 + 2 * in_group + i % 2]);
+      }
     uint32_t ds[kTileRows / 16][4];
     pack_fragments<T>(ds, dp);
+    if constexpr (kDropsAfterScoreGradients) {  // dV += (P^T M) dO, in flight with dK's product below
+      drop_packed(p, keep);
+      Tiles::start_accumulate(dv, p, gradients(buffer));
+    }
     if constexpr (AddsQueryGradient) {  // dS^T stored before the product that reads ds is issued
       Tiles::store_packed(score_gradients, ds);
       Tiles::landed();
@@ -186,7 +227,10 @@ __global__ void __launch_bounds__(kThreads, HS == 64 ? 2 : 0)
         add_rows_atomically<kColumns>(dq_rows, head.C, T_, hs, q0 + warp * 16, column0, dq);
       }
     }
-    Tiles::finish(dk);
+    if constexpr (kDropsAfterScoreGradients)
+      Tiles::finish(dk, dv);
+    else
+      Tiles::finish(dk);
     if (tile + 1 < tiles) statistics[(1 - buffer) * 2 * kTileRows + threadIdx.x] = next_statistic;
   }
 
@@ -194,9 +238,9 @@ __global__ void __launch_bounds__(kThreads, HS == 64 ? 2 : 0)
     __syncthreads();  // no warp still reads the tiles, whose memory now stages the gradient
     unsigned char* const staged_dv = shared + kTileCodesSharedBytes<T, HS>;
     const int rows = min(kTileRows, T_ - k0);
-    const float unscaled[2] = {1.0f, 1.0f};
+    const float unscaled[2] = {1.0f, 1.0f}, dv_scaled[2] = {dv_scale, dv_scale};
     stage_tile<T, HS>(dk, unscaled, rows, hs, shared);
-    stage_tile<T, HS>(dv, unscaled, rows, hs, staged_dv);
+    stage_tile<T, HS>(dv, dv_scaled, rows, hs, staged_dv);
     __syncthreads();
     const CodesTile dk_tile = codes_tile(NH, T_, hs, k0, 1, 3), dv_tile = codes_tile(NH, T_, hs, k0, 2, 3);
     cast_staged_tile<T, HS>(codes, dk_tile, shared);
@@ -206,10 +250,10 @@ __global__ void __launch_bounds__(kThreads, HS == 64 ? 2 : 0)
     store_tile_codes<T, HS>(codes, dv_tile, staged_dv);
     return;
   }
-  const float unscaled[2] = {1.0f, 1.0f};
+  const float unscaled[2] = {1.0f, 1.0f}, dv_scaled[2] = {dv_scale, dv_scale};
   T* rows = dqkv + head.qkv_offset;
   store_rows<T, HS>(rows + head.C, head.stride, T_, hs, k0 + warp * 16, dk, unscaled);
-  store_rows<T, HS>(rows + 2 * head.C, head.stride, T_, hs, k0 + warp * 16, dv, unscaled);
+  store_rows<T, HS>(rows + 2 * head.C, head.stride, T_, hs, k0 + warp * 16, dv, dv_scaled);
 #endif
 }
 
@@ -227,11 +271,11 @@ __device__ void store_query_gradient(const float (&dq)[HS / 8][4], T* dqkv, cons
                     unscaled);
 }
 
-template <typename T, int HS, typename Tiles>
+template <typename T, int HS, typename Tiles, bool Dropout>
 __global__ void __launch_bounds__(kThreads)
     query_gradients_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
                            const float* row_dots, const int32_t* key_mask, int NH, int T_, int hs,
-                           bool causal, float scale, AttentionCodes codes) {
+                           bool causal, float scale, AttentionCodes codes, DropoutMask dropout) {
 #if KILN_TENSOR_CORE_BODIES
   KILN_DYNAMIC_SHARED_MEMORY(shared);
   const BackwardTiles<T, Tiles> tiles_at{reinterpret_cast<T*>(shared)};
@@ -247,6 +291,7 @@ __global__ void __launch_bounds__(kThreads)
   const T* sequence = qkv + head.qkv_offset;
   const Visibility visible{T_, causal, key_mask ? key_mask + head.key_mask_offset : nullptr};
   const float scale_log2 = scale * kLog2E;
+  [[maybe_unused]] const float kept_scale = scale * dropout.scale;  // dP's factor where kept
   // Rows group and group + 8 of this warp's 16: lse in base-2 units, D times scale (as the key kernel's).
   float row_lse[2], row_dot[2];
 #pragma unroll
@@ -289,12 +334,16 @@ __global__ void __launch_bounds__(kThreads)
           !masked || (visible(q0 + warp * 16 + row, k0 + column) && lse_row != -INFINITY);
       score = seen ? exp2_flushed(fmaf(score, scale_log2, -lse_row)) : 0.0f;
     });
+    [[maybe_unused]] uint32_t keep = 0;
+    if constexpr (Dropout) keep = keep_by_query_rows(dropout, head.statistics_offset, T_, q0 + warp * 16, k0);
     Tiles::finish(dp);
 #pragma unroll
     for (int n = 0; n < kTileRows / 8; ++n)
 #pragma unroll
-      for (int i = 0; i < 4; ++i)  // dS, with P rounded as the key kernel's
-        dp[n][i] = to_float(from_float<T>(s[n][i])) * fmaf(dp[n][i], scale, -row_dot[i / 2]);
+      for (int i = 0; i < 4; ++i) {  // dS, with P rounded as the key kernel's (and dP Z as its dP^T Z)
+        const float factor = !Dropout ? scale : (keep >> (4 * n + i) & 1u) ? kept_scale : 0.0f;
+        dp[n][i] = to_float(from_float<T>(s[n][i])) * fmaf(dp[n][i], factor, -row_dot[i / 2]);
+      }
     uint32_t ds[kTileRows / 16][4];
     pack_fragments<T>(ds, dp);
     Tiles::accumulate(dq, ds, keys(buffer));  // dQ += dS K
@@ -325,10 +374,11 @@ int allow_shared_bytes(Kernel kernel, size_t bytes) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
-template <typename T, int HS, typename Tiles>
-int backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
-             const int32_t* key_mask, int kind, int64_t B, int64_t seq, int64_t NH, int64_t hs, bool causal,
-             float scale, void* workspace, bool deterministic, const AttentionCodes& codes) {
+template <typename T, int HS, typename Tiles, bool Dropout>
+int backward_of(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
+                const int32_t* key_mask, int kind, int64_t B, int64_t seq, int64_t NH, int64_t hs, bool causal,
+                float scale, void* workspace, bool deterministic, const AttentionCodes& codes,
+                const DropoutMask& dropout) {
   auto* row_dots = static_cast<float*>(workspace);
   if (const int status = attention_row_dots(row_dots, dout, out, kind, B, seq, NH, hs)) return status;
   const dim3 grid(static_cast<unsigned>((seq + kTileRows - 1) / kTileRows),
@@ -336,25 +386,25 @@ int backward(void* dqkv, const void* dout, const void* qkv, const void* out, con
   const auto launch_key_kernel = [&](auto kernel, size_t bytes, float* dq_sums) {
     launch(kernel, grid, kThreads, bytes, static_cast<T*>(dqkv), dq_sums, static_cast<const T*>(dout),
            static_cast<const T*>(qkv), lse, row_dots, key_mask, static_cast<int>(NH), static_cast<int>(seq),
-           static_cast<int>(hs), causal, scale, codes);
+           static_cast<int>(hs), causal, scale, codes, dropout);
   };
   if (deterministic) {
     constexpr size_t bytes = backward_shared_bytes<T, Tiles>();
-    const auto key_kernel = key_gradients_kernel<T, HS, Tiles, false>;
-    const auto query_kernel = query_gradients_kernel<T, HS, Tiles>;
+    const auto key_kernel = key_gradients_kernel<T, HS, Tiles, false, Dropout>;
+    const auto query_kernel = query_gradients_kernel<T, HS, Tiles, Dropout>;
     if (const int status = allow_shared_bytes(key_kernel, bytes)) return status;
     if (const int status = allow_shared_bytes(query_kernel, bytes)) return status;
     launch_key_kernel(key_kernel, bytes, nullptr);
     launch(query_kernel, grid, kThreads, bytes, static_cast<T*>(dqkv), static_cast<const T*>(dout),
            static_cast<const T*>(qkv), lse, row_dots, key_mask, static_cast<int>(NH), static_cast<int>(seq),
-           static_cast<int>(hs), causal, scale, codes);
+           static_cast<int>(hs), causal, scale, codes, dropout);
     return static_cast<int>(cudaGetLastError());
   }
   auto* dq_sums =
       reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + attention_query_sums_offset(B, NH, seq));
   if (const int status = fill(dq_sums, kFp32, 0.0f, B * seq * NH * hs)) return status;
   constexpr size_t bytes = backward_shared_bytes<T, Tiles, true>();
-  const auto key_kernel = key_gradients_kernel<T, HS, Tiles, true>;
+  const auto key_kernel = key_gradients_kernel<T, HS, Tiles, true, Dropout>;
   if (const int status = allow_shared_bytes(key_kernel, bytes)) return status;
   launch_key_kernel(key_kernel, bytes, dq_sums);
   const size_t codes_bytes = codes.rows ? kTileCodesSharedBytes<T, HS> : 0;
@@ -363,14 +413,28 @@ int backward(void* dqkv, const void* dout, const void* qkv, const void* out, con
   return static_cast<int>(cudaGetLastError());
 }
 
+template <typename T, int HS, typename Tiles>
+int backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
+             const int32_t* key_mask, int kind, int64_t B, int64_t seq, int64_t NH, int64_t hs, bool causal,
+             float scale, void* workspace, bool deterministic, const AttentionCodes& codes,
+             const DropoutMask& dropout) {
+  if (dropout.threshold)  // the Dropout instances
+    return backward_of<T, HS, Tiles, true>(dqkv, dout, qkv, out, lse, key_mask, kind, B, seq, NH, hs, causal, scale,
+                                           workspace, deterministic, codes, dropout);
+  return backward_of<T, HS, Tiles, false>(dqkv, dout, qkv, out, lse, key_mask, kind, B, seq, NH, hs, causal, scale,
+                                          workspace, deterministic, codes, dropout);
+}
+
 template <typename T, int HS>
 int backward_on(bool warpgroup, void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
                 const int32_t* key_mask, int kind, int64_t B, int64_t seq, int64_t NH, int64_t hs, bool causal,
-                float scale, void* workspace, bool deterministic, const AttentionCodes& codes) {
+                float scale, void* workspace, bool deterministic, const AttentionCodes& codes,
+                const DropoutMask& dropout) {
   return warpgroup ? backward<T, HS, CoreMatrixTiles<T, HS>>(dqkv, dout, qkv, out, lse, key_mask, kind, B, seq,
-                                                             NH, hs, causal, scale, workspace, deterministic, codes)
+                                                             NH, hs, causal, scale, workspace, deterministic, codes,
+                                                             dropout)
                    : backward<T, HS, PaddedTiles<T, HS>>(dqkv, dout, qkv, out, lse, key_mask, kind, B, seq, NH,
-                                                         hs, causal, scale, workspace, deterministic, codes);
+                                                         hs, causal, scale, workspace, deterministic, codes, dropout);
 }
 
 }  // namespace
@@ -389,14 +453,14 @@ bool tiled_attention_applies(int kind, int64_t head_size, int compute_major) {
 int flash_attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
                              const int32_t* key_mask, int kind, int64_t B, int64_t T, int64_t NH, int64_t HS,
                              bool causal, float scale, void* workspace, bool warpgroup, bool deterministic,
-                             const AttentionCodes* codes) {
+                             const AttentionCodes* codes, const DropoutMask& dropout) {
   if (B * NH * T == 0) return 0;
   if (!tiled_attention_shape(kind, HS)) return static_cast<int>(cudaErrorInvalidValue);
   if (codes && (B * T % 16 != 0 || 3 * NH * HS % 16 != 0)) return static_cast<int>(cudaErrorInvalidValue);
   const AttentionCodes plain{};
   const auto run = [&](auto instance) {
     return instance(warpgroup, dqkv, dout, qkv, out, lse, key_mask, kind, B, T, NH, HS, causal, scale,
-                    workspace, deterministic, codes ? *codes : plain);
+                    workspace, deterministic, codes ? *codes : plain, dropout);
   };
   if (kind == kBf16)
     return HS <= 64 ? run(flash::backward_on<__nv_bfloat16, 64>)

@@ -11,6 +11,10 @@
 //   m16n8 product is, pair by pair, the A-operand layout of the next m16n8k16 product (PTX ISA),
 //   so P never leaves registers.
 // At the end out = O / l and lse = (m + log2 l) ln 2 (natural log, for the backward kernels);
+// with attention dropout (ops.h, AttentionDropout) P's dropped elements are zeroed after the
+// softmax step, so that m and l stay those of the undropped P, and out = O / (l (1 - p)): O
+// accumulates (P M) V with M the 0/1 keep mask, and Z = M / (1 - p) is uniform in its kept elements
+// (the mask is drawn in registers: flash_tiles.cuh, keep_by_query_rows);
 // with fp8 codes (flash_attention.h, AttentionCodes) out is also cast for c_proj's fp8 forward, in
 // the tiles' shared memory (attention_tile_codes.cuh).
 // Q, K and V tiles reach shared memory by cp.async; K and V are double-buffered, so the next
@@ -108,12 +112,13 @@ __device__ __forceinline__ void rescale_rows(float (&o)[HS / 8][4], const float 
   }
 }
 
-// After the last key tile: out = O / l and lse for the block's queries [q0, q0 + 64), then, with
-// codes, out's codes in `shared` (the tiles' memory: every warp must be done reading its tiles).
+// After the last key tile: out = O kept_scale / l (kept_scale: dropout's 1 / (1 - p), else 1) and
+// lse for the block's queries [q0, q0 + 64), then, with codes, out's codes in `shared` (the tiles'
+// memory: every warp must be done reading its tiles).
 template <typename T, int HS>
 __device__ void write_outputs(const float (&o)[HS / 8][4], OnlineSoftmax& softmax, int q0, const Head& head, T* out,
                               float* lse, int T_, int hs, int NH, const AttentionCodes& codes,
-                              unsigned char* shared) {
+                              unsigned char* shared, float kept_scale) {
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int group = lane / 4, in_group = lane % 4;
   float inverse[2];
@@ -122,7 +127,7 @@ __device__ void write_outputs(const float (&o)[HS / 8][4], OnlineSoftmax& softma
     float& sum = softmax.sum[half];
     sum += __shfl_xor_sync(kFullWarp, sum, 1);
     sum += __shfl_xor_sync(kFullWarp, sum, 2);
-    inverse[half] = sum > 0.0f ? 1.0f / sum : 0.0f;  // a row that sees no key: zeros
+    inverse[half] = sum > 0.0f ? kept_scale / sum : 0.0f;  // a row that sees no key: zeros
   }
   store_rows<T, HS>(out + head.output_offset, head.C, T_, hs, q0 + warp * 16, o, inverse);
 #pragma unroll
@@ -136,10 +141,11 @@ __device__ void write_outputs(const float (&o)[HS / 8][4], OnlineSoftmax& softma
     write_tile_codes<T, HS>(o, inverse, codes, NH, T_, hs, q0, 0, 1, shared);
 }
 
-template <typename T, int HS>
+// Dropout: the instance that applies `dropout` (its threshold not 0); the other ignores it.
+template <typename T, int HS, bool Dropout>
 __global__ void __launch_bounds__(kThreads)
     forward_kernel(T* out, float* lse, const T* qkv, const int32_t* key_mask, int NH, int T_,
-                   int hs, bool causal, float scale, AttentionCodes codes) {
+                   int hs, bool causal, float scale, AttentionCodes codes, DropoutMask dropout) {
 #if KILN_TENSOR_CORE_BODIES
   using Tiles = PaddedTiles<T, HS>;
   KILN_DYNAMIC_SHARED_MEMORY(shared);
@@ -189,12 +195,14 @@ __global__ void __launch_bounds__(kThreads)
     hide_unseen_keys(s, tile_hides_keys(key_mask != nullptr, causal, q0, k0, T_), visible, q0 + warp * 16, k0);
     float rescale[2];
     softmax.step(s, scale_log2, rescale);
+    if constexpr (Dropout) drop(s, keep_by_query_rows(dropout, head.statistics_offset, T_, q0 + warp * 16, k0));
     rescale_rows<HS>(o, rescale);
     uint32_t p[kTileRows / 16][4];  // O += P V, P straight from the score accumulators
     pack_fragments<T>(p, s);
     Tiles::accumulate(o, p, values(tile % 2));
   }
-  write_outputs<T, HS>(o, softmax, q0, head, out, lse, T_, hs, NH, codes, reinterpret_cast<unsigned char*>(shared));
+  write_outputs<T, HS>(o, softmax, q0, head, out, lse, T_, hs, NH, codes, reinterpret_cast<unsigned char*>(shared),
+                       Dropout ? dropout.scale : 1.0f);
 #endif
 }
 
@@ -210,10 +218,12 @@ __global__ void __launch_bounds__(kThreads)
 // buffers are the forward_kernel's four. ptxas (nvcc 13.0, -Xptxas -v) reports no serialised wgmma
 // for this kernel (cuda_build:attention_kernels_neither_spill_nor_serialise); the two shapes that
 // made it serialise every one are noted where they arose.
-template <typename T, int HS>
+// With Dropout, P_j's dropped elements are zeroed as forward_kernel's, while O += P_{j-1} V_{j-1}
+// runs (in `probabilities`).
+template <typename T, int HS, bool Dropout>
 __global__ void __launch_bounds__(kThreads)
     overlapped_forward_kernel(T* out, float* lse, const T* qkv, const int32_t* key_mask, int NH, int T_, int hs,
-                              bool causal, float scale, AttentionCodes codes) {
+                              bool causal, float scale, AttentionCodes codes, DropoutMask dropout) {
 #if KILN_TENSOR_CORE_BODIES
   using Tiles = CoreMatrixTiles<T, HS>;
   KILN_DYNAMIC_SHARED_MEMORY(shared);
@@ -258,6 +268,7 @@ __global__ void __launch_bounds__(kThreads)
     const int k0 = tile * kTileRows;
     hide_unseen_keys(s, tile_hides_keys(key_mask != nullptr, causal, q0, k0, T_), visible, q0 + warp * 16, k0);
     softmax.step(s, scale_log2, rescale);
+    if constexpr (Dropout) drop(s, keep_by_query_rows(dropout, head.statistics_offset, T_, q0 + warp * 16, k0));
     pack_fragments<T>(p_j, s);
   };
   // P of the tiles, alternately in two sets of registers (tile j's in p[j % 2]): tile j's is written
@@ -297,20 +308,27 @@ __global__ void __launch_bounds__(kThreads)
     Tiles::accumulate(o, p[0], values((tiles - 1) % 2));
   else
     Tiles::accumulate(o, p[1], values((tiles - 1) % 2));
-  write_outputs<T, HS>(o, softmax, q0, head, out, lse, T_, hs, NH, codes, reinterpret_cast<unsigned char*>(shared));
+  write_outputs<T, HS>(o, softmax, q0, head, out, lse, T_, hs, NH, codes, reinterpret_cast<unsigned char*>(shared),
+                       Dropout ? dropout.scale : 1.0f);
 #endif
+}
+
+// The kernel of these tiles, with or without dropout's code.
+template <typename T, int HS, typename Tiles, bool Dropout>
+auto forward_kernel_of() {
+  if constexpr (std::is_same_v<Tiles, CoreMatrixTiles<T, HS>>)
+    return overlapped_forward_kernel<T, HS, Dropout>;
+  else
+    return forward_kernel<T, HS, Dropout>;
 }
 
 template <typename T, int HS, typename Tiles>
 int forward(void* out, float* lse, const void* qkv, const int32_t* key_mask, int64_t B, int64_t seq,
-            int64_t NH, int64_t hs, bool causal, float scale, const AttentionCodes& codes) {
+            int64_t NH, int64_t hs, bool causal, float scale, const AttentionCodes& codes,
+            const DropoutMask& dropout) {
   constexpr size_t bytes = ForwardTiles<T, Tiles>::kBytes;
-  const auto kernel = [] {
-    if constexpr (std::is_same_v<Tiles, CoreMatrixTiles<T, HS>>)
-      return overlapped_forward_kernel<T, HS>;
-    else
-      return forward_kernel<T, HS>;
-  }();
+  const auto kernel = dropout.threshold ? forward_kernel_of<T, HS, Tiles, true>()
+                                        : forward_kernel_of<T, HS, Tiles, false>();
   if (const cudaError_t status =
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes))
     return static_cast<int>(status);
@@ -318,18 +336,18 @@ int forward(void* out, float* lse, const void* qkv, const int32_t* key_mask, int
                   static_cast<unsigned>(B * NH));
   launch(kernel, grid, kThreads, bytes, static_cast<T*>(out), lse, static_cast<const T*>(qkv),
          key_mask, static_cast<int>(NH), static_cast<int>(seq), static_cast<int>(hs), causal,
-         scale, codes);
+         scale, codes, dropout);
   return static_cast<int>(cudaGetLastError());
 }
 
 template <typename T, int HS>
 int forward_on(bool warpgroup, void* out, float* lse, const void* qkv, const int32_t* key_mask,
                int64_t B, int64_t seq, int64_t NH, int64_t hs, bool causal, float scale,
-               const AttentionCodes& codes) {
+               const AttentionCodes& codes, const DropoutMask& dropout) {
   return warpgroup ? forward<T, HS, CoreMatrixTiles<T, HS>>(out, lse, qkv, key_mask, B, seq, NH, hs,
-                                                           causal, scale, codes)
+                                                           causal, scale, codes, dropout)
                    : forward<T, HS, PaddedTiles<T, HS>>(out, lse, qkv, key_mask, B, seq, NH, hs,
-                                                       causal, scale, codes);
+                                                       causal, scale, codes, dropout);
 }
 
 }  // namespace
@@ -347,13 +365,14 @@ bool warpgroup_attention_applies(int compute_major, int compute_minor) {
 // The (storage type, tile width) instantiations: the narrowest tile that holds the head.
 int flash_attention_forward(void* out, float* lse, const void* qkv, const int32_t* key_mask,
                             int kind, int64_t B, int64_t T, int64_t NH, int64_t HS, bool causal,
-                            float scale, bool warpgroup, const AttentionCodes* codes) {
+                            float scale, bool warpgroup, const AttentionCodes* codes, const DropoutMask& dropout) {
   if (B * NH * T == 0) return 0;
   if (!tiled_attention_shape(kind, HS)) return static_cast<int>(cudaErrorInvalidValue);
   if (codes && (B * T % 16 != 0 || NH * HS % 16 != 0)) return static_cast<int>(cudaErrorInvalidValue);
   const AttentionCodes plain{};
   const auto run = [&](auto instance) {
-    return instance(warpgroup, out, lse, qkv, key_mask, B, T, NH, HS, causal, scale, codes ? *codes : plain);
+    return instance(warpgroup, out, lse, qkv, key_mask, B, T, NH, HS, causal, scale, codes ? *codes : plain,
+                    dropout);
   };
   if (kind == kBf16)
     return HS <= 64 ? run(flash::forward_on<__nv_bfloat16, 64>)

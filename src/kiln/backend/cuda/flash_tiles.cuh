@@ -9,6 +9,8 @@
 // Blocks are kThreads threads (four warps). Device code only; kernels wrap their bodies in
 // `#if KILN_TENSOR_CORE_BODIES` (below). PaddedTiles (end of file) packages these products as the
 // tile interface the kernels take; core_matrix_tiles.cuh offers the same on Hopper's wgmma.
+// Attention dropout's mask of a tile (ops.h, AttentionDropout) is drawn in registers too: the
+// keep_* functions before PaddedTiles.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -19,6 +21,8 @@
 
 #include "kiln/backend/cuda/element.cuh"
 #include "kiln/backend/cuda/warp_matrix.cuh"
+#include "kiln/backend/dropout_mask.h"
+#include "kiln/core/philox.h"
 
 // The kernels need sm_80 (bf16 mma.sync, ldmatrix, cp.async): compiled for older targets their
 // bodies are empty (the host never launches them there), which leaves helpers unreferenced.
@@ -281,6 +285,102 @@ __device__ __forceinline__ void load_rows(float (&acc)[HS / 8][4], const float* 
       acc[n][2 * r + 1] = pair.y;
     }
   }
+}
+
+// ---- attention dropout (ops.h, AttentionDropout) -----------------------------------------------
+// Element (query, key) of the head whose [B, NH, T] statistics start at `head` (Head's
+// statistics_offset, (b NH + h) T) is kept iff its bits, philox::bits of index (head + query) T +
+// key, are at least the mask's threshold: DropoutMask::factor's rule, so the general kernels
+// (general_attention.cu) and the CPU drop the same elements. A lane's keep bits of a warp's [16 x 64]
+// product are one word, bit 4n + i for acc[n][i] (for_each_element's order), drawn by
+// keep_by_query_rows (rows queries: forward, query kernel) or keep_by_key_rows (rows keys: key
+// kernel). Uniform in the kernels: they draw only in their Dropout instances.
+
+// Word `word` (0-3) of a Philox block, by selects: an indexed read of a register array would put the
+// array on the stack.
+__device__ __forceinline__ uint32_t philox_word(const philox::Words& block, uint32_t word) {
+  return word == 0 ? block.w[0] : word == 1 ? block.w[1] : word == 2 ? block.w[2] : block.w[3];
+}
+
+// Bits 0 and 1: whether elements `index` and `index + 1` of the mask's stream are kept. One Philox
+// block holds both (elements 4 b .. 4 b + 3 are block b's words) unless `index` is its last.
+__device__ __forceinline__ uint32_t keep_pair(const DropoutMask& mask, uint64_t index) {
+  const philox::Words block = philox::block(mask.seed, mask.stream, index >> 2);
+  const uint32_t word = static_cast<uint32_t>(index & 3);
+  const uint32_t first = philox_word(block, word);
+  const uint32_t second =
+      word < 3 ? philox_word(block, word + 1) : philox::block(mask.seed, mask.stream, (index >> 2) + 1).w[0];
+  return static_cast<uint32_t>(first >= mask.threshold) | static_cast<uint32_t>(second >= mask.threshold) << 1;
+}
+
+// Rows queries [query0, query0 + 16) (this warp's), columns keys [k0, k0 + 64): a lane's column
+// pairs are consecutive keys, consecutive elements, one block a pair (keep_pair; two where a pair
+// straddles blocks, which needs T odd).
+__device__ __forceinline__ uint32_t keep_by_query_rows(const DropoutMask& mask, int64_t head, int T_, int query0,
+                                                       int k0) {
+  const int lane = static_cast<int>(threadIdx.x % 32u);
+  uint32_t keep = 0;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {  // rows g and g + 8: elements 2 half and 2 half + 1
+    const uint64_t first = static_cast<uint64_t>(head + query0 + lane / 4 + half * 8) * static_cast<uint64_t>(T_) +
+                           static_cast<uint64_t>(k0 + lane % 4 * 2);
+#pragma unroll
+    for (int n = 0; n < kTileRows / 8; ++n) keep |= keep_pair(mask, first + 8 * n) << (4 * n + 2 * half);
+  }
+  return keep;
+}
+
+// Rows keys [key0, key0 + 16) (this warp's), columns queries [q0, q0 + 64). A lane's elements of
+// one query (rows g and g + 8) are 8 apart, but the eight lanes of a column (lane % 4 alike, g =
+// 0..7) hold the query's 16 consecutive keys, elements e0 .. e0 + 15 of at most five blocks: lane g
+// draws block e0 / 4 + g (g < 5 needed) and hands its four keep bits to the lanes whose elements it
+// holds by a shuffle. 16 blocks a lane per tile, for 32 elements.
+__device__ __forceinline__ uint32_t keep_by_key_rows(const DropoutMask& mask, int64_t head, int T_, int key0, int q0) {
+  const int lane = static_cast<int>(threadIdx.x % 32u), group = lane / 4, in_group = lane % 4;
+  uint32_t keep = 0;
+  // Not unrolled: with all 16 blocks' rounds in flight at once, ptxas (nvcc 13.0, sm_90a) spilled the
+  // head-128 key kernels' registers.
+#pragma unroll 1
+  for (int n = 0; n < kTileRows / 8; ++n)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {  // query q0 + 8 n + 2 in_group + c: elements c and 2 + c
+      const uint64_t e0 = static_cast<uint64_t>(head + q0 + 8 * n + 2 * in_group + c) * static_cast<uint64_t>(T_) +
+                          static_cast<uint64_t>(key0);
+      const philox::Words block = philox::block(mask.seed, mask.stream, (e0 >> 2) + static_cast<uint64_t>(group));
+      uint32_t bits = 0;  // bit w: word w kept
+#pragma unroll
+      for (int w = 0; w < 4; ++w) bits |= static_cast<uint32_t>(block.w[w] >= mask.threshold) << w;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {  // key key0 + g + 8 half: element e0 + g + 8 half
+        const uint64_t e = e0 + static_cast<uint64_t>(group + 8 * half);
+        const int from = static_cast<int>((e >> 2) - (e0 >> 2)) * 4 + in_group;
+        const uint32_t drawn = __shfl_sync(kFullWarp, bits, from);
+        keep |= (drawn >> (e & 3) & 1u) << (4 * n + 2 * half + c);
+      }
+    }
+  return keep;
+}
+
+// Dropped elements of a warp's [16 x 64] accumulators (keep bit clear) become 0.
+__device__ __forceinline__ void drop(float (&acc)[kTileRows / 8][4], uint32_t keep) {
+#pragma unroll
+  for (int n = 0; n < kTileRows / 8; ++n)
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      if (!(keep >> (4 * n + i) & 1u)) acc[n][i] = 0.0f;
+}
+
+// The same on the accumulators as pack_fragments packed them: a[step][j] holds acc[2 step + j / 2]
+// elements 2 (j % 2) and 2 (j % 2) + 1, keep bits 8 step + 2 j and the next, in its low and high
+// halves.
+__device__ __forceinline__ void drop_packed(uint32_t (&a)[kTileRows / 16][4], uint32_t keep) {
+#pragma unroll
+  for (int step = 0; step < kTileRows / 16; ++step)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t bits = keep >> (8 * step + 2 * j);
+      a[step][j] &= ((bits & 1u) ? 0x0000ffffu : 0u) | ((bits & 2u) ? 0xffff0000u : 0u);
+    }
 }
 
 // The products of the attention kernels on this file's tiles, as one interface that
