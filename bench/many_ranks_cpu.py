@@ -3,7 +3,8 @@
 bar): the demo's shape (4 layers, 128 wide, 4 heads, sequence 128, vocabulary 257, global batch
 16, fp32, AdamW, clip 1.0) on random tokens, one thread a rank.
 
-Rows, each run --repeats times back to back (runs on a 2-core machine vary by 20%):
+Rows, each run --repeats times back to back (runs on a 2-core machine vary by 20%); kiln's 2-rank
+and 1-rank rows each run beside PyTorch's, in an order that alternates by repeat:
   kiln, 1 rank                      kiln train, accumulation 2
   kiln, 2 ranks, overlap on/off     kiln launch --nproc-per-node 2 -- kiln train ...
   kiln, 2 ranks, ZeRO-1             the same with --use-distributed-optimizer (buckets reduced to owners)
@@ -83,12 +84,21 @@ def main():
 
     rows = []
     for repeat in range(args.repeats):
-        one, _ = kiln_row(args, 1, True, env)
-        two, wait_on = kiln_row(args, 2, True, env)
+        # Each kiln row right beside its PyTorch row, the pair's order alternating by repeat, so a
+        # ratio compares runs seconds apart on a machine whose load drifts over minutes.
+        kiln_first = repeat % 2 == 0
+        if kiln_first:
+            two, wait_on = kiln_row(args, 2, True, env)
+        torch_two, peer = pytorch_row(args, 2, env)
+        if not kiln_first:
+            two, wait_on = kiln_row(args, 2, True, env)
+        if kiln_first:
+            one, _ = kiln_row(args, 1, True, env)
+        torch_one, _ = pytorch_row(args, 1, env)
+        if not kiln_first:
+            one, _ = kiln_row(args, 1, True, env)
         two_off, wait_off = kiln_row(args, 2, False, env)
         zero, _ = kiln_row(args, 2, True, env, zero=True)
-        torch_two, peer = pytorch_row(args, 2, env)
-        torch_one, _ = pytorch_row(args, 1, env)
         rows.append({"repeat": repeat + 1, "kiln_1_rank": one, "kiln_2_ranks": two, "kiln_2_ranks_no_overlap": two_off,
                      "kiln_2_ranks_zero1": zero, "reduce_wait_ms_overlap": wait_on, "reduce_wait_ms_no_overlap": wait_off,
                      "pytorch_1_process": torch_one, "pytorch_ddp_2_ranks": torch_two, "peer": peer})
