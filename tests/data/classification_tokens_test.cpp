@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 
@@ -50,6 +51,25 @@ TEST(ClassificationTokens, PacksTheLabelIntoTheFirstMaskSlotAndUnpacksIt) {
     EXPECT_EQ(unpacked.labels[static_cast<size_t>(b)], expected.label);
     EXPECT_EQ(targets[at], expected.label);
   }
+}
+
+// Whole-split validation's padding: the label's slot no longer counts, the mask beside it stays;
+// the first `distinct_samples` samples are the rows, once each (the test below).
+TEST(ClassificationTokens, AnUncountedSampleKeepsItsMaskAndLosesItsLabel) {
+  const ClassificationTokens source(synthetic_row, 5, kSeq, 7, "synthetic");
+  EXPECT_EQ(source.distinct_samples(), 5);
+  std::vector<int32_t> tokens(kSeq), targets(kSeq);
+  source.sample(2, tokens, targets);
+  const std::vector<int32_t> before = targets;
+  source.mark_uncounted(targets);
+  EXPECT_EQ(targets[0], kUncountedTarget);
+  EXPECT_TRUE(std::equal(targets.begin() + 1, targets.end(), before.begin() + 1));
+  EXPECT_EQ(unpack_classification(tokens, targets, 1, kSeq).labels, std::vector<int32_t>{kUncountedTarget});
+  // A source of next-token targets marks every target; its samples have no end.
+  const MockTokens windows(50, kSeq, 1);
+  EXPECT_FALSE(windows.distinct_samples().has_value());
+  windows.mark_uncounted(targets);
+  EXPECT_EQ(targets, std::vector<int32_t>(kSeq, kUncountedTarget));
 }
 
 TEST(ClassificationTokens, EveryEpochVisitsEveryRowInItsOwnOrder) {

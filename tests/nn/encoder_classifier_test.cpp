@@ -366,6 +366,47 @@ TEST(EncoderClassifier, LearnsWhetherATokenOccursAndPredictsIt) {
   EXPECT_GE(correct, 15) << "of 16 (half of them hold the token)";
 }
 
+// A sample whose label is kUncountedTarget (the padding of a last validation batch) counts for
+// nothing: loss, gradients and the predictions counted are those of the batch without it.
+TEST(EncoderClassifier, AnUncountedLabelCountsForNothing) {
+  auto backend = make_backend("cpu");
+  const EncoderConfig config = tiny_encoder();
+  const int64_t B = 4, T = 6;
+  EncoderClassifier model(config, *backend);
+  model.init_weights(3);
+  model.allocate_activations(B, T);
+  Samples all = random_samples(B, T, config, 12), three;
+  for (int64_t b = 0; b < B; ++b) {
+    if (b == 2) continue;
+    const auto first = static_cast<std::ptrdiff_t>(b * T);
+    three.ids.insert(three.ids.end(), all.ids.begin() + first, all.ids.begin() + first + T);
+    three.mask.insert(three.mask.end(), all.mask.begin() + first, all.mask.begin() + first + T);
+    three.labels.push_back(all.labels[static_cast<size_t>(b)]);
+  }
+  const double expected = model.forward(three.batch(), B - 1, T, GradientPass::Write);
+  EXPECT_EQ(model.counted(), B - 1);
+  model.backward();
+  const std::vector<float> expected_grads = gradients_of(model);
+  all.labels[2] = kUncountedTarget;
+  EXPECT_NEAR(model.forward(all.batch(), B, T, GradientPass::Write), expected, 1e-6 * expected);
+  EXPECT_EQ(model.counted(), B - 1);
+  model.backward();
+  const std::vector<float> grads = gradients_of(model);
+  for (size_t i = 0; i < grads.size(); ++i)
+    ASSERT_NEAR(grads[i], expected_grads[i], 1e-6f + 1e-5f * std::abs(expected_grads[i])) << i;
+  model.forward(all.batch(), B, T);
+  ConfusionMatrix counts(config.num_labels);
+  model.count_predictions(counts);
+  EXPECT_EQ(counts.total(), 3.0);
+  // None counted: no loss and no gradient.
+  std::fill(all.labels.begin(), all.labels.end(), kUncountedTarget);
+  EXPECT_EQ(model.forward(all.batch(), B, T, GradientPass::Write), 0.0);
+  EXPECT_EQ(model.counted(), 0);
+  model.backward();
+  const std::vector<float> none = gradients_of(model);
+  EXPECT_TRUE(std::all_of(none.begin(), none.end(), [](float g) { return g == 0.0f; }));
+}
+
 TEST(EncoderClassifier, BadInputIsNamed) {
   auto backend = make_backend("cpu");
   const EncoderConfig config = tiny_encoder();
@@ -374,7 +415,7 @@ TEST(EncoderClassifier, BadInputIsNamed) {
   model.allocate_activations(2, 4);
   Samples samples = random_samples(2, 4, config, 9);
   samples.labels[1] = 3;
-  EXPECT_NE(error_of([&] { model.forward(samples.batch(), 2, 4); }).find("label 3 is outside [0, 3)"),
+  EXPECT_NE(error_of([&] { model.forward(samples.batch(), 2, 4); }).find("label 3 is outside [0, 3) (and not -100"),
             std::string::npos);
   samples.labels[1] = 0;
   samples.mask[4] = 0;

@@ -208,6 +208,41 @@ TEST(ClassifierTraining, ValidationOverTwoRanksCountsWhatOneRankCounts) {
   }
 }
 
+// --eval-whole-split: 21 validation rows in micro-batches of 8 are read once each, the last batch
+// padded with 3 samples that count for nothing. Micro-batches of 1 (no padding at all) count
+// the same predictions and the same mean loss; two ranks, the same bits as one.
+TEST(ClassifierTraining, WholeSplitValidationReadsEverySampleOnce) {
+  TempDir dir;
+  write_pool_texts(dir / "train.jsonl", 64, 1);
+  write_pool_texts(dir / "validation.jsonl", 21, 2);
+  Config config = classifier_config(dir.path());
+  config.eval_iters = 1;
+  config.eval_whole_split = true;
+  Trainer alone(config);
+  const ValidationStats expected = alone.evaluate();
+  ASSERT_TRUE(expected.classification.has_value());
+  EXPECT_EQ(expected.classification->samples, 21);
+  Config unpadded = config;
+  unpadded.micro_batch_size = 1;  // accumulation 16: the same model, from the same seed
+  const ValidationStats one_by_one = Trainer(unpadded).evaluate();
+  ASSERT_TRUE(one_by_one.classification.has_value());
+  EXPECT_EQ(one_by_one.classification->samples, 21);
+  EXPECT_EQ(one_by_one.classification->accuracy, expected.classification->accuracy);
+  EXPECT_EQ(one_by_one.classification->f1, expected.classification->f1);
+  EXPECT_NEAR(one_by_one.lm_loss, expected.lm_loss, 1e-6 * expected.lm_loss);
+  std::vector<ValidationStats> got(2);
+  testing::on_gloo_ranks(2, [&](GlooCommunicator& communicator) {
+    Trainer trainer(config, &communicator);
+    got[static_cast<size_t>(communicator.rank())] = trainer.evaluate();
+  });
+  for (const ValidationStats& stats : got) {
+    ASSERT_TRUE(stats.classification.has_value());
+    EXPECT_EQ(stats.lm_loss, expected.lm_loss);
+    EXPECT_EQ(stats.classification->accuracy, expected.classification->accuracy);
+    EXPECT_EQ(stats.classification->samples, 21);
+  }
+}
+
 TEST(ClassifierTraining, BadSetupsAreNamed) {
   TempDir dir;
   std::filesystem::create_directories(dir / "empty");
@@ -218,6 +253,25 @@ TEST(ClassifierTraining, BadSetupsAreNamed) {
   config.data_path = dir / "only.jsonl";
   config.eval_iters = 2;
   EXPECT_NE(error_of([&] { Trainer trainer(config); }).find("has no validation samples"), std::string::npos);
+
+  // The whole split needs validation on, and samples that end (GPT's random windows do not).
+  config = classifier_config(dir / "only.jsonl");
+  config.eval_whole_split = true;
+  EXPECT_NE(error_of([&] { Trainer trainer(config); }).find("'eval_whole_split' is set but eval_iters is 0"),
+            std::string::npos);
+  Config windows;
+  windows.mock_data = true;
+  windows.vocab_size = 64;
+  windows.num_layers = 1;
+  windows.hidden_size = 32;
+  windows.num_attention_heads = 2;
+  windows.seq_length = 16;
+  windows.micro_batch_size = 4;
+  windows.eval_whole_split = true;
+  EXPECT_NE(error_of([&] { Trainer trainer(windows); })
+                .find("'eval_whole_split' is set, but the validation samples of random tokens (mock data) are drawn "
+                      "without end"),
+            std::string::npos);
 
   // A vocabulary smaller than the tokenizer's: refused before anything is read, naming both sizes.
   config = classifier_config(dir / "only.jsonl");

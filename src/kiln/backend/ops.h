@@ -26,6 +26,7 @@
 
 #include "kiln/backend/dropout_mask.h"
 #include "kiln/core/tensor.h"
+#include "kiln/core/uncounted_target.h"
 
 namespace kiln {
 
@@ -357,7 +358,7 @@ struct SoftmaxCrossEntropy {
   Tensor losses;   // [M] out
   Tensor targets;  // [M] int32
   int64_t vocab_size = 0;
-  int32_t ignore_index = -100;
+  int32_t ignore_index = kUncountedTarget;
   float loss_scale = 1.0f;
   bool write_grad = false;
   const Fp8Matmul* fp8 = nullptr;           // with write_grad: cast the gradient (above), or null

@@ -48,6 +48,11 @@ void ClassificationTokens::sample(int64_t index, std::span<int32_t> tokens, std:
   std::copy(sample.attention_mask.begin() + 1, sample.attention_mask.end(), targets.begin() + 1);
 }
 
+void ClassificationTokens::mark_uncounted(std::span<int32_t> targets) const {
+  KILN_CHECK(targets.size() == static_cast<size_t>(seq_length_), "{}: a sample takes {} targets", name_, seq_length_);
+  targets[0] = kUncountedTarget;
+}
+
 namespace {
 
 // A dataset behind ClassificationTokens, owned together.
@@ -63,6 +68,8 @@ class OwningClassificationTokens final : public TokenSource {
   void sample(int64_t index, std::span<int32_t> tokens, std::span<int32_t> targets) const override {
     tokens_.sample(index, tokens, targets);
   }
+  std::optional<int64_t> distinct_samples() const override { return tokens_.distinct_samples(); }
+  void mark_uncounted(std::span<int32_t> targets) const override { tokens_.mark_uncounted(targets); }
 
  private:
   std::unique_ptr<Dataset> dataset_;

@@ -41,6 +41,9 @@ class ClassificationTokens final : public TokenSource {
   // The dataset row sample `index` reads.
   int64_t row_of(int64_t index) const;
   void sample(int64_t index, std::span<int32_t> tokens, std::span<int32_t> targets) const override;
+  std::optional<int64_t> distinct_samples() const override { return rows_; }  // the first epoch
+  // The label's slot only: the attention mask beside it still tells the model the real tokens.
+  void mark_uncounted(std::span<int32_t> targets) const override;
 
  private:
   std::function<ClassificationSample(int64_t)> read_;

@@ -1,5 +1,7 @@
 #include "kiln/data/token_source.h"
 
+#include <algorithm>
+
 #include "kiln/core/error.h"
 #include "kiln/core/rng.h"
 
@@ -11,6 +13,10 @@ void TokenSource::samples(std::span<const int64_t> indices, std::span<int32_t> t
   const auto seq = static_cast<size_t>(seq_length());
   for (size_t row = 0; row < indices.size(); ++row)
     sample(indices[row], tokens.subspan(row * seq, seq), targets.subspan(row * seq, seq));
+}
+
+void TokenSource::mark_uncounted(std::span<int32_t> targets) const {
+  std::fill(targets.begin(), targets.end(), kUncountedTarget);
 }
 
 void TokenSource::check_rows(size_t count, std::span<const int32_t> tokens, std::span<const int32_t> targets) const {

@@ -4,7 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
+
+#include "kiln/core/uncounted_target.h"
 
 namespace kiln {
 
@@ -14,6 +17,13 @@ class TokenSource {
   virtual int64_t seq_length() const = 0;
   virtual int64_t num_tokens() const = 0;  // tokens behind the samples (0 for synthetic data)
   virtual void sample(int64_t index, std::span<int32_t> tokens, std::span<int32_t> targets) const = 0;
+  // n where samples 0 .. n-1 are each of the source's n samples exactly once (a classification
+  // file's rows); none where samples are drawn without end (random windows, mock tokens).
+  virtual std::optional<int64_t> distinct_samples() const { return std::nullopt; }
+  // Makes a sample's `targets` (one row of seq_length) count for nothing, so a batch can be padded
+  // with it: every target kUncountedTarget by default; a source that packs more than targets into
+  // the row overrides it.
+  virtual void mark_uncounted(std::span<int32_t> targets) const;
   // Samples indices[r] into row r of tokens and targets (each indices.size() x seq_length). Sources
   // on remote storage override it to fetch a whole batch's bytes at once (concurrent requests);
   // this default reads sample by sample.

@@ -206,10 +206,17 @@ void EncoderClassifier::allocate_activations(int64_t max_batch, int64_t max_seq,
   max_batch_ = max_batch;
   max_seq_ = max_seq;
   recompute_ = policy;
-  acts_ = EncoderActivations::lay_out(*arena_, config_, max_batch, max_seq, backend_.device(), dtype(), recompute_);
+  lay_out_activations(max_batch, max_seq);
   const Backend::WorkspaceNeeds needs = workspace_needs(config_, max_batch, max_seq, dtype());
   backend_.reserve_workspace(needs);
   workspace_bytes_ = backend_.workspace_bytes(needs);
+}
+
+void EncoderClassifier::lay_out_activations(int64_t batch, int64_t seq) {
+  arena_->reset();
+  acts_ = EncoderActivations::lay_out(*arena_, config_, batch, seq, backend_.device(), dtype(), recompute_);
+  const std::vector<int32_t> token_types(static_cast<size_t>(seq), 0);  // one segment (encoder_classifier.h)
+  backend_.copy_to_device(acts_.token_types.data, token_types.data(), token_types.size() * sizeof(int32_t));
 }
 
 BlockStackPass EncoderClassifier::blocks() const {
@@ -277,25 +284,25 @@ void EncoderClassifier::begin(const ClassificationBatch& batch, int64_t batch_si
   for (int64_t b = 0; b < batch_size; ++b)
     KILN_CHECK(batch.attention_mask[static_cast<size_t>(b * seq)] == 1,
                "sample {} has no real first token (its attention mask starts with 0): the pooler reads it", b);
-  for (const int32_t label : batch.labels)
-    KILN_CHECK(label >= 0 && label < config_.num_labels, "label {} is outside [0, {})", label, config_.num_labels);
-  if (batch_size != acts_.batch || seq != acts_.seq) {
-    arena_->reset();
-    acts_ = EncoderActivations::lay_out(*arena_, config_, batch_size, seq, backend_.device(), dtype(), recompute_);
+  counted_ = 0;
+  for (const int32_t label : batch.labels) {
+    KILN_CHECK(label == kUncountedTarget || (label >= 0 && label < config_.num_labels),
+               "label {} is outside [0, {}) (and not {}, which counts for nothing)", label, config_.num_labels,
+               kUncountedTarget);
+    counted_ += label != kUncountedTarget;
   }
+  if (batch_size != acts_.batch || seq != acts_.seq) lay_out_activations(batch_size, seq);
   inputs_ = ForwardInputs{};
   inputs_.tokens = acts_.tokens.as<int32_t>();
   inputs_.targets = batch.labels.empty() ? nullptr : acts_.labels.as<int32_t>();
   inputs_.batch = batch_size;
   inputs_.seq = seq;
   inputs_.gradients = gradients;
-  inputs_.gradient_scale = batch.labels.empty() ? 0.0f : loss_scale / static_cast<float>(batch_size);
+  inputs_.gradient_scale = counted_ ? loss_scale / static_cast<float>(counted_) : 0.0f;
   if (drops_hidden() || drops_attention()) inputs_.dropout = dropout;
   labels_.assign(batch.labels.begin(), batch.labels.end());
   backend_.copy_to_device(acts_.tokens.data, batch.input_ids.data(), positions * sizeof(int32_t));
   backend_.copy_to_device(acts_.key_mask.data, batch.attention_mask.data(), positions * sizeof(int32_t));
-  const std::vector<int32_t> token_types(static_cast<size_t>(seq), 0);  // one segment (encoder_classifier.h)
-  backend_.copy_to_device(acts_.token_types.data, token_types.data(), token_types.size() * sizeof(int32_t));
   if (!batch.labels.empty())
     backend_.copy_to_device(acts_.labels.data, batch.labels.data(), batch.labels.size() * sizeof(int32_t));
   // A training forward's loss writes the logits' gradient over them (forward_ops).
@@ -329,17 +336,17 @@ void EncoderClassifier::forward_ops() {
   if (!inputs_.targets) return;
   const bool training = inputs_.gradients != GradientPass::None;
   // The logits stay for logits(); the loss writes their gradient over them only in training.
-  backend_.softmax_cross_entropy({acts_.logits, acts_.losses, acts_.labels, config_.num_labels, -100,
+  backend_.softmax_cross_entropy({acts_.logits, acts_.losses, acts_.labels, config_.num_labels, kUncountedTarget,
                                   inputs_.gradient_scale, training});
 }
 
 double EncoderClassifier::loss() {
-  if (!inputs_.targets) return 0.0;
+  if (!inputs_.targets || counted_ == 0) return 0.0;
   std::vector<float> losses(static_cast<size_t>(inputs_.batch));
   backend_.copy_to_host(losses.data(), acts_.losses.data, losses.size() * sizeof(float));
   double sum = 0.0;
-  for (const float loss : losses) sum += loss;
-  return sum / static_cast<double>(inputs_.batch);
+  for (const float loss : losses) sum += loss;  // 0 where the label does not count (ops.h)
+  return sum / static_cast<double>(counted_);
 }
 
 void EncoderClassifier::backward() {
@@ -405,7 +412,8 @@ std::vector<float> EncoderClassifier::logits() {
 void EncoderClassifier::count_predictions(ConfusionMatrix& counts) {
   const std::vector<int32_t> predicted = predictions();
   KILN_CHECK(labels_.size() == predicted.size(), "count_predictions after a forward without labels");
-  for (size_t i = 0; i < predicted.size(); ++i) counts.add(labels_[i], predicted[i]);
+  for (size_t i = 0; i < predicted.size(); ++i)
+    if (labels_[i] != kUncountedTarget) counts.add(labels_[i], predicted[i]);
 }
 
 std::vector<int32_t> EncoderClassifier::predictions() {

@@ -57,7 +57,7 @@ namespace kiln {
 struct ClassificationBatch {
   std::span<const int32_t> input_ids;       // [B * T], each in [0, vocab_size)
   std::span<const int32_t> attention_mask;  // [B * T], 1 for a real token, 0 for padding
-  std::span<const int32_t> labels;          // [B], each in [0, num_labels); empty: no loss
+  std::span<const int32_t> labels;          // [B], each in [0, num_labels) or kUncountedTarget; empty: no loss
 };
 
 // The two rows of a micro-batch of `batch` classification samples of `seq` positions, as
@@ -128,8 +128,9 @@ class EncoderClassifier final : public Model {
   static Backend::WorkspaceNeeds workspace_needs(const EncoderConfig& config, int64_t batch, int64_t seq, DType dtype);
 
   // Runs the model on `batch` of `batch_size` samples of `seq` tokens. With labels, returns the
-  // mean loss over the samples; with a `gradients` pass it prepares backward(), whose parameter
-  // gradients are d(loss_scale x mean loss). Without labels returns 0.
+  // mean loss over the samples whose label counts (not kUncountedTarget; 0 if none does); with a
+  // `gradients` pass it prepares backward(), whose parameter gradients are d(loss_scale x mean
+  // loss). Without labels returns 0.
   double forward(const ClassificationBatch& batch, int64_t batch_size, int64_t seq,
                  GradientPass gradients = GradientPass::None, float loss_scale = 1.0f, DropoutDraw dropout = {});
   using Model::forward;
@@ -138,6 +139,7 @@ class EncoderClassifier final : public Model {
                      DropoutDraw dropout = {}) override;
   void forward_ops() override;
   double loss() override;
+  int64_t counted() const override { return counted_; }
   const ForwardInputs& forward_inputs() const override { return inputs_; }
   // The parameter gradients of the last forward (a training one) into grads().
   void backward() override;
@@ -160,6 +162,9 @@ class EncoderClassifier final : public Model {
     Tensor lnf_weight, lnf_bias, pooler_weight, pooler_bias, dense_weight, dense_bias, out_weight, out_bias;
     static Weights bind(const ParameterLayout& layout, const EncoderConfig& config, const Tensor& flat);
   };
+  // Lays the activations out in the arena for batch x seq and writes their constant part, the
+  // token types (all 0), once for every forward at that shape.
+  void lay_out_activations(int64_t batch, int64_t seq);
   // Checks the batch on the host and copies it to the device; the ops follow in forward_ops().
   void begin(const ClassificationBatch& batch, int64_t batch_size, int64_t seq, GradientPass gradients,
              float loss_scale, DropoutDraw dropout);
@@ -192,6 +197,7 @@ class EncoderClassifier final : public Model {
   EncoderActivations acts_;
   ForwardInputs inputs_;  // of the last begin
   std::vector<int32_t> labels_;  // of the last forward, on the host (count_predictions)
+  int64_t counted_ = 0;          // its labels that count (not kUncountedTarget)
   bool backward_ready_ = false;
   bool logits_hold_gradient_ = false;  // the last forward was a training one
   GradientsFinal gradients_final_;

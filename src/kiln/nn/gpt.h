@@ -104,6 +104,7 @@ class Gpt final : public Model, public TiedEmbedding {
                      DropoutDraw dropout = {}) override;
   void forward_ops() override;
   double loss() override;
+  int64_t counted() const override { return counted_; }
   const ForwardInputs& forward_inputs() const override { return inputs_; }
   // The rest of this micro-batch's parameter gradients into grads(), written or added as the
   // forward's `gradients` pass says; requires that forward just before it.
@@ -133,7 +134,7 @@ class Gpt final : public Model, public TiedEmbedding {
   // the compute dtype also where the classifier is fp8: one row is no fp8 product's shape), first
   // vocab_size columns, copied to the host.
   std::vector<float> logits_at(int64_t batch_index, int64_t position);
-  int32_t ignore_index() const { return -100; }
+  int32_t ignore_index() const { return kUncountedTarget; }
 
  private:
   GptConfig config_;

@@ -22,6 +22,7 @@
 #include <string_view>
 
 #include "kiln/backend/backend.h"
+#include "kiln/core/uncounted_target.h"
 #include "kiln/nn/classification_metrics.h"
 #include "kiln/nn/dropout_streams.h"
 #include "kiln/nn/fp8_scaling.h"
@@ -124,6 +125,9 @@ class Model {
                              float loss_scale = 1.0f, DropoutDraw dropout = {}) = 0;
   virtual void forward_ops() = 0;
   virtual double loss() = 0;  // the mean loss of the last forward; 0 without targets
+  // What loss() averages over: the last forward's targets that count (not kUncountedTarget),
+  // positions for GPT and samples for a classifier; 0 without targets.
+  virtual int64_t counted() const = 0;
   virtual const ForwardInputs& forward_inputs() const = 0;
   // The parameter gradients of the last (training) forward into grads(), written or added as its pass says.
   virtual void backward() = 0;
@@ -141,7 +145,7 @@ class Model {
   virtual void set_gradients_final_listener(GradientsFinal listener) = 0;
 
   // Evaluation of a model that classifies samples: the last forward's (label, prediction) pairs
-  // added to `counts`; other models add nothing. Not after a training forward.
+  // of counted labels added to `counts`; other models add nothing. Not after a training forward.
   virtual void count_predictions(ConfusionMatrix& counts) { (void)counts; }
   virtual int64_t num_labels() const { return 0; }  // 0: not a classifier
 

@@ -187,6 +187,9 @@ const std::vector<ConfigField>& config_fields() {
       {"metrics_addr", &Config::metrics_addr, "address the Prometheus endpoint listens on (0.0.0.0: every interface)"},
       {"eval_interval", &Config::eval_interval, "iterations between validations (0: only at the end)"},
       {"eval_iters", &Config::eval_iters, "batches per validation (0: no validation)"},
+      {"eval_whole_split", &Config::eval_whole_split,
+       "each validation reads every validation sample exactly once instead of eval_iters batches (classification "
+       "data); the last batch is padded with samples that count for nothing"},
       {"data_path", &Config::data_path,
        "folder of token shards (train_*.bin, val_*.bin), or Megatron indexed data: PREFIX or '0.3 A 0.7 B'; "
        "local paths or s3://bucket/key"},
@@ -509,6 +512,9 @@ void Config::validate() const {
   KILN_CHECK(device == "cpu" || device == "cuda", "config key 'device': '{}' is not cpu or cuda", device);
   KILN_CHECK(eval_interval >= 0, "config key 'eval_interval' must be >= 0, got {}", eval_interval);
   KILN_CHECK(eval_iters >= 0, "config key 'eval_iters' must be >= 0, got {}", eval_iters);
+  KILN_CHECK(!eval_whole_split || eval_iters > 0,
+             "config key 'eval_whole_split' is set but eval_iters is 0, which turns validation off; set --eval-iters "
+             "to any positive number (the whole split replaces its count)");
   KILN_CHECK(save_interval >= 0, "config key 'save_interval' must be >= 0, got {}", save_interval);
   KILN_CHECK(save_interval == 0 || !save.empty(),
              "config key 'save_interval' is set but 'save' (the checkpoint folder) is not");

@@ -137,6 +137,10 @@ struct Config {
   std::string metrics_addr = "127.0.0.1";
   int64_t eval_interval = 100;
   int64_t eval_iters = 10;
+  // Each validation reads every sample of the validation split once, instead of eval_iters global
+  // batches (which must still be > 0: 0 turns validation off). For sources with a fixed set of
+  // samples (classification data: data/token_source.h, distinct_samples).
+  bool eval_whole_split = false;
   std::string data_path;
   std::string data_impl = "mmap";  // indexed datasets: mmap (MMIDIDX) or infer (the same to kiln)
   // GPT-2's BPE files (Megatron's --vocab-file and --merge-file: encoder.json and vocab.bpe). kiln

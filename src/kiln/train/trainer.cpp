@@ -420,21 +420,32 @@ ValidationStats Trainer::evaluate() {
     fp8_state.resize(model_->fp8()->state().bytes());
     backend_->copy_to_host(fp8_state.data(), model_->fp8()->state().data, fp8_state.size());
   }
-  // eval_iters global batches, as Megatron counts them, so the samples do not depend on the number
-  // of ranks. Rank r evaluates micro-batches r, r + ranks, ...: its local batch b is the global
-  // micro-batch b x ranks + r.
-  const int64_t micro_batches = config_.eval_iters * config_.global_batch_size / micro;
-  std::vector<double> losses(static_cast<size_t>(micro_batches), 0.0);
+  // eval_iters global batches, as Megatron counts them, or the whole split's samples, once: either
+  // way the samples do not depend on the number of ranks. Rank r evaluates micro-batches r,
+  // r + ranks, ...: its local batch b is the global micro-batch b x ranks + r, of global samples
+  // from (b x ranks + r) x micro on. Samples past the whole split pad the last micro-batch and
+  // count for nothing.
+  const int64_t samples = config_.eval_whole_split ? *data_.validation->distinct_samples()
+                                                   : config_.eval_iters * config_.global_batch_size;
+  const int64_t micro_batches = (samples + micro - 1) / micro, seq = config_.seq_length;
+  // Each micro-batch's loss sum and count, summed over the ranks in global order: the same bits
+  // for any number of ranks.
+  std::vector<double> loss_sums(static_cast<size_t>(micro_batches), 0.0), counts(loss_sums.size(), 0.0);
   ConfusionMatrix predictions(model_->num_labels());
   for (int64_t batch = rank, local = 0; batch < micro_batches; batch += ranks, ++local) {
     val_loader_->next(local * micro, tokens_, targets_);
-    losses[static_cast<size_t>(batch)] = model_->forward(MicroBatch{tokens_, targets_, micro, config_.seq_length});
+    for (int64_t row = samples - batch * micro; row < micro; ++row)
+      data_.validation->mark_uncounted(std::span(targets_).subspan(static_cast<size_t>(row * seq), static_cast<size_t>(seq)));
+    const double loss = model_->forward(MicroBatch{tokens_, targets_, micro, seq});
+    counts[static_cast<size_t>(batch)] = static_cast<double>(model_->counted());
+    loss_sums[static_cast<size_t>(batch)] = loss * counts[static_cast<size_t>(batch)];
     model_->count_predictions(predictions);
   }
   if (model_->fp8()) backend_->copy_to_device(model_->fp8()->state().data, fp8_state.data(), fp8_state.size());
   ValidationStats stats;
   stats.iteration = state_.iteration;
-  stats.lm_loss = global_sum(losses) / static_cast<double>(micro_batches);
+  const double counted = global_sum(counts);
+  stats.lm_loss = counted > 0 ? global_sum(loss_sums) / counted : 0.0;
   stats.perplexity = std::exp(stats.lm_loss);
   if (model_->num_labels() > 0) {
     communicator_.all_reduce_host(predictions.counts(), ReduceOp::Sum);  // counts: exact in doubles

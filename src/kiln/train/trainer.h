@@ -72,7 +72,8 @@ class Trainer {
   void add_observer(TrainObserver* observer) { observers_.push_back(observer); }
   void run();                     // trains until train_iters, validating and saving on schedule
   IterationStats train_step();    // one iteration
-  // Over eval_iters global batches (Megatron's count): the mean validation loss and, for a model that
+  // Over eval_iters global batches (Megatron's count), or every validation sample once with
+  // eval_whole_split: the mean validation loss over the counted targets and, for a model that
   // classifies samples, its accuracy and F1.
   ValidationStats evaluate();
 

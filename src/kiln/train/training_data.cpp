@@ -132,7 +132,12 @@ TrainingData open_labelled_sequences(const Config& config) {
 TrainingData open_training_data(const Config& config, ModelInput input) {
   KILN_CHECK(config.mock_data || !config.data_path.empty(),
              "config key 'data_path' is not set: no training data (or use --mock-data)");
-  return input == ModelInput::NextTokens ? open_next_tokens(config) : open_labelled_sequences(config);
+  TrainingData data = input == ModelInput::NextTokens ? open_next_tokens(config) : open_labelled_sequences(config);
+  KILN_CHECK(!config.eval_whole_split || !data.validation || data.validation->distinct_samples(),
+             "config key 'eval_whole_split' is set, but the validation samples of {} are drawn without end (no "
+             "fixed set to read once); leave it out and set --eval-iters, the batches each validation reads",
+             data.description);
+  return data;
 }
 
 int64_t data_vocab_size(const Config& config, ModelInput input) {

@@ -14,7 +14,8 @@
 //                          a vocab_size below the tokenizer's vocabulary is refused at once,
 //                          naming --vocab-size and both sizes.
 // Validation samples are seeded apart from training ones. With eval_iters > 0 and no validation
-// data the run stops at start, naming data_path.
+// data the run stops at start, naming data_path; so does eval_whole_split over samples drawn
+// without end (GPT's data), naming the data.
 #pragma once
 
 #include <cstdint>
