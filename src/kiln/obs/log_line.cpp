@@ -2,14 +2,23 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace kiln {
 
 std::string format_log_line(const IterationStats& s) {
-  // With many ranks, the wait for the gradients' reduction that the backward did not hide.
-  const std::string reduction =
-      s.data_parallel_size > 1 ? fmt::format(" grads reduce wait (ms): {:.2f} |", s.grad_reduce_wait_ms) : "";
+  // With many ranks, the wait for the gradients' reduction that the backward did not hide, and its spread over them.
+  std::string reduction;
+  if (s.data_parallel_size > 1) {
+    reduction = fmt::format(" grads reduce wait (ms): {:.2f}", s.grad_reduce_wait_ms);
+    const std::vector<double>& waits = s.grad_reduce_wait_ms_by_rank;
+    if (!waits.empty()) {
+      const auto [shortest, longest] = std::minmax_element(waits.begin(), waits.end());
+      reduction += fmt::format(" (ranks {:.2f}-{:.2f}, longest rank {})", *shortest, *longest, longest - waits.begin());
+    }
+    reduction += " |";
+  }
   return fmt::format(
       " iteration {:>8d}/{:>8d} | consumed samples: {:>12d} | elapsed time per iteration (ms): {:.1f} "
       "| throughput per GPU (TFLOP/s/GPU): {:.3f} | tokens per second: {:.1f} | learning rate: {:.6E} "
@@ -39,6 +48,9 @@ void LogLineObserver::on_iteration(const IterationStats& stats) {
   sum_.tflops_per_gpu += stats.tflops_per_gpu;
   sum_.tokens_per_second += stats.tokens_per_second;
   sum_.grad_reduce_wait_ms += stats.grad_reduce_wait_ms;
+  sum_.grad_reduce_wait_ms_by_rank.resize(stats.grad_reduce_wait_ms_by_rank.size(), 0.0);
+  for (size_t rank = 0; rank < stats.grad_reduce_wait_ms_by_rank.size(); ++rank)
+    sum_.grad_reduce_wait_ms_by_rank[rank] += stats.grad_reduce_wait_ms_by_rank[rank];
   if (!stats.skipped && std::isfinite(stats.lm_loss)) {
     sum_.lm_loss += stats.lm_loss;
     ++counted_;
@@ -51,6 +63,8 @@ void LogLineObserver::on_iteration(const IterationStats& stats) {
   line.tflops_per_gpu = sum_.tflops_per_gpu / static_cast<double>(window);
   line.tokens_per_second = sum_.tokens_per_second / static_cast<double>(window);
   line.grad_reduce_wait_ms = sum_.grad_reduce_wait_ms / static_cast<double>(window);
+  line.grad_reduce_wait_ms_by_rank = sum_.grad_reduce_wait_ms_by_rank;
+  for (double& wait : line.grad_reduce_wait_ms_by_rank) wait /= static_cast<double>(window);
   line.lm_loss = counted_ ? sum_.lm_loss / static_cast<double>(counted_) : NAN;
   std::fputs((format_log_line(line) + "\n").c_str(), out_);
   std::fflush(out_);

@@ -5,7 +5,11 @@
 //   throughput per GPU (TFLOP/s/GPU): Y | tokens per second: Z | learning rate: L |
 //   global batch size: G | lm loss: E | loss scale: K | grad norm: Q |
 //   number of skipped iterations: A | number of nan iterations: B |
-// plus Megatron's validation lines. Writes to a FILE* (stdout by default).
+// and, with many ranks, kiln's
+//   grads reduce wait (ms): W (ranks MIN-MAX, longest rank R) |
+// (W this rank's, then the spread over the ranks: the longest wait is the ranks' skew plus what
+// the backward did not hide), plus Megatron's validation lines. Writes to a FILE* (stdout by
+// default).
 #pragma once
 
 #include <cstdio>

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace kiln {
 
@@ -15,6 +16,10 @@ struct IterationStats {
   double elapsed_ms = 0;       // wall time of this iteration
   double data_wait_ms = 0;     // of which the training thread waited for batches
   double grad_reduce_wait_ms = 0;  // of which it waited for the gradients' reduction over ranks
+  // With many ranks, every rank's grad_reduce_wait_ms, in rank order (empty with one). The rank
+  // whose backward ends last waits only for what its backward did not hide; the others wait for
+  // it too, so the spread is the ranks' skew.
+  std::vector<double> grad_reduce_wait_ms_by_rank;
   int64_t data_parallel_size = 1;
   double tflops_per_gpu = 0;   // model FLOPs (PERF.md formula) / time
   double tokens_per_second = 0;

@@ -329,9 +329,17 @@ IterationStats Trainer::train_step() {
     const trace::Span span("communication", "gradient reduction (wait)");
     return reduce_gradients();
   }();
+  std::vector<double> reduce_waits;  // every rank's, in rank order
   const double lm_loss = [&] {
-    const trace::Span span("communication", "loss (sum over ranks)");
-    return global_sum(losses) / static_cast<double>(micro_batches);
+    const trace::Span span("communication", "loss and reduce waits (over ranks)");
+    // One all-reduce: the micro-batches' losses, then each rank's wait in its own slot.
+    losses.resize(static_cast<size_t>(micro_batches + ranks), 0.0);
+    losses[static_cast<size_t>(micro_batches + communicator_.rank())] = reduce_wait_ms;
+    communicator_.all_reduce_host(losses, ReduceOp::Sum);  // x + 0 is x: each slot exact
+    reduce_waits.assign(losses.begin() + micro_batches, losses.end());
+    double sum = 0.0;  // in the global micro-batch order: the same bits for any number of ranks
+    for (int64_t k = 0; k < micro_batches; ++k) sum += losses[static_cast<size_t>(k)];
+    return sum / static_cast<double>(micro_batches);
   }();
   const double grad_norm = [&] {
     const trace::Span span("optimizer", "gradient norm");
@@ -370,6 +378,7 @@ IterationStats Trainer::train_step() {
   stats.elapsed_ms = seconds * 1e3;
   stats.data_wait_ms = train_loader_->take_wait_ms();
   stats.grad_reduce_wait_ms = reduce_wait_ms;
+  if (ranks > 1) stats.grad_reduce_wait_ms_by_rank = std::move(reduce_waits);
   stats.data_parallel_size = ranks;
   // Megatron counts the recomputed forward in the achieved rate: the 96 (not 72) form under full.
   stats.tflops_per_gpu =
