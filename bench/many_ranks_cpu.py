@@ -9,10 +9,12 @@ and 1-rank rows each run beside PyTorch's, in an order that alternates by repeat
   kiln, 2 ranks, overlap on/off     kiln launch --nproc-per-node 2 -- kiln train ...
   kiln, 2 ranks, ZeRO-1             the same with --use-distributed-optimizer (buckets reduced to owners)
   PyTorch DDP, 2 ranks              kiln launch ... -- python3 bench/peers/pytorch_ddp_cpu.py
-A kiln row's speed is the median of its iterations' tokens/s after --warmup-iters; its "reduce
-wait" is the median time the last backward left the gradients' reduction to wait for. The share
-of the reduction the backward hides = 1 - wait(overlap on) / wait(overlap off): with overlap off
-the whole reduction is waited for after the backward.
+A kiln row's speed is the median of its iterations' tokens/s after --warmup-iters. Its reduce
+waits come from the log line's range over the ranks (docs/many-ranks.md): the shortest wait, the
+rank whose backward ended last, is the reduction the backward left unhidden; longest - shortest
+is the ranks' skew (medians over the iterations). The share of the reduction the backward hides
+= 1 - shortest(overlap on) / shortest(overlap off): with overlap off the whole reduction is
+waited for after the backward.
 
   python3 bench/many_ranks_cpu.py --kiln build/kiln [--python /usr/bin/python3] [--repeats 2]
 """
@@ -27,7 +29,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHAPE = ["--num-layers", "4", "--hidden-size", "128", "--num-attention-heads", "4", "--seq-length", "128"]
 SPEED = re.compile(r"tokens per second: ([0-9.]+)")
-WAIT = re.compile(r"grads reduce wait \(ms\): ([0-9.]+)")
+WAIT = re.compile(r"grads reduce wait \(ms\): [0-9.]+ \(ranks ([0-9.]+)-([0-9.]+), longest rank \d+\)")
 
 
 def run(command, env):
@@ -48,16 +50,18 @@ def kiln_row(args, ranks, overlap, env, zero=False):
         train.append("--use-distributed-optimizer")
     command = train if ranks == 1 else [args.kiln, "launch", "--standalone", "--nproc-per-node", str(ranks),
                                         "--log-ranks", "0", "--", *train]
-    speeds, waits = [], []
+    speeds, shortest, skew = [], [], []
     for line in run(command, env).splitlines():
         if " iteration " not in line:
             continue
         speed, wait = SPEED.search(line), WAIT.search(line)
         if speed:
             speeds.append(float(speed.group(1)))
-            waits.append(float(wait.group(1)) if wait else 0.0)
-    speeds, waits = speeds[args.warmup_iters:], waits[args.warmup_iters:]
-    return statistics.median(speeds), statistics.median(waits)
+            low, high = (float(wait.group(1)), float(wait.group(2))) if wait else (0.0, 0.0)
+            shortest.append(low)
+            skew.append(high - low)
+    timed = slice(args.warmup_iters, None)
+    return statistics.median(speeds[timed]), statistics.median(shortest[timed]), statistics.median(skew[timed])
 
 
 def pytorch_row(args, ranks, env):
@@ -88,31 +92,33 @@ def main():
         # ratio compares runs seconds apart on a machine whose load drifts over minutes.
         kiln_first = repeat % 2 == 0
         if kiln_first:
-            two, wait_on = kiln_row(args, 2, True, env)
+            two, wait_on, skew_on = kiln_row(args, 2, True, env)
         torch_two, peer = pytorch_row(args, 2, env)
         if not kiln_first:
-            two, wait_on = kiln_row(args, 2, True, env)
+            two, wait_on, skew_on = kiln_row(args, 2, True, env)
         if kiln_first:
-            one, _ = kiln_row(args, 1, True, env)
+            one, _, _ = kiln_row(args, 1, True, env)
         torch_one, _ = pytorch_row(args, 1, env)
         if not kiln_first:
-            one, _ = kiln_row(args, 1, True, env)
-        two_off, wait_off = kiln_row(args, 2, False, env)
-        zero, _ = kiln_row(args, 2, True, env, zero=True)
+            one, _, _ = kiln_row(args, 1, True, env)
+        two_off, wait_off, _ = kiln_row(args, 2, False, env)
+        zero, _, _ = kiln_row(args, 2, True, env, zero=True)
         rows.append({"repeat": repeat + 1, "kiln_1_rank": one, "kiln_2_ranks": two, "kiln_2_ranks_no_overlap": two_off,
                      "kiln_2_ranks_zero1": zero, "reduce_wait_ms_overlap": wait_on, "reduce_wait_ms_no_overlap": wait_off,
-                     "pytorch_1_process": torch_one, "pytorch_ddp_2_ranks": torch_two, "peer": peer})
+                     "rank_skew_ms_overlap": skew_on, "pytorch_1_process": torch_one,
+                     "pytorch_ddp_2_ranks": torch_two, "peer": peer})
     print(f"# demo shape, fp32, global batch 16 x 128 tokens, 1 thread a rank, {args.timed_iters} timed iterations "
           f"after {args.warmup_iters}; kiln buckets of {args.bucket_size} elements; tokens/s (medians)")
     print(f"{'repeat':>6} {'kiln 1':>9} {'kiln 2':>9} {'kiln 2 no-ovl':>14} {'kiln 2 ZeRO-1':>14} {'torch 1':>9} {'DDP 2':>9} "
-          f"{'kiln2/DDP2':>11} {'kiln2/kiln1':>12} {'wait ovl ms':>12} {'wait off ms':>12} {'hidden':>7}")
+          f"{'kiln2/DDP2':>11} {'kiln2/kiln1':>12} {'wait ovl ms':>12} {'wait off ms':>12} {'hidden':>7} {'skew ms':>8}")
     for row in rows:
         hidden = 1 - row["reduce_wait_ms_overlap"] / row["reduce_wait_ms_no_overlap"] if row["reduce_wait_ms_no_overlap"] else 0
         row["hidden_share"] = hidden
         print(f"{row['repeat']:>6} {row['kiln_1_rank']:>9.0f} {row['kiln_2_ranks']:>9.0f} "
               f"{row['kiln_2_ranks_no_overlap']:>14.0f} {row['kiln_2_ranks_zero1']:>14.0f} {row['pytorch_1_process']:>9.0f} {row['pytorch_ddp_2_ranks']:>9.0f} "
               f"{row['kiln_2_ranks'] / row['pytorch_ddp_2_ranks']:>11.2f} {row['kiln_2_ranks'] / row['kiln_1_rank']:>12.2f} "
-              f"{row['reduce_wait_ms_overlap']:>12.2f} {row['reduce_wait_ms_no_overlap']:>12.2f} {hidden:>7.0%}")
+              f"{row['reduce_wait_ms_overlap']:>12.2f} {row['reduce_wait_ms_no_overlap']:>12.2f} {hidden:>7.0%} "
+              f"{row['rank_skew_ms_overlap']:>8.2f}")
     print(json.dumps({"rows": rows}))
 
 

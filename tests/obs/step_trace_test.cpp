@@ -326,7 +326,7 @@ TEST(StepTraceCli, EveryProfiledRankWritesItsTraceWithItsCommunicationThread) {
     std::set<std::string> parts;
     for (const Complete& event : trace.tracks.at("trainer")) parts.insert(event.name);
     EXPECT_TRUE(parts.contains("gradient reduction (wait)"));
-    EXPECT_TRUE(parts.contains("loss (sum over ranks)"));
+    EXPECT_TRUE(parts.contains("loss and reduce waits (over ranks)"));
   }
 }
 
