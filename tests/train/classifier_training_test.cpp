@@ -7,13 +7,13 @@
 #include <cstring>
 #include <fstream>
 
-#include "kiln/core/rng.h"
 #include "kiln/data/classification_csv.h"
 #include "kiln/nn/parameter_init.h"
 #include "kiln/train/safetensors.h"
 #include "kiln/train/trainer.h"
 #include "support/error_of.h"
 #include "support/gloo_ranks.h"
+#include "support/pool_texts.h"
 #include "support/recorded_runs.h"
 #include "support/temp_dir.h"
 
@@ -22,23 +22,7 @@ namespace {
 
 using testing::error_of;
 using testing::TempDir;
-
-// `rows` e-mail-like texts: "Subject:" then 5 to 12 words, all from one of two word pools; the
-// label is the pool. The first token is the same in every text, so the pooled first position
-// must attend to the rest to tell them apart.
-void write_pool_texts(const std::string& path, int64_t rows, uint64_t seed) {
-  static const char* const kPools[2][6] = {{"meeting", "agenda", "notes", "project", "review", "lunch"},
-                                           {"prize", "winner", "cash", "offer", "free", "claim"}};
-  Rng rng(seed);
-  std::ofstream out(path);
-  for (int64_t row = 0; row < rows; ++row) {
-    const auto label = static_cast<int>(rng.below(2));
-    std::string text = "Subject:";
-    const uint64_t words = 5 + rng.below(8);
-    for (uint64_t w = 0; w < words; ++w) text += std::string(" ") + kPools[label][rng.below(6)];
-    out << "{\"text\": \"" << text << "\", \"label\": " << label << "}\n";
-  }
-}
+using testing::write_pool_texts;
 
 Config classifier_config(const std::string& data) {
   Config config;
@@ -240,6 +224,21 @@ TEST(ClassifierTraining, WholeSplitValidationReadsEverySampleOnce) {
     EXPECT_EQ(stats.lm_loss, expected.lm_loss);
     EXPECT_EQ(stats.classification->accuracy, expected.classification->accuracy);
     EXPECT_EQ(stats.classification->samples, 21);
+  }
+  // 5 rows: one padded micro-batch, which rank 0 validates while rank 1 validates nothing.
+  write_pool_texts(dir / "validation.jsonl", 5, 3);
+  const ValidationStats five = Trainer(config).evaluate();
+  ASSERT_TRUE(five.classification.has_value());
+  EXPECT_EQ(five.classification->samples, 5);
+  testing::on_gloo_ranks(2, [&](GlooCommunicator& communicator) {
+    Trainer trainer(config, &communicator);
+    got[static_cast<size_t>(communicator.rank())] = trainer.evaluate();
+  });
+  for (const ValidationStats& stats : got) {
+    ASSERT_TRUE(stats.classification.has_value());
+    EXPECT_EQ(stats.lm_loss, five.lm_loss);
+    EXPECT_EQ(stats.classification->accuracy, five.classification->accuracy);
+    EXPECT_EQ(stats.classification->samples, 5);
   }
 }
 

@@ -120,7 +120,7 @@ void bench_train(const ConfigFlags& flags, const BenchTrainOptions& options) {
   Config config = flags.build();
   config.mock_data = true;
   if (config.vocab_size == 0) config.vocab_size = 50257;
-  config.eval_iters = 0;
+  config.disable_validation();
   config.save.clear();
   config.save_interval = 0;
   config.load.clear();

@@ -118,7 +118,7 @@ double data_wait_share(const BenchLoaderOptions& o, const StorageChoice& choice,
   config.seq_length = o.seq_length;
   config.micro_batch_size = o.micro_batch_size;
   config.train_iters = o.model_iters;
-  config.eval_iters = 0;
+  config.disable_validation();
   config.num_workers = workers;
   config.prefetch_factor = prefetch;
   config.data_cache_samples = cache;

@@ -22,7 +22,7 @@ double median(std::vector<double> values) {
 
 Config measured_config(Config config, int64_t warmup_iters, int64_t timed_iters) {
   config.train_iters = warmup_iters + timed_iters;
-  config.eval_iters = 0;
+  config.disable_validation();
   config.save.clear();
   config.save_interval = 0;
   config.load.clear();

@@ -181,6 +181,11 @@ struct Config {
     return global_batch_size / (micro_batch_size * data_parallel_size);
   }
   GptConfig gpt() const;
+  // No validation at all (benchmarks and the lab): eval_iters 0 and eval_whole_split off.
+  void disable_validation() {
+    eval_iters = 0;
+    eval_whole_split = false;
+  }
   double resolved_hidden_dropout() const;     // hidden_dropout, or the model's default where it is -1
   double resolved_attention_dropout() const;  // the same for attention_dropout
   // The model `model` names, before it is built (model_kinds.h).

@@ -443,8 +443,9 @@ ValidationStats Trainer::evaluate() {
   ConfusionMatrix predictions(model_->num_labels());
   for (int64_t batch = rank, local = 0; batch < micro_batches; batch += ranks, ++local) {
     val_loader_->next(local * micro, tokens_, targets_);
+    const std::span<int32_t> targets(targets_);
     for (int64_t row = samples - batch * micro; row < micro; ++row)
-      data_.validation->mark_uncounted(std::span(targets_).subspan(static_cast<size_t>(row * seq), static_cast<size_t>(seq)));
+      data_.validation->mark_uncounted(targets.subspan(static_cast<size_t>(row * seq), static_cast<size_t>(seq)));
     const double loss = model_->forward(MicroBatch{tokens_, targets_, micro, seq});
     counts[static_cast<size_t>(batch)] = static_cast<double>(model_->counted());
     loss_sums[static_cast<size_t>(batch)] = loss * counts[static_cast<size_t>(batch)];
