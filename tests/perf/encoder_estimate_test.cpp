@@ -133,12 +133,29 @@ TEST(EncoderEstimate, RooflineCountsThePoolerAndNoVocabularyClassifier) {
                    encoder_flops_per_iteration(EncoderFlopsShape{8, 32, 2, 64, 2, 3}, false));
 }
 
-TEST(EncoderEstimate, RefusesFp8NamingTheFlagAndRecomputesAsTheModelDoes) {
+TEST(EncoderEstimate, Fp8AndRecomputationAsTheModelDoes) {
+  // fp8: the blocks' input codes kept (activations) and the scaling state (2 layers x 4 products x 3
+  // operands), both as the model takes them; --fp8-classifier names what the encoder lacks.
   EstimateInput fp8 = small_encoder();
   fp8.precision = "bf16";
   fp8.fp8_format = "hybrid";
+  const Estimate e8 = estimate(fp8);
+  const Config fp8_config = training_config(fp8);
+  const std::optional<Fp8Recipe> recipe = fp8_config.fp8_recipe();
+  ASSERT_TRUE(recipe.has_value());
+  EXPECT_EQ(e8.memory.fp8_scaling, static_cast<double>(Fp8Scaling::state_bytes(2, *recipe)));
+  EXPECT_EQ(e8.memory.activations,
+            static_cast<double>(fp8_config.architecture()->activation_bytes(
+                fp8.micro_batch_size, fp8.seq_length, fp8.recompute, DType::BF16, fp8.loss_chunk_rows, &*recipe)));
+  EstimateInput bf16 = fp8;
+  bf16.fp8_format.clear();
+  // The LayerNorms and c_fc keep 1-byte codes where bf16 keeps 2-byte outputs, and the products
+  // keep their inputs' codes transposed besides: another layout, smaller at this shape.
+  EXPECT_LT(e8.memory.activations, estimate(bf16).memory.activations);
+  fp8.fp8_classifier = true;
   EXPECT_EQ(error_of([&] { estimate(fp8); }),
-            "--fp8-format hybrid: the encoder-classifier has no fp8 products yet; estimate it in bf16 or fp16");
+            "--fp8-classifier: the encoder-classifier has no tied classifier (its pooler and head stay in the compute "
+            "dtype); --fp8-format alone runs its blocks' products in fp8");
   // Recomputation: the architecture's activation bytes under the policy, less than keeping everything.
   const Estimate kept = estimate(small_encoder());
   for (const RecomputePolicy& policy :
@@ -207,9 +224,9 @@ TEST(EncoderEstimate, ThroughTheBinary) {
   ASSERT_EQ(one.exit_code, 0) << one.output;
   EXPECT_EQ(nlohmann::json::parse(one.output)["parameters_exact"].get<int64_t>(), 127299 - 4160);
 
-  const testing::CommandResult fp8 = testing::run_kiln(encoder + " --fp8-format hybrid");
+  const testing::CommandResult fp8 = testing::run_kiln(encoder + " --fp8-format hybrid --fp8-classifier");
   EXPECT_EQ(fp8.exit_code, 1);
-  EXPECT_NE(fp8.output.find("kiln: error: --fp8-format hybrid: the encoder-classifier has no fp8 products yet"),
+  EXPECT_NE(fp8.output.find("kiln: error: --fp8-classifier: the encoder-classifier has no tied classifier"),
             std::string::npos)
       << fp8.output;
   const testing::CommandResult recompute =

@@ -93,9 +93,9 @@ TEST(Levers, LargerLossChunksCostTheirLogits) {
     EXPECT_EQ(lever.change.find("--loss-chunk-rows"), std::string::npos) << "a chunk takes the whole micro-batch";
 }
 
-// The encoder classifier's loss takes one row a sample (no chunks to enlarge), and it has no fp8
-// products or recomputation yet: those rows say so.
-TEST(Levers, TheEncoderClassifierHasNoLossChunksOrFp8) {
+// The encoder classifier's loss takes one row a sample (no chunks to enlarge) and it has no tied
+// classifier (no --fp8-classifier row); its blocks' fp8 products are a lever like GPT's.
+TEST(Levers, TheEncoderClassifierHasNoLossChunksOrFp8Classifier) {
   EstimateInput in = small_model();
   in.model = "encoder-classifier";
   in.loss_chunk_rows = 16;  // fewer than the micro-batch's 128 positions: a GPT would get the row
@@ -103,12 +103,14 @@ TEST(Levers, TheEncoderClassifierHasNoLossChunksOrFp8) {
   for (const LeverEstimate& lever : levers)
     EXPECT_EQ(lever.change.find("--loss-chunk-rows"), std::string::npos) << lever.change;
   const auto rows = by_change(levers);
-  ASSERT_TRUE(rows.count("--fp8-format hybrid"));
-  EXPECT_FALSE(rows.at("--fp8-format hybrid").estimate);
-  EXPECT_NE(rows.at("--fp8-format hybrid").not_applicable.find("the encoder-classifier has no"), std::string::npos);
-  for (const char* change : {"--precision tf32", "--micro-batch-size 2", "--micro-batch-size 8",
+  for (const char* change : {"--precision tf32", "--fp8-format hybrid", "--micro-batch-size 2", "--micro-batch-size 8",
                              "--recompute-granularity selective", "--recompute-granularity full --recompute-method uniform"})
     EXPECT_TRUE(rows.count(change) && rows.at(change).estimate) << change;
+  in.precision = "bf16";
+  in.fp8_format = "hybrid";
+  const auto fp8 = by_change(estimate_levers(in));
+  EXPECT_FALSE(fp8.count("--fp8-classifier")) << "the encoder has no tied classifier";
+  EXPECT_TRUE(fp8.count("no --fp8-format") && fp8.at("no --fp8-format").estimate);
 }
 
 TEST(Levers, ChangesThatDoNotApplySayWhy) {

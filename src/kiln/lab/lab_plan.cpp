@@ -27,9 +27,13 @@ std::string cuda_only(const LabMachine& machine, const std::string& what) {
   return machine.cuda ? "" : fmt::format("{} is a GPU matter; the base configuration runs on the CPU", what);
 }
 
-// Why `base`'s model cannot run fp8 products (empty when it can; model_kinds.h).
+// Why `base` cannot run fp8 products (empty when it can): they do not drop out yet (Config::validate).
 std::string fp8_unavailable(const Config& base) {
-  return model_kind(base.model).fp8_products ? "" : fmt::format("fp8 is not available for the {} yet", base.model);
+  const double hidden = base.resolved_hidden_dropout(), attention = base.resolved_attention_dropout();
+  if (hidden == 0 && attention == 0) return "";
+  return fmt::format("fp8 products with dropout are not supported yet (the base drops hidden states at {:g} and "
+                     "attention at {:g}; --hidden-dropout 0 --attention-dropout 0 would run it)",
+                     hidden, attention);
 }
 
 const char* on_off(bool on) { return on ? "true" : "false"; }

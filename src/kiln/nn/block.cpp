@@ -207,8 +207,11 @@ void block_backward(Backend& backend, const GptConfig& config, const BlockWeight
   const Fp8Matmul* fc = fp8_of(fp8, &BlockFp8::fc);
   MatmulBackward expansion_mlp{s.d_hidden, g.fc_weight, g.fc_bias, s.d_fc, product_input(acts.ln2, acts.ln2_fp8_t),
                                w.fc_weight, WeightLayout::InOut, Tensor{}, fc, acts.ln2_fp8_t, store};
-  if (fc_proj) read_gradient_codes(contraction, s.d_residual_fp8);
-  if (fc_proj && fc) cast_mlp_gradient(contraction, expansion_mlp, s.d_fc);
+  // Without the codes, c_proj casts d_residual itself and writes its input gradient in the compute
+  // dtype, which c_fc casts itself; each then takes its own bias gradient.
+  const bool codes_given = fc_proj && pass.output_gradient_cast;
+  if (codes_given) read_gradient_codes(contraction, s.d_residual_fp8);
+  if (codes_given && fc) cast_mlp_gradient(contraction, expansion_mlp, s.d_fc);
   backend.matmul_backward(contraction);
   final_from(g.fc_proj_weight);  // its bias: here, or with fp8 by the next block's LayerNorm backward
   backend.matmul_backward(expansion_mlp);

@@ -19,7 +19,10 @@
 // residual stream's gradient for the projection that reads it next (the attention's c_proj after
 // ln_2; after ln_1 the MLP c_proj of the block before, `input_gradient_reader`), into
 // `scratch.d_residual_fp8`: so `d_residual` arrives with its codes there, written for this block's
-// MLP c_proj by the caller's LayerNorm backward (ln_f's, or the next block's ln_1's).
+// MLP c_proj by the caller's LayerNorm backward (ln_f's, or the next block's ln_1's). Where no
+// LayerNorm wrote the output's gradient (the encoder's intermediate layers above its last block:
+// BlockPass::output_gradient_cast false), the MLP's two products cast their output gradients
+// themselves and take their own bias gradients.
 #pragma once
 
 #include <functional>
@@ -62,6 +65,8 @@ struct BlockPass {
   Tensor key_mask = {};
   BranchDropout dropout = {};
   AttentionDropout attention_dropout = {};
+  // fp8 backward only: whether the block output's gradient arrives with its codes (above).
+  bool output_gradient_cast = true;
 };
 
 // The fp8 product whose backward reads a LayerNorm backward's input gradient next, as its output

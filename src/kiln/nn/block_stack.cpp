@@ -1,5 +1,8 @@
 #include "kiln/nn/block_stack.h"
 
+#include <algorithm>
+
+#include "kiln/backend/fp8_workspace.h"
 
 namespace kiln {
 namespace {
@@ -28,6 +31,19 @@ Fp8GradientReader input_gradient_reader(const BlockStackPass& stack, const std::
                                         int64_t layer) {
   if (!stack.fp8 || layer == 0) return {};
   return Fp8GradientReader{&stack.fp8->block(layer - 1).fc_proj, grads[static_cast<size_t>(layer - 1)].fc_proj_bias};
+}
+
+size_t block_stack_fp8_cast_bytes(int64_t M, int64_t C, bool output_gradient_cast) {
+  // c_attn C -> 3C, attn.c_proj C -> C, c_fc C -> 4C, mlp.c_proj 4C -> C, each with its input's
+  // codes kept (mlp.c_proj's recomputed under selective recomputation, activations.h); mlp.c_proj
+  // reading its output gradient as the codes a LayerNorm's backward cast and casting its 16-bit
+  // input gradient from scratch for c_fc, which reads those codes (block.cpp).
+  size_t bytes = std::max({fp8_cast_bytes(M, C, 3 * C, true), fp8_cast_bytes(M, C, C, true),
+                           fp8_cast_bytes(M, C, 4 * C, true, /*dout_codes_given=*/true),
+                           fp8_cast_bytes(M, 4 * C, C, true, /*dout_codes_given=*/true, false, /*din_cast=*/true)});
+  if (!output_gradient_cast)  // the last block's MLP casting its output gradients itself
+    bytes = std::max({bytes, fp8_cast_bytes(M, C, 4 * C, true), fp8_cast_bytes(M, 4 * C, C, true)});
+  return bytes;
 }
 
 void block_stack_backward(Backend& backend, const BlockStackPass& stack, const std::vector<BlockWeights>& grads,

@@ -105,7 +105,7 @@ EncoderClassifier::Weights EncoderClassifier::Weights::bind(const ParameterLayou
 }
 
 EncoderActivations EncoderActivations::lay_out(Arena& arena, const EncoderConfig& config, int64_t batch, int64_t seq,
-                                               Device device, DType dtype, const RecomputePolicy& policy) {
+                                               Device device, DType dtype, const RecomputePolicy& policy, bool fp8) {
   const int64_t B = batch, T = seq, C = config.hidden_size;
   ActivationLayout layout(arena, device, dtype);
   EncoderActivations acts;
@@ -117,7 +117,7 @@ EncoderActivations EncoderActivations::lay_out(Arena& arena, const EncoderConfig
   acts.token_types = layout.ints({1, T});
   acts.placed = layout.take({T, C});
   acts.embedded = layout.take({B, T, C});
-  acts.stack = BlockStackActivations::lay_out(layout, config.num_layers, B, T, C, config.num_heads, policy, false);
+  acts.stack = BlockStackActivations::lay_out(layout, config.num_layers, B, T, C, config.num_heads, policy, fp8);
   for (int64_t layer = 0; layer < config.num_intermediate_layers; ++layer) {
     acts.intermediate_pre.push_back(layout.take({B, T, C}));
     acts.intermediate_out.push_back(layout.take({B, T, C}));
@@ -138,6 +138,7 @@ EncoderActivations EncoderActivations::lay_out(Arena& arena, const EncoderConfig
   acts.d_pooled = layout.take({B, C});
   acts.d_head = layout.take({B, C});
   acts.d_placed = layout.stats({T, C});
+  if (fp8) acts.d_residual_fp8 = layout.codes({2, B * T, C});
   ArenaOverlay overlay(arena);  // a block's backward is done with d_fc before it writes d_qkv (block.h)
   acts.d_qkv = layout.take({B, T, 3 * C});
   overlay.next();
@@ -147,9 +148,9 @@ EncoderActivations EncoderActivations::lay_out(Arena& arena, const EncoderConfig
 }
 
 size_t EncoderActivations::bytes_needed(const EncoderConfig& config, int64_t batch, int64_t seq, DType dtype,
-                                        const RecomputePolicy& policy) {
+                                        const RecomputePolicy& policy, bool fp8) {
   Arena measure = Arena::measuring();
-  lay_out(measure, config, batch, seq, Device::CPU, dtype, policy);
+  lay_out(measure, config, batch, seq, Device::CPU, dtype, policy, fp8);
   return measure.used();
 }
 
@@ -182,15 +183,27 @@ Shape EncoderClassifier::stored_shape(const ParameterInfo& info) const {
   return info.shape;
 }
 
-void EncoderClassifier::enable_fp8(const Fp8Recipe&) {
-  fail("fp8 products (--fp8-format) are not available for the encoder classifier yet; train it in bf16 or fp16");
+void EncoderClassifier::enable_fp8(const Fp8Recipe& recipe) {
+  KILN_CHECK(dtype() == DType::BF16 || dtype() == DType::F16, "fp8 products need a bf16 or fp16 model, not {}",
+             dtype_name(dtype()));
+  KILN_CHECK(arena_ == nullptr, "EncoderClassifier::enable_fp8 after allocate_activations");
+  KILN_CHECK(!recipe.classifier,
+             "the encoder classifier has no tied classifier to run in fp8 (--fp8-classifier is GPT's): its pooler and "
+             "head stay in the compute dtype");
+  KILN_CHECK(config_.hidden_dropout == 0.0f && config_.attention_dropout == 0.0f,
+             "fp8 products with dropout are not supported yet: set --hidden-dropout 0 and --attention-dropout 0 (the "
+             "encoder classifier's defaults are 0.1)");
+  fp8_ = std::make_unique<Fp8Scaling>(backend_, config_.num_layers, recipe);
 }
 
 Backend::WorkspaceNeeds EncoderClassifier::workspace_needs(const EncoderConfig& config, int64_t batch, int64_t seq,
-                                                           DType dtype) {
+                                                           DType dtype, const Fp8Recipe* fp8) {
   const int64_t C = config.hidden_size;
   Backend::WorkspaceNeeds needs{batch, seq, config.num_heads, C / config.num_heads, dtype, 4 * C};
   needs.widest_layernorm = C;
+  // The blocks' products; the final LayerNorm's backward casts the last block's output gradient
+  // only where no intermediate layer comes between (backward()).
+  if (fp8) needs.fp8_cast_bytes = block_stack_fp8_cast_bytes(batch * seq, C, config.num_intermediate_layers == 0);
   return needs;
 }
 
@@ -199,7 +212,7 @@ void EncoderClassifier::allocate_activations(int64_t max_batch, int64_t max_seq,
   KILN_CHECK(max_batch > 0 && max_seq > 0, "batch {} and sequence {} must be positive", max_batch, max_seq);
   KILN_CHECK(max_seq <= config_.max_position_embeddings, "seq_length {} exceeds max_position_embeddings {}", max_seq,
              config_.max_position_embeddings);
-  const size_t bytes = EncoderActivations::bytes_needed(config_, max_batch, max_seq, dtype(), policy);
+  const size_t bytes = EncoderActivations::bytes_needed(config_, max_batch, max_seq, dtype(), policy, fp8_ != nullptr);
   arena_.reset();
   activation_buffer_ = backend_.allocate(bytes);
   arena_ = std::make_unique<Arena>(activation_buffer_->data(), bytes);
@@ -207,24 +220,29 @@ void EncoderClassifier::allocate_activations(int64_t max_batch, int64_t max_seq,
   max_seq_ = max_seq;
   recompute_ = policy;
   lay_out_activations(max_batch, max_seq);
-  const Backend::WorkspaceNeeds needs = workspace_needs(config_, max_batch, max_seq, dtype());
+  const Backend::WorkspaceNeeds needs =
+      workspace_needs(config_, max_batch, max_seq, dtype(), fp8_ ? &fp8_->recipe() : nullptr);
   backend_.reserve_workspace(needs);
   workspace_bytes_ = backend_.workspace_bytes(needs);
 }
 
 void EncoderClassifier::lay_out_activations(int64_t batch, int64_t seq) {
   arena_->reset();
-  acts_ = EncoderActivations::lay_out(*arena_, config_, batch, seq, backend_.device(), dtype(), recompute_);
+  acts_ = EncoderActivations::lay_out(*arena_, config_, batch, seq, backend_.device(), dtype(), recompute_,
+                                      fp8_ != nullptr);
   const std::vector<int32_t> token_types(static_cast<size_t>(seq), 0);  // one segment (encoder_classifier.h)
   backend_.copy_to_device(acts_.token_types.data, token_types.data(), token_types.size() * sizeof(int32_t));
 }
 
 BlockStackPass EncoderClassifier::blocks() const {
-  return {block_shape_, weights_.blocks, acts_.stack, nullptr, [this](int64_t layer) { return block_pass(layer); }};
+  return {block_shape_, weights_.blocks, acts_.stack, fp8_.get(), [this](int64_t layer) { return block_pass(layer); }};
 }
 
 BlockPass EncoderClassifier::block_pass(int64_t layer) const {
   BlockPass pass{AttentionMask::KeyPadding, acts_.key_mask, {}};
+  // With fp8 the last block's output gradient comes cast from the final LayerNorm's backward, but
+  // not through the intermediate layers (backward()).
+  pass.output_gradient_cast = layer + 1 < config_.num_layers || config_.num_intermediate_layers == 0;
   const DropoutDraw& draw = inputs_.dropout;
   if (drops_hidden())
     pass.dropout = {config_.hidden_dropout, dropout_key(draw), dropout_stream(draw, layer, DropoutSite::AttentionOutput),
@@ -368,8 +386,14 @@ void EncoderClassifier::backward() {
   const int64_t L = config_.num_layers, J = config_.num_intermediate_layers;
   const Tensor blocks_output = L ? acts_.stack.blocks[static_cast<size_t>(L - 1)].residual_out : acts_.embedded;
   const Tensor last = J ? acts_.intermediate_out[static_cast<size_t>(J - 1)] : blocks_output;
-  backend_.layernorm_backward({acts_.d_residual, g.lnf_weight, g.lnf_bias, acts_.d_hidden, last, w.lnf_weight,
-                               acts_.lnf_mean, acts_.lnf_rstd, store, GradStore::Write});
+  const BlockStackPass stack = blocks();
+  // With fp8 and no intermediate layers, the final LayerNorm's backward also casts the last block's
+  // output gradient for its MLP c_proj (block.h); through intermediate layers it arrives uncast.
+  const Fp8GradientReader reader = J ? Fp8GradientReader{} : input_gradient_reader(stack, g.blocks, L);
+  backend_.layernorm_backward(layernorm_backward_feeding({acts_.d_residual, g.lnf_weight, g.lnf_bias, acts_.d_hidden,
+                                                          last, w.lnf_weight, acts_.lnf_mean, acts_.lnf_rstd, store,
+                                                          GradStore::Write},
+                                                         reader, acts_.d_residual_fp8));
   announce_final(g.lnf_weight);  // the head's, the pooler's and the final LayerNorm's
   for (int64_t j = J - 1; j >= 0; --j) {  // y = x + dropout(gelu(x W + b)); d_residual holds dy
     const auto index = static_cast<size_t>(j);
@@ -381,8 +405,8 @@ void EncoderClassifier::backward() {
     backend_.dropout({acts_.d_residual, acts_.d_hidden, 0.0f, 0, 0, acts_.d_residual});  // dx = dy + the branch's
     announce_final(g.intermediate_weight[index]);
   }
-  block_stack_backward(backend_, blocks(), g.blocks, acts_.embedded,
-                       BlockScratch{acts_.d_hidden, acts_.d_qkv, acts_.d_fc, Tensor{}}, acts_.d_residual, store,
+  block_stack_backward(backend_, stack, g.blocks, acts_.embedded,
+                       BlockScratch{acts_.d_hidden, acts_.d_qkv, acts_.d_fc, acts_.d_residual_fp8}, acts_.d_residual, store,
                        [this](const Tensor& first) { announce_final(first); });
   if (drops_hidden()) backend_.dropout(branch_dropout(acts_.d_residual, acts_.d_residual, 0, DropoutSite::Embedding));
   // The forward's two lookups backwards: the words' and then what the positions added (fp32 sums
@@ -437,13 +461,13 @@ std::string EncoderArchitecture::describe() const {
 }
 
 size_t EncoderArchitecture::activation_bytes(int64_t batch, int64_t seq, const RecomputePolicy& policy, DType dtype,
-                                             int64_t /*logit_rows*/, const Fp8Recipe* /*fp8*/) const {
-  return EncoderActivations::bytes_needed(config_, batch, seq, dtype, policy);
+                                             int64_t /*logit_rows*/, const Fp8Recipe* fp8) const {
+  return EncoderActivations::bytes_needed(config_, batch, seq, dtype, policy, fp8 != nullptr);
 }
 
 Backend::WorkspaceNeeds EncoderArchitecture::workspace_needs(int64_t batch, int64_t seq, DType dtype,
-                                                             const Fp8Recipe* /*fp8*/, int64_t /*logit_rows*/) const {
-  return EncoderClassifier::workspace_needs(config_, batch, seq, dtype);
+                                                             const Fp8Recipe* fp8, int64_t /*logit_rows*/) const {
+  return EncoderClassifier::workspace_needs(config_, batch, seq, dtype, fp8);
 }
 
 double EncoderArchitecture::flops_per_iteration(int64_t global_batch, int64_t seq, bool full_recompute) const {

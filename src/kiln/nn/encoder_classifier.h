@@ -32,8 +32,8 @@
 // t), and training it only doubles Adam's steps on the embeddings' shared shift: on the
 // SpamAssassin demo it cost 1.3 to 2.6 points of validation accuracy on each of three seeds
 // (docs/classifier.md). So the token types' table is held: its gradient is zero and it has no
-// weight decay, so it keeps its initial (or loaded) values. Not yet: fp8 products, sentence pairs
-// (type 1, which would train the table). Not thread-safe.
+// weight decay, so it keeps its initial (or loaded) values. Not yet: sentence pairs (type 1,
+// which would train the table). Not thread-safe.
 #pragma once
 
 #include <memory>
@@ -89,11 +89,13 @@ struct EncoderActivations {
   Tensor d_qkv, d_fc;           // [B, T, 3C], [B, T, 4C], one stretch (never in use at once)
   Tensor d_first, d_pooled, d_head;  // [B, C]
   Tensor d_placed;                   // [T, C] fp32
+  Tensor d_residual_fp8;             // fp8 only: [2 x B*T x C] codes of d_residual (block.h), else empty
 
+  // `fp8`: the blocks' products are fp8 (their inputs' codes kept, activations.h; d_residual_fp8).
   static EncoderActivations lay_out(Arena& arena, const EncoderConfig& config, int64_t batch, int64_t seq,
-                                    Device device, DType dtype, const RecomputePolicy& policy = {});
+                                    Device device, DType dtype, const RecomputePolicy& policy = {}, bool fp8 = false);
   static size_t bytes_needed(const EncoderConfig& config, int64_t batch, int64_t seq, DType dtype,
-                             const RecomputePolicy& policy = {});
+                             const RecomputePolicy& policy = {}, bool fp8 = false);
 };
 
 // The layout of the encoder's parameters (above), in order.
@@ -116,8 +118,11 @@ class EncoderClassifier final : public Model {
   // The word embeddings without their padding rows.
   Shape stored_shape(const ParameterInfo& info) const override;
 
-  // Refused by name: the encoder has no fp8 products yet.
+  // The blocks' four products in fp8 (fp8_scaling.h), as GPT's; the intermediate layers, pooler and
+  // head stay in the compute dtype. Needs a bf16 or fp16 model and both dropout rates 0; refuses
+  // recipe.classifier (GPT's tied classifier), naming it. Before allocate_activations.
   void enable_fp8(const Fp8Recipe& recipe) override;
+  Fp8Scaling* fp8() const override { return fp8_.get(); }
   // Plans and allocates activation memory once, for batches up to max_batch x max_seq, keeping or
   // recomputing the blocks' activations as `policy` says (recompute.h; the intermediate layers and
   // the head keep theirs); `logit_rows` does not apply (one row of logits a sample).
@@ -125,7 +130,9 @@ class EncoderClassifier final : public Model {
                             int64_t logit_rows = kDefaultLogitRows) override;
   size_t activation_bytes() const override { return arena_ ? arena_->capacity() : 0; }
   size_t workspace_bytes() const override { return workspace_bytes_; }
-  static Backend::WorkspaceNeeds workspace_needs(const EncoderConfig& config, int64_t batch, int64_t seq, DType dtype);
+  // The op scratch at that shape, with the blocks' fp8 casts under `fp8` (null: none).
+  static Backend::WorkspaceNeeds workspace_needs(const EncoderConfig& config, int64_t batch, int64_t seq, DType dtype,
+                                                 const Fp8Recipe* fp8 = nullptr);
 
   // Runs the model on `batch` of `batch_size` samples of `seq` tokens. With labels, returns the
   // mean loss over the samples whose label counts (not kUncountedTarget; 0 if none does); with a
@@ -189,6 +196,7 @@ class EncoderClassifier final : public Model {
   ParameterLayout layout_;
   FlatParameters flat_;
   Weights weights_, weight_grads_;
+  std::unique_ptr<Fp8Scaling> fp8_;  // with enable_fp8
   std::unique_ptr<DeviceBuffer> activation_buffer_;
   std::unique_ptr<Arena> arena_;  // borrows activation_buffer_
   int64_t max_batch_ = 0, max_seq_ = 0;

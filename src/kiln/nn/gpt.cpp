@@ -88,14 +88,8 @@ Backend::WorkspaceNeeds Gpt::workspace_needs(const GptConfig& config, int64_t ba
   Backend::WorkspaceNeeds needs{batch, seq, config.num_heads, C / config.num_heads, dtype, 4 * C};
   needs.widest_layernorm = C;
   if (!fp8) return needs;
-  // The blocks' products: c_attn C -> 3C, attn.c_proj C -> C, c_fc C -> 4C, mlp.c_proj 4C -> C, each
-  // with its input's codes kept (mlp.c_proj's recomputed under selective recomputation,
-  // activations.h); mlp.c_proj reading its output gradient as the codes a LayerNorm's backward cast
-  // and casting its 16-bit input gradient from scratch for c_fc, which reads those codes (block.cpp).
-  needs.fp8_cast_bytes =
-      std::max({fp8_cast_bytes(M, C, 3 * C, true), fp8_cast_bytes(M, C, C, true),
-                fp8_cast_bytes(M, C, 4 * C, true, /*dout_codes_given=*/true),
-                fp8_cast_bytes(M, 4 * C, C, true, /*dout_codes_given=*/true, false, /*din_cast=*/true)});
+  // The blocks' products, ln_f's backward casting the last block's output gradient.
+  needs.fp8_cast_bytes = block_stack_fp8_cast_bytes(M, C, true);
   // The classifier, a chunk of positions at a time, C -> Vp, reading its output gradient as the
   // codes the loss cast and wte's as cast once for every chunk (activations.h), and casting ln_f's
   // output itself.

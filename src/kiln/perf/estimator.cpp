@@ -37,8 +37,10 @@ void validate(const EstimateInput& in) {
     KILN_CHECK(in.num_labels >= 2, "--num-labels must be at least 2, got {}", in.num_labels);
     KILN_CHECK(in.num_intermediate_layers >= 0, "--num-intermediate-layers must be >= 0, got {}",
                in.num_intermediate_layers);
-    KILN_CHECK(in.fp8_format.empty(), "--fp8-format {}: the {} has no fp8 products yet; estimate it in bf16 or fp16",
-               in.fp8_format, in.model);
+    KILN_CHECK(!in.fp8_classifier,
+               "--fp8-classifier: the {} has no tied classifier (its pooler and head stay in the compute dtype); "
+               "--fp8-format alone runs its blocks' products in fp8",
+               in.model);
   }
   for (auto [value, flag] : {std::pair{in.num_layers, "--num-layers"}, {in.hidden_size, "--hidden-size"},
                              {in.num_attention_heads, "--num-attention-heads"}, {in.seq_length, "--seq-length"},
@@ -124,6 +126,8 @@ Config training_config(const EstimateInput& in) {
   config.fp8_classifier = in.fp8_classifier;
   config.loss_chunk_rows = in.loss_chunk_rows;
   config.deterministic_attention = in.deterministic_attention;
+  // fp8 products do not drop out (Config::validate): an fp8 run is estimated as kiln train runs it.
+  if (!in.fp8_format.empty()) config.hidden_dropout = config.attention_dropout = 0.0;
   config.resolve(static_cast<int>(in.gpus));
   return config;
 }

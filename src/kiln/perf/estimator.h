@@ -45,7 +45,7 @@
 //                 tokens/s per GPU that bounds
 // Parallelism is pure data parallelism over --gpus (tensor and pipeline parallelism are not modelled).
 // Inputs are validated; errors name the flag. What kiln train refuses for the model (the encoder
-// classifier has no fp8 products and no recomputation yet, Config::validate) is refused here too.
+// classifier has no tied classifier for --fp8-classifier, Config::validate) is refused here too.
 #pragma once
 
 #include <cstdint>
@@ -111,8 +111,9 @@ MemoryEstimate model_state_bytes(double parameters, const std::string& precision
                                  int64_t data_parallel);
 
 // The kiln train Config `in` describes, resolved on `in.gpus` ranks: the model and its shape, the
-// batch, precision and fp8 (the recompute policy stays `in`'s). Its architecture() is the model
-// the estimate counts. Not validated (estimate() validates its input).
+// batch, precision and fp8 (the recompute policy stays `in`'s), the model's default dropout except
+// under fp8, which runs without. Its architecture() is the model the estimate counts. Not
+// validated (estimate() validates its input).
 Config training_config(const EstimateInput& in);
 
 Estimate estimate(const EstimateInput& input);

@@ -55,7 +55,8 @@ std::vector<LeverEstimate> estimate_levers(const EstimateInput& in) {
       e.fp8_format.clear();
       e.fp8_classifier = false;
     });
-  if (!in.fp8_format.empty())  // the classifier's products in fp8 too, or not
+  const bool tied_classifier = model_kind(in.model).input == ModelInput::NextTokens;  // GPT's, which fp8 may run
+  if (!in.fp8_format.empty() && tied_classifier)  // the classifier's products in fp8 too, or not
     add(in.fp8_classifier ? "no --fp8-classifier" : "--fp8-classifier",
         [](EstimateInput& e) { e.fp8_classifier = !e.fp8_classifier; });
 
@@ -63,7 +64,7 @@ std::vector<LeverEstimate> estimate_levers(const EstimateInput& in) {
   // larger products and fewer passes over wte's gradient, for more logits in memory. Only a model
   // whose loss runs over every position (next tokens) chunks it.
   const int64_t positions = in.micro_batch_size * in.seq_length;
-  if (model_kind(in.model).input == ModelInput::NextTokens && positions > in.loss_chunk_rows) {
+  if (tied_classifier && positions > in.loss_chunk_rows) {
     const int64_t rows = std::min(positions, 4 * in.loss_chunk_rows);
     add(fmt::format("--loss-chunk-rows {}", rows), [rows](EstimateInput& e) { e.loss_chunk_rows = rows; });
   }

@@ -592,24 +592,28 @@ void Config::validate() const {
   KILN_CHECK(attention_dropout == 0 || !cuda_graph,
              "config keys 'attention_dropout' and 'cuda_graph' are both set: every micro-batch draws new dropout "
              "masks, which a graph's replay would repeat");
-  KILN_CHECK(attention_dropout == 0 || fp8_format.empty(),
-             "config keys 'attention_dropout' and 'fp8_format' are both set: attention dropout with fp8 products is "
-             "not supported yet");
+  KILN_CHECK(resolved_attention_dropout() == 0 || fp8_format.empty(),
+             "config key 'fp8_format' is set and attention_dropout is {} (the {}'s default is {}): attention dropout "
+             "with fp8 products is not supported yet; set --attention-dropout 0",
+             resolved_attention_dropout(), model, model_kind(model).default_attention_dropout);
   KILN_CHECK(hidden_dropout == 0 || !cuda_graph,
              "config keys 'hidden_dropout' and 'cuda_graph' are both set: every micro-batch draws new dropout masks, "
              "which a graph's replay would repeat");
-  KILN_CHECK(hidden_dropout == 0 || fp8_format.empty(),
-             "config keys 'hidden_dropout' and 'fp8_format' are both set: dropout with fp8 products is not "
-             "supported yet");
+  KILN_CHECK(resolved_hidden_dropout() == 0 || fp8_format.empty(),
+             "config key 'fp8_format' is set and hidden_dropout is {} (the {}'s default is {}): dropout with fp8 "
+             "products is not supported yet; set --hidden-dropout 0",
+             resolved_hidden_dropout(), model, model_kind(model).default_hidden_dropout);
   plan_recompute(recompute_policy(), num_layers);
   const ModelKind& kind = model_kind(model);
-  KILN_CHECK(fp8_format.empty() || kind.fp8_products,
-             "config key 'fp8_format' is set, but the {} has no fp8 products yet; train it in bf16 or fp16", model);
   if (kind.input == ModelInput::LabelledSequences) {
     KILN_CHECK(num_labels >= 2, "config key 'num_labels' must be at least 2, got {}", num_labels);
     KILN_CHECK(num_intermediate_layers >= 0, "config key 'num_intermediate_layers' must be >= 0, got {}",
                num_intermediate_layers);
     KILN_CHECK(!text_key.empty() && !label_key.empty(), "config keys 'text_key' and 'label_key' must not be empty");
+    KILN_CHECK(!fp8_classifier,
+               "config key 'fp8_classifier' is set, but the {} has no tied classifier (its pooler and head stay in the "
+               "compute dtype); fp8_format alone runs its blocks' products in fp8",
+               model);
   }
 }
 

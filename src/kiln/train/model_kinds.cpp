@@ -24,12 +24,12 @@ EncoderConfig encoder_config(const Config& config) {
 
 const std::vector<ModelKind>& model_kinds() {
   static const std::vector<ModelKind> kinds = {
-      {"gpt", "GPT-2 causal language model", ModelInput::NextTokens, 0.0, 0.0, true,
+      {"gpt", "GPT-2 causal language model", ModelInput::NextTokens, 0.0, 0.0,
        [](const Config& config) -> std::unique_ptr<ModelArchitecture> {
          return std::make_unique<GptArchitecture>(config.gpt());
        }},
       {"encoder-classifier", "BERT-like sequence classifier (the seed lab's model)", ModelInput::LabelledSequences,
-       0.1, 0.1, false,  // the lab's model's rates
+       0.1, 0.1,  // the lab's model's rates
        [](const Config& config) -> std::unique_ptr<ModelArchitecture> {
          return std::make_unique<EncoderArchitecture>(encoder_config(config));
        }},

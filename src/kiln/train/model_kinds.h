@@ -21,7 +21,6 @@ struct ModelKind {
   ModelInput input;
   double default_hidden_dropout;     // hidden_dropout when the config leaves it to the model (-1)
   double default_attention_dropout;  // attention_dropout likewise
-  bool fp8_products;                 // whether fp8_format applies (the encoder classifier has none yet)
   std::unique_ptr<ModelArchitecture> (*architecture)(const Config& config);
 };
 

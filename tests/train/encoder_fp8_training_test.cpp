@@ -1,0 +1,145 @@
+// The encoder classifier's blocks in fp8 (nn/encoder_classifier.h, enable_fp8) end to end, on
+// every back-end: a bf16 + fp8 run follows the bf16 loss curve with and without intermediate
+// layers (whose backward hands the last block its output gradient uncast, block.h), the CUDA run
+// follows the CPU's, a run resumes bit for bit with its scales, steps allocate nothing beyond the
+// plan, and what cannot run (dropout, --fp8-classifier) is refused by name.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "support/error_of.h"
+#include "support/pool_texts.h"
+#include "support/recorded_runs.h"
+
+namespace kiln {
+namespace {
+
+using testing::error_of;
+using testing::largest_loss_difference;
+using testing::train_and_record;
+
+// 2 blocks 32 wide over labelled text (support/pool_texts.h) in `dir`, dropout off.
+Config small_bf16_encoder(const std::string& dir, const std::string& device, const std::string& fp8_format,
+                          int64_t intermediate_layers) {
+  Config config;
+  config.model = "encoder-classifier";
+  config.device = device;
+  config.data_path = dir + "/train.jsonl";
+  config.num_layers = 2;
+  config.hidden_size = 32;
+  config.num_attention_heads = 2;
+  config.num_intermediate_layers = intermediate_layers;
+  config.seq_length = 16;
+  config.micro_batch_size = 8;
+  config.global_batch_size = 16;
+  config.train_iters = 30;
+  config.lr = 3e-3;
+  config.lr_warmup_iters = 3;
+  config.eval_iters = 0;
+  config.num_workers = 0;
+  config.hidden_dropout = 0.0;
+  config.attention_dropout = 0.0;
+  config.bf16 = true;
+  config.fp8_format = fp8_format;
+  return config;
+}
+
+class EncoderFp8Training : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    const std::string reason = testing::backend_skip_reason(GetParam());
+    if (!reason.empty()) GTEST_SKIP() << reason;
+    testing::write_pool_texts(dir_ / "train.jsonl", 256, 1);
+  }
+  Config config(const std::string& fp8_format, int64_t intermediate_layers) const {
+    return small_bf16_encoder(dir_.path(), GetParam(), fp8_format, intermediate_layers);
+  }
+  testing::TempDir dir_;
+};
+
+TEST_P(EncoderFp8Training, FollowsTheBf16LossCurveWithAndWithoutIntermediateLayers) {
+  for (const int64_t intermediate : {0, 1}) {
+    const std::vector<IterationStats> bf16 = train_and_record(config("", intermediate));
+    const std::vector<IterationStats> fp8 = train_and_record(config("hybrid", intermediate));
+    const double worst = largest_loss_difference(fp8, bf16);
+    std::printf("encoder fp8 hybrid, %ld intermediate layers, on %s: largest loss difference to bf16 %.4f (bf16 "
+                "from %.3f to %.3f)\n",
+                static_cast<long>(intermediate), GetParam().c_str(), worst, bf16.front().lm_loss, bf16.back().lm_loss);
+    // Measured: 0.0026 without and 0.0029 with an intermediate layer on the CPU, 0.0087 and 0.0009
+    // on the emulated GPU, against the run's progress of 0.45.
+    EXPECT_LT(worst, 0.02) << intermediate;
+    EXPECT_NE(fp8.back().lm_loss, bf16.back().lm_loss) << intermediate << ": really cast to fp8";
+    EXPECT_LT(fp8.back().lm_loss, fp8.front().lm_loss - 0.2) << intermediate << ": it learns";
+  }
+}
+
+TEST_P(EncoderFp8Training, CudaFollowsTheCpu) {
+  if (GetParam() == "cpu") GTEST_SKIP() << "compares a GPU run with the CPU's";
+  for (const int64_t intermediate : {0, 1}) {
+    Config gpu = config("hybrid", intermediate);
+    gpu.train_iters = 12;
+    Config cpu = gpu;
+    cpu.device = "cpu";
+    const double worst = largest_loss_difference(train_and_record(gpu), train_and_record(cpu));
+    std::printf("encoder fp8 hybrid, %ld intermediate layers: largest loss difference between %s and cpu %.4f\n",
+                static_cast<long>(intermediate), GetParam().c_str(), worst);
+    EXPECT_LT(worst, 0.05) << intermediate;
+  }
+}
+
+// Scales and amax histories travel with the optimizer's state: the resumed run is the same bits.
+TEST_P(EncoderFp8Training, ResumeIsBitForBit) {
+  Config config = this->config("hybrid", 1);
+  config.train_iters = 8;
+  config.lr_decay_iters = 8;
+  config.fp8_amax_history_len = 2;
+  config.save = dir_ / "ckpt";
+  const std::vector<IterationStats> full = train_and_record(config);
+  Config first_part = config;
+  first_part.train_iters = 4;
+  first_part.save = dir_ / "part";
+  train_and_record(first_part);
+  Config resumed = config;
+  resumed.load = dir_ / "part/iter_0000004";
+  resumed.save = dir_ / "resumed";
+  testing::expect_resumed_bit_for_bit(train_and_record(resumed), full, 4);
+}
+
+// The op scratch planned for the blocks' casts holds the last block's own casts of its gradients
+// (intermediate layers) too: training steps allocate nothing more. 128 wide, so that the casts
+// (not attention) decide the scratch.
+TEST_P(EncoderFp8Training, StepsAllocateNothingBeyondWhatWasPlanned) {
+  for (const int64_t intermediate : {0, 2}) {
+    Config config = this->config("hybrid", intermediate);
+    config.hidden_size = 128;
+    config.train_iters = 3;
+    Trainer trainer(config);
+    trainer.run();  // the calibration before the first step included
+    EXPECT_LE(trainer.backend().peak_allocated_bytes(), trainer.planned_device_bytes()) << intermediate;
+    EXPECT_EQ(trainer.model().fp8()->saved_state().size(), 2u * 4 * 3 * (4 + 1)) << "2 blocks x 4 products x 3 operands";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBackends, EncoderFp8Training, ::testing::ValuesIn(testing::all_backend_names()));
+
+TEST(EncoderFp8Config, DropoutAndTheFp8ClassifierAreRefusedByName) {
+  const testing::TempDir dir;
+  testing::write_pool_texts(dir / "train.jsonl", 16, 1);
+  Config config = small_bf16_encoder(dir.path(), "cpu", "hybrid", 1);
+  config.hidden_dropout = -1.0;  // the model's default, 0.1
+  EXPECT_NE(error_of([&] { Trainer trainer(config); })
+                .find("config key 'fp8_format' is set and hidden_dropout is 0.1 (the encoder-classifier's default is "
+                      "0.1): dropout with fp8 products is not supported yet; set --hidden-dropout 0"),
+            std::string::npos);
+  config = small_bf16_encoder(dir.path(), "cpu", "hybrid", 1);
+  config.attention_dropout = 0.1;
+  EXPECT_NE(error_of([&] { Trainer trainer(config); }).find("set --attention-dropout 0"), std::string::npos);
+  config = small_bf16_encoder(dir.path(), "cpu", "hybrid", 1);
+  config.fp8_classifier = true;
+  EXPECT_NE(error_of([&] { Trainer trainer(config); })
+                .find("config key 'fp8_classifier' is set, but the encoder-classifier has no tied classifier"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace kiln
