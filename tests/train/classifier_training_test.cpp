@@ -15,6 +15,7 @@
 #include "support/gloo_ranks.h"
 #include "support/pool_texts.h"
 #include "support/recorded_runs.h"
+#include "support/small_gpt.h"
 #include "support/temp_dir.h"
 
 namespace kiln {
@@ -166,6 +167,25 @@ TEST(ClassifierTraining, MemoryPlanAndRateComeFromTheArchitecture) {
   EXPECT_NE(trainer.memory_summary().find("activations"), std::string::npos);
 }
 
+// Two Gloo ranks each validate `config`'s data once (each rank's ValidationStats, in rank order),
+// and each gives the same numbers, to the bit, as `alone`, with `samples` counted.
+void expect_two_ranks_validate_as_one(const Config& config, const ValidationStats& alone, int64_t samples) {
+  ASSERT_TRUE(alone.classification.has_value());
+  EXPECT_EQ(alone.classification->samples, samples);
+  std::vector<ValidationStats> got(2);
+  testing::on_gloo_ranks(2, [&](GlooCommunicator& communicator) {
+    Trainer trainer(config, &communicator);
+    got[static_cast<size_t>(communicator.rank())] = trainer.evaluate();
+  });
+  for (const ValidationStats& stats : got) {
+    ASSERT_TRUE(stats.classification.has_value());
+    EXPECT_EQ(stats.lm_loss, alone.lm_loss);
+    EXPECT_EQ(stats.classification->accuracy, alone.classification->accuracy);
+    EXPECT_EQ(stats.classification->f1, alone.classification->f1);
+    EXPECT_EQ(stats.classification->samples, samples);
+  }
+}
+
 // Rank r validates micro-batches r, r + ranks, ...: the counts summed over the ranks are one
 // rank's, sample for sample.
 TEST(ClassifierTraining, ValidationOverTwoRanksCountsWhatOneRankCounts) {
@@ -174,22 +194,7 @@ TEST(ClassifierTraining, ValidationOverTwoRanksCountsWhatOneRankCounts) {
   write_pool_texts(dir / "validation.jsonl", 48, 2);
   Config config = classifier_config(dir.path());
   config.eval_iters = 3;
-  Trainer alone(config);
-  const ValidationStats expected = alone.evaluate();
-  ASSERT_TRUE(expected.classification.has_value());
-  EXPECT_EQ(expected.classification->samples, 48);
-  std::vector<ValidationStats> got(2);
-  testing::on_gloo_ranks(2, [&](GlooCommunicator& communicator) {
-    Trainer trainer(config, &communicator);
-    got[static_cast<size_t>(communicator.rank())] = trainer.evaluate();
-  });
-  for (const ValidationStats& stats : got) {
-    ASSERT_TRUE(stats.classification.has_value());
-    EXPECT_EQ(stats.lm_loss, expected.lm_loss);
-    EXPECT_EQ(stats.classification->accuracy, expected.classification->accuracy);
-    EXPECT_EQ(stats.classification->f1, expected.classification->f1);
-    EXPECT_EQ(stats.classification->samples, 48);
-  }
+  expect_two_ranks_validate_as_one(config, Trainer(config).evaluate(), 48);
 }
 
 // --eval-whole-split: 21 validation rows in micro-batches of 8 are read once each, the last batch
@@ -202,8 +207,7 @@ TEST(ClassifierTraining, WholeSplitValidationReadsEverySampleOnce) {
   Config config = classifier_config(dir.path());
   config.eval_iters = 1;
   config.eval_whole_split = true;
-  Trainer alone(config);
-  const ValidationStats expected = alone.evaluate();
+  const ValidationStats expected = Trainer(config).evaluate();
   ASSERT_TRUE(expected.classification.has_value());
   EXPECT_EQ(expected.classification->samples, 21);
   Config unpadded = config;
@@ -214,32 +218,10 @@ TEST(ClassifierTraining, WholeSplitValidationReadsEverySampleOnce) {
   EXPECT_EQ(one_by_one.classification->accuracy, expected.classification->accuracy);
   EXPECT_EQ(one_by_one.classification->f1, expected.classification->f1);
   EXPECT_NEAR(one_by_one.lm_loss, expected.lm_loss, 1e-6 * expected.lm_loss);
-  std::vector<ValidationStats> got(2);
-  testing::on_gloo_ranks(2, [&](GlooCommunicator& communicator) {
-    Trainer trainer(config, &communicator);
-    got[static_cast<size_t>(communicator.rank())] = trainer.evaluate();
-  });
-  for (const ValidationStats& stats : got) {
-    ASSERT_TRUE(stats.classification.has_value());
-    EXPECT_EQ(stats.lm_loss, expected.lm_loss);
-    EXPECT_EQ(stats.classification->accuracy, expected.classification->accuracy);
-    EXPECT_EQ(stats.classification->samples, 21);
-  }
+  expect_two_ranks_validate_as_one(config, expected, 21);
   // 5 rows: one padded micro-batch, which rank 0 validates while rank 1 validates nothing.
   write_pool_texts(dir / "validation.jsonl", 5, 3);
-  const ValidationStats five = Trainer(config).evaluate();
-  ASSERT_TRUE(five.classification.has_value());
-  EXPECT_EQ(five.classification->samples, 5);
-  testing::on_gloo_ranks(2, [&](GlooCommunicator& communicator) {
-    Trainer trainer(config, &communicator);
-    got[static_cast<size_t>(communicator.rank())] = trainer.evaluate();
-  });
-  for (const ValidationStats& stats : got) {
-    ASSERT_TRUE(stats.classification.has_value());
-    EXPECT_EQ(stats.lm_loss, five.lm_loss);
-    EXPECT_EQ(stats.classification->accuracy, five.classification->accuracy);
-    EXPECT_EQ(stats.classification->samples, 5);
-  }
+  expect_two_ranks_validate_as_one(config, Trainer(config).evaluate(), 5);
 }
 
 TEST(ClassifierTraining, BadSetupsAreNamed) {
@@ -258,14 +240,8 @@ TEST(ClassifierTraining, BadSetupsAreNamed) {
   config.eval_whole_split = true;
   EXPECT_NE(error_of([&] { Trainer trainer(config); }).find("'eval_whole_split' is set but eval_iters is 0"),
             std::string::npos);
-  Config windows;
-  windows.mock_data = true;
-  windows.vocab_size = 64;
-  windows.num_layers = 1;
-  windows.hidden_size = 32;
-  windows.num_attention_heads = 2;
-  windows.seq_length = 16;
-  windows.micro_batch_size = 4;
+  Config windows = testing::tiny_mock_gpt_config("cpu");
+  windows.eval_iters = 1;
   windows.eval_whole_split = true;
   EXPECT_NE(error_of([&] { Trainer trainer(windows); })
                 .find("'eval_whole_split' is set, but the validation samples of random tokens (mock data) are drawn "
