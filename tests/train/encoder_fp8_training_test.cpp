@@ -1,8 +1,9 @@
 // The encoder classifier's blocks in fp8 (nn/encoder_classifier.h, enable_fp8) end to end, on
 // every back-end: a bf16 + fp8 run follows the bf16 loss curve with and without intermediate
 // layers (whose backward hands the last block its output gradient uncast, block.h), the CUDA run
-// follows the CPU's, a run resumes bit for bit with its scales, steps allocate nothing beyond the
-// plan, and what cannot run (dropout, --fp8-classifier) is refused by name.
+// follows the CPU's, a run resumes bit for bit with its scales, recomputation changes no bit, steps
+// allocate nothing beyond the plan, and what cannot run (dropout, --fp8-classifier) is refused by
+// name.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -118,6 +119,21 @@ TEST_P(EncoderFp8Training, StepsAllocateNothingBeyondWhatWasPlanned) {
     EXPECT_LE(trainer.backend().peak_allocated_bytes(), trainer.planned_device_bytes()) << intermediate;
     EXPECT_EQ(trainer.model().fp8()->saved_state().size(), 2u * 4 * 3 * (4 + 1)) << "2 blocks x 4 products x 3 operands";
   }
+}
+
+// A recomputed block casts with the same scales; the last block, below the intermediate layers,
+// casts its own gradients from the recomputed GELU codes (selective) as from the kept ones.
+TEST_P(EncoderFp8Training, RecomputationLeavesTheLossesBitForBit) {
+  Config config = this->config("hybrid", 1);
+  config.train_iters = 6;
+  const std::vector<IterationStats> direct = train_and_record(config);
+  Config full = config;
+  full.recompute_granularity = "full";
+  full.recompute_method = "uniform";
+  testing::expect_resumed_bit_for_bit(train_and_record(full), direct, 0);
+  Config selective = config;
+  selective.recompute_granularity = "selective";
+  testing::expect_resumed_bit_for_bit(train_and_record(selective), direct, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllBackends, EncoderFp8Training, ::testing::ValuesIn(testing::all_backend_names()));

@@ -19,7 +19,7 @@
 // loss at the end of forward, whose backward runs there too; logits_at() later), d_fc (the MLP's
 // backward) and d_qkv (attention's backward); each block's backward is done with d_fc before it
 // writes d_qkv. d_residual and d_hidden (which carries d ln_f from forward to backward) stay apart.
-// fp8 products (Gpt::enable_fp8): each block product's backward reads the E4M3 codes of its input,
+// fp8 products (Model::enable_fp8): each block product's backward reads the E4M3 codes of its input,
 // transposed, kept from forward for its weight gradient (ops.h, in_fp8_t). The ops before c_attn,
 // c_fc and the MLP's c_proj (ln_1, ln_2 and c_fc's GELU) write only their outputs' codes, in both
 // layouts (ops.h, LayerNormForward with fp8, MatmulForward with gelu_fp8); the attention writes

@@ -195,8 +195,9 @@ void block_backward(Backend& backend, const GptConfig& config, const BlockWeight
   const BranchDropout& dropout = pass.dropout;
   KILN_CHECK(!fp8 || !s.d_residual_fp8.empty(), "block_backward: fp8 products without the residual gradient's codes");
   KILN_CHECK(!fp8 || !dropout.active(), "hidden dropout with fp8 products is not supported");
-  // MLP branch: d_residual is d(y) = d(x1) through the skip connection (with fp8, as the codes the
-  // caller's LayerNorm backward wrote).
+  // MLP branch: d_residual is d(y) = d(x1) through the skip connection (with fp8 and
+  // pass.output_gradient_cast, also as the codes the caller's LayerNorm backward wrote: ln_f's or
+  // the next block's ln_1's).
   // d_fc is the gradient of the pre-activation: GELU's derivative is applied inside.
   const Fp8Matmul* fc_proj = fp8_of(fp8, &BlockFp8::fc_proj);
   // With dropout the MLP's c_proj reads d_residual dropped, in d_hidden (free until c_fc's backward).
@@ -213,7 +214,7 @@ void block_backward(Backend& backend, const GptConfig& config, const BlockWeight
   if (codes_given) read_gradient_codes(contraction, s.d_residual_fp8);
   if (codes_given && fc) cast_mlp_gradient(contraction, expansion_mlp, s.d_fc);
   backend.matmul_backward(contraction);
-  final_from(g.fc_proj_weight);  // its bias: here, or with fp8 by the next block's LayerNorm backward
+  final_from(g.fc_proj_weight);  // its bias: here, or with the codes given by the LayerNorm backward that cast them
   backend.matmul_backward(expansion_mlp);
   final_from(g.fc_weight);
   const Fp8Matmul* attn_proj = fp8_of(fp8, &BlockFp8::attn_proj);

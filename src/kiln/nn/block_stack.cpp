@@ -41,7 +41,9 @@ size_t block_stack_fp8_cast_bytes(int64_t M, int64_t C, bool output_gradient_cas
   size_t bytes = std::max({fp8_cast_bytes(M, C, 3 * C, true), fp8_cast_bytes(M, C, C, true),
                            fp8_cast_bytes(M, C, 4 * C, true, /*dout_codes_given=*/true),
                            fp8_cast_bytes(M, 4 * C, C, true, /*dout_codes_given=*/true, false, /*din_cast=*/true)});
-  if (!output_gradient_cast)  // the last block's MLP casting its output gradients itself
+  // The last block's MLP casting its output gradients itself: the same bytes as the din cast's
+  // today, kept so that another region layout cannot leave it short.
+  if (!output_gradient_cast)
     bytes = std::max({bytes, fp8_cast_bytes(M, C, 4 * C, true), fp8_cast_bytes(M, 4 * C, C, true)});
   return bytes;
 }

@@ -24,6 +24,11 @@ bool is_layernorm_gain(const std::string& name) {
   return name.ends_with("ln_1.weight") || name.ends_with("ln_2.weight") || name == "final_layer_norm.weight";
 }
 
+// With fp8, whether the final LayerNorm's backward casts the last block's output gradient for its
+// MLP c_proj, as GPT's ln_f does (block.h): only where it writes that gradient, with no
+// intermediate layers in between; otherwise the last block's MLP casts it itself.
+bool final_norm_casts_blocks_gradient(const EncoderConfig& config) { return config.num_intermediate_layers == 0; }
+
 }  // namespace
 
 ParameterLayout encoder_parameter_layout(const EncoderConfig& config) {
@@ -201,9 +206,9 @@ Backend::WorkspaceNeeds EncoderClassifier::workspace_needs(const EncoderConfig& 
   const int64_t C = config.hidden_size;
   Backend::WorkspaceNeeds needs{batch, seq, config.num_heads, C / config.num_heads, dtype, 4 * C};
   needs.widest_layernorm = C;
-  // The blocks' products; the final LayerNorm's backward casts the last block's output gradient
-  // only where no intermediate layer comes between (backward()).
-  if (fp8) needs.fp8_cast_bytes = block_stack_fp8_cast_bytes(batch * seq, C, config.num_intermediate_layers == 0);
+  // The blocks' products, the last block's output gradient cast for it or not (above).
+  if (fp8)
+    needs.fp8_cast_bytes = block_stack_fp8_cast_bytes(batch * seq, C, final_norm_casts_blocks_gradient(config));
   return needs;
 }
 
@@ -240,9 +245,8 @@ BlockStackPass EncoderClassifier::blocks() const {
 
 BlockPass EncoderClassifier::block_pass(int64_t layer) const {
   BlockPass pass{AttentionMask::KeyPadding, acts_.key_mask, {}};
-  // With fp8 the last block's output gradient comes cast from the final LayerNorm's backward, but
-  // not through the intermediate layers (backward()).
-  pass.output_gradient_cast = layer + 1 < config_.num_layers || config_.num_intermediate_layers == 0;
+  // With fp8, the last block's output gradient comes cast or not (final_norm_casts_blocks_gradient).
+  pass.output_gradient_cast = layer + 1 < config_.num_layers || final_norm_casts_blocks_gradient(config_);
   const DropoutDraw& draw = inputs_.dropout;
   if (drops_hidden())
     pass.dropout = {config_.hidden_dropout, dropout_key(draw), dropout_stream(draw, layer, DropoutSite::AttentionOutput),
@@ -389,7 +393,8 @@ void EncoderClassifier::backward() {
   const BlockStackPass stack = blocks();
   // With fp8 and no intermediate layers, the final LayerNorm's backward also casts the last block's
   // output gradient for its MLP c_proj (block.h); through intermediate layers it arrives uncast.
-  const Fp8GradientReader reader = J ? Fp8GradientReader{} : input_gradient_reader(stack, g.blocks, L);
+  const Fp8GradientReader reader =
+      final_norm_casts_blocks_gradient(config_) ? input_gradient_reader(stack, g.blocks, L) : Fp8GradientReader{};
   backend_.layernorm_backward(layernorm_backward_feeding({acts_.d_residual, g.lnf_weight, g.lnf_bias, acts_.d_hidden,
                                                           last, w.lnf_weight, acts_.lnf_mean, acts_.lnf_rstd, store,
                                                           GradStore::Write},

@@ -25,10 +25,11 @@ bool gelu_epilogue_applies(const GemmTypes& types, int64_t aux_columns) {
   return (types.inputs != DType::F32 || types.tf32) && aux_columns % 8 == 0;
 }
 
-// GELU's derivative in cuBLASLt's DGELU epilogue, except after an fp8 product. The GPT casts that
-// input gradient for the next product (ops.h, din_reader), and the cast applies the derivative for
-// the same bytes (it reads the pre-activation the epilogue would have); without din_reader a GELU
-// backward kernel follows the product. Measured on an H100 (cuBLAS 13.0, 2026-11-26,
+// GELU's derivative in cuBLASLt's DGELU epilogue, except after an fp8 product. A block's MLP casts
+// that input gradient for the next product (ops.h, din_reader), and the cast applies the
+// derivative for the same bytes (it reads the pre-activation the epilogue would have); without
+// din_reader (the encoder's last block below intermediate layers, block.h) a GELU backward kernel
+// follows the product. Measured on an H100 (cuBLAS 13.0, 2026-11-26,
 // bench/NOTES.md): with the epilogue, c_proj's fp8 backward at GPT-2 124M/64 took 2.23 ms, against
 // 0.49 ms for c_fc's fp8 backward (the same FLOPs, no epilogue) and 0.70 ms for c_fc's fp8 forward
 // (the same product shape, with its GELU epilogue and the same cast kernel).
