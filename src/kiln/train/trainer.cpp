@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <optional>
@@ -410,13 +411,6 @@ Trainer::StagedBatch Trainer::stage(int64_t first_sample) {
   return batch;
 }
 
-double Trainer::global_sum(std::vector<double>& per_micro_batch) const {
-  communicator_.all_reduce_host(per_micro_batch, ReduceOp::Sum);  // x + 0 is x: each slot exact
-  double sum = 0.0;
-  for (double value : per_micro_batch) sum += value;
-  return sum;
-}
-
 ValidationStats Trainer::evaluate() {
   KILN_CHECK(val_loader_ != nullptr, "validation needs eval_iters > 0 and validation data");
   wait_for_parameters();
@@ -437,9 +431,10 @@ ValidationStats Trainer::evaluate() {
   const int64_t samples = config_.eval_whole_split ? *data_.validation->distinct_samples()
                                                    : config_.eval_iters * config_.global_batch_size;
   const int64_t micro_batches = (samples + micro - 1) / micro, seq = config_.seq_length;
-  // Each micro-batch's loss sum and count, summed over the ranks in global order: the same bits
-  // for any number of ranks.
-  std::vector<double> loss_sums(static_cast<size_t>(micro_batches), 0.0), counts(loss_sums.size(), 0.0);
+  // Micro-batch b's loss sum in slot 2b and its count in 2b + 1, written by the rank that ran it
+  // and 0 on the others, so summing over the ranks is exact (x + 0 is x) and then over the slots in
+  // global order gives the same bits for any number of ranks.
+  std::vector<double> sums(2 * static_cast<size_t>(micro_batches), 0.0);
   ConfusionMatrix predictions(model_->num_labels());
   for (int64_t batch = rank, local = 0; batch < micro_batches; batch += ranks, ++local) {
     val_loader_->next(local * micro, tokens_, targets_);
@@ -447,18 +442,27 @@ ValidationStats Trainer::evaluate() {
     for (int64_t row = samples - batch * micro; row < micro; ++row)
       data_.validation->mark_uncounted(targets.subspan(static_cast<size_t>(row * seq), static_cast<size_t>(seq)));
     const double loss = model_->forward(MicroBatch{tokens_, targets_, micro, seq});
-    counts[static_cast<size_t>(batch)] = static_cast<double>(model_->counted());
-    loss_sums[static_cast<size_t>(batch)] = loss * counts[static_cast<size_t>(batch)];
+    const auto count = static_cast<double>(model_->counted());
+    sums[2 * static_cast<size_t>(batch)] = loss * count;
+    sums[2 * static_cast<size_t>(batch) + 1] = count;
     model_->count_predictions(predictions);
   }
   if (model_->fp8()) backend_->copy_to_device(model_->fp8()->state().data, fp8_state.data(), fp8_state.size());
   ValidationStats stats;
   stats.iteration = state_.iteration;
-  const double counted = global_sum(counts);
-  stats.lm_loss = counted > 0 ? global_sum(loss_sums) / counted : 0.0;
+  // One all-reduce for the ranks' sums and their confusion counts (integers: exact in doubles).
+  std::vector<double>& confusion = predictions.counts();
+  sums.insert(sums.end(), confusion.begin(), confusion.end());
+  communicator_.all_reduce_host(sums, ReduceOp::Sum);
+  std::copy(sums.end() - static_cast<std::ptrdiff_t>(confusion.size()), sums.end(), confusion.begin());
+  double loss_sum = 0.0, counted = 0.0;
+  for (int64_t batch = 0; batch < micro_batches; ++batch) {
+    loss_sum += sums[2 * static_cast<size_t>(batch)];
+    counted += sums[2 * static_cast<size_t>(batch) + 1];
+  }
+  stats.lm_loss = counted > 0 ? loss_sum / counted : 0.0;
   stats.perplexity = std::exp(stats.lm_loss);
   if (model_->num_labels() > 0) {
-    communicator_.all_reduce_host(predictions.counts(), ReduceOp::Sum);  // counts: exact in doubles
     stats.classification = ClassificationScores{predictions.accuracy(), predictions.f1(),
                                                 static_cast<int64_t>(predictions.total())};
   }

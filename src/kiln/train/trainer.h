@@ -121,9 +121,6 @@ class Trainer {
   // Why the run must stop cleanly after this iteration (preemption.h), the same on every rank;
   // empty: go on.
   std::string stop_reason(std::chrono::steady_clock::time_point started) const;
-  // Sums `per_micro_batch` (one slot per micro-batch of the global batch, this rank's filled,
-  // the others 0) over the ranks, then over the slots in order.
-  double global_sum(std::vector<double>& per_micro_batch) const;
   void calibrate_fp8();
   void update_fp8_scales(int64_t step);
 
