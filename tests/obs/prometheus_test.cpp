@@ -230,7 +230,7 @@ TEST(PrometheusObserver, IterationsAndValidationsBecomeMetricsInBaseUnits) {
   observer.on_iteration(iteration(3, 300));
   observer.on_iteration(iteration(4, 40));
   observer.on_validation(
-      {.iteration = 4, .lm_loss = 3.25, .perplexity = std::exp(3.25), .at_end = false});
+      {.iteration = 4, .lm_loss = 3.25, .perplexity = std::exp(3.25), .at_end = false, .classification = {}});
   const std::string text = registry.render();
   auto value = [&](const std::string& series) {
     const std::optional<double> found = sample_value(
