@@ -9,7 +9,8 @@
 // edges: sequences of 80 and 72 positions (a 64-position tile and part of another; 72 starts the
 // second sequence off a 16-byte boundary, so a transpose is written byte by byte), heads of 64
 // (the tiled kernels' width), 24 (zero-padded inside a tile) and 136 (the general kernels, then a
-// cast). Arguments that do not fit are refused by name.
+// cast). All of it with attention dropout too (the mask drawn inside the kernels that cast), whose
+// codes CUDA writes as the CPU does. Arguments that do not fit are refused by name.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -35,14 +36,16 @@ struct Inputs {
   int64_t M, N;  // B*T positions, 3C
   Tensor qkv, out, lse, dout, ln, weight, bias;
 };
-Inputs random_inputs(DeviceTensors& t, Backend& backend, Shape3 s) {
+Inputs random_inputs(DeviceTensors& t, Backend& backend, Shape3 s, AttentionDropout dropout) {
   const int64_t C = kHeads * s.hs, M = kB * s.T, N = 3 * C;
   Rng rng(5);
   Inputs in{M, N, t.acts(random_floats(M * N, rng), {kB, s.T, N}), t.poisoned_acts({kB, s.T, C}),
             t.poisoned({kB, kHeads, s.T}), t.acts(random_floats(M * C, rng), {kB, s.T, C}),
             t.acts(random_floats(M * kIn, rng), {M, kIn}), t.acts(random_floats(kIn * N, rng, 0.2f), {kIn, N}),
             t.acts(random_floats(N, rng), {N})};
-  backend.attention_forward({in.out, in.lse, in.qkv, Tensor{}, static_cast<int>(kHeads), AttentionMask::Causal});
+  AttentionForward forward{in.out, in.lse, in.qkv, Tensor{}, static_cast<int>(kHeads), AttentionMask::Causal};
+  forward.dropout = dropout;
+  backend.attention_forward(forward);
   return in;
 }
 
@@ -55,19 +58,26 @@ struct Outcome {
 };
 
 constexpr float kDoutScale = 8.0f, kAmaxBefore = 1e-3f, kBiasBefore = 0.5f;
+constexpr AttentionDropout kNoDropout{}, kDropout{0.2f, 13, 5};
+
+std::string dropout_name(const AttentionDropout& dropout) {
+  return dropout.active() ? ", dropout " + std::to_string(dropout.probability) : "";
+}
 
 // `cast`: the attention casts its gradient and takes the bias gradient, and c_attn's backward reads
 // the codes; else the attention stores dqkv and c_attn's backward casts it. `store`: the bias
-// gradient's GradStore, over kBiasBefore.
-Outcome run(Backend& backend, Shape3 s, DType format, bool cast, GradStore store = GradStore::Add) {
+// gradient's GradStore, over kBiasBefore. `dropout`: the forward's and the backward's.
+Outcome run(Backend& backend, Shape3 s, DType format, bool cast, GradStore store = GradStore::Add,
+            AttentionDropout dropout = kNoDropout) {
   DeviceTensors t(backend, DType::BF16);
-  const Inputs in = random_inputs(t, backend, s);
+  const Inputs in = random_inputs(t, backend, s, dropout);
   Fp8Matmul qkv{fp8_operand(t, 16.0f, 0.0f), fp8_operand(t, 32.0f, 0.0f), fp8_operand(t, kDoutScale, kAmaxBefore),
                 format};
   const Tensor din = t.poisoned_acts({in.M, kIn}), dweight = t.floats(std::vector<float>(kIn * in.N, 0.0f), {kIn, in.N});
   const Tensor dbias = t.floats(std::vector<float>(static_cast<size_t>(in.N), kBiasBefore), {in.N});
   AttentionBackward attention{t.poisoned_acts({kB, s.T, in.N}), in.dout, in.qkv, in.out, in.lse, Tensor{},
                               static_cast<int>(kHeads), AttentionMask::Causal};
+  attention.dropout = dropout;
   MatmulBackward expansion{din, dweight, dbias, attention.dqkv, in.ln, in.weight, WeightLayout::InOut, Tensor{}, &qkv};
   expansion.param_store = store;
   Outcome outcome;
@@ -103,9 +113,12 @@ class Fp8AttentionGradient : public OnEachBackend {};
 
 TEST_P(Fp8AttentionGradient, CodesAreTheProductsOwnCastOfTheGradient) {
   for (const Shape3 s : kShapes) {
-    for (const DType format : {DType::F8E5M2, DType::F8E4M3}) {
-      SCOPED_TRACE("T " + std::to_string(s.T) + ", heads of " + std::to_string(s.hs) + ", " + std::string(dtype_name(format)));
-      const Outcome plain = run(*backend_, s, format, false), cast = run(*backend_, s, format, true);
+    for (const auto& [format, dropout] : {std::pair{DType::F8E5M2, kNoDropout}, {DType::F8E4M3, kNoDropout},
+                                         {DType::F8E5M2, kDropout}}) {
+      SCOPED_TRACE("T " + std::to_string(s.T) + ", heads of " + std::to_string(s.hs) + ", " +
+                   std::string(dtype_name(format)) + dropout_name(dropout));
+      const Outcome plain = run(*backend_, s, format, false, GradStore::Add, dropout);
+      const Outcome cast = run(*backend_, s, format, true, GradStore::Add, dropout);
       const int64_t M = kB * s.T, N = 3 * kHeads * s.hs;
       EXPECT_EQ(cast.codes, decoded_cast(plain.dqkv, kDoutScale, format));
       for (int64_t m = 0; m < M; ++m)
@@ -151,10 +164,13 @@ TEST_P(Fp8AttentionGradient, CudaCastsAsTheCpuDoes) {
   const std::unique_ptr<Backend> on_wgmma = make_backend(GetParam(), wgmma);
   const std::unique_ptr<Backend> adding_atomically = make_backend(GetParam(), wgmma_atomic);
   for (Backend* backend : {backend_.get(), on_wgmma.get(), adding_atomically.get()})
-  for (const Shape3 s : kShapes) {
+  for (const Shape3 s : kShapes)
+  for (const AttentionDropout dropout : {kNoDropout, kDropout}) {
     SCOPED_TRACE("T " + std::to_string(s.T) + ", heads of " + std::to_string(s.hs) +
-                 (backend == backend_.get() ? "" : backend == on_wgmma.get() ? ", wgmma" : ", wgmma, dQ added atomically"));
-    const Outcome expected = run(*cpu, s, DType::F8E5M2, true), actual = run(*backend, s, DType::F8E5M2, true);
+                 (backend == backend_.get() ? "" : backend == on_wgmma.get() ? ", wgmma" : ", wgmma, dQ added atomically") +
+                 dropout_name(dropout));
+    const Outcome expected = run(*cpu, s, DType::F8E5M2, true, GradStore::Add, dropout);
+    const Outcome actual = run(*backend, s, DType::F8E5M2, true, GradStore::Add, dropout);
     // E5M2 keeps 2 mantissa bits: a gradient element that rounds differently moves one code.
     EXPECT_LT(normalized_error(actual.codes, expected.codes), 5e-2);
     EXPECT_LT(normalized_error(actual.dbias, expected.dbias), 1e-2);
@@ -166,7 +182,7 @@ TEST_P(Fp8AttentionGradient, CudaCastsAsTheCpuDoes) {
 TEST_P(Fp8AttentionGradient, ArgumentsThatDoNotFitAreRefused) {
   DeviceTensors t(*backend_, DType::BF16);
   const Shape3 s = kShapes[0];
-  const Inputs in = random_inputs(t, *backend_, s);
+  const Inputs in = random_inputs(t, *backend_, s, kNoDropout);
   Fp8Matmul qkv{fp8_operand(t, 1.0f, 0.0f), fp8_operand(t, 1.0f, 0.0f), fp8_operand(t, 1.0f, 0.0f), DType::F8E5M2};
   const auto cast = [&] {
     AttentionBackward a{Tensor{}, in.dout, in.qkv, in.out, in.lse, Tensor{}, static_cast<int>(kHeads)};
@@ -193,7 +209,7 @@ TEST_P(Fp8AttentionGradient, ArgumentsThatDoNotFitAreRefused) {
   without_fp8.dqkv = t.poisoned_acts({kB, s.T, in.N});
   expect_refusal(without_fp8, "fp8 codes of dqkv or a bias gradient are given without 'fp8'");
   DeviceTensors fp32(*backend_, DType::F32);
-  const Inputs wide = random_inputs(fp32, *backend_, s);
+  const Inputs wide = random_inputs(fp32, *backend_, s, kNoDropout);
   AttentionBackward in_fp32 = cast();
   in_fp32.dout = wide.dout;
   in_fp32.qkv = wide.qkv;
@@ -241,7 +257,8 @@ constexpr float kOutScale = 16.0f;
 
 // `cast`: the attention casts its output (`transposed_too`: in both layouts) and c_proj reads the
 // codes; else c_proj casts the output, keeping the transpose.
-ForwardOutcome run_forward(Backend& backend, Shape3 s, bool cast, bool transposed_too = true) {
+ForwardOutcome run_forward(Backend& backend, Shape3 s, bool cast, bool transposed_too = true,
+                           AttentionDropout dropout = kNoDropout) {
   DeviceTensors t(backend, DType::BF16);
   const int64_t C = kHeads * s.hs, M = kB * s.T;
   Rng rng(9);
@@ -251,6 +268,7 @@ ForwardOutcome run_forward(Backend& backend, Shape3 s, bool cast, bool transpose
   Fp8Matmul proj{fp8_operand(t, kOutScale, kAmaxBefore), fp8_operand(t, 64.0f, 0.0f), Fp8Operand{}};
   const Tensor codes = poisoned_codes(t, {M, C}, DType::F8E4M3), codes_t = poisoned_codes(t, {C, M}, DType::F8E4M3);
   AttentionForward attention{out, lse, qkv, Tensor{}, static_cast<int>(kHeads), AttentionMask::Causal};
+  attention.dropout = dropout;
   if (cast) {
     attention.fp8 = &proj.in;
     attention.out_fp8 = codes;
@@ -270,9 +288,11 @@ ForwardOutcome run_forward(Backend& backend, Shape3 s, bool cast, bool transpose
 class Fp8AttentionOutput : public OnEachBackend {};
 
 TEST_P(Fp8AttentionOutput, CodesAreTheProjectionsOwnCastOfTheOutput) {
-  for (const Shape3 s : kShapes) {
-    SCOPED_TRACE("T " + std::to_string(s.T) + ", heads of " + std::to_string(s.hs));
-    const ForwardOutcome plain = run_forward(*backend_, s, false), cast = run_forward(*backend_, s, true);
+  for (const Shape3 s : kShapes)
+  for (const AttentionDropout dropout : {kNoDropout, kDropout}) {
+    SCOPED_TRACE("T " + std::to_string(s.T) + ", heads of " + std::to_string(s.hs) + dropout_name(dropout));
+    const ForwardOutcome plain = run_forward(*backend_, s, false, true, dropout);
+    const ForwardOutcome cast = run_forward(*backend_, s, true, true, dropout);
     const int64_t M = kB * s.T, C = kHeads * s.hs;
     EXPECT_EQ(cast.out, plain.out);  // written as without fp8
     EXPECT_EQ(cast.lse, plain.lse);
@@ -285,9 +305,27 @@ TEST_P(Fp8AttentionOutput, CodesAreTheProjectionsOwnCastOfTheOutput) {
     EXPECT_EQ(cast.amax, plain.amax);
     EXPECT_GT(cast.amax, kAmaxBefore);
     // Only by rows (a forward whose backward reads no codes, block.h): the same codes and amax.
-    const ForwardOutcome rows_only = run_forward(*backend_, s, true, /*transposed_too=*/false);
+    const ForwardOutcome rows_only = run_forward(*backend_, s, true, /*transposed_too=*/false, dropout);
     EXPECT_EQ(rows_only.codes, cast.codes);
     EXPECT_EQ(rows_only.amax, cast.amax);
+  }
+}
+
+// The dropped output's codes on a GPU are the CPU's but for an element rounding the other way:
+// the kernels that cast draw the same mask.
+TEST_P(Fp8AttentionOutput, CudaCastsTheDroppedOutputAsTheCpuDoes) {
+  if (GetParam() == "cpu") GTEST_SKIP() << "compares another back-end with the CPU";
+  const std::unique_ptr<Backend> cpu = make_backend("cpu");
+  for (const Shape3 s : kShapes) {
+    SCOPED_TRACE("T " + std::to_string(s.T) + ", heads of " + std::to_string(s.hs));
+    const ForwardOutcome expected = run_forward(*cpu, s, true, true, kDropout);
+    const ForwardOutcome actual = run_forward(*backend_, s, true, true, kDropout);
+    const ForwardOutcome undropped = run_forward(*cpu, s, true, true, kNoDropout);
+    EXPECT_LT(normalized_error(actual.out, expected.out), 1e-2);
+    EXPECT_LT(normalized_error(actual.codes, expected.codes), 5e-2);
+    EXPECT_LT(normalized_error(actual.codes_t, expected.codes_t), 5e-2);
+    EXPECT_NEAR(actual.amax, expected.amax, 1e-2 * expected.amax);
+    EXPECT_GT(normalized_error(undropped.codes, expected.codes), 0.2) << "the mask changes the codes";
   }
 }
 

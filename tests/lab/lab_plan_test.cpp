@@ -111,7 +111,7 @@ TEST(LabPlan, WhatCannotRunSaysWhy) {
             std::string::npos);
 }
 
-TEST(LabPlan, AnFp8RowWithDropoutSaysWhyAndTheEncoderClassifiersRecomputationRowsRun) {
+TEST(LabPlan, TheEncoderClassifiersRecomputationAndFp8RowsRunWithItsDropout) {
   Config classifier = small_base();
   classifier.model = "encoder-classifier";
   for (const LabMachine& machine : {LabMachine{false, 0, 2}, LabMachine{true, 1, 16}}) {
@@ -121,16 +121,12 @@ TEST(LabPlan, AnFp8RowWithDropoutSaysWhyAndTheEncoderClassifiersRecomputationRow
     for (const LabRowResult& row : tricks.rows) EXPECT_EQ(row.unavailable, "") << row.name;
     const LabExperiment& precision = lab_numbered(labs, 3);
     EXPECT_EQ(precision.rows[4].name, "fp8 (hybrid) on bf16");
-    EXPECT_EQ(precision.rows[4].unavailable,
-              "fp8 products with dropout are not supported yet (the base drops hidden states at 0.1 and attention at "
-              "0.1; --hidden-dropout 0 --attention-dropout 0 would run it)");
-    // What the classifier can run keeps the machine's reasons, and only those.
+    // What the classifier can run keeps the machine's reasons, and only those: fp8 runs with the
+    // model's dropout of 0.1.
     EXPECT_EQ(precision.rows[1].unavailable.empty(), machine.cuda) << precision.rows[1].unavailable;
-    for (const size_t i : {0u, 2u, 3u}) EXPECT_TRUE(precision.rows[i].unavailable.empty()) << precision.rows[i].name;
+    for (const size_t i : {0u, 2u, 3u, 4u}) EXPECT_TRUE(precision.rows[i].unavailable.empty()) << precision.rows[i].name;
   }
-  // Without dropout the classifier's fp8 row runs; GPT (no dropout by default) runs every row.
-  classifier.hidden_dropout = classifier.attention_dropout = 0.0;
-  EXPECT_TRUE(lab_numbered(plan_labs(classifier, LabMachine{false, 0, 2}, {{3}, "", ""}), 3).rows[4].unavailable.empty());
+  // GPT (no dropout by default) runs every row too.
   const std::vector<LabExperiment> gpt = plan_labs(small_base(), LabMachine{false, 0, 2}, {{2, 3}, "", ""});
   for (const LabRowResult& row : gpt[0].rows) EXPECT_TRUE(row.unavailable.empty()) << row.name;
   EXPECT_TRUE(gpt[1].rows[4].unavailable.empty());

@@ -154,22 +154,6 @@ TEST(Config, InconsistentValuesAreErrors) {
         c.cuda_graph = true;
       },
       "'hidden_dropout' and 'cuda_graph' are both set");
-  check(
-      [](Config& c) {
-        c.bf16 = true;
-        c.fp8_format = "hybrid";
-        c.hidden_dropout = 0.1;
-      },
-      "config key 'fp8_format' is set and hidden_dropout is 0.1 (the gpt's default is 0): dropout with fp8 "
-      "products is not supported yet; set --hidden-dropout 0");
-  check(
-      [](Config& c) {
-        c.bf16 = true;
-        c.fp8_format = "hybrid";
-        c.attention_dropout = 0.2;
-      },
-      "attention_dropout is 0.2 (the gpt's default is 0): attention dropout with fp8 products is not supported yet; "
-      "set --attention-dropout 0");
   // Sizes past any machine, refused before a count overflows or a per-layer list is built.
   check([](Config& c) { c.num_layers = int64_t{1} << 30; }, "are too large: 1073741824 layers (at most 65536)");
   check([](Config& c) { c.micro_batch_size = c.global_batch_size = int64_t{1} << 60; },

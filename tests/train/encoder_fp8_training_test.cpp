@@ -1,12 +1,15 @@
 // The encoder classifier's blocks in fp8 (nn/encoder_classifier.h, enable_fp8) end to end, on
 // every back-end: a bf16 + fp8 run follows the bf16 loss curve with and without intermediate
-// layers (whose backward hands the last block its output gradient uncast, block.h), the CUDA run
-// follows the CPU's, a run resumes bit for bit with its scales, recomputation changes no bit, steps
-// allocate nothing beyond the plan, and what cannot run (dropout, --fp8-classifier) is refused by
-// name.
+// layers (whose backward hands the last block its output gradient uncast, block.h) and with
+// dropout (the same masks in both runs; each projection then casts its dropped output gradient
+// itself), the CUDA run follows the CPU's, a run resumes bit for bit with its scales, recomputation
+// changes no bit, steps allocate nothing beyond the plan, and --fp8-classifier, which has nothing
+// to run here, is refused by name.
 #include <gtest/gtest.h>
 
 #include <cstdio>
+
+#include <fmt/format.h>
 
 #include "support/error_of.h"
 #include "support/pool_texts.h"
@@ -19,9 +22,10 @@ using testing::error_of;
 using testing::largest_loss_difference;
 using testing::train_and_record;
 
-// 2 blocks 32 wide over labelled text (support/pool_texts.h) in `dir`, dropout off.
+// 2 blocks 32 wide over labelled text (support/pool_texts.h) in `dir`, hidden and attention
+// dropout at `dropout`.
 Config small_bf16_encoder(const std::string& dir, const std::string& device, const std::string& fp8_format,
-                          int64_t intermediate_layers) {
+                          int64_t intermediate_layers, double dropout = 0.0) {
   Config config;
   config.model = "encoder-classifier";
   config.device = device;
@@ -38,11 +42,24 @@ Config small_bf16_encoder(const std::string& dir, const std::string& device, con
   config.lr_warmup_iters = 3;
   config.eval_iters = 0;
   config.num_workers = 0;
-  config.hidden_dropout = 0.0;
-  config.attention_dropout = 0.0;
+  config.hidden_dropout = dropout;
+  config.attention_dropout = dropout;
   config.bf16 = true;
   config.fp8_format = fp8_format;
   return config;
+}
+
+// Six steps of `config` give the same bits with full and with selective recomputation.
+void expect_recomputation_bit_for_bit(Config config) {
+  config.train_iters = 6;
+  const std::vector<IterationStats> direct = train_and_record(config);
+  Config full = config;
+  full.recompute_granularity = "full";
+  full.recompute_method = "uniform";
+  testing::expect_resumed_bit_for_bit(train_and_record(full), direct, 0);
+  Config selective = config;
+  selective.recompute_granularity = "selective";
+  testing::expect_resumed_bit_for_bit(train_and_record(selective), direct, 0);
 }
 
 class EncoderFp8Training : public ::testing::TestWithParam<std::string> {
@@ -52,32 +69,34 @@ class EncoderFp8Training : public ::testing::TestWithParam<std::string> {
     if (!reason.empty()) GTEST_SKIP() << reason;
     testing::write_pool_texts(dir_ / "train.jsonl", 256, 1);
   }
-  Config config(const std::string& fp8_format, int64_t intermediate_layers) const {
-    return small_bf16_encoder(dir_.path(), GetParam(), fp8_format, intermediate_layers);
+  Config config(const std::string& fp8_format, int64_t intermediate_layers, double dropout = 0.0) const {
+    return small_bf16_encoder(dir_.path(), GetParam(), fp8_format, intermediate_layers, dropout);
   }
   testing::TempDir dir_;
 };
 
-TEST_P(EncoderFp8Training, FollowsTheBf16LossCurveWithAndWithoutIntermediateLayers) {
-  for (const int64_t intermediate : {0, 1}) {
-    const std::vector<IterationStats> bf16 = train_and_record(config("", intermediate));
-    const std::vector<IterationStats> fp8 = train_and_record(config("hybrid", intermediate));
+TEST_P(EncoderFp8Training, FollowsTheBf16LossCurveWithAndWithoutIntermediateLayersAndDropout) {
+  for (const auto [intermediate, dropout] : {std::pair<int64_t, double>{0, 0.0}, {1, 0.0}, {0, 0.1}, {1, 0.1}}) {
+    SCOPED_TRACE(fmt::format("{} intermediate layers, dropout {}", intermediate, dropout));
+    const std::vector<IterationStats> bf16 = train_and_record(config("", intermediate, dropout));
+    const std::vector<IterationStats> fp8 = train_and_record(config("hybrid", intermediate, dropout));
     const double worst = largest_loss_difference(fp8, bf16);
-    std::printf("encoder fp8 hybrid, %ld intermediate layers, on %s: largest loss difference to bf16 %.4f (bf16 "
-                "from %.3f to %.3f)\n",
-                static_cast<long>(intermediate), GetParam().c_str(), worst, bf16.front().lm_loss, bf16.back().lm_loss);
-    // Measured: 0.0026 without and 0.0029 with an intermediate layer on the CPU, 0.0087 and 0.0009
-    // on the emulated GPU, against the run's progress of 0.45.
-    EXPECT_LT(worst, 0.02) << intermediate;
-    EXPECT_NE(fp8.back().lm_loss, bf16.back().lm_loss) << intermediate << ": really cast to fp8";
-    EXPECT_LT(fp8.back().lm_loss, fp8.front().lm_loss - 0.2) << intermediate << ": it learns";
+    std::printf("encoder fp8 hybrid, %ld intermediate layers, dropout %g, on %s: largest loss difference to bf16 "
+                "%.4f (bf16 from %.3f to %.3f)\n",
+                static_cast<long>(intermediate), dropout, GetParam().c_str(), worst, bf16.front().lm_loss,
+                bf16.back().lm_loss);
+    // Measured without dropout: 0.0026 without and 0.0029 with an intermediate layer on the CPU,
+    // 0.0087 and 0.0009 on the emulated GPU, against the run's progress of 0.45.
+    EXPECT_LT(worst, 0.02);
+    EXPECT_NE(fp8.back().lm_loss, bf16.back().lm_loss) << "really cast to fp8";
+    EXPECT_LT(fp8.back().lm_loss, fp8.front().lm_loss - 0.2) << "it learns";
   }
 }
 
 TEST_P(EncoderFp8Training, CudaFollowsTheCpu) {
   if (GetParam() == "cpu") GTEST_SKIP() << "compares a GPU run with the CPU's";
   for (const int64_t intermediate : {0, 1}) {
-    Config gpu = config("hybrid", intermediate);
+    Config gpu = config("hybrid", intermediate, intermediate ? 0.1 : 0.0);  // the same masks on both
     gpu.train_iters = 12;
     Config cpu = gpu;
     cpu.device = "cpu";
@@ -90,7 +109,7 @@ TEST_P(EncoderFp8Training, CudaFollowsTheCpu) {
 
 // Scales and amax histories travel with the optimizer's state: the resumed run is the same bits.
 TEST_P(EncoderFp8Training, ResumeIsBitForBit) {
-  Config config = this->config("hybrid", 1);
+  Config config = this->config("hybrid", 1, 0.1);
   config.train_iters = 8;
   config.lr_decay_iters = 8;
   config.fp8_amax_history_len = 2;
@@ -107,11 +126,11 @@ TEST_P(EncoderFp8Training, ResumeIsBitForBit) {
 }
 
 // The op scratch planned for the blocks' casts holds the last block's own casts of its gradients
-// (intermediate layers) too: training steps allocate nothing more. 128 wide, so that the casts
-// (not attention) decide the scratch.
+// (intermediate layers), and every block's under dropout, too: training steps allocate nothing
+// more. 128 wide, so that the casts (not attention) decide the scratch.
 TEST_P(EncoderFp8Training, StepsAllocateNothingBeyondWhatWasPlanned) {
-  for (const int64_t intermediate : {0, 2}) {
-    Config config = this->config("hybrid", intermediate);
+  for (const auto [intermediate, dropout] : {std::pair<int64_t, double>{0, 0.0}, {2, 0.0}, {0, 0.1}}) {
+    Config config = this->config("hybrid", intermediate, dropout);
     config.hidden_size = 128;
     config.train_iters = 3;
     Trainer trainer(config);
@@ -121,36 +140,22 @@ TEST_P(EncoderFp8Training, StepsAllocateNothingBeyondWhatWasPlanned) {
   }
 }
 
-// A recomputed block casts with the same scales; the last block, below the intermediate layers,
-// casts its own gradients from the recomputed GELU codes (selective) as from the kept ones.
+// A recomputed block casts with the same scales and draws the same masks; the last block, below
+// the intermediate layers, casts its own gradients from the recomputed GELU codes (selective) as
+// from the kept ones.
 TEST_P(EncoderFp8Training, RecomputationLeavesTheLossesBitForBit) {
-  Config config = this->config("hybrid", 1);
-  config.train_iters = 6;
-  const std::vector<IterationStats> direct = train_and_record(config);
-  Config full = config;
-  full.recompute_granularity = "full";
-  full.recompute_method = "uniform";
-  testing::expect_resumed_bit_for_bit(train_and_record(full), direct, 0);
-  Config selective = config;
-  selective.recompute_granularity = "selective";
-  testing::expect_resumed_bit_for_bit(train_and_record(selective), direct, 0);
+  for (const double dropout : {0.0, 0.1}) {
+    SCOPED_TRACE(fmt::format("dropout {}", dropout));
+    expect_recomputation_bit_for_bit(this->config("hybrid", 1, dropout));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllBackends, EncoderFp8Training, ::testing::ValuesIn(testing::all_backend_names()));
 
-TEST(EncoderFp8Config, DropoutAndTheFp8ClassifierAreRefusedByName) {
+TEST(EncoderFp8Config, TheFp8ClassifierIsRefusedByName) {
   const testing::TempDir dir;
   testing::write_pool_texts(dir / "train.jsonl", 16, 1);
   Config config = small_bf16_encoder(dir.path(), "cpu", "hybrid", 1);
-  config.hidden_dropout = -1.0;  // the model's default, 0.1
-  EXPECT_NE(error_of([&] { Trainer trainer(config); })
-                .find("config key 'fp8_format' is set and hidden_dropout is 0.1 (the encoder-classifier's default is "
-                      "0.1): dropout with fp8 products is not supported yet; set --hidden-dropout 0"),
-            std::string::npos);
-  config = small_bf16_encoder(dir.path(), "cpu", "hybrid", 1);
-  config.attention_dropout = 0.1;
-  EXPECT_NE(error_of([&] { Trainer trainer(config); }).find("set --attention-dropout 0"), std::string::npos);
-  config = small_bf16_encoder(dir.path(), "cpu", "hybrid", 1);
   config.fp8_classifier = true;
   EXPECT_NE(error_of([&] { Trainer trainer(config); })
                 .find("config key 'fp8_classifier' is set, but the encoder-classifier has no tied classifier"),

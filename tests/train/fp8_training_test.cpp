@@ -2,7 +2,8 @@
 // loss curve, with the classifier's products in fp8 or not, its scales are measured before the
 // first step, the CUDA run follows the CPU's, a run resumes bit for bit from its checkpoint (scales
 // and amax histories included) even when it validated at points the uninterrupted run did not, and
-// recomputation and CUDA graphs change no bit of it.
+// recomputation and CUDA graphs change no bit of it; and with dropout it follows bf16, recomputes
+// bit for bit and fits its planned scratch.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -177,6 +178,39 @@ TEST_P(Fp8Training, RecomputationAndGraphsLeaveTheLossesBitForBit) {
   Config graphed = config;
   graphed.cuda_graph = true;
   testing::expect_resumed_bit_for_bit(train_and_record(graphed), direct, 0);
+}
+
+// With dropout (the same masks in both runs) each projection casts its dropped output gradient
+// itself (nn/block.h, BranchDropout), attention dropout runs inside the attention that casts its
+// output and its gradient for the products: the run follows bf16's, recomputation draws and casts
+// the same bits, and the products' own casts fit the planned scratch.
+TEST_P(Fp8Training, WithDropoutFollowsTheBf16LossCurveAndRecomputesBitForBit) {
+  const auto with_dropout = [&](const std::string& format) {
+    Config config = small_bf16_gpt(dir_.path(), GetParam(), format);
+    config.hidden_dropout = 0.1;
+    config.attention_dropout = 0.1;
+    return config;
+  };
+  const std::vector<IterationStats> bf16 = train_and_record(with_dropout(""));
+  const std::vector<IterationStats> fp8 = train_and_record(with_dropout("hybrid"));
+  const double worst = largest_loss_difference(fp8, bf16);
+  std::printf("fp8 hybrid with dropout 0.1 on %s: largest loss difference to bf16 %.4f (bf16 progress %.3f)\n",
+              GetParam().c_str(), worst, bf16.front().lm_loss - bf16.back().lm_loss);
+  EXPECT_LT(worst, 0.02);
+  EXPECT_NE(fp8.back().lm_loss, bf16.back().lm_loss) << "really cast to fp8";
+  EXPECT_LT(fp8.back().lm_loss, fp8.front().lm_loss - 0.5);
+  Config config = with_dropout("hybrid");
+  config.train_iters = 6;
+  const std::vector<IterationStats> direct = train_and_record(config);
+  config.recompute_granularity = "full";
+  config.recompute_method = "uniform";
+  testing::expect_resumed_bit_for_bit(train_and_record(config), direct, 0);
+  config = with_dropout("hybrid");
+  config.hidden_size = 128;
+  config.train_iters = 3;
+  Trainer trainer(config);
+  trainer.run();
+  EXPECT_LE(trainer.backend().peak_allocated_bytes(), trainer.planned_device_bytes());
 }
 
 INSTANTIATE_TEST_SUITE_P(AllBackends, Fp8Training,

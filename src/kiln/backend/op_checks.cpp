@@ -385,10 +385,9 @@ void require_key_mask(const Tensor& key_mask, AttentionMask mask, const Attentio
   require_numel(key_mask, s.B * s.T, op, "key_mask");
 }
 
-void require_attention_dropout(const AttentionDropout& dropout, bool fp8, const char* op) {
+void require_attention_dropout(const AttentionDropout& dropout, const char* op) {
   KILN_CHECK(dropout.probability >= 0.0f && dropout.probability < 1.0f,
              "{}: dropout probability must be in [0, 1), got {}", op, dropout.probability);
-  KILN_CHECK(!dropout.active() || !fp8, "{}: attention dropout with fp8 codes is not supported", op);
 }
 
 }  // namespace
@@ -402,7 +401,7 @@ AttentionShape attention_forward(const AttentionForward& a, Device device) {
   require_numel(a.out, s.B * s.T * s.C, op, "out");
   require_numel(a.lse, s.B * s.NH * s.T, op, "lse");
   require_key_mask(a.key_mask, a.mask, s, device, op);
-  require_attention_dropout(a.dropout, a.fp8 != nullptr, op);
+  require_attention_dropout(a.dropout, op);
   if (a.fp8) {  // the output cast too (ops.h)
     const int64_t M = s.B * s.T;
     require_castable(dtype, M, s.C, op, "an output", "B*T and C");
@@ -433,7 +432,7 @@ AttentionShape attention_backward(const AttentionBackward& a, Device device) {
   require_numel(a.out, s.B * s.T * s.C, op, "out");
   require_numel(a.lse, s.B * s.NH * s.T, op, "lse");
   require_key_mask(a.key_mask, a.mask, s, device, op);
-  require_attention_dropout(a.dropout, a.fp8 != nullptr, op);
+  require_attention_dropout(a.dropout, op);
   if (a.fp8) {
     require_gradient_codes(*a.fp8, dtype, s.B * s.T, 3 * s.C, a.dqkv_fp8, a.dqkv_fp8_t, a.dbias, device, op,
                            {"a gradient", "B*T and 3C", "dqkv_fp8", "[B*T, 3C]", "dqkv_fp8_t", "[3C, B*T]", "dbias"});

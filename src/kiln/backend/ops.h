@@ -315,7 +315,7 @@ struct AttentionForward {
   AttentionMask mask = AttentionMask::Causal;
   const Fp8Operand* fp8 = nullptr;      // cast the output for the next fp8 product (above), or null
   Tensor out_fp8 = {}, out_fp8_t = {};  // with fp8: [B*T, C] and [C, B*T] (or empty) E4M3 codes
-  AttentionDropout dropout = {};        // on the probabilities (above); not with fp8
+  AttentionDropout dropout = {};        // on the probabilities (above)
 };
 // Gradient cast for the next fp8 product (c_attn's backward): with `fp8` given (that product's
 // Fp8Matmul; bf16 or fp16, B*T and 3C multiples of 16), dqkv is cast as that backward would cast
@@ -337,7 +337,7 @@ struct AttentionBackward {
   Tensor dqkv_fp8 = {}, dqkv_fp8_t = {};  // with fp8: [B*T, 3C] and [3C, B*T] codes in fp8->grad_dtype
   Tensor dbias = {};                    // with fp8: [3C] fp32, += or = (param_store), or empty
   GradStore param_store = GradStore::Add;
-  AttentionDropout dropout = {};        // the forward's (above); not with fp8
+  AttentionDropout dropout = {};        // the forward's (above)
 };
 
 // ---- fused softmax + cross-entropy over the vocabulary ----------------------------------------

@@ -140,6 +140,8 @@ LayerNormBackward layernorm_backward_feeding(LayerNormBackward backward, const F
   return backward;
 }
 
+bool residual_gradient_codes(const BlockPass& pass) { return !pass.dropout.active(); }
+
 void read_gradient_codes(MatmulBackward& backward, const Tensor& codes) {
   const int64_t N = backward.dout.shape[backward.dout.shape.rank - 1];
   const GradientCodes views = gradient_codes(codes, backward.dout.numel() / N, N, backward.fp8->grad_dtype);
@@ -152,7 +154,6 @@ void block_forward(Backend& backend, const GptConfig& config, const BlockWeights
                    const Tensor& input, const BlockActivations& acts, const BlockFp8* fp8,
                    BlockForwardExtent extent, const BlockPass& pass) {
   const BranchDropout& dropout = pass.dropout;
-  KILN_CHECK(!fp8 || !dropout.active(), "hidden dropout with fp8 products is not supported");
   const float eps = config.layernorm_eps;
   // With fp8 the LayerNorms cast their outputs for the products, which read the codes (ops.h).
   const Fp8Matmul* qkv = fp8_of(fp8, &BlockFp8::qkv);
@@ -194,7 +195,7 @@ void block_backward(Backend& backend, const GptConfig& config, const BlockWeight
   };
   const BranchDropout& dropout = pass.dropout;
   KILN_CHECK(!fp8 || !s.d_residual_fp8.empty(), "block_backward: fp8 products without the residual gradient's codes");
-  KILN_CHECK(!fp8 || !dropout.active(), "hidden dropout with fp8 products is not supported");
+  const bool residual_codes = fp8 && residual_gradient_codes(pass);
   // MLP branch: d_residual is d(y) = d(x1) through the skip connection (with fp8 and
   // pass.output_gradient_cast, also as the codes the caller's LayerNorm backward wrote: ln_f's or
   // the next block's ln_1's).
@@ -208,9 +209,9 @@ void block_backward(Backend& backend, const GptConfig& config, const BlockWeight
   const Fp8Matmul* fc = fp8_of(fp8, &BlockFp8::fc);
   MatmulBackward expansion_mlp{s.d_hidden, g.fc_weight, g.fc_bias, s.d_fc, product_input(acts.ln2, acts.ln2_fp8_t),
                                w.fc_weight, WeightLayout::InOut, Tensor{}, fc, acts.ln2_fp8_t, store};
-  // Without the codes, c_proj casts d_residual itself and writes its input gradient in the compute
-  // dtype, which c_fc casts itself; each then takes its own bias gradient.
-  const bool codes_given = fc_proj && pass.output_gradient_cast;
+  // Without the codes, c_proj casts d_residual (dropped) itself and writes its input gradient in the
+  // compute dtype, which c_fc casts itself; each then takes its own bias gradient.
+  const bool codes_given = residual_codes && pass.output_gradient_cast;
   if (codes_given) read_gradient_codes(contraction, s.d_residual_fp8);
   if (codes_given && fc) cast_mlp_gradient(contraction, expansion_mlp, s.d_fc);
   backend.matmul_backward(contraction);
@@ -221,7 +222,9 @@ void block_backward(Backend& backend, const GptConfig& config, const BlockWeight
   backend.layernorm_backward(layernorm_backward_feeding({d_residual, g.ln2_weight, g.ln2_bias, s.d_hidden,
                                                          acts.residual_mid, w.ln2_weight, acts.ln2_mean, acts.ln2_rstd,
                                                          store},
-                                                        {attn_proj, g.attn_proj_bias}, s.d_residual_fp8));
+                                                        residual_codes ? Fp8GradientReader{attn_proj, g.attn_proj_bias}
+                                                                       : Fp8GradientReader{},
+                                                        s.d_residual_fp8));
   final_from(g.ln2_weight);
   // Attention branch: d_residual is now d(x1) = d(x) through the skip connection. With dropout its
   // c_proj reads it dropped, in d_qkv's memory (free until the attention's backward writes it).
@@ -229,7 +232,7 @@ void block_backward(Backend& backend, const GptConfig& config, const BlockWeight
                             branch_output_gradient(backend, d_residual, s.d_qkv, dropout, dropout.attention_stream),
                             product_input(acts.attn_out, acts.attn_out_fp8_t), w.attn_proj_weight,
                             WeightLayout::InOut, Tensor{}, attn_proj, acts.attn_out_fp8_t, store};
-  if (attn_proj) read_gradient_codes(projection, s.d_residual_fp8);
+  if (residual_codes) read_gradient_codes(projection, s.d_residual_fp8);
   backend.matmul_backward(projection);
   final_from(g.attn_proj_weight);
   const Fp8Matmul* qkv = fp8_of(fp8, &BlockFp8::qkv);

@@ -22,7 +22,8 @@
 // MLP c_proj by the caller's LayerNorm backward (ln_f's, or the next block's ln_1's). Where no
 // LayerNorm wrote the output's gradient (the encoder's intermediate layers above its last block:
 // BlockPass::output_gradient_cast false), the MLP's two products cast their output gradients
-// themselves and take their own bias gradients.
+// themselves and take their own bias gradients; under hidden dropout both projections cast their
+// dropped output gradients themselves (BranchDropout).
 #pragma once
 
 #include <functional>
@@ -49,7 +50,9 @@ struct BlockScratch {
 // under `seed` (dropout_streams.h); the backward draws them again and drops the projections' output
 // gradients with them, into scratch (d_hidden for the MLP's, d_qkv's memory for the attention's,
 // each free then), so no mask is kept. probability 0: none, and the projections add the residual.
-// Not with fp8 products, whose backward reads the residual gradient as codes cast before the mask.
+// With fp8 products the projections read the residual stream's gradient dropped, not as it is, so
+// no LayerNorm backward casts it for them (residual_gradient_codes): each casts its dropped output
+// gradient itself and takes its own bias gradient (ops.h, MatmulBackward).
 struct BranchDropout {
   float probability = 0.0f;
   uint64_t seed = 0, attention_stream = 0, mlp_stream = 0;
@@ -65,9 +68,15 @@ struct BlockPass {
   Tensor key_mask = {};
   BranchDropout dropout = {};
   AttentionDropout attention_dropout = {};
-  // fp8 backward only: whether the block output's gradient arrives with its codes (above).
+  // fp8 backward only: whether the caller's LayerNorm backward casts the block output's gradient
+  // (above), where residual_gradient_codes() allows it.
   bool output_gradient_cast = true;
 };
+
+// Whether a LayerNorm backward casts the residual stream's gradient for a projection of a block
+// under `pass` (fp8 only): not under hidden dropout, whose projections read that gradient dropped
+// (BranchDropout).
+bool residual_gradient_codes(const BlockPass& pass);
 
 // The fp8 product whose backward reads a LayerNorm backward's input gradient next, as its output
 // gradient, and that product's bias gradient, which the LayerNorm then takes (ops.h,

@@ -29,7 +29,7 @@ Tensor block_stack_forward(Backend& backend, const BlockStackPass& stack, const 
 
 Fp8GradientReader input_gradient_reader(const BlockStackPass& stack, const std::vector<BlockWeights>& grads,
                                         int64_t layer) {
-  if (!stack.fp8 || layer == 0) return {};
+  if (!stack.fp8 || layer == 0 || !residual_gradient_codes(stack.pass(layer - 1))) return {};
   return Fp8GradientReader{&stack.fp8->block(layer - 1).fc_proj, grads[static_cast<size_t>(layer - 1)].fc_proj_bias};
 }
 
@@ -41,8 +41,8 @@ size_t block_stack_fp8_cast_bytes(int64_t M, int64_t C, bool output_gradient_cas
   size_t bytes = std::max({fp8_cast_bytes(M, C, 3 * C, true), fp8_cast_bytes(M, C, C, true),
                            fp8_cast_bytes(M, C, 4 * C, true, /*dout_codes_given=*/true),
                            fp8_cast_bytes(M, 4 * C, C, true, /*dout_codes_given=*/true, false, /*din_cast=*/true)});
-  // The last block's MLP casting its output gradients itself: the same bytes as the din cast's
-  // today, kept so that another region layout cannot leave it short.
+  // A block's MLP casting its output gradients itself: the same bytes as the din cast's today,
+  // kept so that another region layout cannot leave it short.
   if (!output_gradient_cast)
     bytes = std::max({bytes, fp8_cast_bytes(M, C, 4 * C, true), fp8_cast_bytes(M, 4 * C, C, true)});
   return bytes;

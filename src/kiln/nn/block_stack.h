@@ -47,13 +47,15 @@ void block_stack_backward(Backend& backend, const BlockStackPass& stack, const s
 
 // The most op scratch the blocks' fp8 products cast into (Backend::WorkspaceNeeds::fp8_cast_bytes)
 // at M rows of width C: each product with its input's codes kept, the gradients' codes given as
-// block.h says; `output_gradient_cast` false: the last block's MLP casts its gradients itself
-// (BlockPass::output_gradient_cast).
+// block.h says; `output_gradient_cast` false: a block's MLP casts its gradients itself (the last
+// block's, BlockPass::output_gradient_cast false, or every block's under hidden dropout,
+// residual_gradient_codes()).
 size_t block_stack_fp8_cast_bytes(int64_t M, int64_t C, bool output_gradient_cast);
 
 // The fp8 product that reads the gradient of block `layer`'s input next (the MLP c_proj of the
-// block before it) and that product's bias gradient; none for layer 0 or without fp8. `layer` may
-// be the number of blocks: the reader of the stack output's gradient (ln_f's backward).
+// block before it) and that product's bias gradient; none for layer 0, without fp8, or where that
+// product reads the gradient dropped (residual_gradient_codes). `layer` may be the number of
+// blocks: the reader of the stack output's gradient (ln_f's backward).
 Fp8GradientReader input_gradient_reader(const BlockStackPass& stack, const std::vector<BlockWeights>& grads,
                                         int64_t layer);
 

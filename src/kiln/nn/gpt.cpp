@@ -88,8 +88,9 @@ Backend::WorkspaceNeeds Gpt::workspace_needs(const GptConfig& config, int64_t ba
   Backend::WorkspaceNeeds needs{batch, seq, config.num_heads, C / config.num_heads, dtype, 4 * C};
   needs.widest_layernorm = C;
   if (!fp8) return needs;
-  // The blocks' products, ln_f's backward casting the last block's output gradient.
-  needs.fp8_cast_bytes = block_stack_fp8_cast_bytes(M, C, true);
+  // The blocks' products, ln_f's backward casting the last block's output gradient (not under hidden
+  // dropout, block.h).
+  needs.fp8_cast_bytes = block_stack_fp8_cast_bytes(M, C, config.hidden_dropout == 0.0f);
   // The classifier, a chunk of positions at a time, C -> Vp, reading its output gradient as the
   // codes the loss cast and wte's as cast once for every chunk (activations.h), and casting ln_f's
   // output itself.
@@ -231,7 +232,7 @@ void Gpt::backward() {
   // The classifier's backward ran in forward: d_hidden holds d ln_f. ln_f's backward is the first
   // to reach the residual stream's gradient, so it writes it; every later one adds.
   // With fp8 each LayerNorm backward also casts the residual stream's gradient for the MLP c_proj
-  // of the block before it (block.h).
+  // of the block before it, where that reads it undropped (block.h).
   const GradStore store = grad_store();
   backend_.layernorm_backward(layernorm_backward_feeding(
       {acts_.d_residual, weight_grads_.lnf_weight, weight_grads_.lnf_bias, acts_.d_hidden, last_residual,

@@ -126,8 +126,6 @@ Config training_config(const EstimateInput& in) {
   config.fp8_classifier = in.fp8_classifier;
   config.loss_chunk_rows = in.loss_chunk_rows;
   config.deterministic_attention = in.deterministic_attention;
-  // fp8 products do not drop out (Config::validate): an fp8 run is estimated as kiln train runs it.
-  if (!in.fp8_format.empty()) config.hidden_dropout = config.attention_dropout = 0.0;
   config.resolve(static_cast<int>(in.gpus));
   return config;
 }

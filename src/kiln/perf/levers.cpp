@@ -34,15 +34,9 @@ std::vector<LeverEstimate> estimate_levers(const EstimateInput& in) {
     add("--recompute-granularity full --recompute-method uniform",
         [](EstimateInput& e) { e.recompute = RecomputePolicy::parse("full", "uniform", 1); });
 
-  // fp8 products do not drop out (training_config): switching fp8 on sets dropout 0, switching it
-  // off gives back the model's default; the row's name says so where that default is not 0.
-  const ModelKind& kind = model_kind(in.model);
-  const double default_dropout = std::max(kind.default_hidden_dropout, kind.default_attention_dropout);
-  const std::string fp8_on = default_dropout > 0 ? " (dropout 0)" : "";
-  const std::string restored = default_dropout > 0 ? fmt::format("dropout {:g}", default_dropout) : "";
   const bool mixed = in.precision == "bf16" || in.precision == "fp16";
   if (mixed)
-    add(in.fp8_format.empty() ? "--precision tf32" : "--precision tf32 (no fp8" + (restored.empty() ? "" : ", " + restored) + ")",
+    add(in.fp8_format.empty() ? "--precision tf32" : "--precision tf32 (no fp8)",
         [](EstimateInput& e) {
           e.precision = "tf32";
           e.fp8_format.clear();
@@ -51,17 +45,17 @@ std::vector<LeverEstimate> estimate_levers(const EstimateInput& in) {
   else
     add("--precision bf16", [](EstimateInput& e) { e.precision = "bf16"; });
   if (in.fp8_format.empty())
-    add((in.precision == "bf16" ? "--fp8-format hybrid" : "--precision bf16 --fp8-format hybrid") + fp8_on,
+    add(in.precision == "bf16" ? "--fp8-format hybrid" : "--precision bf16 --fp8-format hybrid",
         [](EstimateInput& e) {
           e.precision = "bf16";
           e.fp8_format = "hybrid";
         });
   else
-    add("no --fp8-format" + (restored.empty() ? "" : " (" + restored + ")"), [](EstimateInput& e) {
+    add("no --fp8-format", [](EstimateInput& e) {
       e.fp8_format.clear();
       e.fp8_classifier = false;
     });
-  const bool tied_classifier = kind.input == ModelInput::NextTokens;  // GPT's, which fp8 may run
+  const bool tied_classifier = model_kind(in.model).input == ModelInput::NextTokens;  // GPT's, which fp8 may run
   if (!in.fp8_format.empty() && tied_classifier)  // the classifier's products in fp8 too, or not
     add(in.fp8_classifier ? "no --fp8-classifier" : "--fp8-classifier",
         [](EstimateInput& e) { e.fp8_classifier = !e.fp8_classifier; });

@@ -592,17 +592,9 @@ void Config::validate() const {
   KILN_CHECK(attention_dropout == 0 || !cuda_graph,
              "config keys 'attention_dropout' and 'cuda_graph' are both set: every micro-batch draws new dropout "
              "masks, which a graph's replay would repeat");
-  KILN_CHECK(resolved_attention_dropout() == 0 || fp8_format.empty(),
-             "config key 'fp8_format' is set and attention_dropout is {} (the {}'s default is {}): attention dropout "
-             "with fp8 products is not supported yet; set --attention-dropout 0",
-             resolved_attention_dropout(), model, model_kind(model).default_attention_dropout);
   KILN_CHECK(hidden_dropout == 0 || !cuda_graph,
              "config keys 'hidden_dropout' and 'cuda_graph' are both set: every micro-batch draws new dropout masks, "
              "which a graph's replay would repeat");
-  KILN_CHECK(resolved_hidden_dropout() == 0 || fp8_format.empty(),
-             "config key 'fp8_format' is set and hidden_dropout is {} (the {}'s default is {}): dropout with fp8 "
-             "products is not supported yet; set --hidden-dropout 0",
-             resolved_hidden_dropout(), model, model_kind(model).default_hidden_dropout);
   plan_recompute(recompute_policy(), num_layers);
   const ModelKind& kind = model_kind(model);
   if (kind.input == ModelInput::LabelledSequences) {
