@@ -1,4 +1,5 @@
-// Megatron-style GPT samples over indexed datasets: splits, windows, shuffling, caching, blending.
+// Megatron-style GPT samples over indexed datasets: splits, windows, shuffling, caching, blending,
+// and the whole validation split read once.
 #include "kiln/data/gpt_dataset.h"
 
 #include <gtest/gtest.h>
@@ -7,8 +8,12 @@
 #include <set>
 #include <thread>
 
+#include "kiln/backend/registry.h"
+#include "kiln/nn/gpt.h"
 #include "kiln/train/trainer.h"
+#include "kiln/train/training_data.h"
 #include "support/error_of.h"
+#include "support/gloo_ranks.h"
 #include "support/temp_dir.h"
 
 namespace kiln {
@@ -151,6 +156,99 @@ TEST(GptDataset, BlendFollowsTheWeights) {
   EXPECT_NE(error_of([&] { parse_data_path("0.3 " + (dir / "a") + " " + (dir / "b")); }).find("weight/prefix pairs"),
             std::string::npos);
   EXPECT_NE(error_of([&] { parse_data_path("x " + (dir / "a")); }).find("weight 'x'"), std::string::npos);
+}
+
+// kWholeSplit: one epoch's windows, each once. Their inputs tile the shuffled documents' stream
+// from its start, so they hold every token of the split exactly once but the last partial window's
+// (document tokens are all different, write_documents).
+TEST(GptDataset, AWholeSplitIsEveryWindowOfOneEpochOnce) {
+  TempDir dir;
+  write_documents(dir / "d", 40);
+  auto data = std::make_shared<const IndexedDataset>(dir / "d", 10000);
+  const int64_t seq = 6;
+  GptDataset whole(data, dir / "d", {30, 40}, seq, GptDataset::kWholeSplit, 7);
+  std::set<int32_t> split_tokens;
+  for (int d = 30; d < 40; ++d)
+    for (int t = 0; t < 5 + d % 7; ++t) split_tokens.insert(100 * d + t);
+  const auto tokens_in_split = static_cast<int64_t>(split_tokens.size());
+  ASSERT_EQ(whole.num_tokens(), tokens_in_split);
+  ASSERT_TRUE(whole.distinct_samples().has_value());
+  const int64_t n = *whole.distinct_samples();
+  EXPECT_EQ(n, (tokens_in_split - 1) / seq);
+  std::vector<int32_t> tokens(seq), targets(seq);
+  std::multiset<int32_t> read;
+  for (int64_t i = 0; i < n; ++i) {
+    whole.sample(i, tokens, targets);
+    read.insert(tokens.begin(), tokens.end());
+  }
+  EXPECT_EQ(static_cast<int64_t>(read.size()), n * seq);
+  EXPECT_EQ(std::set<int32_t>(read.begin(), read.end()).size(), read.size()) << "a window read twice";
+  for (const int32_t token : read) EXPECT_TRUE(split_tokens.count(token)) << token << " is not the split's";
+  EXPECT_LE(tokens_in_split - n * seq, seq) << "only the last partial window is left out";
+  // Any other count: drawn without end. A blend has no whole split to read.
+  EXPECT_FALSE(GptDataset(data, dir / "d", {30, 40}, seq, n, 7).distinct_samples().has_value());
+  write_documents(dir / "e", 20, 5000);
+  EXPECT_NE(error_of([&] {
+              make_gpt_data("0.5 " + (dir / "d") + " 0.5 " + (dir / "e"), "1,1,0", DataSplit::Validation, 10000, seq,
+                            GptDataset::kWholeSplit, 7);
+            }).find("config key 'eval_whole_split' is set, but data_path '0.5 "),
+            std::string::npos);
+}
+
+// --eval-whole-split over an indexed dataset: the mean loss over every window of the split, as the
+// model gives it window by window, whatever the padding of the last micro-batch; over two ranks,
+// the same bits as one.
+TEST(GptDataset, WholeSplitValidationIsTheMeanOverEveryWindow) {
+  TempDir dir;
+  write_documents(dir / "d", 200);
+  Config config;
+  config.data_path = dir / "d";
+  config.split = "80,20,0";
+  config.vocab_size = 20000;
+  config.num_layers = 1;
+  config.hidden_size = 16;
+  config.num_attention_heads = 2;
+  config.seq_length = 8;
+  config.micro_batch_size = 4;
+  config.global_batch_size = 8;  // 2 micro-batches: one a rank over two
+  config.eval_iters = 1;
+  config.eval_whole_split = true;
+  const auto source = make_gpt_data(config.data_path, config.split, DataSplit::Validation, config.vocab_size,
+                                    config.seq_length, GptDataset::kWholeSplit, static_cast<uint64_t>(config.seed));
+  const int64_t n = *source->distinct_samples();
+  ASSERT_NE(n % config.micro_batch_size, 0) << "the last micro-batch is to be padded";
+  Config one_by_one = config;
+  one_by_one.micro_batch_size = 1;  // accumulation 8: the same model, from the same seed
+  Trainer single(one_by_one);
+  // The trainer's parameters in a model of their own, window by window.
+  const auto backend = make_backend("cpu");
+  Gpt model(single.config().gpt(), *backend);
+  const Tensor params = single.model().params();
+  model.set_parameters({params.as<float>(), static_cast<size_t>(params.numel())});
+  const int64_t seq = config.seq_length;
+  model.allocate_activations(1, seq, {}, seq);
+  std::vector<int32_t> tokens(static_cast<size_t>(seq)), targets(tokens.size());
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    source->sample(i, tokens, targets);
+    sum += model.forward(MicroBatch{tokens, targets, 1, seq});
+  }
+  const double mean = sum / static_cast<double>(n);
+  EXPECT_NEAR(single.evaluate().lm_loss, mean, 1e-9 * mean);
+  const std::string description = open_training_data(config, ModelInput::NextTokens).description;
+  EXPECT_NE(description.find("validation: the split's " + std::to_string(n) + " samples of 8 tokens"),
+            std::string::npos)
+      << description;
+  Trainer trainer(config);
+  const double padded = trainer.evaluate().lm_loss;
+  EXPECT_NEAR(padded, mean, 1e-6 * mean);
+  std::vector<double> ranks(2);
+  testing::on_gloo_ranks(2, [&](GlooCommunicator& communicator) {
+    Trainer rank(config, &communicator);
+    ranks[static_cast<size_t>(communicator.rank())] = rank.evaluate().lm_loss;
+  });
+  EXPECT_EQ(ranks[0], padded);
+  EXPECT_EQ(ranks[1], padded);
 }
 
 TEST(GptDataset, TrainerTrainsOnIndexedDataReproducibly) {

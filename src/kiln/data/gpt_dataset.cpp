@@ -123,7 +123,7 @@ GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> data, const std::st
     : data_(std::move(data)), seq_length_(seq_length) {
   const auto [first, last] = documents;
   KILN_CHECK(last > first, "{}: the split holds no documents ({} in the dataset)", prefix, data_->num_documents());
-  KILN_CHECK(num_samples > 0, "{}: no samples requested", prefix);
+  KILN_CHECK(num_samples > 0 || num_samples == kWholeSplit, "{}: no samples requested", prefix);
   const std::vector<int64_t>& bounds = data_->document_boundaries();
   std::vector<int64_t> document_tokens(static_cast<size_t>(last - first), 0);
   for (int64_t d = first; d < last; ++d)
@@ -132,6 +132,10 @@ GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> data, const std::st
   tokens_per_epoch_ = std::accumulate(document_tokens.begin(), document_tokens.end(), int64_t{0});
   KILN_CHECK(tokens_per_epoch_ > seq_length, "{}: the split has {} tokens, fewer than one sample of {}", prefix,
              tokens_per_epoch_, seq_length + 1);
+  if (num_samples == kWholeSplit) {  // every window that fits in one epoch (sample s from token s x seq_length)
+    num_samples = (tokens_per_epoch_ - 1) / seq_length;
+    whole_split_ = true;
+  }
   int64_t epochs = 1;
   while ((epochs * tokens_per_epoch_ - 1) / seq_length < num_samples) ++epochs;
 
@@ -169,6 +173,10 @@ GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> data, const std::st
     document_starts_[i] = offset;
     offset += document_tokens[static_cast<size_t>(document_order_[i] - first)];
   }
+}
+
+std::optional<int64_t> GptDataset::distinct_samples() const {
+  return whole_split_ ? std::optional<int64_t>(num_samples()) : std::nullopt;
 }
 
 void GptDataset::plan_window(int64_t index, std::vector<IndexedDataset::TokenRange>& ranges) const {
@@ -279,6 +287,11 @@ std::unique_ptr<TokenSource> make_gpt_data(const std::string& data_path, const s
                                            int64_t vocab_size, int64_t seq_length, int64_t num_samples, uint64_t seed,
                                            const Storage& storage) {
   const DataBlend blend = parse_data_path(data_path);
+  KILN_CHECK(num_samples != GptDataset::kWholeSplit || blend.prefixes.size() == 1,
+             "config key 'eval_whole_split' is set, but data_path '{}' blends {} datasets, whose samples are drawn by "
+             "weight without end (no fixed set to read once); validate one dataset whole, or leave it out and set "
+             "--eval-iters",
+             data_path, blend.prefixes.size());
   const std::vector<double> weights = parse_split(split);
   std::vector<std::unique_ptr<GptDataset>> datasets;
   for (size_t d = 0; d < blend.prefixes.size(); ++d) {

@@ -8,6 +8,8 @@
 //              starting at token s * seq_length (consecutive samples share one token: the last
 //              target of one is the first input of the next);
 //   shuffle    sample s is read through a seeded permutation of all samples;
+//   whole      num_samples kWholeSplit builds one epoch's samples, each once (distinct_samples),
+//              so a validation can read the split whole: every token but the last partial window's;
 //   blending   `--data-path 0.3 A 0.7 B`: each global sample goes to the dataset that is furthest
 //              behind its weight (Megatron's build_blending_indices), in order;
 //   cache      the document order and the shuffle are written to <prefix>_kiln_cache/ under a name
@@ -45,6 +47,9 @@ bool is_indexed_data_path(const std::string& data_path, const Storage& storage =
 
 class GptDataset final : public TokenSource {
  public:
+  // num_samples for exactly the split's samples, one epoch of them (above).
+  static constexpr int64_t kWholeSplit = -1;
+
   GptDataset(std::shared_ptr<const IndexedDataset> data, const std::string& prefix,
              std::pair<int64_t, int64_t> documents, int64_t seq_length, int64_t num_samples, uint64_t seed,
              const Storage& storage = Storage::defaults());
@@ -52,6 +57,8 @@ class GptDataset final : public TokenSource {
   int64_t seq_length() const override { return seq_length_; }
   int64_t num_tokens() const override { return tokens_per_epoch_; }
   int64_t num_samples() const { return static_cast<int64_t>(shuffle_.size()); }
+  // Built with kWholeSplit: the epoch's samples; else drawn without end (TokenSource's default).
+  std::optional<int64_t> distinct_samples() const override;
   void sample(int64_t index, std::span<int32_t> tokens, std::span<int32_t> targets) const override;
   // The whole batch's token ranges in one IndexedDataset::read_many.
   void samples(std::span<const int64_t> indices, std::span<int32_t> tokens,
@@ -64,6 +71,7 @@ class GptDataset final : public TokenSource {
   std::shared_ptr<const IndexedDataset> data_;
   int64_t seq_length_;
   int64_t tokens_per_epoch_ = 0;
+  bool whole_split_ = false;
   std::vector<int32_t> document_order_;  // all epochs, concatenated
   std::vector<int64_t> document_starts_; // token offset of each entry of document_order_
   std::vector<int64_t> shuffle_;
@@ -89,7 +97,8 @@ class BlendedTokens final : public TokenSource {
 };
 
 // The whole pipeline for one split: parse data_path, open and validate each dataset, build (or
-// load) the indices, blend when there are several. num_samples: how many the run will read.
+// load) the indices, blend when there are several. num_samples: how many the run will read, or
+// GptDataset::kWholeSplit (one dataset only: a blend's samples are drawn by weight, without end).
 std::unique_ptr<TokenSource> make_gpt_data(const std::string& data_path, const std::string& split, DataSplit which,
                                            int64_t vocab_size, int64_t seq_length, int64_t num_samples, uint64_t seed,
                                            const Storage& storage = Storage::defaults());

@@ -189,7 +189,8 @@ const std::vector<ConfigField>& config_fields() {
       {"eval_iters", &Config::eval_iters, "batches per validation (0: no validation)"},
       {"eval_whole_split", &Config::eval_whole_split,
        "each validation reads every validation sample exactly once instead of eval_iters batches (classification "
-       "data); the last batch is padded with samples that count for nothing"},
+       "data, or one indexed dataset's validation split); the last batch is padded with samples that count for "
+       "nothing"},
       {"data_path", &Config::data_path,
        "folder of token shards (train_*.bin, val_*.bin), or Megatron indexed data: PREFIX or '0.3 A 0.7 B'; "
        "local paths or s3://bucket/key"},

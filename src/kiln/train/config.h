@@ -139,7 +139,8 @@ struct Config {
   int64_t eval_iters = 10;
   // Each validation reads every sample of the validation split once, instead of eval_iters global
   // batches (which must still be > 0: 0 turns validation off). For sources with a fixed set of
-  // samples (classification data: data/token_source.h, distinct_samples).
+  // samples (classification data, one indexed dataset's split: data/token_source.h,
+  // distinct_samples).
   bool eval_whole_split = false;
   std::string data_path;
   std::string data_impl = "mmap";  // indexed datasets: mmap (MMIDIDX) or infer (the same to kiln)

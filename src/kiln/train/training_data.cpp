@@ -71,11 +71,18 @@ TrainingData open_next_tokens(const Config& config) {
   } else if (is_indexed_data_path(config.data_path, storage)) {
     data.train = make_gpt_data(config.data_path, config.split, DataSplit::Train, vocab, seq,
                                config.train_iters * config.global_batch_size, seed, storage);
-    if (validating)  // every validation reads the same eval_iters global batches
-      data.validation = make_gpt_data(config.data_path, config.split, DataSplit::Validation, vocab, seq,
-                                      config.eval_iters * config.global_batch_size, seed, storage);
-    data.description = fmt::format("indexed data '{}', split {}, {} train tokens per epoch", config.data_path,
-                                   config.split, data.train->num_tokens());
+    // Every validation reads the same eval_iters global batches, or the split's samples once.
+    if (validating)
+      data.validation = make_gpt_data(
+          config.data_path, config.split, DataSplit::Validation, vocab, seq,
+          config.eval_whole_split ? GptDataset::kWholeSplit : config.eval_iters * config.global_batch_size, seed,
+          storage);
+    data.description = fmt::format("indexed data '{}', split {}, {} train tokens per epoch{}", config.data_path,
+                                   config.split, data.train->num_tokens(),
+                                   config.eval_whole_split && data.validation
+                                       ? fmt::format("; validation: the split's {} samples of {} tokens",
+                                                     *data.validation->distinct_samples(), seq)
+                                       : std::string());
   } else {
     auto train = std::make_unique<TokenDataset>(config.data_path, "train", vocab, seq, seed, storage);
     data.description = fmt::format("{} train tokens in {} shards", train->num_tokens(), train->num_shards());
