@@ -412,13 +412,14 @@ TEST(EncoderClassifier, AnUncountedLabelCountsForNothing) {
 // BlockPass::output_gradient_cast false). Its gradients follow bf16's as closely as the first
 // block's, whose gradient a LayerNorm cast; codes left from another product (the LayerNorm path
 // taken by mistake) would be another gradient altogether. With dropout (both runs under one draw,
-// so one set of masks) every projection casts its dropped output gradient itself (BranchDropout):
-// codes of the undropped gradient would be off by about half of it at rate 0.2.
-void expect_fp8_gradients_follow_bf16s(float dropout) {
+// so one set of masks) every projection casts its dropped output gradient itself (BranchDropout),
+// the last one too where the final LayerNorm's backward writes its gradient (no intermediate
+// layers): codes of the undropped gradient would be off by about half of it at rate 0.2.
+void expect_fp8_gradients_follow_bf16s(float dropout, int64_t intermediate_layers) {
   auto backend = make_backend("cpu");
   EncoderConfig config = tiny_encoder(dropout);
   config.hidden_size = 32;  // fp8 products: multiples of 16
-  config.num_intermediate_layers = 1;
+  config.num_intermediate_layers = intermediate_layers;
   const int64_t B = 4, T = 8;
   const Samples samples = random_samples(B, T, config, 21);
   const auto gradients = [&](bool fp8) {
@@ -451,8 +452,9 @@ void expect_fp8_gradients_follow_bf16s(float dropout) {
     for (const char* part : {".weight", ".bias"}) {
       const double last = relative_error(std::string("encoder.layer.1.") + product + part);
       const double first = relative_error(std::string("encoder.layer.0.") + product + part);
-      std::printf("dropout %g, %s%s: fp8 against bf16, relative error %.4f in the last block, %.4f in the first\n",
-                  dropout, product, part, last, first);
+      std::printf("dropout %g, %ld intermediate layers, %s%s: fp8 against bf16, relative error %.4f in the last "
+                  "block, %.4f in the first\n",
+                  dropout, static_cast<long>(intermediate_layers), product, part, last, first);
       // E5M2 gradients keep 2 mantissa bits: measured 0.01-0.13 in either block.
       EXPECT_LT(last, 0.2) << product << part;
       EXPECT_LT(first, 0.2) << product << part;
@@ -460,9 +462,14 @@ void expect_fp8_gradients_follow_bf16s(float dropout) {
   }
 }
 
-TEST(EncoderClassifier, Fp8GradientsFollowBf16sThroughTheIntermediateLayers) { expect_fp8_gradients_follow_bf16s(0.0f); }
+TEST(EncoderClassifier, Fp8GradientsFollowBf16sThroughTheIntermediateLayers) {
+  expect_fp8_gradients_follow_bf16s(0.0f, 1);
+}
 
-TEST(EncoderClassifier, Fp8GradientsFollowBf16sWithDropout) { expect_fp8_gradients_follow_bf16s(0.2f); }
+TEST(EncoderClassifier, Fp8GradientsFollowBf16sWithDropout) {
+  expect_fp8_gradients_follow_bf16s(0.2f, 1);
+  expect_fp8_gradients_follow_bf16s(0.2f, 0);
+}
 
 TEST(EncoderClassifier, BadInputIsNamed) {
   auto backend = make_backend("cpu");

@@ -166,7 +166,7 @@ TEST(TensorBoardObserver, WritesEveryIntervalWithTheTimersMeanSinceTheLastWrite)
     stats.lm_loss = static_cast<double>(it);
     observer.on_iteration(stats);
   }
-  observer.on_validation({3, 2.0, std::exp(2.0), false});  // after iteration 5: 40 samples
+  observer.on_validation({3, 2.0, std::exp(2.0), false, {}});  // after iteration 5: 40 samples
   observer.writer().flush();
   const ScalarSeries series = testing::scalar_series(testing::read_event_file(dir / "events"));
 
@@ -184,7 +184,7 @@ TEST(TensorBoardObserver, WritesEveryIntervalWithTheTimersMeanSinceTheLastWrite)
 
   // A validation before any iteration (a run resumed at its end) is keyed by the samples it began with.
   TensorBoardObserver resumed(TensorBoardWriter::open_file(dir / "resumed", 100), {}, 96);
-  resumed.on_validation({24, 1.5, std::exp(1.5), true});
+  resumed.on_validation({24, 1.5, std::exp(1.5), true, {}});
   resumed.writer().flush();
   expect_scalar(testing::scalar_series(testing::read_event_file(dir / "resumed")), "lm loss validation", 24, 96, 1.5);
 }
@@ -355,7 +355,7 @@ TEST(TensorBoardReal, TensorBoardReadsTheScalarsAndTextsKilnWrote) {
       stats.elapsed_ms = 12.5;
       observer.on_iteration(stats);
     }
-    observer.on_validation({3, 1.25, std::exp(1.25), true});
+    observer.on_validation({3, 1.25, std::exp(1.25), true, {}});
   }
   const ScalarSeries expected =
       testing::scalar_series(testing::read_event_file(testing::event_files_in(dir / "tb")[0]));

@@ -263,7 +263,7 @@ TEST(TopRunReading, ReadsKilnsMetricsFromItsPage) {
   stats.iteration = 42;
   stats.elapsed_ms = 750;
   observer.on_iteration(stats);
-  observer.on_validation({.iteration = 42, .lm_loss = 3.5, .perplexity = 33, .at_end = false});
+  observer.on_validation({.iteration = 42, .lm_loss = 3.5, .perplexity = 33, .at_end = false, .classification = {}});
   const RunReading run = read_run(parse_prometheus_text(registry.render()));
   EXPECT_EQ(run.rank, "2");
   EXPECT_EQ(run.host, "node7");

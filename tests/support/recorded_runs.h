@@ -1,6 +1,6 @@
 // Whole training runs in tests: a Trainer run to its end with every iteration's stats kept, the
 // largest difference between two runs' losses, the bytes of a file it wrote, the check that a
-// resumed run matches, and the fixture of the end-to-end precision tests (one back-end per
+// resumed run matches, the check that recomputation changes no bit, and the fixture of the end-to-end precision tests (one back-end per
 // parameter, skipped with its reason where absent, a toy dataset of 61 token ids to learn).
 #pragma once
 
@@ -61,6 +61,20 @@ inline void expect_resumed_bit_for_bit(const std::vector<IterationStats>& resume
     EXPECT_EQ(resumed[i].grad_norm, full[resumed_at + i].grad_norm)
         << "iteration " << resumed_at + i + 1;
   }
+}
+
+// `config` run as it is, then with full and with selective recomputation: the same losses and
+// gradient norms, bit for bit. Returns the run as it is.
+inline std::vector<IterationStats> expect_recomputation_changes_no_bit(const Config& config) {
+  const std::vector<IterationStats> direct = train_and_record(config);
+  Config full = config;
+  full.recompute_granularity = "full";
+  full.recompute_method = "uniform";
+  expect_resumed_bit_for_bit(train_and_record(full), direct, 0);
+  Config selective = config;
+  selective.recompute_granularity = "selective";
+  expect_resumed_bit_for_bit(train_and_record(selective), direct, 0);
+  return direct;
 }
 
 class ToyDataRunTest : public ::testing::TestWithParam<std::string> {

@@ -235,7 +235,7 @@ TEST(ClassifierTraining, BadSetupsAreNamed) {
   config.eval_iters = 2;
   EXPECT_NE(error_of([&] { Trainer trainer(config); }).find("has no validation samples"), std::string::npos);
 
-  // The whole split needs validation on, and samples that end (GPT's random windows do not).
+  // The whole split needs validation on, and samples that end (mock GPT tokens do not).
   config = classifier_config(dir / "only.jsonl");
   config.eval_whole_split = true;
   EXPECT_NE(error_of([&] { Trainer trainer(config); }).find("'eval_whole_split' is set but eval_iters is 0"),

@@ -77,8 +77,9 @@ class GptDataset final : public TokenSource {
   std::vector<int64_t> shuffle_;
 };
 
-// Several GptDatasets as one source (blending, above). Like theirs, its samples are next-token
-// windows without a fixed end: TokenSource's distinct_samples and mark_uncounted as they are.
+// Several GptDatasets as one source (blending, above). Its samples are next-token windows drawn
+// by weight without a fixed end (never a whole split): TokenSource's distinct_samples and
+// mark_uncounted as they are.
 class BlendedTokens final : public TokenSource {
  public:
   BlendedTokens(std::vector<std::unique_ptr<GptDataset>> datasets, const std::vector<double>& weights,

@@ -10,8 +10,7 @@
 //   6 data-parallel ranks: 1, 2, 4 at the same global batch
 // Each lab's first row is its baseline, which its ratios are relative to. A row that cannot run
 // on this machine or with this configuration carries the reason instead (a CUDA switch on the CPU,
-// fp8 with dropout (the encoder classifier's default: fp8 products do not drop out), S3 without
-// --s3-data-path, more ranks than GPUs, a micro-batch the global batch does not split into); lab
+// S3 without --s3-data-path, more ranks than GPUs, a micro-batch the global batch does not split into); lab
 // 5's rows are planned once labs 1-4 have been measured (plan_all_together).
 // Pure functions.
 #pragma once

@@ -39,7 +39,9 @@ Tensor block_stack_forward(Backend& backend, const BlockStackPass& stack, const 
 // output and is left holding its input's; parameter gradients go to `grads`, as `store` says.
 // `input` is the stack's input (the forward's). With fp8, `d_residual`'s codes arrive in
 // scratch.d_residual_fp8, cast by the LayerNorm backward that wrote it for the last block's MLP
-// c_proj (input_gradient_reader()). `gradients_final` is told as each block's parameter gradients
+// c_proj (input_gradient_reader()), unless that block's output gradient comes uncast (through the
+// encoder's intermediate layers, BlockPass::output_gradient_cast) or is read dropped (hidden
+// dropout, residual_gradient_codes). `gradients_final` is told as each block's parameter gradients
 // become final (block_backward), the last block's first.
 void block_stack_backward(Backend& backend, const BlockStackPass& stack, const std::vector<BlockWeights>& grads,
                           const Tensor& input, const BlockScratch& scratch, const Tensor& d_residual, GradStore store,

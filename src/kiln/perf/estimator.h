@@ -111,9 +111,8 @@ MemoryEstimate model_state_bytes(double parameters, const std::string& precision
                                  int64_t data_parallel);
 
 // The kiln train Config `in` describes, resolved on `in.gpus` ranks: the model and its shape, the
-// batch, precision and fp8 (the recompute policy stays `in`'s), the model's default dropout except
-// under fp8, which runs without. Its architecture() is the model the estimate counts. Not
-// validated (estimate() validates its input).
+// batch, precision and fp8 (the recompute policy stays `in`'s), the model's default dropout. Its
+// architecture() is the model the estimate counts. Not validated (estimate() validates its input).
 Config training_config(const EstimateInput& in);
 
 Estimate estimate(const EstimateInput& input);

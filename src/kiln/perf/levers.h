@@ -6,9 +6,7 @@
 // runs over every position), half and twice the micro-batch at the same global batch, and with
 // more than one GPU each ZeRO stage. A change that does not apply to the configuration (fp8 with
 // dimensions that are not multiples of 16, a micro-batch that does not divide the global batch,
-// ...) is listed with the estimator's reason. Turning fp8 on or off also turns dropout off or to
-// the model's default (fp8 products do not drop out), and the row's name says so where the model
-// drops out by default (the encoder classifier).
+// ...) is listed with the estimator's reason.
 #pragma once
 
 #include <optional>

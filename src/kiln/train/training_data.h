@@ -15,7 +15,7 @@
 //                          naming --vocab-size and both sizes.
 // Validation samples are seeded apart from training ones. With eval_iters > 0 and no validation
 // data the run stops at start, naming data_path; so does eval_whole_split over samples drawn
-// without end (GPT's data), naming the data.
+// without end (mock data, token shards, a blend of indexed datasets), naming the data.
 #pragma once
 
 #include <cstdint>
