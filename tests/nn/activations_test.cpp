@@ -160,6 +160,17 @@ TEST(Activations, Fp8ProductsKeepTheirInputsCodesInsteadOfTheInputs) {
       EXPECT_EQ(bytes, GptActivations::bytes_needed(config, 3, 16, policy, DType::BF16) -
                            static_cast<size_t>((L * 12 * C - 5 * C - 2 * C - L * 7 * C) * M));
     }
+    // Under hidden dropout no LayerNorm casts that gradient (each projection casts it dropped,
+    // block.h): no buffer, 2C bytes a position fewer.
+    GptConfig dropping = config;
+    dropping.hidden_dropout = 0.1f;
+    const size_t without_codes =
+        GptActivations::bytes_needed(dropping, 3, 16, policy, DType::BF16, kDefaultLogitRows, true);
+    EXPECT_EQ(without_codes, bytes - static_cast<size_t>(2 * C * M));
+    Arena dropping_arena(without_codes);
+    EXPECT_TRUE(GptActivations::lay_out(dropping_arena, dropping, 3, 16, Device::CPU, policy, DType::BF16,
+                                        kDefaultLogitRows, true)
+                    .d_residual_fp8.empty());
   }
 }
 

@@ -63,7 +63,7 @@ class EncoderFp8Training : public ::testing::TestWithParam<std::string> {
 };
 
 TEST_P(EncoderFp8Training, FollowsTheBf16LossCurveWithAndWithoutIntermediateLayersAndDropout) {
-  for (const auto [intermediate, dropout] : {std::pair<int64_t, double>{0, 0.0}, {1, 0.0}, {0, 0.1}, {1, 0.1}}) {
+  for (const auto& [intermediate, dropout] : {std::pair<int64_t, double>{0, 0.0}, {1, 0.0}, {0, 0.1}, {1, 0.1}}) {
     SCOPED_TRACE(fmt::format("{} intermediate layers, dropout {}", intermediate, dropout));
     const std::vector<IterationStats> bf16 = train_and_record(config("", intermediate, dropout));
     const std::vector<IterationStats> fp8 = train_and_record(config("hybrid", intermediate, dropout));
@@ -116,7 +116,7 @@ TEST_P(EncoderFp8Training, ResumeIsBitForBit) {
 // (intermediate layers), and every block's under dropout, too: training steps allocate nothing
 // more. 128 wide, so that the casts (not attention) decide the scratch.
 TEST_P(EncoderFp8Training, StepsAllocateNothingBeyondWhatWasPlanned) {
-  for (const auto [intermediate, dropout] : {std::pair<int64_t, double>{0, 0.0}, {2, 0.0}, {0, 0.1}}) {
+  for (const auto& [intermediate, dropout] : {std::pair<int64_t, double>{0, 0.0}, {2, 0.0}, {0, 0.1}}) {
     Config config = this->config("hybrid", intermediate, dropout);
     config.hidden_size = 128;
     config.train_iters = 3;

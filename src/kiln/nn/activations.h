@@ -36,7 +36,8 @@
 // codes, by rows then by columns, for the projection reading it next (LayerNormBackward with fp8,
 // block.h): one buffer of 2 B*T C bytes of its own (d_residual_fp8), since ln_1's codes outlive the
 // previous block's forward replay and every scratch buffer free then is written by the product
-// that reads them; no two LayerNorms' codes are in use at once. With the classifier's products in
+// that reads them; no two LayerNorms' codes are in use at once. Under hidden dropout no LayerNorm
+// casts them (the projections read the gradient dropped and cast it themselves, block.h): no buffer. With the classifier's products in
 // fp8 too, the cross-entropy writes the chunk's logits' gradient only as codes, by rows then by
 // columns (ops.h, SoftmaxCrossEntropy with fp8), for the classifier's backward: logit_codes, as
 // many bytes as the logits chunk, beside it in the same stretch (both are in use at once; the
@@ -129,7 +130,7 @@ struct GptActivations {
                                    // d ln_f between a training forward and backward
   Tensor d_qkv;                    // [B,T,3C] (shared)
   Tensor d_fc;                     // [B,T,4C] gradient of both MLP activations, in place (shared)
-  Tensor d_residual_fp8;           // fp8 only: [2 x B*T x C] codes of d_residual (above), else empty
+  Tensor d_residual_fp8;           // fp8 without hidden dropout: [2 x B*T x C] codes of d_residual (above), else empty
 
   // Lays out every tensor for (batch, seq) in `arena` and returns the views (null data when the
   // arena is measuring). `device` tags the views; `dtype` is the compute dtype; `fp8`: the blocks'

@@ -194,8 +194,9 @@ void block_backward(Backend& backend, const GptConfig& config, const BlockWeight
     if (gradients_final) gradients_final(first);
   };
   const BranchDropout& dropout = pass.dropout;
-  KILN_CHECK(!fp8 || !s.d_residual_fp8.empty(), "block_backward: fp8 products without the residual gradient's codes");
   const bool residual_codes = fp8 && residual_gradient_codes(pass);
+  KILN_CHECK(!residual_codes || !s.d_residual_fp8.empty(),
+             "block_backward: fp8 products without the residual gradient's codes");
   // MLP branch: d_residual is d(y) = d(x1) through the skip connection (with fp8 and
   // pass.output_gradient_cast, also as the codes the caller's LayerNorm backward wrote: ln_f's or
   // the next block's ln_1's).

@@ -40,7 +40,7 @@ struct BlockScratch {
   Tensor d_hidden;    // [B,T,C]
   Tensor d_qkv;       // [B,T,3C]
   Tensor d_fc;        // [B,T,4C]
-  Tensor d_residual_fp8;  // fp8 only: 2 x B*T*C bytes, codes of d_residual (GptActivations::d_residual_fp8)
+  Tensor d_residual_fp8;  // fp8 without hidden dropout: 2 x B*T*C bytes, codes of d_residual (GptActivations::d_residual_fp8)
 };
 
 // Hidden dropout on the block's two residual branches (Megatron's hidden_dropout): each

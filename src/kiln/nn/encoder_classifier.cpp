@@ -143,7 +143,7 @@ EncoderActivations EncoderActivations::lay_out(Arena& arena, const EncoderConfig
   acts.d_pooled = layout.take({B, C});
   acts.d_head = layout.take({B, C});
   acts.d_placed = layout.stats({T, C});
-  if (fp8) acts.d_residual_fp8 = layout.codes({2, B * T, C});
+  if (fp8 && config.hidden_dropout == 0.0f) acts.d_residual_fp8 = layout.codes({2, B * T, C});  // block.h
   ArenaOverlay overlay(arena);  // a block's backward is done with d_fc before it writes d_qkv (block.h)
   acts.d_qkv = layout.take({B, T, 3 * C});
   overlay.next();
