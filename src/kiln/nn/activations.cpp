@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "kiln/core/error.h"
+#include "kiln/nn/block.h"
 
 namespace kiln {
 namespace {
@@ -112,7 +113,7 @@ GptActivations GptActivations::lay_out(Arena& arena, const GptConfig& config, in
   acts.losses = layout.stats({B * T});
   acts.d_residual = layout.take({B, T, C});
   acts.d_hidden = layout.take({B, T, C});
-  if (fp8 && config.hidden_dropout == 0.0f) acts.d_residual_fp8 = layout.codes({2, B * T, C});  // block.h
+  if (fp8 && lays_out_residual_gradient_codes(config.hidden_dropout)) acts.d_residual_fp8 = layout.codes({2, B * T, C});
   // One stretch for three buffers that are never in use at the same time (activations.h).
   ArenaOverlay overlay(arena);
   acts.logits = layout.take({std::min(logit_rows, B * T), Vp});

@@ -37,11 +37,12 @@
 // block.h): one buffer of 2 B*T C bytes of its own (d_residual_fp8), since ln_1's codes outlive the
 // previous block's forward replay and every scratch buffer free then is written by the product
 // that reads them; no two LayerNorms' codes are in use at once. Under hidden dropout no LayerNorm
-// casts them (the projections read the gradient dropped and cast it themselves, block.h): no buffer. With the classifier's products in
-// fp8 too, the cross-entropy writes the chunk's logits' gradient only as codes, by rows then by
-// columns (ops.h, SoftmaxCrossEntropy with fp8), for the classifier's backward: logit_codes, as
-// many bytes as the logits chunk, beside it in the same stretch (both are in use at once; the
-// codes cannot take the logits' own memory, which the cross-entropy reads while it writes them).
+// casts them (the projections read the gradient dropped and cast it themselves, block.h): no
+// buffer. With the classifier's products in fp8 too, the cross-entropy writes the chunk's
+// logits' gradient only as codes, by rows then by columns (ops.h, SoftmaxCrossEntropy with fp8),
+// for the classifier's backward: logit_codes, as many bytes as the logits chunk, beside it in
+// the same stretch (both are in use at once; the codes cannot take the logits' own memory, which
+// the cross-entropy reads while it writes them).
 // Every chunk's products read wte's E4M3 codes, cast once before the first chunk in both layouts
 // (ops.h, Convert with fp8; the products' weight_fp8): wte_fp8 and wte_fp8_t, 2 Vp C bytes in that
 // stretch too, in place of two casts of wte a chunk.

@@ -40,7 +40,8 @@ struct BlockScratch {
   Tensor d_hidden;    // [B,T,C]
   Tensor d_qkv;       // [B,T,3C]
   Tensor d_fc;        // [B,T,4C]
-  Tensor d_residual_fp8;  // fp8 without hidden dropout: 2 x B*T*C bytes, codes of d_residual (GptActivations::d_residual_fp8)
+  // fp8 without hidden dropout: 2 x B*T*C bytes, codes of d_residual (GptActivations::d_residual_fp8)
+  Tensor d_residual_fp8;
 };
 
 // Hidden dropout on the block's two residual branches (Megatron's hidden_dropout): each
@@ -77,6 +78,11 @@ struct BlockPass {
 // under `pass` (fp8 only): not under hidden dropout, whose projections read that gradient dropped
 // (BranchDropout).
 bool residual_gradient_codes(const BlockPass& pass);
+
+// The same rule for a model's layout, from its configuration: whether an fp8 model with
+// `hidden_dropout` lays out the residual stream's gradient codes (GptActivations::d_residual_fp8)
+// and sizes its LayerNorms' casts for them. Never under hidden dropout, where no pass reads them.
+inline bool lays_out_residual_gradient_codes(float hidden_dropout) { return hidden_dropout == 0.0f; }
 
 // The fp8 product whose backward reads a LayerNorm backward's input gradient next, as its output
 // gradient, and that product's bias gradient, which the LayerNorm then takes (ops.h,

@@ -143,7 +143,7 @@ EncoderActivations EncoderActivations::lay_out(Arena& arena, const EncoderConfig
   acts.d_pooled = layout.take({B, C});
   acts.d_head = layout.take({B, C});
   acts.d_placed = layout.stats({T, C});
-  if (fp8 && config.hidden_dropout == 0.0f) acts.d_residual_fp8 = layout.codes({2, B * T, C});  // block.h
+  if (fp8 && lays_out_residual_gradient_codes(config.hidden_dropout)) acts.d_residual_fp8 = layout.codes({2, B * T, C});
   ArenaOverlay overlay(arena);  // a block's backward is done with d_fc before it writes d_qkv (block.h)
   acts.d_qkv = layout.take({B, T, 3 * C});
   overlay.next();
@@ -207,7 +207,7 @@ Backend::WorkspaceNeeds EncoderClassifier::workspace_needs(const EncoderConfig& 
   // hidden dropout, block.h).
   if (fp8)
     needs.fp8_cast_bytes = block_stack_fp8_cast_bytes(
-        batch * seq, C, final_norm_casts_blocks_gradient(config) && config.hidden_dropout == 0.0f);
+        batch * seq, C, final_norm_casts_blocks_gradient(config) && lays_out_residual_gradient_codes(config.hidden_dropout));
   return needs;
 }
 

@@ -89,7 +89,7 @@ struct EncoderActivations {
   Tensor d_qkv, d_fc;           // [B, T, 3C], [B, T, 4C], one stretch (never in use at once)
   Tensor d_first, d_pooled, d_head;  // [B, C]
   Tensor d_placed;                   // [T, C] fp32
-  Tensor d_residual_fp8;             // fp8 without hidden dropout: [2 x B*T x C] codes of d_residual (block.h), else empty
+  Tensor d_residual_fp8;             // fp8, no hidden dropout: [2 x B*T x C] codes of d_residual
 
   // `fp8`: the blocks' products are fp8 (their inputs' codes kept, activations.h; d_residual_fp8).
   static EncoderActivations lay_out(Arena& arena, const EncoderConfig& config, int64_t batch, int64_t seq,

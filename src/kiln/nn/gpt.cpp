@@ -90,7 +90,7 @@ Backend::WorkspaceNeeds Gpt::workspace_needs(const GptConfig& config, int64_t ba
   if (!fp8) return needs;
   // The blocks' products, ln_f's backward casting the last block's output gradient (not under hidden
   // dropout, block.h).
-  needs.fp8_cast_bytes = block_stack_fp8_cast_bytes(M, C, config.hidden_dropout == 0.0f);
+  needs.fp8_cast_bytes = block_stack_fp8_cast_bytes(M, C, lays_out_residual_gradient_codes(config.hidden_dropout));
   // The classifier, a chunk of positions at a time, C -> Vp, reading its output gradient as the
   // codes the loss cast and wte's as cast once for every chunk (activations.h), and casting ln_f's
   // output itself.
