@@ -409,8 +409,14 @@ TEST_P(DataParallelFaults, ARankKilledMidRunStopsTheOthersNamingItAndTheLastChec
   EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
 }
 
-TEST(DataParallelHang, ARankThatStopsRespondingEndsTheOthersAtTheTimeout) {
-  // SIGSTOP: the rank keeps its connections open, so only the timeout (0.05 min = 3 s) can tell.
+class DataParallelHang : public ::testing::TestWithParam<int> {};
+
+TEST_P(DataParallelHang, ARankThatStopsRespondingEndsTheOthersAtTheTimeoutNamingIt) {
+  // SIGSTOP: the rank keeps its connections open, so only the timeout (0.05 min = 3 s) can tell,
+  // and only its silence names it: the survivor posts that it failed and waits a grace of one
+  // timeout for the other to do the same (lost_ranks). A stopped rank 0 cannot answer for the
+  // rendezvous store it serves either.
+  const int hung = GetParam(), survivor = 1 - hung;
   const TempDir dir;
   const std::string save = dir.path() + "/run";
   const std::string port = std::to_string(24000 + ::getpid() % 1000);
@@ -423,10 +429,14 @@ TEST(DataParallelHang, ARankThatStopsRespondingEndsTheOthersAtTheTimeout) {
   const CommandResult result = run_command(fmt::format(
       "({} > /dev/null 2>&1 & hung=$!; (for i in $(seq 400); do [ -f {}/latest_checkpointed_iteration.txt ] && "
       "break; sleep 0.05; done; kill -STOP $hung) & {}; status=$?; kill -9 $hung; wait; exit $status)",
-      rank(1), save, rank(0)));
+      rank(hung), save, rank(survivor)));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_NE(result.exit_code, 0) << result.output;
-  EXPECT_NE(result.output.find("on rank 0 of 2 failed: "), std::string::npos) << result.output;
+  const std::string culprit =
+      hung == 1 ? "rank 1 did not answer within 3 s (hung, stopped, or slower than this rank by that much)"
+                : "lost rank 0 (the rendezvous store it served is gone or does not answer)";
+  EXPECT_NE(result.output.find(fmt::format("on rank {} of 2 failed: {}: ", survivor, culprit)), std::string::npos)
+      << result.output;
   // Gloo's words: "Timed out" from its one-off collectives, "Read timeout" from the gradient
   // buckets' prepared ones.
   EXPECT_TRUE(result.output.find("Timed out") != std::string::npos ||
@@ -434,6 +444,9 @@ TEST(DataParallelHang, ARankThatStopsRespondingEndsTheOthersAtTheTimeout) {
       << result.output;
   EXPECT_LT(seconds, 25.0);
 }
+
+INSTANTIATE_TEST_SUITE_P(Hung, DataParallelHang, ::testing::Values(1, 0),
+                         [](const auto& info) { return "rank_" + std::to_string(info.param) + "_stopped"; });
 
 INSTANTIATE_TEST_SUITE_P(Victims, DataParallelFaults, ::testing::Values(1, 0),
                          [](const auto& info) { return "rank_" + std::to_string(info.param) + "_killed"; });

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -46,27 +47,59 @@ std::string first_difference(const std::string& mine, const std::string& theirs,
 std::vector<char> bytes_of(const std::string& text) { return {text.begin(), text.end()}; }
 
 std::string gone_key(int rank) { return "gone/" + std::to_string(rank); }
+std::string failed_key(int rank) { return "failed/" + std::to_string(rank); }
+
+std::string rank_list(const std::vector<int>& ranks) {
+  return fmt::format("rank{} {}", ranks.size() > 1 ? "s" : "", fmt::join(ranks, ", "));
+}
 
 }  // namespace
 
-std::string lost_ranks(const ProcessPlace& place) {
-  using namespace std::chrono_literals;
+std::string lost_ranks(const ProcessPlace& place, std::chrono::milliseconds grace) {
+  using namespace std::chrono;
+  const auto start = steady_clock::now();
+  std::vector<int> unknown;  // neither failed alike nor gone, as far as this rank has seen
+  for (int rank = 0; rank < place.world_size; ++rank)
+    if (rank != place.rank) unknown.push_back(rank);
+  std::vector<int> gone;
+  bool rank_0_failed_alike = false;
   try {
     StoreClient probe(place.master_addr, place.master_port, 2s);
-    // A dead rank's connections close together, but the store may learn it a moment after the
-    // engine did: look for up to 2 s.
-    const auto deadline = std::chrono::steady_clock::now() + 2s;
-    std::vector<int> gone;
-    while (gone.empty() && std::chrono::steady_clock::now() < deadline) {
-      for (int rank = 0; rank < place.world_size; ++rank)
-        if (rank != place.rank && probe.check({gone_key(rank)})) gone.push_back(rank);
-      if (gone.empty()) std::this_thread::sleep_for(50ms);
+    probe.set(failed_key(place.rank), {});
+    // A dead rank's connection closes at once, but the store may learn it a moment after the engine
+    // did; a hung rank's only sign is that it never posts. Scanning only the ranks not yet heard
+    // from keeps the store's load small for large jobs.
+    for (;;) {
+      std::vector<int> still_unknown;
+      for (const int rank : unknown) {
+        if (probe.check({failed_key(rank)})) {  // failed alike: not to blame, even if it has ended since
+          rank_0_failed_alike |= rank == 0;
+        } else if (probe.check({gone_key(rank)})) {
+          gone.push_back(rank);
+        } else {
+          still_unknown.push_back(rank);
+        }
+      }
+      unknown = std::move(still_unknown);
+      if (!gone.empty() || unknown.empty() || steady_clock::now() - start >= grace) break;
+      std::this_thread::sleep_for(100ms);
     }
-    if (gone.empty()) return {};
-    return fmt::format("lost rank{} {}", gone.size() > 1 ? "s" : "", fmt::join(gone, ", "));
   } catch (const Error&) {
-    return "lost rank 0 (the rendezvous store it served is gone)";
+    // Rank 0 ended after failing alike (its store went with it): the ranks not heard from until then
+    // are the ones to blame. Otherwise rank 0 itself is gone, hung or stopped.
+    if (!rank_0_failed_alike) return "lost rank 0 (the rendezvous store it served is gone or does not answer)";
   }
+  std::sort(gone.begin(), gone.end());
+  if (!gone.empty()) return "lost " + rank_list(gone);
+  if (unknown.empty()) return {};
+  const double waited = duration<double>(std::min<steady_clock::duration>(steady_clock::now() - start, grace)).count();
+  return fmt::format("{} did not answer within {:.0f} s (hung, stopped, or slower than this rank by that much)",
+                     rank_list(unknown), std::floor(waited));
+}
+
+std::chrono::milliseconds lost_rank_grace(std::chrono::milliseconds timeout) {
+  using namespace std::chrono_literals;
+  return std::clamp<std::chrono::milliseconds>(timeout, 2s, 10s);
 }
 
 void check_same_configuration(StoreClient& store, int rank, int world_size, const std::string& config_yaml) {
@@ -103,11 +136,11 @@ std::unique_ptr<ProcessGroup> join_process_group(const ProcessPlace& place, cons
     group->communicator =
         std::make_unique<GlooCommunicator>(place.rank, place.world_size, *group->store,
                                            gloo_address(place, process_environment()), timeout,
-                                           [place] { return lost_ranks(place); });
+                                           [place, timeout] { return lost_ranks(place, lost_rank_grace(timeout)); });
   } else if (backend == "nccl") {
 #ifdef KILN_WITH_CUDA
     group->communicator = make_nccl_communicator(place.rank, place.world_size, place.local_rank, *group->store,
-                                                 timeout, [place] { return lost_ranks(place); });
+                                                 timeout, [place, timeout] { return lost_ranks(place, lost_rank_grace(timeout)); });
 #else
     fail("distributed backend 'nccl': this kiln was built without CUDA (nvcc was not found at configure time); "
          "CPU ranks use --device cpu --distributed-backend gloo");

@@ -38,10 +38,22 @@ std::unique_ptr<ProcessGroup> join_process_group(const ProcessPlace& place, cons
 // rank 0: hidden_size is 64 there and 128 on rank 0". Bounded by the store's timeout.
 void check_same_configuration(StoreClient& store, int rank, int world_size, const std::string& config_yaml);
 
-// Which other ranks have left the job (their store connections closed), e.g. "lost rank 1";
-// "lost rank 0 (...)" when the store rank 0 served is gone; "" when all are there (a hang).
-// Each rank registers its store connection for this when it joins.
-std::string lost_ranks(const ProcessPlace& place);
+// Asked by a rank whose collective failed: which other ranks are to blame. This rank first posts
+// that it failed too, so that no other rank names it. Then, for up to `grace`, it reads which
+// ranks posted the same. Ranks that did not post are either gone or silent:
+// - gone: the rank's store connection closed, because the process exited or died. Each rank
+//   registers its connection for this when it joins. Named at once, e.g. "lost rank 1".
+// - silent: the rank stayed connected but posted nothing within `grace`, so it hung, was stopped,
+//   or is that much behind. For example: "rank 1 did not answer within 3 s (hung, stopped, or
+//   slower than this rank by that much)".
+// When the store cannot be reached, rank 0 (which serves it) is the one lost:
+// "lost rank 0 (...)". When every rank failed alike, the answer is "" and nobody is named.
+std::string lost_ranks(const ProcessPlace& place, std::chrono::milliseconds grace);
+
+// How long lost_ranks waits for the other ranks to fail too, for a run whose waits are bounded by
+// `timeout`. Each survivor enters the failed collective within the ranks' usual skew. It then
+// fails one timeout later, so a grace of one timeout (at least 2 s, at most 10 s) covers that skew.
+std::chrono::milliseconds lost_rank_grace(std::chrono::milliseconds timeout);
 
 // Where the other ranks reach this host: the interface $GLOO_SOCKET_IFNAME names (PyTorch's
 // variable) when set, 127.0.0.1 when the master is on loopback, else this host's name.
