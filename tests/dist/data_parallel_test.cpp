@@ -269,7 +269,9 @@ TEST_P(CheckpointsAcrossSizes, AResumedRunContinuesTheUninterruptedOne) {
   ASSERT_EQ(uninterrupted.exit_code, 0) << uninterrupted.output;
   const CommandResult resumed = run(resumer, dir.path() + "/resumed", "--load " + whole + "/iter_0000002");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
-  EXPECT_NE(resumed.output.find("resumed from '" + whole + "/iter_0000002' at iteration 2 (8 samples consumed)"),
+  EXPECT_NE(resumed.output.find(fmt::format("resumed from '{}/iter_0000002' at iteration 2 (8 samples consumed, saved "
+                                            "by {} rank{})",
+                                            whole, saver, saver == 1 ? "" : "s")),
             std::string::npos)
       << resumed.output;
   // The iterations after the resume log what the uninterrupted run logged.

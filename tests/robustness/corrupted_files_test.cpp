@@ -425,6 +425,14 @@ TEST(CorruptedFiles, CheckpointsAreRefusedByName) {
   EXPECT_NE(refusal_with("scale", -1.0).find("(loss_scaler): 'scale' is -1.0, not a positive fp32 number"),
             std::string::npos);
   EXPECT_NE(refusal_with("scale", 1e300).find("'scale' is 1e+300"), std::string::npos);
+  EXPECT_NE(refusal_with("distributed", {{"world_size", 4}, {"optimizer_layout", "per-rank"}})
+                .find("trainer_state.json (distributed): 'optimizer_layout' is \"per-rank\": this kiln reads only "
+                      "'gathered' optimizer files"),
+            std::string::npos);
+  EXPECT_NE(refusal_with("distributed", {{"world_size", 0}, {"optimizer_layout", "gathered"}}).find("'world_size' is 0"),
+            std::string::npos);
+  EXPECT_NE(refusal_with("distributed", 7).find("trainer_state.json: 'distributed' is 7, not an object"),
+            std::string::npos);
   testing::write_file_bytes(tracker, "1abc");
   EXPECT_NE(testing::error_of(resume).find("expected an iteration number, got '1abc'"), std::string::npos);
   testing::write_file_bytes(tracker, "1\n");

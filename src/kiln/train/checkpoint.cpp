@@ -235,6 +235,20 @@ TrainerState read_trainer_state(const std::string& checkpoint_dir) {
   // that counting on cannot overflow.
   state.loss_scaler.hysteresis_tracker =
       json_int64_at(scaler, "hysteresis_tracker", -(int64_t{1} << 62), kMax, scaler_source);
+  // What wrote it; checkpoints from before many ranks have no such entry. Any number of ranks reads
+  // the optimizer file's whole tensors ("gathered"); another layout is refused by name, never read
+  // as if it were one.
+  if (json.contains("distributed")) {
+    const nlohmann::json& distributed = json["distributed"];
+    KILN_CHECK(distributed.is_object(), "{}: 'distributed' is {}, not an object", source, distributed.dump());
+    const std::string distributed_source = source + " (distributed)";
+    state.saved_by_ranks = json_int64_at(distributed, "world_size", 1, kMax, distributed_source);
+    const nlohmann::json layout = distributed.value("optimizer_layout", nlohmann::json());
+    KILN_CHECK(layout == "gathered",
+               "{}: 'optimizer_layout' is {}: this kiln reads only 'gathered' optimizer files (whole tensors by "
+               "name, for any number of ranks)",
+               distributed_source, layout.is_null() ? "missing" : layout.dump());
+  }
   return state;
 }
 

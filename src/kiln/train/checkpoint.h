@@ -39,6 +39,10 @@ struct TrainerState {
   int64_t nan_iterations = 0;
   int64_t optimizer_steps = 0;
   LossScalerState loss_scaler;
+  // Read back only: the ranks of the run that wrote the checkpoint (trainer_state.json's
+  // distributed.world_size; 1 in checkpoints from before many ranks). save_checkpoint takes it as
+  // an argument instead.
+  int64_t saved_by_ranks = 1;
 };
 
 // The optimizer state as a checkpoint holds it: whole flat fp32 vectors in layout order, one

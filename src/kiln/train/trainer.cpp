@@ -110,11 +110,11 @@ Trainer::Trainer(const Config& config, Communicator* communicator, int device_in
   } else {
     // The files hold whole tensors: any number of ranks resumes from them, each taking its shard.
     const std::string dir = resolve_checkpoint_dir(config_.load);
+    state_ = read_trainer_state(dir);  // first: it says whether the optimizer file's layout is one to read
     std::vector<float> master_weights = load_model_weights(dir, *model_);
     optimizer_ = std::make_unique<AdamW>(*backend_, model_->layout(), optimizer_params(), config_.adamw(), shard_);
     const OptimizerSnapshot saved = read_optimizer_state(dir, std::move(master_weights), *model_);
     optimizer_->load_state(saved.master, saved.exp_avg, saved.exp_avg_sq);
-    state_ = read_trainer_state(dir);
     // Megatron's slices start every rank at consumed / ranks, on a micro-batch boundary: a data
     // position that does not fall on one would skip or repeat samples.
     const int64_t slice = config_.micro_batch_size * ranks;
@@ -498,8 +498,9 @@ void Trainer::run() {
       observer->on_message(fmt::format("no checkpoint in '{}' yet: starting from scratch (--load is the --save folder)",
                                        config_.load));
     if (state_.iteration > 0)
-      observer->on_message(fmt::format("resumed from '{}' at iteration {} ({} samples consumed)",
-                                       config_.load, state_.iteration, state_.consumed_samples));
+      observer->on_message(fmt::format("resumed from '{}' at iteration {} ({} samples consumed, saved by {} rank{})",
+                                       config_.load, state_.iteration, state_.consumed_samples,
+                                       state_.saved_by_ranks, state_.saved_by_ranks == 1 ? "" : "s"));
     if (model_->fp8())
       observer->on_message(fmt::format(
           "fp8: {} products of the transformer blocks{} (E4M3 forward{}, {} gradients), delayed scaling over {} "
