@@ -474,6 +474,12 @@ Backend::WorkspaceNeeds EncoderArchitecture::workspace_needs(int64_t batch, int6
   return EncoderClassifier::workspace_needs(config_, batch, seq, dtype, fp8);
 }
 
+double EncoderArchitecture::closed_form_parameters() const {
+  return encoder_closed_form_parameters(config_.num_layers, config_.hidden_size, config_.vocab_size,
+                                        config_.max_position_embeddings, config_.num_intermediate_layers,
+                                        config_.num_labels);
+}
+
 double EncoderArchitecture::flops_per_iteration(int64_t global_batch, int64_t seq, bool full_recompute) const {
   return encoder_flops_per_iteration(EncoderFlopsShape{global_batch, seq, config_.num_layers, config_.hidden_size,
                                                        config_.num_intermediate_layers, config_.num_labels},

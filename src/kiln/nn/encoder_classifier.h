@@ -218,6 +218,7 @@ class EncoderArchitecture final : public ModelArchitecture {
   ModelInput input() const override { return ModelInput::LabelledSequences; }
   std::string describe() const override;
   int64_t num_parameters() const override { return encoder_parameter_layout(config_).total(); }
+  double closed_form_parameters() const override;
   size_t activation_bytes(int64_t batch, int64_t seq, const RecomputePolicy& policy, DType dtype, int64_t logit_rows,
                           const Fp8Recipe* fp8) const override;
   Backend::WorkspaceNeeds workspace_needs(int64_t batch, int64_t seq, DType dtype, const Fp8Recipe* fp8,

@@ -328,6 +328,11 @@ size_t GptArchitecture::activation_bytes(int64_t batch, int64_t seq, const Recom
                                       fp8 && fp8->classifier);
 }
 
+double GptArchitecture::closed_form_parameters() const {
+  return gpt_closed_form_parameters(config_.num_layers, config_.hidden_size, config_.vocab_size,
+                                    config_.max_position_embeddings);
+}
+
 double GptArchitecture::flops_per_iteration(int64_t global_batch, int64_t seq, bool full_recompute) const {
   return kiln::flops_per_iteration(
       FlopsShape{global_batch, seq, config_.num_layers, config_.hidden_size, config_.vocab_size}, full_recompute);

@@ -161,6 +161,9 @@ class ModelArchitecture {
   // One line for the run's log: "GPT: 12 layers, hidden 768, ..." with the parameter count.
   virtual std::string describe() const = 0;
   virtual int64_t num_parameters() const = 0;
+  // The closed-form count (perf/flops.h), unpadded vocabulary: `kiln estimate` shows it beside
+  // num_parameters().
+  virtual double closed_form_parameters() const = 0;
   // Activation bytes allocate_activations(batch, seq, policy, logit_rows) takes, with `fp8` products (null: none).
   virtual size_t activation_bytes(int64_t batch, int64_t seq, const RecomputePolicy& policy, DType dtype,
                                   int64_t logit_rows, const Fp8Recipe* fp8) const = 0;

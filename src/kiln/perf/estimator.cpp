@@ -89,20 +89,6 @@ std::string known_gpus() {
   return keys;
 }
 
-// The closed-form parameter count (estimator.h), with the unpadded vocabulary: Narayanan et al.'s
-// for GPT's blocks and embeddings, plus, for the encoder classifier, what its layout adds
-// (nn/encoder_classifier.h): the two token-type embeddings' 2h, J intermediate layers of h^2 + h,
-// the final LayerNorm's 2h, the pooler and the head's dense layer, h^2 + h each, and the projection
-// to L labels, h L + L.
-double closed_form_parameters(const EstimateInput& in) {
-  const double l = static_cast<double>(in.num_layers), h = static_cast<double>(in.hidden_size);
-  const double V = static_cast<double>(in.vocab_size), s = static_cast<double>(in.seq_length);
-  const double gpt = 12 * l * h * h * (1 + 13 / (12 * h) + (V + s) / (12 * l * h));
-  if (in.model != "encoder-classifier") return gpt;
-  const double J = static_cast<double>(in.num_intermediate_layers), L = static_cast<double>(in.num_labels);
-  return gpt + (J + 2) * h * h + (J + 6) * h + (h + 1) * L;
-}
-
 }  // namespace
 
 Config training_config(const EstimateInput& in) {
@@ -157,7 +143,7 @@ Estimate estimate(const EstimateInput& in) {
   plan_recompute(in.recompute, in.num_layers);  // validates the policy against the depth
   const Config config = training_config(in);
   const std::shared_ptr<const ModelArchitecture> architecture = config.architecture();
-  out.parameters_formula = closed_form_parameters(in);
+  out.parameters_formula = architecture->closed_form_parameters();
   out.parameters_exact = architecture->num_parameters();
 
   out.flops_without_recompute = architecture->flops_per_iteration(in.global_batch_size, in.seq_length, false);

@@ -19,6 +19,19 @@ double encoder_flops_per_iteration(const EncoderFlopsShape& shape, bool full_rec
   return (full_recompute ? 4.0 : 3.0) * B * forward_per_sample;
 }
 
+double gpt_closed_form_parameters(int64_t layers, int64_t hidden, int64_t vocab, int64_t positions) {
+  const double l = static_cast<double>(layers), h = static_cast<double>(hidden);
+  const double V = static_cast<double>(vocab), P = static_cast<double>(positions);
+  return 12 * l * h * h * (1 + 13 / (12 * h) + (V + P) / (12 * l * h));
+}
+
+double encoder_closed_form_parameters(int64_t layers, int64_t hidden, int64_t vocab, int64_t positions,
+                                      int64_t intermediate_layers, int64_t labels) {
+  const double h = static_cast<double>(hidden), J = static_cast<double>(intermediate_layers);
+  const double L = static_cast<double>(labels);
+  return gpt_closed_form_parameters(layers, hidden, vocab, positions) + (J + 2) * h * h + (J + 6) * h + (h + 1) * L;
+}
+
 double achieved_tflops(double flops, double seconds_per_iteration, int64_t gpus) {
   if (seconds_per_iteration <= 0 || gpus <= 0) return 0.0;
   return flops / (seconds_per_iteration * static_cast<double>(gpus) * 1e12);

@@ -29,6 +29,16 @@ struct EncoderFlopsShape {
 };
 double encoder_flops_per_iteration(const EncoderFlopsShape& shape, bool full_recompute);
 
+// Closed-form parameter counts, with the unpadded vocabulary V and P positions (`kiln estimate`
+// sets them beside the exact count of the model kiln builds). GPT: Narayanan et al.'s (section
+// 5.1), 12 l h^2 (1 + 13/(12 h) + (V + P)/(12 l h)). The encoder classifier: GPT's, plus what its
+// layout adds (nn/encoder_classifier.h): the two token-type embeddings' 2h, J intermediate layers
+// of h^2 + h, the final LayerNorm's 2h, the pooler and the head's dense layer, h^2 + h each, and
+// the projection to L labels, h L + L.
+double gpt_closed_form_parameters(int64_t layers, int64_t hidden, int64_t vocab, int64_t positions);
+double encoder_closed_form_parameters(int64_t layers, int64_t hidden, int64_t vocab, int64_t positions,
+                                      int64_t intermediate_layers, int64_t labels);
+
 // FLOPs of one attention core call, the convention of the FlashAttention papers (Dao et al. 2022,
 // Dao 2023): forward 4 B T^2 C (the two products q k^T and P v over all heads), halved when causal
 // (the keys after each query are skipped); backward 2.5 times forward (five products of that size).
