@@ -14,6 +14,7 @@
 #include "support/error_of.h"
 #include "support/pool_texts.h"
 #include "support/recorded_runs.h"
+#include "support/small_encoder.h"
 
 namespace kiln {
 namespace {
@@ -22,28 +23,10 @@ using testing::error_of;
 using testing::largest_loss_difference;
 using testing::train_and_record;
 
-// 2 blocks 32 wide over labelled text (support/pool_texts.h) in `dir`, hidden and attention
-// dropout at `dropout`.
+// support/small_encoder.h's classifier in bf16, its blocks' products in `fp8_format` (empty: none).
 Config small_bf16_encoder(const std::string& dir, const std::string& device, const std::string& fp8_format,
                           int64_t intermediate_layers, double dropout = 0.0) {
-  Config config;
-  config.model = "encoder-classifier";
-  config.device = device;
-  config.data_path = dir + "/train.jsonl";
-  config.num_layers = 2;
-  config.hidden_size = 32;
-  config.num_attention_heads = 2;
-  config.num_intermediate_layers = intermediate_layers;
-  config.seq_length = 16;
-  config.micro_batch_size = 8;
-  config.global_batch_size = 16;
-  config.train_iters = 30;
-  config.lr = 3e-3;
-  config.lr_warmup_iters = 3;
-  config.eval_iters = 0;
-  config.num_workers = 0;
-  config.hidden_dropout = dropout;
-  config.attention_dropout = dropout;
+  Config config = testing::small_encoder_config(dir, device, intermediate_layers, dropout);
   config.bf16 = true;
   config.fp8_format = fp8_format;
   return config;
