@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -46,7 +48,11 @@ class EncoderFp8Training : public ::testing::TestWithParam<std::string> {
 };
 
 TEST_P(EncoderFp8Training, FollowsTheBf16LossCurveWithAndWithoutIntermediateLayersAndDropout) {
-  for (const auto& [intermediate, dropout] : {std::pair<int64_t, double>{0, 0.0}, {1, 0.0}, {0, 0.1}, {1, 0.1}}) {
+  // The emulated GPU takes a minute and a half for all four pairs: there it runs the two that
+  // CudaFollowsTheCpu (below) does not compare with the CPU's run, which follows bf16 in all four.
+  std::vector<std::pair<int64_t, double>> pairs = {{0, 0.0}, {1, 0.0}, {0, 0.1}, {1, 0.1}};
+  if (GetParam() == "cuda") pairs = {{1, 0.0}, {0, 0.1}};
+  for (const auto& [intermediate, dropout] : pairs) {
     SCOPED_TRACE(fmt::format("{} intermediate layers, dropout {}", intermediate, dropout));
     const std::vector<IterationStats> bf16 = train_and_record(config("", intermediate, dropout));
     const std::vector<IterationStats> fp8 = train_and_record(config("hybrid", intermediate, dropout));
