@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/dist/worker_group.h"
 #include "kiln/train/safetensors.h"
 #include "support/kiln_process.h"
 #include "support/temp_dir.h"
@@ -48,11 +49,11 @@ std::string tiny_run(const std::string& save, int micro_batch, const std::string
   return tiny_run(TinyRun{save, micro_batch, extra});
 }
 
-// Rank r of 2 started by hand with torchrun's variables, running `command`.
-std::string rank_by_hand(int r, const std::string& port, const std::string& command) {
-  return fmt::format("OMP_NUM_THREADS=1 WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={} RANK={} "
-                     "LOCAL_RANK={} {}",
-                     port, r, r, command);
+// Rank r of `ranks` started by hand with torchrun's variables, running `command`.
+std::string rank_by_hand(int r, const std::string& port, const std::string& command, int ranks = 2) {
+  return fmt::format("OMP_NUM_THREADS=1 WORLD_SIZE={} LOCAL_WORLD_SIZE={} MASTER_ADDR=127.0.0.1 MASTER_PORT={} "
+                     "RANK={} LOCAL_RANK={} {}",
+                     ranks, ranks, port, r, r, command);
 }
 
 CommandResult launch(int ranks, const std::string& train_arguments) {
@@ -433,7 +434,7 @@ TEST_P(DataParallelHang, ARankThatStopsRespondingEndsTheOthersAtTheTimeoutNaming
   const int hung = GetParam(), survivor = 1 - hung;
   const TempDir dir;
   const std::string save = dir.path() + "/run";
-  const std::string port = std::to_string(24000 + ::getpid() % 1000);
+  const std::string port = std::to_string(dist::find_free_port());
   const std::string train =
       kiln_binary() + " " +
       tiny_run(TinyRun{.save = save, .extra = "--save-interval 20 --distributed-timeout-minutes 0.05",
@@ -457,6 +458,31 @@ TEST_P(DataParallelHang, ARankThatStopsRespondingEndsTheOthersAtTheTimeoutNaming
               result.output.find("Read timeout") != std::string::npos)
       << result.output;
   EXPECT_LT(seconds, 25.0);
+}
+
+// Three ranks, the middle one stopped: both survivors time out, each posts that it failed, and each
+// names rank 1 alone. Rank 2 must not blame rank 0, which has failed too and whose store may end
+// with it while rank 2 still waits out its grace (lost_ranks, ~ProcessGroup).
+TEST(DataParallelHangOfThree, EverySurvivorNamesTheStoppedRankAndNoOther) {
+  const TempDir dir;
+  const std::string save = dir.path() + "/run";
+  const std::string port = std::to_string(dist::find_free_port());
+  const std::string train =
+      kiln_binary() + " " +
+      tiny_run(TinyRun{.save = save, .micro_batch = 1, .extra = "--save-interval 20 --distributed-timeout-minutes 0.05",
+                       .train_iters = 100000, .eval_iters = 0, .global_batch = 3});
+  const auto rank = [&](int r) { return rank_by_hand(r, port, train, 3); };
+  const std::string rank_2_log = dir.path() + "/rank_2.log";
+  const CommandResult result = run_command(fmt::format(
+      "({} > /dev/null 2>&1 & hung=$!; {} > {} 2>&1 & other=$!; (for i in $(seq 400); do [ -f "
+      "{}/latest_checkpointed_iteration.txt ] && break; sleep 0.05; done; kill -STOP $hung) & {}; status=$?; "
+      "wait $other; kill -9 $hung; wait; exit $status)",
+      rank(1), rank(2), rank_2_log, save, rank(0)));
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  const std::string blame = ": rank 1 did not answer within 3 s (hung, stopped, or slower than this rank by that much): ";
+  EXPECT_NE(result.output.find("on rank 0 of 3 failed" + blame), std::string::npos) << result.output;
+  const std::string rank_2 = testing::read_file_bytes(rank_2_log);
+  EXPECT_NE(rank_2.find("on rank 2 of 3 failed" + blame), std::string::npos) << rank_2;
 }
 
 INSTANTIATE_TEST_SUITE_P(Hung, DataParallelHang, ::testing::Values(1, 0),

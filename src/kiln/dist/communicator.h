@@ -17,6 +17,7 @@
 // Thread-safety: one thread issues operations (the Trainer's); CommWork::wait may be called from it.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -33,6 +34,13 @@ class CommWork {
 };
 
 enum class ReduceOp : uint8_t { Sum, Max };
+
+// Asked by an engine's communicator after an operation fails, for the ranks to blame in its error
+// (process_group.h, lost_ranks): e.g. "lost rank 1", "" when it cannot tell. `peer_fault`: the
+// failure may come from another rank (a timeout, a closed or reset connection, NCCL's remote or
+// system error); false when it is this rank's own (a CUDA error, a misuse), which blames nobody
+// else.
+using FailureExplainer = std::function<std::string(bool peer_fault)>;
 
 // An all-reduce (sum, in place) bound to one buffer for the whole run and started many times (a
 // gradient bucket, every step). Where the engine can set it up once, each start costs less than a

@@ -5,6 +5,7 @@
 #include <gloo/allreduce_halving_doubling.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
+#include <gloo/common/error.h>
 #include <gloo/math.h>
 #include <gloo/reduce.h>
 #include <gloo/rendezvous/context.h>
@@ -120,7 +121,7 @@ struct JobHandle final : CommWork {
 }  // namespace
 
 GlooCommunicator::GlooCommunicator(int rank, int world_size, StoreClient& store, const Address& address,
-                                   std::chrono::milliseconds timeout, std::function<std::string()> explain_failure)
+                                   std::chrono::milliseconds timeout, FailureExplainer explain_failure)
     : rank_(rank), world_size_(world_size), explain_failure_(std::move(explain_failure)) {
   // Gloo writes to its sockets with writev, which raises SIGPIPE once a peer has died: the process
   // would end silently, naming no rank. Ignored (as Python, so PyTorch, ignores it), the write fails
@@ -178,7 +179,8 @@ void GlooCommunicator::thread_loop() {
         const trace::Span span("communication", job->what);
         job->run();
       } catch (const std::exception& error) {
-        const std::string culprit = explain_failure_ ? explain_failure_() : "";
+        const bool peer_fault = dynamic_cast<const gloo::IoException*>(&error) != nullptr;
+        const std::string culprit = explain_failure_ ? explain_failure_(peer_fault) : "";
         failure = first_failure_ = std::make_exception_ptr(Error(fmt::format(
             "gloo {} on rank {} of {} failed: {}{} (a rank died, hung or was stopped: a lost peer closes its "
             "connections, a hung one runs into --distributed-timeout-minutes)",

@@ -39,10 +39,11 @@ class GlooCommunicator final : public Communicator {
   struct Address {
     std::string hostname, iface;
   };
-  // `explain_failure`, when given, is asked after an operation fails which ranks are gone (e.g.
-  // "lost rank 1"; "" when it cannot tell): Gloo's own errors name sockets, not ranks.
+  // `explain_failure`, when given, is asked after an operation fails which ranks are to blame
+  // (communicator.h): Gloo's own errors name sockets, not ranks. Its I/O errors (timeouts, lost
+  // connections) are peer faults; any other error is this rank's own.
   GlooCommunicator(int rank, int world_size, StoreClient& store, const Address& address,
-                   std::chrono::milliseconds timeout, std::function<std::string()> explain_failure = {});
+                   std::chrono::milliseconds timeout, FailureExplainer explain_failure = {});
   ~GlooCommunicator() override;
 
   int rank() const override { return rank_; }
@@ -70,7 +71,7 @@ class GlooCommunicator final : public Communicator {
 
   const int rank_, world_size_;
   std::shared_ptr<gloo::Context> context_;
-  std::function<std::string()> explain_failure_;
+  FailureExplainer explain_failure_;
   std::exception_ptr first_failure_;  // touched by the communication thread only
   std::mutex mutex_;
   std::condition_variable queued_;

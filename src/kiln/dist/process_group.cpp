@@ -3,7 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -55,46 +55,62 @@ std::string rank_list(const std::vector<int>& ranks) {
 
 }  // namespace
 
-std::string lost_ranks(const ProcessPlace& place, std::chrono::milliseconds grace) {
+std::string lost_ranks(const ProcessPlace& place, std::chrono::milliseconds grace, bool peer_fault) {
   using namespace std::chrono;
   const auto start = steady_clock::now();
-  std::vector<int> unknown;  // neither failed alike nor gone, as far as this rank has seen
+  std::set<int> unknown;  // neither failed alike nor gone, as far as this rank has heard
   for (int rank = 0; rank < place.world_size; ++rank)
-    if (rank != place.rank) unknown.push_back(rank);
+    if (rank != place.rank) unknown.insert(rank);
   std::vector<int> gone;
   bool rank_0_failed_alike = false;
   try {
     StoreClient probe(place.master_addr, place.master_port, 2s);
-    probe.set(failed_key(place.rank), {});
+    if (peer_fault) probe.set(failed_key(place.rank), {});
     // A dead rank's connection closes at once, but the store may learn it a moment after the engine
     // did; a hung rank's only sign is that it never posts. Scanning only the ranks not yet heard
-    // from keeps the store's load small for large jobs.
+    // from keeps the store's load small for large jobs; each is taken out as soon as it is heard
+    // from, so a store that goes away mid-scan leaves the set right.
     for (;;) {
-      std::vector<int> still_unknown;
-      for (const int rank : unknown) {
-        if (probe.check({failed_key(rank)})) {  // failed alike: not to blame, even if it has ended since
-          rank_0_failed_alike |= rank == 0;
-        } else if (probe.check({gone_key(rank)})) {
-          gone.push_back(rank);
+      for (auto rank = unknown.begin(); rank != unknown.end();) {
+        if (probe.check({failed_key(*rank)})) {  // failed alike: not to blame, even if it has ended since
+          rank_0_failed_alike |= *rank == 0;
+        } else if (probe.check({gone_key(*rank)})) {
+          gone.push_back(*rank);
         } else {
-          still_unknown.push_back(rank);
+          ++rank;
+          continue;
         }
+        rank = unknown.erase(rank);
       }
-      unknown = std::move(still_unknown);
-      if (!gone.empty() || unknown.empty() || steady_clock::now() - start >= grace) break;
+      if (!peer_fault || !gone.empty() || unknown.empty() || steady_clock::now() - start >= grace) break;
       std::this_thread::sleep_for(100ms);
     }
   } catch (const Error&) {
     // Rank 0 ended after failing alike (its store went with it): the ranks not heard from until then
     // are the ones to blame. Otherwise rank 0 itself is gone, hung or stopped.
     if (!rank_0_failed_alike) return "lost rank 0 (the rendezvous store it served is gone or does not answer)";
+  } catch (const std::exception&) {
+    return {};  // no answer, rather than a second failure in the middle of reporting the first
   }
-  std::sort(gone.begin(), gone.end());
   if (!gone.empty()) return "lost " + rank_list(gone);
-  if (unknown.empty()) return {};
-  const double waited = duration<double>(std::min<steady_clock::duration>(steady_clock::now() - start, grace)).count();
-  return fmt::format("{} did not answer within {:.0f} s (hung, stopped, or slower than this rank by that much)",
-                     rank_list(unknown), std::floor(waited));
+  if (unknown.empty() || !peer_fault) return {};
+  // Cut short only by rank 0 ending after its own full grace, through which it heard nothing either.
+  return fmt::format("{} did not answer within {:g} s (hung, stopped, or slower than this rank by that much)",
+                     rank_list({unknown.begin(), unknown.end()}), duration<double>(grace).count());
+}
+
+ProcessGroup::~ProcessGroup() {
+  communicator.reset();  // first: its thread may be explaining a failure through the store
+  if (!server || !collective_failed) return;
+  const auto deadline = std::chrono::steady_clock::now() + failure_grace;
+  try {
+    for (int rank = 1; rank < place.world_size; ++rank)
+      while (!store->check({failed_key(rank)}) && !store->check({gone_key(rank)}) &&
+             std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  } catch (const std::exception&) {
+    // Destroying: nothing more to serve.
+  }
 }
 
 std::chrono::milliseconds lost_rank_grace(std::chrono::milliseconds timeout) {
@@ -132,15 +148,20 @@ std::unique_ptr<ProcessGroup> join_process_group(const ProcessPlace& place, cons
   group->store = std::make_unique<StoreClient>(place.master_addr, place.master_port, timeout);
   group->store->set_when_closed(gone_key(place.rank));
   check_same_configuration(*group->store, place.rank, place.world_size, config_yaml);
+  group->failure_grace = lost_rank_grace(timeout);
+  // The communicator is destroyed first (~ProcessGroup), so the group outlives every call.
+  const FailureExplainer explain = [group = group.get()](bool peer_fault) {
+    if (peer_fault) group->collective_failed = true;  // a fault of its own: the others find it gone
+    return lost_ranks(group->place, group->failure_grace, peer_fault);
+  };
   if (backend == "gloo") {
     group->communicator =
         std::make_unique<GlooCommunicator>(place.rank, place.world_size, *group->store,
-                                           gloo_address(place, process_environment()), timeout,
-                                           [place, timeout] { return lost_ranks(place, lost_rank_grace(timeout)); });
+                                           gloo_address(place, process_environment()), timeout, explain);
   } else if (backend == "nccl") {
 #ifdef KILN_WITH_CUDA
     group->communicator = make_nccl_communicator(place.rank, place.world_size, place.local_rank, *group->store,
-                                                 timeout, [place, timeout] { return lost_ranks(place, lost_rank_grace(timeout)); });
+                                                 timeout, explain);
 #else
     fail("distributed backend 'nccl': this kiln was built without CUDA (nvcc was not found at configure time); "
          "CPU ranks use --device cpu --distributed-backend gloo");

@@ -48,7 +48,7 @@ struct NcclWork final : CommWork {
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(int rank, int world_size, int device, StoreClient& store, std::chrono::milliseconds timeout,
-                   std::function<std::string()> explain_failure)
+                   FailureExplainer explain_failure)
       : rank_(rank), world_size_(world_size), timeout_(timeout), explain_failure_(std::move(explain_failure)) {
     int visible = 0;
     check(cudaGetDeviceCount(&visible), "cudaGetDeviceCount");
@@ -175,14 +175,14 @@ class NcclCommunicator final : public Communicator {
       if (state == cudaSuccess) return;
       if (state != cudaErrorNotReady) {
         cudaGetLastError();
-        abort_and_fail(what, fmt::format("CUDA error: {}", cudaGetErrorString(state)));
+        abort_and_fail(what, fmt::format("CUDA error: {}", cudaGetErrorString(state)), false);
       }
       if (cudaPeekAtLastError() == cudaErrorNotReady) cudaGetLastError();  // a poll's answer, not a fault
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(comm_, &async);
-      if (async != ncclSuccess && async != ncclInProgress) abort_and_fail(what, nccl_error(async));
+      if (async != ncclSuccess && async != ncclInProgress) abort_and_fail(what, nccl_error(async), remote_fault(async));
       if (Clock::now() > deadline)
-        abort_and_fail(what, fmt::format("not done after {} (--distributed-timeout-minutes)", minutes(timeout_)));
+        abort_and_fail(what, fmt::format("not done after {} (--distributed-timeout-minutes)", minutes(timeout_)), true);
       pause_between_polls(polls);
     }
   }
@@ -237,20 +237,25 @@ class NcclCommunicator final : public Communicator {
     for (int polls = 0; result == ncclInProgress; ++polls) {
       if (Clock::now() > deadline)
         abort_and_fail(what, fmt::format("NCCL still in progress after {} (--distributed-timeout-minutes)",
-                                         minutes(timeout_)));
+                                         minutes(timeout_)),
+                       true);
       pause_between_polls(polls);
       if (comm_) ncclCommGetAsyncError(comm_, &result);
     }
-    if (result != ncclSuccess) abort_and_fail(what, nccl_error(result));
+    if (result != ncclSuccess) abort_and_fail(what, nccl_error(result), remote_fault(result));
   }
+
+  // NCCL's errors that another rank may cause: a remote peer's failure, the network or system.
+  static bool remote_fault(ncclResult_t result) { return result == ncclRemoteError || result == ncclSystemError; }
 
   std::string nccl_error(ncclResult_t result) const {
     const char* detail = comm_ ? ncclGetLastError(comm_) : ncclGetLastError(nullptr);
     return fmt::format("{}{}{}", ncclGetErrorString(result), detail && *detail ? ": " : "", detail ? detail : "");
   }
 
-  [[noreturn]] void abort_and_fail(const std::string& what, const std::string& reason) {
-    const std::string culprit = explain_failure_ ? explain_failure_() : "";
+  // `peer_fault`: communicator.h, FailureExplainer.
+  [[noreturn]] void abort_and_fail(const std::string& what, const std::string& reason, bool peer_fault) {
+    const std::string culprit = explain_failure_ ? explain_failure_(peer_fault) : "";
     failure_ = fmt::format(
         "nccl {} on rank {} of {} failed: {}{}; the communicator was aborted (a rank died, hung or was stopped: "
         "NCCL reports a lost peer as an error, a hung one runs into --distributed-timeout-minutes)",
@@ -268,7 +273,7 @@ class NcclCommunicator final : public Communicator {
     cudaGetLastError();
     const std::string reason = fmt::format("CUDA error in {}: {}", what, cudaGetErrorString(status));
     if (!comm_) fail("nccl on rank {} of {}: {}", rank_, world_size_, reason);
-    abort_and_fail(what, reason);
+    abort_and_fail(what, reason, false);
   }
 
   void check_device(const Tensor& data, const char* operation) const {
@@ -285,7 +290,7 @@ class NcclCommunicator final : public Communicator {
 
   const int rank_, world_size_;
   const std::chrono::milliseconds timeout_;
-  std::function<std::string()> explain_failure_;
+  FailureExplainer explain_failure_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t compute_ready_ = nullptr;
@@ -308,7 +313,7 @@ void NcclWork::wait() {
 
 std::unique_ptr<Communicator> make_nccl_communicator(int rank, int world_size, int device, StoreClient& store,
                                                      std::chrono::milliseconds timeout,
-                                                     std::function<std::string()> explain_failure) {
+                                                     FailureExplainer explain_failure) {
   return std::make_unique<NcclCommunicator>(rank, world_size, device, store, timeout, std::move(explain_failure));
 }
 

@@ -13,7 +13,8 @@
 // asynchronous error; it returns once the operation is done. NCCL never times out by itself (a
 // peer that died leaves its kernel spinning), so a wait longer than `timeout`, or an asynchronous
 // error, aborts the communicator (ncclCommAbort ends its kernels) and throws a kiln::Error naming
-// the operation and, through `explain_failure`, the ranks that are gone. The communicator is then
+// the operation and, through `explain_failure` (communicator.h), the ranks to blame: timeouts and
+// NCCL's remote and system errors are peer faults, CUDA errors and misuse this rank's own. The communicator is then
 // unusable: later operations fail at once with the first failure.
 // Connection: rank 0 makes NCCL's unique id and posts it in the rendezvous store; the others read
 // it there. The communicator is created non-blocking and polled, so a rank that never comes ends
@@ -39,6 +40,6 @@ class StoreClient;
 // and what NCCL said.
 std::unique_ptr<Communicator> make_nccl_communicator(int rank, int world_size, int device, StoreClient& store,
                                                      std::chrono::milliseconds timeout,
-                                                     std::function<std::string()> explain_failure = {});
+                                                     FailureExplainer explain_failure = {});
 
 }  // namespace kiln
