@@ -28,6 +28,9 @@ constexpr const char* kModelFile = "model.safetensors";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kFp8StateTensor = "fp8_scaling";  // in kOptimizerFile
 constexpr const char* kStateFile = "trainer_state.json";
+// trainer_state.json's distributed.optimizer_layout: kOptimizerFile holds whole tensors by name,
+// which any number of ranks reads. The one layout this kiln writes and reads.
+constexpr const char* kGatheredLayout = "gathered";
 
 void append_entries(std::vector<SafetensorsEntry>& entries, const std::string& prefix,
                     const Model& model, const std::vector<float>& host) {
@@ -138,7 +141,7 @@ void write_checkpoint_files(const std::string& temp_dir, const Config& config, c
       // resumes from them (each takes its shard).
       {"distributed", {{"world_size", world_size},
                        {"optimizer", sharded ? "sharded (ZeRO-1), saved gathered" : "replicated"},
-                       {"optimizer_layout", "gathered"}}},
+                       {"optimizer_layout", kGatheredLayout}}},
       {"config_yaml", to_yaml(config)},
   };
   write_file_atomically(temp_dir + "/" + kStateFile, json.dump(2) + "\n");
@@ -235,19 +238,18 @@ TrainerState read_trainer_state(const std::string& checkpoint_dir) {
   // that counting on cannot overflow.
   state.loss_scaler.hysteresis_tracker =
       json_int64_at(scaler, "hysteresis_tracker", -(int64_t{1} << 62), kMax, scaler_source);
-  // What wrote it; checkpoints from before many ranks have no such entry. Any number of ranks reads
-  // the optimizer file's whole tensors ("gathered"); another layout is refused by name, never read
-  // as if it were one.
+  // What wrote it; checkpoints from before many ranks have no such entry. A layout other than
+  // kGatheredLayout is refused by name, never read as if it were one.
   if (json.contains("distributed")) {
     const nlohmann::json& distributed = json["distributed"];
     KILN_CHECK(distributed.is_object(), "{}: 'distributed' is {}, not an object", source, distributed.dump());
     const std::string distributed_source = source + " (distributed)";
     state.saved_by_ranks = json_int64_at(distributed, "world_size", 1, kMax, distributed_source);
     const nlohmann::json layout = distributed.value("optimizer_layout", nlohmann::json());
-    KILN_CHECK(layout == "gathered",
-               "{}: 'optimizer_layout' is {}: this kiln reads only 'gathered' optimizer files (whole tensors by "
-               "name, for any number of ranks)",
-               distributed_source, layout.is_null() ? "missing" : layout.dump());
+    KILN_CHECK(layout == kGatheredLayout,
+               "{}: 'optimizer_layout' is {}: this kiln reads only '{}' optimizer files (whole tensors by name, for "
+               "any number of ranks)",
+               distributed_source, layout.is_null() ? "missing" : layout.dump(), kGatheredLayout);
   }
   return state;
 }
