@@ -11,6 +11,7 @@
 // thread and writes only its own slices, so there are no races.
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "kiln/backend/cpu/column_sums.h"
 #include "kiln/backend/cpu/cpu_backend.h"
 #include "kiln/backend/cpu/fp8_cast.h"
+#include "kiln/backend/cpu/vector_math.h"
 
 namespace kiln {
 namespace {
@@ -54,6 +56,16 @@ Visibility visibility(const Tensor& key_mask, AttentionMask mask, int64_t b, int
   return {mask != AttentionMask::KeyPadding, padded ? key_mask.as<int32_t>() + b * T : nullptr};
 }
 
+// row[key] = e^(row[key] - shift) for the keys query t sees, 0 for the others.
+void exp_visible(float* row, int64_t t, int64_t T, const Visibility& visible, float shift) {
+  const int64_t seen = visible.causal ? t + 1 : T;  // keys past it are hidden
+  exp_shifted_in_place(row, seen, shift);
+  std::fill(row + seen, row + T, 0.0f);
+  if (visible.key_mask != nullptr)
+    for (int64_t key = 0; key < seen; ++key)
+      if (visible.key_mask[key] == 0) row[key] = 0.0f;
+}
+
 // Soft-maxes one row of scores in place and returns its log-sum-exp; a row with no visible key
 // becomes zeros and returns -inf.
 float softmax_row(float* row, int64_t t, int64_t T, const Visibility& visible) {
@@ -61,14 +73,12 @@ float softmax_row(float* row, int64_t t, int64_t T, const Visibility& visible) {
   for (int64_t key = 0; key < T; ++key)
     if (visible(t, key)) max_score = std::max(max_score, row[key]);
   if (max_score == kNoKey) {
-    for (int64_t key = 0; key < T; ++key) row[key] = 0.0f;
+    std::fill(row, row + T, 0.0f);
     return kNoKey;
   }
+  exp_visible(row, t, T, visible, max_score);
   float sum = 0.0f;
-  for (int64_t key = 0; key < T; ++key) {
-    row[key] = visible(t, key) ? std::exp(row[key] - max_score) : 0.0f;
-    sum += row[key];
-  }
+  for (int64_t key = 0; key < T; ++key) sum += row[key];
   const float inverse_sum = 1.0f / sum;
   for (int64_t key = 0; key < T; ++key) row[key] *= inverse_sum;
   return max_score + std::log(sum);
@@ -129,9 +139,12 @@ void attention_backward_fp32(const AttentionBackward& args) {
       float *p = scratch.scores, *ds = scratch.grads;
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, scale, q, 3 * C, k, 3 * C, 0.0f, p, T);
       const Visibility visible = visibility(args.key_mask, args.mask, b, T);
-      for (int64_t t = 0; t < T; ++t)  // P = exp(S - lse); -inf lse (no visible key) gives zeros
-        for (int64_t key = 0; key < T; ++key)
-          p[t * T + key] = visible(t, key) && row_lse[t] != kNoKey ? std::exp(p[t * T + key] - row_lse[t]) : 0.0f;
+      for (int64_t t = 0; t < T; ++t) {  // P = exp(S - lse); -inf lse (no visible key) gives zeros
+        if (row_lse[t] == kNoKey)
+          std::fill(p + t * T, p + (t + 1) * T, 0.0f);
+        else
+          exp_visible(p + t * T, t, T, visible, row_lse[t]);
+      }
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, 1.0f, d_o, C, v, 3 * C, 0.0f, ds, T);
       for (int64_t t = 0; t < T; ++t) {  // dP -> dS in place; with dropout, P -> P Z for dv
         float row_dot = 0.0f;            // D = rowsum(dO * out)

@@ -4,7 +4,8 @@
 //
 // Determinism: every reduction has a fixed order that does not depend on the thread count
 // (column-parallel sums for parameter gradients, fixed-size chunks for norms), so two runs with
-// the same inputs give the same bits. Ops are written in fp32; bf16/fp16 calls run the same code on
+// the same inputs on one machine give the same bits. The elementwise and row loops run in the
+// machine's widest vector unit (vector_math.h), so other machines may differ in the last bits. Ops are written in fp32; bf16/fp16 calls run the same code on
 // widened copies and round the outputs (fp32_scope.h), which is the reference for low precision.
 // Op definitions live one family per file: embedding.cpp, layernorm.cpp, matmul.cpp, gelu.cpp,
 // tanh.cpp, gather_rows.cpp, mask_rows.cpp, attention.cpp, cross_entropy.cpp, elementwise.cpp,

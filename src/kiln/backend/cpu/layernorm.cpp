@@ -1,6 +1,7 @@
 // LayerNorm (Ba et al. 2016) over the channel axis. Forward keeps mean and 1/std per row so the
 // backward needs no second pass over statistics. Parameter gradients are column-parallel sums in
-// row order, so they are identical for any thread count.
+// row order, so they are identical for any thread count. The row and column loops run in the
+// vector units of the machine (vector_math.h).
 #include <algorithm>
 #include <cmath>
 
@@ -8,29 +9,41 @@
 #include "kiln/backend/cpu/column_sums.h"
 #include "kiln/backend/cpu/cpu_backend.h"
 #include "kiln/backend/cpu/fp8_cast.h"
+#include "kiln/backend/cpu/vector_math.h"
 
 namespace kiln {
 
 namespace {
+struct RowStatistics {
+  float mean, rstd;
+};
+
+// out = (row - mean) rstd weight + bias over one row of C channels. The sums run in the vector
+// units (their order fixed by the clone, not by the thread count).
+KILN_VECTOR_CLONES RowStatistics normalize_row(const float* row, float* out, const float* weight, const float* bias,
+                                               int64_t C, float eps) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t c = 0; c < C; ++c) sum += row[c];
+  const float mean = sum / static_cast<float>(C);
+  float squares = 0.0f;
+#pragma omp simd reduction(+ : squares)
+  for (int64_t c = 0; c < C; ++c) squares += (row[c] - mean) * (row[c] - mean);
+  const float rstd = 1.0f / std::sqrt(squares / static_cast<float>(C) + eps);
+  for (int64_t c = 0; c < C; ++c) out[c] = (row[c] - mean) * rstd * weight[c] + bias[c];
+  return {mean, rstd};
+}
+
 void layernorm_forward_fp32(const LayerNormForward& args) {
   const auto [M, C] = checks::layernorm_forward(args, Device::CPU);
   const float* in = args.in.as<float>();
-  const float* weight = args.weight.as<float>();
-  const float* bias = args.bias.as<float>();
   float* out = args.out.as<float>();
 #pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < M; ++m) {
-    const float* row = in + m * C;
-    float sum = 0.0f;
-    for (int64_t c = 0; c < C; ++c) sum += row[c];
-    const float mean = sum / static_cast<float>(C);
-    float squares = 0.0f;
-    for (int64_t c = 0; c < C; ++c) squares += (row[c] - mean) * (row[c] - mean);
-    const float rstd = 1.0f / std::sqrt(squares / static_cast<float>(C) + args.eps);
-    float* out_row = out + m * C;
-    for (int64_t c = 0; c < C; ++c) out_row[c] = (row[c] - mean) * rstd * weight[c] + bias[c];
-    args.mean.as<float>()[m] = mean;
-    args.rstd.as<float>()[m] = rstd;
+    const RowStatistics statistics =
+        normalize_row(in + m * C, out + m * C, args.weight.as<float>(), args.bias.as<float>(), C, args.eps);
+    args.mean.as<float>()[m] = statistics.mean;
+    args.rstd.as<float>()[m] = statistics.rstd;
   }
 }
 
@@ -50,47 +63,60 @@ void CpuBackend::layernorm_forward(const LayerNormForward& args) {
 }
 
 namespace {
+// din_row += rstd (g - mean(g) - xhat mean(g xhat)), g = dout weight, over one row of C channels.
+KILN_VECTOR_CLONES void add_row_input_gradient(float* din_row, const float* row, const float* grad,
+                                               const float* weight, RowStatistics statistics, int64_t C) {
+  const auto [mean, rstd] = statistics;
+  float grad_mean = 0.0f, grad_dot_xhat = 0.0f;
+#pragma omp simd reduction(+ : grad_mean, grad_dot_xhat)
+  for (int64_t c = 0; c < C; ++c) {
+    const float g = grad[c] * weight[c];
+    grad_mean += g;
+    grad_dot_xhat += g * (row[c] - mean) * rstd;
+  }
+  grad_mean /= static_cast<float>(C);
+  grad_dot_xhat /= static_cast<float>(C);
+  for (int64_t c = 0; c < C; ++c) {
+    const float xhat = (row[c] - mean) * rstd;
+    din_row[c] += rstd * (grad[c] * weight[c] - grad_mean - xhat * grad_dot_xhat);
+  }
+}
+
+// Channels [c0, c0 + width) of the weight and bias gradients, each summed over the rows from row 0
+// up, width <= kColumnBlock.
+constexpr int64_t kColumnBlock = 64;
+KILN_VECTOR_CLONES void add_parameter_gradients(float* dweight, float* dbias, const float* in, const float* dout,
+                                                const float* means, const float* rstds, int64_t M, int64_t C,
+                                                int64_t c0, int64_t width) {
+  float weight_sums[kColumnBlock] = {}, bias_sums[kColumnBlock] = {};
+  for (int64_t m = 0; m < M; ++m) {
+    const float *grad = dout + m * C + c0, *row = in + m * C + c0;
+    const float mean = means[m], rstd = rstds[m];
+    for (int64_t c = 0; c < width; ++c) {
+      weight_sums[c] += grad[c] * (row[c] - mean) * rstd;
+      bias_sums[c] += grad[c];
+    }
+  }
+  for (int64_t c = 0; c < width; ++c) {
+    dweight[c0 + c] += weight_sums[c];
+    dbias[c0 + c] += bias_sums[c];
+  }
+}
+
 void layernorm_backward_fp32(const LayerNormBackward& args) {
   const auto [M, C] = checks::layernorm_backward(args, Device::CPU);
   const float* in = args.in.as<float>();
   const float* dout = args.dout.as<float>();
-  const float* weight = args.weight.as<float>();
   const float* means = args.mean.as<float>();
   const float* rstds = args.rstd.as<float>();
   float* din = args.din.as<float>();
 #pragma omp parallel for schedule(static)
-  for (int64_t m = 0; m < M; ++m) {
-    const float* row = in + m * C;
-    const float* grad = dout + m * C;
-    const float mean = means[m], rstd = rstds[m];
-    // din = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dout * weight.
-    float grad_mean = 0.0f, grad_dot_xhat = 0.0f;
-    for (int64_t c = 0; c < C; ++c) {
-      const float g = grad[c] * weight[c];
-      grad_mean += g;
-      grad_dot_xhat += g * (row[c] - mean) * rstd;
-    }
-    grad_mean /= static_cast<float>(C);
-    grad_dot_xhat /= static_cast<float>(C);
-    float* din_row = din + m * C;
-    for (int64_t c = 0; c < C; ++c) {
-      const float xhat = (row[c] - mean) * rstd;
-      din_row[c] += rstd * (grad[c] * weight[c] - grad_mean - xhat * grad_dot_xhat);
-    }
-  }
-  float* dweight = args.dweight.as<float>();
-  float* dbias = args.dbias.as<float>();
+  for (int64_t m = 0; m < M; ++m)
+    add_row_input_gradient(din + m * C, in + m * C, dout + m * C, args.weight.as<float>(), {means[m], rstds[m]}, C);
 #pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < C; ++c) {
-    float weight_sum = 0.0f, bias_sum = 0.0f;
-    for (int64_t m = 0; m < M; ++m) {
-      const float g = dout[m * C + c];
-      weight_sum += g * (in[m * C + c] - means[m]) * rstds[m];
-      bias_sum += g;
-    }
-    dweight[c] += weight_sum;
-    dbias[c] += bias_sum;
-  }
+  for (int64_t c0 = 0; c0 < C; c0 += kColumnBlock)
+    add_parameter_gradients(args.dweight.as<float>(), args.dbias.as<float>(), in, dout, means, rstds, M, C, c0,
+                            std::min(kColumnBlock, C - c0));
 }
 }  // namespace
 

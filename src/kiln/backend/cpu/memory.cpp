@@ -9,6 +9,8 @@
 #include <cstring>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "kiln/backend/cpu/cpu_backend.h"
 #include "kiln/core/arena.h"
 #include "kiln/core/rng.h"
@@ -43,7 +45,8 @@ std::unique_ptr<DeviceBuffer> CpuBackend::allocate(size_t bytes) {
 }
 
 std::string CpuBackend::description() const {
-  return "cpu, " + std::to_string(omp_get_max_threads()) + " threads";
+  // OpenBLAS's kernels for this CPU (its own choice, or OPENBLAS_CORETYPE's): they set the products' speed.
+  return fmt::format("cpu, {} threads, OpenBLAS {} kernels", omp_get_max_threads(), openblas_get_corename());
 }
 
 double CpuBackend::time_gemm_ms(DType dtype, bool tf32, int64_t M, int64_t N, int64_t K, int iterations) {
