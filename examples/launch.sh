@@ -8,6 +8,9 @@
 #   examples/launch.sh gpu                  2 GPUs on this machine
 #   examples/launch.sh gpu-2-nodes          2 nodes x 2 GPUs, like examples/slurm/gpt-2x2.sbatch
 #
+# Flags after the layout go to kiln train, after the ones below (so they win):
+#   examples/launch.sh cpu --train-iters 100 --log-interval 10
+#
 # The gpu layouts talk over NCCL (docs/many-ranks.md). NOTE: NCCL has run in a group of one GPU
 # only (the one GPU lent to this project); several GPUs are unrun.
 #
@@ -27,7 +30,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 KILN=${KILN:-build/kiln}
-layout=${1:?"usage: examples/launch.sh cpu | cpu-2-nodes | gpu | gpu-2-nodes (see the comments at the top)"}
+layout=${1:?"usage: examples/launch.sh cpu | cpu-2-nodes | gpu | gpu-2-nodes [kiln train flags] (see the comments at the top)"}
+shift
 MASTER_PORT=${MASTER_PORT:-29500}
 
 # Where rank 0 is: this machine, or node 0 of two (the same on both nodes but for --node-rank).
@@ -51,7 +55,7 @@ case "$layout" in
     exec "$KILN" launch "${where[@]}" --nproc-per-node 2 -- \
       "$KILN" train --config examples/demo.yaml --device cpu --distributed-backend gloo \
       --micro-batch-size "$micro" --save "$run" --load "$run" \
-      --exit-signal-handler --exit-duration-in-mins 55
+      --exit-signal-handler --exit-duration-in-mins 55 "$@"
     ;;
   gpu | gpu-2-nodes)
     # GPT-2 small (examples/gpt2-124m.yaml), one worker per GPU; a rank's GPU will be its
@@ -60,7 +64,7 @@ case "$layout" in
     exec "$KILN" launch "${where[@]}" --nproc-per-node 2 -- \
       "$KILN" train --config examples/gpt2-124m.yaml --device cuda --bf16 \
       --data-path "${DATA:-data/gpt2_text_document}" --save "$run" --load "$run" \
-      --exit-signal-handler --exit-duration-in-mins 230
+      --exit-signal-handler --exit-duration-in-mins 230 "$@"
     ;;
   *)
     echo "examples/launch.sh: unknown layout '$layout': cpu, cpu-2-nodes, gpu or gpu-2-nodes" >&2

@@ -8,11 +8,13 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 #include <iterator>
 #include <regex>
 #include <string>
 #include <vector>
 
+#include "kiln/dist/worker_group.h"
 #include "kiln/train/safetensors.h"
 #include "support/kiln_process.h"
 #include "support/slurm_cluster.h"
@@ -104,6 +106,49 @@ TEST(SlurmCluster, SrunTrainsTheSameBitsAsKilnLaunchWithNoWrapper) {
   expect_same_tensors(dir / ("A" + checkpoint + "model.safetensors"), dir / ("B" + checkpoint + "model.safetensors"));
   expect_same_tensors(dir / ("A" + checkpoint + "optimizer.safetensors"),
                       dir / ("B" + checkpoint + "optimizer.safetensors"));
+}
+
+// examples/slurm/cpu-2x2.sbatch submitted as its comments say, from a folder holding the
+// repository's examples/, on the one-node cluster: sbatch's own flags replace the file's layout
+// (2 nodes x 2 tasks of 4 CPUs) with this node's 1 x 2 tasks of 1 CPU, and flags after the file's
+// name make the run short. Submitted again (as a requeued job is), it resumes from the checkpoint
+// the first job saved. The second job exports MASTER_PORT, as the file allows; the first derives it.
+TEST(SlurmCluster, TheCpuExampleSbatchFileTrainsAndItsResubmissionResumes) {
+  const SlurmCluster cluster;
+  if (!cluster.available()) GTEST_SKIP() << cluster.reason();
+  const TempDir dir;
+  const std::filesystem::path repository = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
+  std::filesystem::create_directory_symlink(repository / "examples", dir / "examples");
+  const auto submit = [&](int train_iters, const std::string& exports) {
+    return run_command(fmt::format(
+        "{}cd {} && export KILN={} RUN={} {} && timeout -k 10 180 {} --wait --nodes=1 --ntasks-per-node=2 "
+        "--cpus-per-task=1 examples/slurm/cpu-2x2.sbatch --mock-data --vocab-size 257 --train-iters {} "
+        "--lr-warmup-iters 1 --eval-iters 1 --log-interval 1",
+        cluster.command_prefix(), dir.path(), kiln_binary(), dir / "run", exports, cluster.sbatch(), train_iters));
+  };
+  // The jobs' output, both appended to files named kiln-<job name>-<job id>.out.
+  const auto job_output = [&] {
+    std::string text;
+    for (const auto& entry : std::filesystem::directory_iterator(dir.path()))
+      if (entry.path().filename().string().starts_with("kiln-kiln-cpu-"))
+        text += testing::read_file_bytes(entry.path().string());
+    return text;
+  };
+
+  const CommandResult first = submit(2, "");
+  ASSERT_EQ(first.exit_code, 0) << first.output << "\n" << job_output() << "\n" << cluster.logs();
+  const std::string first_output = job_output();
+  EXPECT_NE(first_output.find("micro 4 x data-parallel 2 x accumulation 2 = global 16"), std::string::npos)
+      << first_output;
+  EXPECT_EQ(count_matches(first_output, R"( iteration +[0-9]+/ +2 \|)"), 2u) << first_output;
+  EXPECT_EQ(count_matches(first_output, "saved checkpoint at iteration +2 "), 1u) << first_output;
+
+  const CommandResult second = submit(4, fmt::format("MASTER_PORT={}", dist::find_free_port()));
+  ASSERT_EQ(second.exit_code, 0) << second.output << "\n" << job_output() << "\n" << cluster.logs();
+  const std::string both = job_output();
+  EXPECT_EQ(count_matches(both, "resumed from .* at iteration 2 "), 1u) << both;
+  EXPECT_EQ(count_matches(both, R"( iteration +[34]/ +4 \|)"), 2u) << both;
+  EXPECT_EQ(count_matches(both, "saved checkpoint at iteration +4 "), 1u) << both;
 }
 
 }  // namespace

@@ -19,7 +19,7 @@
 // the end of a pipe only the test holds) kills whatever else carries this SLURM_CONF and removes
 // the folder.
 //
-// command_prefix() is what to put before a shell command run through the cluster (srun, sinfo): it
+// command_prefix() is what to put before a shell command run through the cluster (srun, sbatch): it
 // sets SLURM_CONF and removes every inherited SLURM_* variable and torchrun's (a test run inside a
 // real Slurm job or under `kiln launch` must not leak its own place into these jobs).
 #pragma once
@@ -108,7 +108,7 @@ class SlurmCluster {
   static constexpr int kStartSeconds = 30;
 
   SlurmCluster() {
-    for (const char* program : {"munged", "slurmctld", "slurmd", "srun", "sinfo"}) {
+    for (const char* program : {"munged", "slurmctld", "slurmd", "srun", "sinfo", "sbatch"}) {
       programs_.push_back(slurm_detail::find_program(program));
       if (programs_.back().empty()) {
         reason_ = std::string(program) +
@@ -139,6 +139,7 @@ class SlurmCluster {
   const std::string& conf() const { return conf_; }
   std::string srun() const { return programs_[3]; }
   std::string sinfo() const { return programs_[4]; }
+  std::string sbatch() const { return programs_[5]; }
   // The id the next job gets, while no job has run yet; its MASTER_PORT was free at start.
   int first_job_id() const { return first_job_id_; }
 
