@@ -406,7 +406,8 @@ TEST(DataParallelExamples, TheLaunchScriptsTwoNodeLayoutTrainsAsItsOneNodeLayout
   const TempDir dir;
   const std::string script = (kRepository / "examples" / "launch.sh").string();
   const std::string short_run =
-      "--mock-data --vocab-size 257 --train-iters 2 --lr-warmup-iters 1 --eval-iters 1 --log-interval 1";
+      "--mock-data --vocab-size 257 --train-iters 2 --lr-warmup-iters 1 --eval-iters 1 --log-interval 1 "
+      "--distributed-timeout-minutes 0.5";
   const CommandResult one_node = run_command(fmt::format("OMP_NUM_THREADS=1 KILN={} RUN={} {} cpu {}", kiln_binary(),
                                                          dir / "one_node", script, short_run));
   ASSERT_EQ(one_node.exit_code, 0) << one_node.output;

@@ -112,11 +112,12 @@ TEST(SlurmCluster, SrunTrainsTheSameBitsAsKilnLaunchWithNoWrapper) {
 // repository's examples/, on the one-node cluster: sbatch's own flags replace the file's layout
 // (2 nodes x 2 tasks of 4 CPUs) with this node's 1 x 2 tasks of 1 CPU, and flags after the file's
 // name make the run short. Submitted again (as a requeued job is), it resumes from the checkpoint
-// the first job saved. The second job exports MASTER_PORT, as the file allows; the first derives it.
+// the first job saved. The first job derives its MASTER_PORT from its id; the second exports a free
+// one, as the file allows, rather than count on the next id's port being free.
 TEST(SlurmCluster, TheCpuExampleSbatchFileTrainsAndItsResubmissionResumes) {
+  const TempDir dir;  // outlives the cluster, whose end stops a job still writing into it
   const SlurmCluster cluster;
   if (!cluster.available()) GTEST_SKIP() << cluster.reason();
-  const TempDir dir;
   const std::filesystem::path repository = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
   std::filesystem::create_directory_symlink(repository / "examples", dir / "examples");
   const auto submit = [&](int train_iters, const std::string& exports) {

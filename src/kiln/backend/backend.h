@@ -70,7 +70,8 @@ class Backend {
 
   virtual std::string_view name() const = 0;
   virtual Device device() const = 0;
-  virtual std::string description() const = 0;  // e.g. "NVIDIA H100 80GB HBM3", "cpu, 2 threads, OpenBLAS Haswell kernels"
+  // e.g. "NVIDIA H100 80GB HBM3", "cpu, 2 threads, OpenBLAS Haswell kernels"
+  virtual std::string description() const = 0;
   // What the back-end chose at run time that a measurement should be read with (for CUDA: how many
   // cuBLASLt products took their epilogue and how many fell back to kernels, and which attention
   // kernels the calls took); empty if nothing.

@@ -4,9 +4,11 @@
 //
 // Determinism: every reduction has a fixed order that does not depend on the thread count
 // (column-parallel sums for parameter gradients, fixed-size chunks for norms), so two runs with
-// the same inputs on one machine give the same bits. The elementwise and row loops run in the
-// machine's widest vector unit (vector_math.h), so other machines may differ in the last bits. Ops are written in fp32; bf16/fp16 calls run the same code on
-// widened copies and round the outputs (fp32_scope.h), which is the reference for low precision.
+// the same inputs on one machine give the same bits. The loops run in the machine's widest
+// vector unit (vector_math.h): elementwise ops give the same bits on every machine, while the
+// products (OpenBLAS's kernels) and vectorized sums may differ between machines in the last bits.
+// Ops are written in fp32; bf16/fp16 calls run the same code on widened copies and round the
+// outputs (fp32_scope.h), which is the reference for low precision.
 // Op definitions live one family per file: embedding.cpp, layernorm.cpp, matmul.cpp, gelu.cpp,
 // tanh.cpp, gather_rows.cpp, mask_rows.cpp, attention.cpp, cross_entropy.cpp, elementwise.cpp,
 // dropout.cpp, adamw.cpp, fp8_scaling.cpp.

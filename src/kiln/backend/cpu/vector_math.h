@@ -4,14 +4,15 @@
 // KILN_VECTOR_CLONES on a function compiles it three times, for AVX-512, for AVX2 with FMA and for
 // baseline x86-64; the dynamic loader binds the best one the CPU has (GCC's target_clones, through
 // an ifunc). Contract for such a function:
-//   - no OpenMP region inside: GCC outlines a region's body into a function of its own that the
-//     clones do not cover. The parallel loop stays outside (for_each_thread_range) and calls a
-//     cloned function on its thread's contiguous range;
+//   - no OpenMP parallel region inside: GCC outlines a region's body into a function of its own
+//     that the clones do not cover. The parallel loop stays outside (for_each_thread_range) and
+//     calls a cloned function on its thread's contiguous range. `#pragma omp simd` is fine;
 //   - no call to libm inside the loop (GCC vectorizes no such call without -ffast-math): take
 //     exp_vectorizable() below. std::sqrt is fine: the back-end's files are compiled with
 //     -fno-math-errno (CMakeLists.txt), so it is one instruction.
-// On one machine results are the same for any thread count; between machines the last bits may
-// differ (the AVX clones fuse multiply-adds).
+// The back-end's files are also compiled with -ffp-contract=off, so an elementwise loop gives the
+// same bits in every clone: on any machine, for any thread count. A sum under `omp simd` is
+// ordered by the clone's vector width, so it may differ between machines in the last bits.
 #pragma once
 
 #include <omp.h>
@@ -21,7 +22,8 @@
 #include <cstdint>
 #include <limits>
 
-#if defined(__x86_64__) && defined(__GNUC__)
+// arch=x86-64-vN names need GCC 12; elsewhere the functions are compiled once, for the build's target.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
 #define KILN_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define KILN_VECTOR_CLONES
@@ -32,7 +34,7 @@ namespace kiln {
 // e^x with the operations a vector unit has, branch-free. Cody and Waite's reduction
 // x = n ln2 + r, |r| <= ln2 / 2, n rounded by adding 1.5 * 2^23; e^r by its Taylor series to r^7
 // (truncation below 1e-8 relative); 2^n written into the exponent bits. Measured against glibc's
-// expf over [-87.3, 88]: at most 2 ulp apart. Domain: 0 below ln(FLT_MIN) = -87.34 (glibc gives
+// expf over [-87.33, 88], in every clone: at most 2 ulp apart (tests/backend/vector_math_test.cpp). Domain: 0 below ln(FLT_MIN) = -87.34 (glibc gives
 // subnormals there), +inf above 88 (glibc overflows at 88.72), NaN gives NaN. kiln's callers take
 // only x <= 0 (softmax, GELU's tanh).
 inline float exp_vectorizable(float x) {
@@ -54,7 +56,7 @@ inline float exp_vectorizable(float x) {
   series = series * r + 1.0f;
   series = series * r + 1.0f;
   const int32_t exponent = std::bit_cast<int32_t>(shifted) - std::bit_cast<int32_t>(kRounder);
-  const float power_of_two = std::bit_cast<float>((exponent + 127) << 23);
+  const float power_of_two = std::bit_cast<float>(static_cast<uint32_t>(exponent + 127) << 23);
   const float value = series * power_of_two;
   const float floored = x < kLowest ? 0.0f : value;
   return x > kHighest ? std::numeric_limits<float>::infinity() : floored;
