@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/backend/cuda/cublaslt_library.h"
 #include "kiln/backend/cuda/cuda_check.h"
 #include "kiln/backend/cuda/launch_timing.h"
 #include "kiln/backend/cuda/lt_matmul_tuning.h"
@@ -20,7 +21,7 @@ namespace kiln::cuda {
 namespace {
 
 void check_lt(cublasStatus_t status, const char* what) {
-  KILN_CHECK(status == CUBLAS_STATUS_SUCCESS, "cuBLASLt error in {}: {}", what, cublasLtGetStatusString(status));
+  KILN_CHECK(status == CUBLAS_STATUS_SUCCESS, "cuBLASLt error in {}: {}", what, cublaslt().cublasLtGetStatusString(status));
 }
 
 cudaDataType lt_type(DType dtype) {
@@ -74,7 +75,7 @@ std::string describe(const Gemm& g) {
 
 template <typename T>
 void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const T& value) {
-  check_lt(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)), "cublasLtMatmulDescSetAttribute");
+  check_lt(cublaslt().cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)), "cublasLtMatmulDescSetAttribute");
 }
 
 // The device pointers a call brings besides its matrices: the plan is made with the first call's
@@ -91,14 +92,14 @@ void set_pointers(cublasLtMatmulDesc_t desc, const Gemm& g) {
 // A stored row-major rows x cols matrix (row stride ld) is, to cuBLASLt, column-major cols x rows.
 cublasLtMatrixLayout_t layout(DType dtype, int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t stride) {
   cublasLtMatrixLayout_t result = nullptr;
-  check_lt(cublasLtMatrixLayoutCreate(&result, lt_type(dtype), static_cast<uint64_t>(cols), static_cast<uint64_t>(rows),
+  check_lt(cublaslt().cublasLtMatrixLayoutCreate(&result, lt_type(dtype), static_cast<uint64_t>(cols), static_cast<uint64_t>(rows),
                                       ld),
            "cublasLtMatrixLayoutCreate");
   if (batch > 1) {
     const auto count = static_cast<int32_t>(batch);
-    check_lt(cublasLtMatrixLayoutSetAttribute(result, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)),
+    check_lt(cublaslt().cublasLtMatrixLayoutSetAttribute(result, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)),
              "cublasLtMatrixLayoutSetAttribute");
-    check_lt(cublasLtMatrixLayoutSetAttribute(result, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+    check_lt(cublaslt().cublasLtMatrixLayoutSetAttribute(result, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
                                               sizeof(stride)),
              "cublasLtMatrixLayoutSetAttribute");
   }
@@ -118,9 +119,9 @@ struct LtMatmul::Plan {
   bool supported = false;
   bool fp8 = false, fast_accumulation = false;  // its inputs; Gemm::fast_accumulation
   ~Plan() {
-    if (desc) cublasLtMatmulDescDestroy(desc);
+    if (desc) cublaslt().cublasLtMatmulDescDestroy(desc);
     for (cublasLtMatrixLayout_t matrix : {a, b, c})
-      if (matrix) cublasLtMatrixLayoutDestroy(matrix);
+      if (matrix) cublaslt().cublasLtMatrixLayoutDestroy(matrix);
   }
 };
 
@@ -128,13 +129,13 @@ LtMatmul::LtMatmul(void* workspace, size_t workspace_bytes, bool autotune)
     : autotune_(autotune), workspace_(workspace), workspace_bytes_(workspace_bytes) {
   KILN_CHECK(alignment(workspace) >= 256, "the products' workspace must be 256-byte aligned");
   cublasLtHandle_t handle = nullptr;
-  check_lt(cublasLtCreate(&handle), "cublasLtCreate");
+  check_lt(cublaslt().cublasLtCreate(&handle), "cublasLtCreate");
   handle_ = handle;
 }
 
 LtMatmul::~LtMatmul() {
   plans_.clear();
-  if (handle_) cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
+  if (handle_) cublaslt().cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
 }
 
 LtMatmul::Plan& LtMatmul::plan_for(const Gemm& g) {
@@ -165,7 +166,7 @@ LtMatmul::Plan& LtMatmul::plan_for(const Gemm& g) {
   plan->epilogue = g.epilogue;
   plan->fp8 = fp8(t.inputs);
   plan->fast_accumulation = g.fast_accumulation;
-  check_lt(cublasLtMatmulDescCreate(&plan->desc, compute_type(t), CUDA_R_32F), "cublasLtMatmulDescCreate");
+  check_lt(cublaslt().cublasLtMatmulDescCreate(&plan->desc, compute_type(t), CUDA_R_32F), "cublasLtMatmulDescCreate");
   // C^T[N,M] = op(B)^T op(A)^T: cuBLASLt's A is our B, its B our A, each transposed as we say.
   set(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, static_cast<int32_t>(g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N));
   set(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N));
@@ -180,9 +181,9 @@ LtMatmul::Plan& LtMatmul::plan_for(const Gemm& g) {
   plan->c = layout(t.output, g.M, g.N, g.ldc, g.batch, g.stride_c);
 
   cublasLtMatmulPreference_t preference = nullptr;
-  check_lt(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
+  check_lt(cublaslt().cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
   auto set_preference = [&](cublasLtMatmulPreferenceAttributes_t attribute, auto value) {
-    check_lt(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof(value)),
+    check_lt(cublaslt().cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof(value)),
              "cublasLtMatmulPreferenceSetAttribute");
   };
   set_preference(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(workspace_bytes_));
@@ -192,10 +193,10 @@ LtMatmul::Plan& LtMatmul::plan_for(const Gemm& g) {
   set_preference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, static_cast<uint32_t>(alignment(g.C)));
   std::vector<cublasLtMatmulHeuristicResult_t> results(autotune_ ? kTuningCandidates : 1);
   int found_count = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+  const cublasStatus_t status = cublaslt().cublasLtMatmulAlgoGetHeuristic(
       static_cast<cublasLtHandle_t>(handle_), plan->desc, plan->a, plan->b, plan->c, plan->c, preference,
       static_cast<int>(results.size()), results.data(), &found_count);
-  cublasLtMatmulPreferenceDestroy(preference);
+  cublaslt().cublasLtMatmulPreferenceDestroy(preference);
   if (status == CUBLAS_STATUS_SUCCESS)
     for (int i = 0; i < std::min(found_count, static_cast<int>(results.size())); ++i)
       if (results[static_cast<size_t>(i)].state == CUBLAS_STATUS_SUCCESS)
@@ -203,7 +204,7 @@ LtMatmul::Plan& LtMatmul::plan_for(const Gemm& g) {
   plan->supported = !plan->algorithms.empty();
   plan->awaiting_timing = plan->algorithms.size() > 1;
   KILN_CHECK(plan->supported || g.epilogue != GemmEpilogue::None, "cuBLASLt has no algorithm for {}: {}{}",
-             describe(g), status == CUBLAS_STATUS_SUCCESS ? "no heuristic result" : cublasLtGetStatusString(status),
+             describe(g), status == CUBLAS_STATUS_SUCCESS ? "no heuristic result" : cublaslt().cublasLtGetStatusString(status),
              g.fast_accumulation ? " (--no-fp8-fast-accumulation runs the fp8 forward products without it)" : "");
   return *plans_.emplace(std::move(key), std::move(plan)).first->second;
 }
@@ -227,7 +228,7 @@ LtMatmul::PlanCounts LtMatmul::plan_counts() const {
 }
 
 int LtMatmul::launch(const Plan& plan, size_t index, const Gemm& g) {
-  return cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), plan.desc, &g.alpha, g.B, plan.a, g.A, plan.b, &g.beta,
+  return cublaslt().cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), plan.desc, &g.alpha, g.B, plan.a, g.A, plan.b, &g.beta,
                         addend_of(g), plan.c, g.C, plan.c, &plan.algorithms[index], workspace_, workspace_bytes_,
                         compute_stream());
 }
@@ -268,7 +269,7 @@ bool LtMatmul::run(const Gemm& product) {
     return false;
   }
   KILN_CHECK(status == CUBLAS_STATUS_SUCCESS, "cuBLASLt error in cublasLtMatmul: {}, for {}",
-             cublasLtGetStatusString(status), describe(product));
+             cublaslt().cublasLtGetStatusString(status), describe(product));
   return true;
 }
 
