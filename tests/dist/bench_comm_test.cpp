@@ -1,6 +1,6 @@
-// `kiln bench comm` over real Gloo ranks started by `kiln launch` (and alone, without a launcher):
-// every op and size present, results checked, busbw = algbw x nccl-tests' factor, a corrupted rank
-// caught, the JSON form, and flags that name themselves when wrong.
+// `kiln bench comm` over real Gloo ranks started by `kiln launch`, by a real Slurm's srun (and alone,
+// without a launcher): every op and size present, results checked, busbw = algbw x nccl-tests'
+// factor, a corrupted rank caught, the JSON form, and flags that name themselves when wrong.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "support/kiln_process.h"
+#include "support/slurm_cluster.h"
 
 namespace kiln {
 namespace {
@@ -142,6 +143,22 @@ TEST_P(BenchCommRanks, CountsThatAreOddOrNotAMultipleOfTheRanksAreCutIntoEqualSh
 
 INSTANTIATE_TEST_SUITE_P(BenchComm, BenchCommRanks, ::testing::Values(2, 4),
                          [](const auto& info) { return std::to_string(info.param) + "Ranks"; });
+
+// srun starts the ranks with no wrapper and no MASTER_PORT (derived from the job id): the same
+// table as under kiln launch, printed once (srun merges the tasks' output unprefixed).
+TEST(BenchComm, RunsUnderSrunAsUnderKilnLaunch) {
+  const testing::SlurmCluster cluster;
+  if (!cluster.available()) GTEST_SKIP() << cluster.reason();
+  const CommandResult result = run_command(fmt::format(
+      "{}export OMP_NUM_THREADS=1; timeout -k 10 120 {} -n 2 --ntasks-per-node 2 --kill-on-bad-exit=1 {} bench comm "
+      "-b 8 -e 64K -f 2 {}",
+      cluster.command_prefix(), cluster.srun(), kiln_binary(), kFast));
+  ASSERT_EQ(result.exit_code, 0) << result.output << "\n" << cluster.logs();
+  expect_table(result.output, 2, sizes(8, 65536, 2));
+  EXPECT_NE(result.output.find("# kiln bench comm | gloo | 2 ranks"), std::string::npos) << result.output;
+  for (int rank = 0; rank < 2; ++rank)
+    EXPECT_NE(result.output.find(fmt::format("#   rank {}: pid", rank)), std::string::npos) << result.output;
+}
 
 TEST(BenchComm, ACorruptedRankIsCountedOnTheRanksThatSeeItAndFailsTheRun) {
   const CommandResult result = launch(2, fmt::format("-b 8 -e 32 --corrupt-rank 1 {}", kFast));
