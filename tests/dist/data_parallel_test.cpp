@@ -433,6 +433,28 @@ TEST(DataParallelExamples, TheLaunchScriptsTwoNodeLayoutTrainsAsItsOneNodeLayout
             5e-4);
 }
 
+// The launch script's gpu layout (GPT-2 small's config, bf16, one worker per GPU over NCCL) cannot
+// run here, but all of its command line but the device can: told `--device cpu` after the layout,
+// it trains its two workers over Gloo from examples/gpt2-124m.yaml, made small by the flags after
+// it, which win over the script's and the file's.
+TEST(DataParallelExamples, TheLaunchScriptsGpuLayoutTrainsOnCpuRanksWhenTold) {
+  const TempDir dir;
+  const std::string script = (kRepository / "examples" / "launch.sh").string();
+  const CommandResult result = run_command(fmt::format(
+      "cd {} && OMP_NUM_THREADS=1 KILN={} RUN={} MASTER_PORT={} {} gpu --device cpu --mock-data --num-layers 2 "
+      "--hidden-size 64 --num-attention-heads 2 --seq-length 32 --vocab-size 257 --micro-batch-size 2 "
+      "--global-batch-size 8 --train-iters 2 --lr-warmup-iters 1 --lr-decay-iters 2 --eval-iters 1 --log-interval 1 "
+      "--distributed-timeout-minutes 0.5",
+      dir.path(), kiln_binary(), dir / "run", dist::find_free_port(), script));
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("micro 2 x data-parallel 2 x accumulation 2 = global 8"), std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find("| precision bf16 |"), std::string::npos) << result.output;  // the script's --bf16
+  EXPECT_NE(result.output.find("model: GPT: 2 layers, hidden 64"), std::string::npos) << result.output;
+  EXPECT_EQ(logged_numbers(result.output).size(), 4u * 2u + 1u) << result.output;  // rank 0 alone logs
+  EXPECT_TRUE(std::filesystem::exists(dir / "run/iter_0000002/model.safetensors")) << result.output;
+}
+
 TEST(DataParallelBootstrap, RanksWithDifferentConfigurationsStopAtStartNamingTheKey) {
   const TempDir dir;
   // Rank 1 asks for another width: every rank stops before training, naming the key.

@@ -152,5 +152,40 @@ TEST(SlurmCluster, TheCpuExampleSbatchFileTrainsAndItsResubmissionResumes) {
   EXPECT_EQ(count_matches(both, "saved checkpoint at iteration +4 "), 1u) << both;
 }
 
+// The GPU sbatch files (GPT-2 small, bf16, one task per GPU over NCCL) cannot run here, but all of
+// their command lines but the device can: submitted with sbatch's own flags asking for no GPU and
+// 2 tasks on this node, and told `--device cpu` after the file's name, each trains over Gloo from
+// examples/gpt2-124m.yaml, made small by the flags after it (which win over the file's).
+TEST(SlurmCluster, TheGpuExampleSbatchFilesTrainOnCpuTasksWhenTold) {
+  const TempDir dir;  // outlives the cluster, whose end stops a job still writing into it
+  const SlurmCluster cluster;
+  if (!cluster.available()) GTEST_SKIP() << cluster.reason();
+  const std::filesystem::path repository = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
+  std::filesystem::create_directory_symlink(repository / "examples", dir / "examples");
+  for (const std::string file : {"gpt-2x2", "gpt-4x4"}) {
+    SCOPED_TRACE(file);
+    const CommandResult job = run_command(fmt::format(
+        "{}cd {} && export KILN={} RUN={} MASTER_PORT={} && timeout -k 10 180 {} --wait --nodes=1 "
+        "--ntasks-per-node=2 --cpus-per-task=1 --gpus-per-node=0 examples/slurm/{}.sbatch --device cpu --mock-data "
+        "--num-layers 2 --hidden-size 64 --num-attention-heads 2 --seq-length 32 --vocab-size 257 "
+        "--micro-batch-size 2 --global-batch-size 8 --train-iters 2 --lr-warmup-iters 1 --lr-decay-iters 2 "
+        "--eval-iters 1 --log-interval 1",
+        cluster.command_prefix(), dir.path(), kiln_binary(), dir / file, dist::find_free_port(), cluster.sbatch(),
+        file));
+    std::string output;  // the job's, in kiln-<job name>-<job id>.out
+    for (const auto& entry : std::filesystem::directory_iterator(dir.path()))
+      if (entry.path().filename().string().starts_with("kiln-kiln-gpt2-"))
+        output += testing::read_file_bytes(entry.path().string());
+    ASSERT_EQ(job.exit_code, 0) << job.output << "\n" << output << "\n" << cluster.logs();
+    EXPECT_NE(output.find("micro 2 x data-parallel 2 x accumulation 2 = global 8 | precision bf16 |"),
+              std::string::npos)
+        << output;
+    EXPECT_EQ(count_matches(output, R"( iteration +[0-9]+/ +2 \|)"), 2u) << output;
+    EXPECT_TRUE(std::filesystem::exists(dir / (file + "/iter_0000002/model.safetensors"))) << output;
+    for (const auto& entry : std::filesystem::directory_iterator(dir.path()))  // the next file's job alone
+      if (entry.path().filename().string().starts_with("kiln-kiln-gpt2-")) std::filesystem::remove(entry.path());
+  }
+}
+
 }  // namespace
 }  // namespace kiln
