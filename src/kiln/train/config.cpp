@@ -238,7 +238,8 @@ const std::vector<ConfigField>& config_fields() {
        "ZeRO-1: gradients are reduce-scattered, each rank keeps the fp32 master weights and Adam moments of its "
        "shard of the flat buffer only, updates it, and the parameters are all-gathered"},
       {"overlap_param_gather", &Config::overlap_param_gather,
-       "with use_distributed_optimizer: the parameters' all-gather overlaps the next iteration's data loading"},
+       "with use_distributed_optimizer: the parameters' all-gather is waited for only before the next forward "
+       "(it overlaps the logging between the steps and the next first micro-batch read, not the forward)"},
       {"exit_signal_handler", &Config::exit_signal_handler,
        "on SIGTERM (Slurm's preemption notice): finish the iteration, save a checkpoint and exit 0"},
       {"exit_duration_in_mins", &Config::exit_duration_in_mins,

@@ -168,7 +168,7 @@ struct Config {
   bool overlap_grad_reduce = true;        // reduce each bucket while the backward goes on
   std::string ddp_impl = "local";         // Megatron's --DDP-impl: local or torch, both kiln's own buckets
   bool use_distributed_optimizer = false;  // ZeRO-1: each rank keeps and updates a shard of the optimizer state
-  bool overlap_param_gather = false;       // the parameters' all-gather overlaps the next step's data loading
+  bool overlap_param_gather = false;       // the parameters' all-gather waited for just before the next forward
   // Preemption (Megatron's flags): stop cleanly, saving first.
   bool exit_signal_handler = false;  // SIGTERM: finish the step, save, exit 0
   double exit_duration_in_mins = 0;  // > 0: save and stop once the run has lasted this long

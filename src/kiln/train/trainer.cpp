@@ -274,7 +274,6 @@ OptimizerSnapshot Trainer::optimizer_snapshot() {
 IterationStats Trainer::train_step() {
   const auto start = std::chrono::steady_clock::now();
   const trace::Span step_span("step", trace::recording() ? fmt::format("iteration {}", state_.iteration + 1) : "");
-  wait_for_parameters();
   const int64_t micro = config_.micro_batch_size, seq = config_.seq_length;
   const int64_t accumulation = config_.accumulation_steps();
   const int ranks = communicator_.world_size();
@@ -287,6 +286,7 @@ IterationStats Trainer::train_step() {
   // Micro-batch k+1 is read and its copy queued before micro-batch k is computed, so the copy
   // overlaps the compute (batch_stager.h).
   StagedBatch current = stage(first_local);
+  wait_for_parameters();  // ZeRO-1's gather, left running (overlap_param_gather), before the forward reads them
   for (int64_t step = 0; step < accumulation; ++step) {
     const bool last = step + 1 == accumulation;
     const StagedBatch next = !last ? stage(first_local + (step + 1) * micro) : StagedBatch{};
