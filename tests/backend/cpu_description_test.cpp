@@ -29,7 +29,9 @@ TEST(CpuBackendDescription, NamesTheThreadsAndTheOpenBlasKernels) {
       << description;
   // Where the environment chooses OpenBLAS's kernels, those are the ones named.
   const char* chosen = std::getenv("OPENBLAS_CORETYPE");
-  if (chosen && *chosen) EXPECT_EQ(lowercase(kernels[1]), lowercase(chosen)) << description;
+  if (chosen && *chosen) {
+    EXPECT_EQ(lowercase(kernels[1]), lowercase(chosen)) << description;
+  }
 }
 
 }  // namespace

@@ -72,6 +72,22 @@ void expect_same_tensors(const std::string& path_a, const std::string& path_b) {
   }
 }
 
+// Submitting the example sbatch files as their comments say, from a folder holding the
+// repository's examples/: `dir` gets a link to them.
+void link_examples(const TempDir& dir) {
+  const std::filesystem::path repository = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
+  std::filesystem::create_directory_symlink(repository / "examples", dir / "examples");
+}
+
+// What the jobs named `job_name` wrote: the example files append to kiln-<job name>-<job id>.out.
+std::string job_output(const TempDir& dir, const std::string& job_name) {
+  std::string text;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path()))
+    if (entry.path().filename().string().starts_with("kiln-" + job_name + "-"))
+      text += testing::read_file_bytes(entry.path().string());
+  return text;
+}
+
 TEST(SlurmCluster, SrunTrainsTheSameBitsAsKilnLaunchWithNoWrapper) {
   const SlurmCluster cluster;
   if (!cluster.available()) GTEST_SKIP() << cluster.reason();
@@ -118,8 +134,7 @@ TEST(SlurmCluster, TheCpuExampleSbatchFileTrainsAndItsResubmissionResumes) {
   const TempDir dir;  // outlives the cluster, whose end stops a job still writing into it
   const SlurmCluster cluster;
   if (!cluster.available()) GTEST_SKIP() << cluster.reason();
-  const std::filesystem::path repository = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
-  std::filesystem::create_directory_symlink(repository / "examples", dir / "examples");
+  link_examples(dir);
   const auto submit = [&](int train_iters, const std::string& exports) {
     return run_command(fmt::format(
         "{}cd {} && export KILN={} RUN={} {} && timeout -k 10 180 {} --wait --nodes=1 --ntasks-per-node=2 "
@@ -127,26 +142,18 @@ TEST(SlurmCluster, TheCpuExampleSbatchFileTrainsAndItsResubmissionResumes) {
         "--lr-warmup-iters 1 --eval-iters 1 --log-interval 1",
         cluster.command_prefix(), dir.path(), kiln_binary(), dir / "run", exports, cluster.sbatch(), train_iters));
   };
-  // The jobs' output, both appended to files named kiln-<job name>-<job id>.out.
-  const auto job_output = [&] {
-    std::string text;
-    for (const auto& entry : std::filesystem::directory_iterator(dir.path()))
-      if (entry.path().filename().string().starts_with("kiln-kiln-cpu-"))
-        text += testing::read_file_bytes(entry.path().string());
-    return text;
-  };
 
   const CommandResult first = submit(2, "");
-  ASSERT_EQ(first.exit_code, 0) << first.output << "\n" << job_output() << "\n" << cluster.logs();
-  const std::string first_output = job_output();
+  ASSERT_EQ(first.exit_code, 0) << first.output << "\n" << job_output(dir, "kiln-cpu") << "\n" << cluster.logs();
+  const std::string first_output = job_output(dir, "kiln-cpu");
   EXPECT_NE(first_output.find("micro 4 x data-parallel 2 x accumulation 2 = global 16"), std::string::npos)
       << first_output;
   EXPECT_EQ(count_matches(first_output, R"( iteration +[0-9]+/ +2 \|)"), 2u) << first_output;
   EXPECT_EQ(count_matches(first_output, "saved checkpoint at iteration +2 "), 1u) << first_output;
 
   const CommandResult second = submit(4, fmt::format("MASTER_PORT={}", dist::find_free_port()));
-  ASSERT_EQ(second.exit_code, 0) << second.output << "\n" << job_output() << "\n" << cluster.logs();
-  const std::string both = job_output();
+  ASSERT_EQ(second.exit_code, 0) << second.output << "\n" << job_output(dir, "kiln-cpu") << "\n" << cluster.logs();
+  const std::string both = job_output(dir, "kiln-cpu");
   EXPECT_EQ(count_matches(both, "resumed from .* at iteration 2 "), 1u) << both;
   EXPECT_EQ(count_matches(both, R"( iteration +[34]/ +4 \|)"), 2u) << both;
   EXPECT_EQ(count_matches(both, "saved checkpoint at iteration +4 "), 1u) << both;
@@ -160,8 +167,7 @@ TEST(SlurmCluster, TheGpuExampleSbatchFilesTrainOnCpuTasksWhenTold) {
   const TempDir dir;  // outlives the cluster, whose end stops a job still writing into it
   const SlurmCluster cluster;
   if (!cluster.available()) GTEST_SKIP() << cluster.reason();
-  const std::filesystem::path repository = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
-  std::filesystem::create_directory_symlink(repository / "examples", dir / "examples");
+  link_examples(dir);
   for (const std::string file : {"gpt-2x2", "gpt-4x4"}) {
     SCOPED_TRACE(file);
     const CommandResult job = run_command(fmt::format(
@@ -172,10 +178,7 @@ TEST(SlurmCluster, TheGpuExampleSbatchFilesTrainOnCpuTasksWhenTold) {
         "--eval-iters 1 --log-interval 1",
         cluster.command_prefix(), dir.path(), kiln_binary(), dir / file, dist::find_free_port(), cluster.sbatch(),
         file));
-    std::string output;  // the job's, in kiln-<job name>-<job id>.out
-    for (const auto& entry : std::filesystem::directory_iterator(dir.path()))
-      if (entry.path().filename().string().starts_with("kiln-kiln-gpt2-"))
-        output += testing::read_file_bytes(entry.path().string());
+    const std::string output = job_output(dir, "kiln-gpt2");
     ASSERT_EQ(job.exit_code, 0) << job.output << "\n" << output << "\n" << cluster.logs();
     EXPECT_NE(output.find("micro 2 x data-parallel 2 x accumulation 2 = global 8 | precision bf16 |"),
               std::string::npos)

@@ -5,6 +5,7 @@
 
 #include <variant>
 
+#include "kiln/backend/cuda/run_time_library.h"
 #include "kiln/core/error.h"
 
 namespace kiln::cuda {
@@ -32,18 +33,15 @@ CublasLt open_cublaslt(const std::string& file) {
   CublasLt lib{};
 #if defined(KILN_CUBLASLT_IN_PROCESS)
   (void)file;
-  lib.path = "the CPU emulator's stand-in";
+  lib.path = kCublasLtStandIn;
 #else
   void* handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!handle) fail("the CUDA back-end cannot load cuBLASLt ({}): {}", file, dlerror());
+  if (!handle)
+    fail("the CUDA back-end cannot load cuBLASLt ({}): {}; install the CUDA toolkit's cuBLAS, or put the folder "
+         "that holds {} on LD_LIBRARY_PATH",
+         file, dlerror(), file);
   lib.path = file;
-  struct Closer {  // a library refused below is closed again
-    void* handle;
-    bool keep = false;
-    ~Closer() {
-      if (!keep) dlclose(handle);
-    }
-  } closer{handle};
+  LibraryCloser closer(handle);  // a library refused below is closed again
 #endif
   KILN_CUBLASLT_ENTRY(cublasLtCreate);
   KILN_CUBLASLT_ENTRY(cublasLtDestroy);
@@ -62,25 +60,34 @@ CublasLt open_cublaslt(const std::string& file) {
 #if !defined(KILN_CUBLASLT_IN_PROCESS)
   Dl_info loaded{};  // the file the loader found, for errors
   if (dladdr(reinterpret_cast<void*>(lib.cublasLtCreate), &loaded) && loaded.dli_fname) lib.path = loaded.dli_fname;
-  closer.keep = true;  // the library stays loaded for the process
+  closer.keep();
 #endif
   return lib;
 }
 
 #undef KILN_CUBLASLT_ENTRY
 
+namespace {
+
+using Loaded = std::variant<CublasLt, std::string>;  // the library, or why it could not be loaded
+
+Loaded load() {
+  try {
+    return open_cublaslt(cublaslt_library_name());
+  } catch (const Error& e) {
+    return std::string(e.what());
+  }
+}
+
+}  // namespace
+
 const CublasLt& cublaslt() {
   // Loaded once (a function-local static: no lock on the products' path); a failure is kept and
-  // thrown again at every call.
-  static const std::variant<CublasLt, std::string> loaded = []() -> std::variant<CublasLt, std::string> {
-    try {
-      return open_cublaslt(cublaslt_library_name());
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-  }();
-  if (const auto* error = std::get_if<std::string>(&loaded)) throw Error(*error);
-  return std::get<CublasLt>(loaded);
+  // thrown again at every call. Never destroyed, as the library is never closed: a back-end
+  // destroyed during the program's exit still finds it.
+  static const Loaded* const loaded = new Loaded(load());
+  if (const auto* error = std::get_if<std::string>(loaded)) throw Error(*error);
+  return std::get<CublasLt>(*loaded);
 }
 
 }  // namespace kiln::cuda

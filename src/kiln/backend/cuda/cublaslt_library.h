@@ -34,6 +34,9 @@ struct CublasLt {
   std::string path;  // the file loaded, or where the emulator's entry points come from
 };
 
+// CublasLt::path in the emulator's programs.
+inline constexpr const char* kCublasLtStandIn = "the CPU emulator's stand-in";
+
 // The library, loaded on the first call. A kiln::Error names the file and dlopen's reason when it
 // cannot be loaded or lacks an entry point; each later call repeats it.
 const CublasLt& cublaslt();

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <optional>
 
+#include "kiln/backend/cuda/run_time_library.h"
 #include "kiln/core/error.h"
 
 namespace kiln::cudnn {
@@ -59,13 +60,7 @@ Library open_library(const std::string& path) {
          "libcudnn.so.9",
          path, dlerror());
   if (path.empty()) lib.path = "this program's own cuDNN entry points";
-  struct Closer {  // a library refused below is closed again
-    void* handle;
-    bool keep = false;
-    ~Closer() {
-      if (!keep) dlclose(handle);
-    }
-  } closer{handle};
+  cuda::LibraryCloser closer(handle);  // a library refused below is closed again
   resolve(handle, "cudnnGetVersion", lib.get_version, lib.path);
   resolve(handle, "cudnnGetErrorString", lib.get_error_string, lib.path);
   resolve(handle, "cudnnGetLastErrorString", lib.get_last_error_string, lib.path);
@@ -84,7 +79,7 @@ Library open_library(const std::string& path) {
   lib.version = lib.get_version();
   if (lib.version < kFirstSupportedVersion)
     fail("--cudnn-attention: {} is cuDNN {}; kiln needs cuDNN 9", lib.path, lib.version_text());
-  closer.keep = true;  // the library stays loaded for the process
+  closer.keep();
   if (void* cudart_version = dlsym(handle, "cudnnGetCudartVersion"))
     lib.cudart_version = reinterpret_cast<size_t (*)()>(cudart_version)();
   if (!path.empty()) keep_nvrtc_loaded(lib);

@@ -21,7 +21,8 @@ namespace kiln::cuda {
 namespace {
 
 void check_lt(cublasStatus_t status, const char* what) {
-  KILN_CHECK(status == CUBLAS_STATUS_SUCCESS, "cuBLASLt error in {}: {}", what, cublaslt().cublasLtGetStatusString(status));
+  KILN_CHECK(status == CUBLAS_STATUS_SUCCESS, "cuBLASLt error in {}: {}", what,
+             cublaslt().cublasLtGetStatusString(status));
 }
 
 cudaDataType lt_type(DType dtype) {
@@ -75,7 +76,8 @@ std::string describe(const Gemm& g) {
 
 template <typename T>
 void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const T& value) {
-  check_lt(cublaslt().cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)), "cublasLtMatmulDescSetAttribute");
+  check_lt(cublaslt().cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)),
+           "cublasLtMatmulDescSetAttribute");
 }
 
 // The device pointers a call brings besides its matrices: the plan is made with the first call's
@@ -92,15 +94,16 @@ void set_pointers(cublasLtMatmulDesc_t desc, const Gemm& g) {
 // A stored row-major rows x cols matrix (row stride ld) is, to cuBLASLt, column-major cols x rows.
 cublasLtMatrixLayout_t layout(DType dtype, int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t stride) {
   cublasLtMatrixLayout_t result = nullptr;
-  check_lt(cublaslt().cublasLtMatrixLayoutCreate(&result, lt_type(dtype), static_cast<uint64_t>(cols), static_cast<uint64_t>(rows),
-                                      ld),
+  const CublasLt& lt = cublaslt();
+  check_lt(lt.cublasLtMatrixLayoutCreate(&result, lt_type(dtype), static_cast<uint64_t>(cols),
+                                         static_cast<uint64_t>(rows), ld),
            "cublasLtMatrixLayoutCreate");
   if (batch > 1) {
     const auto count = static_cast<int32_t>(batch);
-    check_lt(cublaslt().cublasLtMatrixLayoutSetAttribute(result, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)),
+    check_lt(lt.cublasLtMatrixLayoutSetAttribute(result, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)),
              "cublasLtMatrixLayoutSetAttribute");
-    check_lt(cublaslt().cublasLtMatrixLayoutSetAttribute(result, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
-                                              sizeof(stride)),
+    check_lt(lt.cublasLtMatrixLayoutSetAttribute(result, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                 sizeof(stride)),
              "cublasLtMatrixLayoutSetAttribute");
   }
   return result;
@@ -204,7 +207,8 @@ LtMatmul::Plan& LtMatmul::plan_for(const Gemm& g) {
   plan->supported = !plan->algorithms.empty();
   plan->awaiting_timing = plan->algorithms.size() > 1;
   KILN_CHECK(plan->supported || g.epilogue != GemmEpilogue::None, "cuBLASLt has no algorithm for {}: {}{}",
-             describe(g), status == CUBLAS_STATUS_SUCCESS ? "no heuristic result" : cublaslt().cublasLtGetStatusString(status),
+             describe(g),
+             status == CUBLAS_STATUS_SUCCESS ? "no heuristic result" : cublaslt().cublasLtGetStatusString(status),
              g.fast_accumulation ? " (--no-fp8-fast-accumulation runs the fp8 forward products without it)" : "");
   return *plans_.emplace(std::move(key), std::move(plan)).first->second;
 }
@@ -228,9 +232,9 @@ LtMatmul::PlanCounts LtMatmul::plan_counts() const {
 }
 
 int LtMatmul::launch(const Plan& plan, size_t index, const Gemm& g) {
-  return cublaslt().cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), plan.desc, &g.alpha, g.B, plan.a, g.A, plan.b, &g.beta,
-                        addend_of(g), plan.c, g.C, plan.c, &plan.algorithms[index], workspace_, workspace_bytes_,
-                        compute_stream());
+  return cublaslt().cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), plan.desc, &g.alpha, g.B, plan.a, g.A,
+                                   plan.b, &g.beta, addend_of(g), plan.c, g.C, plan.c, &plan.algorithms[index],
+                                   workspace_, workspace_bytes_, compute_stream());
 }
 
 void LtMatmul::choose_by_timing(Plan& plan, const Gemm& g) {
