@@ -34,9 +34,10 @@ namespace kiln {
 // e^x with the operations a vector unit has, branch-free. Cody and Waite's reduction
 // x = n ln2 + r, |r| <= ln2 / 2, n rounded by adding 1.5 * 2^23; e^r by its Taylor series to r^7
 // (truncation below 1e-8 relative); 2^n written into the exponent bits. Measured against glibc's
-// expf over [-87.33, 88], in every clone: at most 2 ulp apart (tests/backend/vector_math_test.cpp). Domain: 0 below ln(FLT_MIN) = -87.34 (glibc gives
-// subnormals there), +inf above 88 (glibc overflows at 88.72), NaN gives NaN. kiln's callers take
-// only x <= 0 (softmax, GELU's tanh).
+// expf over [-87.33, 88], in every clone: at most 2 ulp apart (tests/backend/vector_math_test.cpp).
+// Domain: 0 below ln(FLT_MIN) = -87.34 (glibc gives subnormals there), +inf above 88 (glibc
+// overflows at 88.72), NaN gives NaN. kiln's callers take only x <= 0 (softmax and cross-entropy,
+// GELU's tanh).
 inline float exp_vectorizable(float x) {
   constexpr float kLowest = -87.336544f, kHighest = 88.0f;
   constexpr float kLog2e = 1.44269504f;
